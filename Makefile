@@ -1,0 +1,84 @@
+# zkresp — build, run, test, bench.
+#
+#   make run     install what is missing, build, start a local ZooKeeper (unless
+#                ZKRESP_ZK is set) and zkresp on 127.0.0.1:6379
+#   make test    install what is missing, build, run every suite
+#   make bench   the performance report (not a test)
+
+CC       ?= cc
+BUILD    := build
+PKGS     := lua5.4 hiredis libuv
+CFLAGS   ?= -O2 -g
+WARN     := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
+CPPFLAGS := -D_GNU_SOURCE -Isidecar -Igateway $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lzookeeper_mt -lm -lpthread
+
+SRCS     := $(wildcard sidecar/*.c) $(wildcard gateway/*.c)
+LIBSRCS  := $(filter-out sidecar/main.c,$(SRCS))
+OBJS     := $(SRCS:%.c=$(BUILD)/obj/%.o)
+ASAN_OBJS:= $(SRCS:%.c=$(BUILD)/asan/%.o)
+HDRS     := $(wildcard sidecar/*.h) $(wildcard gateway/*.h)
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+UNIT_SRCS:= $(wildcard tests/unit/*.c)
+
+.PHONY: all deps run test test-unit test-spec test-integration bench fuzz format format-check clean
+
+all: $(BUILD)/zkresp
+
+# Debian packages the build, the run and the tests need.  Installed only when
+# missing, so `make test` on a prepared machine does not touch apt.
+DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 libzookeeper-mt-dev \
+            libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
+            redis-tools python3-redis python3-pytest python3-kazoo clang-format nodejs npm
+
+deps:
+	@tests/lib/deps.sh $(DEB_PKGS)
+
+$(BUILD)/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/asan/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(WARN) -O1 -g $(SAN) -c $< -o $@
+
+$(BUILD)/zkresp: $(OBJS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/zkresp-asan: $(ASAN_OBJS)
+	$(CC) $(SAN) $^ -o $@ $(LDLIBS)
+
+# The unit tests link only the pure modules they test.
+UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/keyenc.c
+
+$(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
+	@mkdir -p $(BUILD)
+	$(CC) $(CPPFLAGS) -Itests/unit $(WARN) -O1 -g $(SAN) $(UNIT_SRCS) $(UNIT_DEPS) -o $@ $(LDLIBS)
+
+run: deps $(BUILD)/zkresp
+	@tests/lib/run-local.sh
+
+test: deps $(BUILD)/zkresp $(BUILD)/zkresp-asan $(BUILD)/unit
+	@tests/run.sh
+
+test-unit: $(BUILD)/unit
+	@$(BUILD)/unit
+
+test-spec:
+	@busted --helper=tests/spec/helper.lua -o TAP tests/spec
+
+test-integration: $(BUILD)/zkresp
+	@tests/run.sh integration
+
+bench: deps $(BUILD)/zkresp
+	@tests/bench/run.sh
+
+format:
+	clang-format -i $(SRCS) $(HDRS) $(UNIT_SRCS)
+
+format-check:
+	@clang-format --dry-run --Werror $(SRCS) $(HDRS) $(UNIT_SRCS)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,131 @@
+/*
+ * lua_host.h — the Lua 5.4 VM that runs every keyed command.
+ *
+ * One VM on the loop thread.  Each command runs in its own coroutine,
+ * anchored in the registry while it runs, its task record in
+ * lua_getextraspace().  A zk.* call starts an asynchronous ZooKeeper
+ * operation through the bridge and yields; the completion resumes the
+ * coroutine on the loop thread with the results as the call's return values.
+ *
+ * The Lua-facing API (the contract between this file and scripts/):
+ *
+ *   System entry: scripts/zkresp.lua, run once at start with `zk` and `host`
+ *   as globals and package.path set to the scripts directory.  It returns a
+ *   table M with:
+ *     M.dispatch(args)      runs in a fresh coroutine per command; args[1] is
+ *                           the command name as sent, args[2..] its arguments
+ *                           (Lua strings).  Returns the reply value.
+ *     M.on_session(event, session_id)
+ *                           runs in a fresh coroutine on every session event:
+ *                           "connected" (first connection, or back after a
+ *                           disconnect within the same session), "new" (a new
+ *                           session after expiry or loss; all ephemeral nodes
+ *                           of earlier sessions are foreign), "disconnected",
+ *                           "lost" (the local lease deadline passed while
+ *                           disconnected: every owned ephemeral key is lost;
+ *                           the bridge then opens a new session).
+ *
+ *   Reply values (what M.dispatch returns):
+ *     nil or host.null  -> null bulk ($-1 / _)     false -> null bulk
+ *     integer           -> :n         float -> :n (truncated, like EVAL)
+ *     true              -> :1         string -> bulk
+ *     {ok = "OK"}       -> +OK        {err = "ERR x"} -> -ERR x
+ *     {double = x}      -> ,x in RESP3, bulk in RESP2
+ *     {map = {k1, v1, ...}} -> map in RESP3, flat array in RESP2
+ *     {set = {...}}     -> set in RESP3, array in RESP2
+ *     {a, b, c}         -> array (ends at the first nil; use host.null inside)
+ *   A Lua error raised by a command answers "-ERR internal error: <msg>"
+ *   and is logged.
+ *
+ *   zk (every call except zk.session yields; rc is a ZooKeeper code or one of
+ *   ours below):
+ *     zk.get(path)                   -> rc, data, stat
+ *     zk.exists(path)                -> rc, stat
+ *     zk.children(path)              -> rc, {name, ...}
+ *     zk.create(path, data, flags)   -> rc, created_path, stat
+ *     zk.set(path, data, version)    -> rc, stat
+ *     zk.delete(path, version)       -> rc
+ *     zk.sync(path)                  -> rc
+ *     zk.multi(ops)                  -> rc, results
+ *         ops: {{"create", path, data, flags}, {"delete", path, version},
+ *               {"set", path, data, version}, {"check", path, version}, ...}
+ *         results: {{rc = n, path = p|nil, stat = s|nil}, ...} (one per op)
+ *     zk.session()                   -> session_id, connected   (no yield)
+ *   stat: {czxid, mzxid, ctime, mtime, version, cversion, aversion,
+ *          ephemeralOwner, dataLength, numChildren, pzxid}, all integers.
+ *   Constants: zk.OK, zk.NONODE, zk.NODEEXISTS, zk.BADVERSION, zk.NOTEMPTY,
+ *   zk.CONNECTIONLOSS, zk.OPERATIONTIMEOUT, zk.SESSIONEXPIRED,
+ *   zk.SESSIONMOVED, zk.RUNTIMEINCONSISTENCY, zk.TIMEOUT (ours: the request's
+ *   zk-request-timeout passed while disconnected), zk.CLOSING (ours: the
+ *   sidecar is shutting down), zk.EPHEMERAL, zk.SEQUENCE (create flags).
+ *   While the session is not connected an operation waits, at most until the
+ *   command's deadline (its start plus zk-request-timeout), then returns
+ *   zk.TIMEOUT.  An operation in flight when the connection drops returns
+ *   zk.CONNECTIONLOSS: its outcome is unknown and the caller resolves it.
+ *
+ *   host:
+ *     host.now()             monotonic clock, milliseconds (float)  no yield
+ *     host.wall()            wall clock, milliseconds since the epoch (float)
+ *     host.sleep(ms)         yields for ms milliseconds
+ *     host.suspend()         yields until host.wake(co) is called for this
+ *                            coroutine; returns wake's extra arguments
+ *     host.wake(co, ...)     schedules a suspended coroutine to resume (on the
+ *                            loop, after the caller yields or returns)
+ *     host.spawn(fn, ...)    runs fn(...) in a new background coroutine
+ *     host.timer(fn)         a timer object: t:start(ms) (re)arms it,
+ *                            t:stop() disarms; fn() runs in a new coroutine
+ *     host.deadline()        the running command's deadline (host.now() units)
+ *     host.log(level, msg)   level: "debug", "info", "warn", "error"
+ *     host.key_encode(key)   Redis key -> node name (sidecar/keyenc.h)
+ *     host.key_decode(name)  node name -> key, or nil
+ *     host.null              the null sentinel for replies
+ *     host.instance          16 random bytes identifying this process
+ *     host.config            {root, max_key_len, max_value_len,
+ *                             request_timeout, session_timeout}
+ *   Command code must never call coroutine.yield itself.
+ */
+#ifndef ZKRESP_LUA_HOST_H
+#define ZKRESP_LUA_HOST_H
+
+#include <stddef.h>
+
+struct zk;
+struct config;
+struct buf;
+
+/* The record a running command hangs on to.  The gateway owns it; when the
+ * connection goes away first it clears `done` (a tombstone) and the command
+ * finishes without a reply. */
+struct lua_task {
+    /* Called once with the encoded reply appended to `out`; NULL after the
+     * requester went away. */
+    void (*done)(struct lua_task *t);
+    void *data;      /* the requester's, passed back untouched */
+    struct buf *out; /* where the reply goes; owned by the requester */
+    int proto;       /* 2 or 3 */
+};
+
+struct lua_host;
+
+/* Creates the VM and runs scripts/zkresp.lua and the policy.  On failure
+ * returns NULL and writes the reason to err. */
+struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
+                                 char *err, size_t errlen);
+void lua_host_free(struct lua_host *h);
+
+/* Runs one command (argv borrowed for the duration of the call).  The reply
+ * is delivered through t->done, possibly before this returns. */
+void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
+                  const char *const *argv, const size_t *argvlen);
+
+/* The requester of t went away: the command finishes without a reply. */
+void lua_host_abandon(struct lua_host *h, struct lua_task *t);
+
+/* Session events from the bridge, forwarded to M.on_session. */
+void lua_host_session_event(struct lua_host *h, const char *event,
+                            long long session_id);
+
+/* Number of commands running. */
+size_t lua_host_running(const struct lua_host *h);
+
+#endif
