@@ -1,0 +1,202 @@
+/*
+ * Helpers shared by the benchmark tools (zkraw, respbench): a monotonic
+ * clock, a growable latency sample set with percentiles, and per-process CPU
+ * and RSS read from /proc so that a tool can charge a server's CPU time to the
+ * operations it measured.
+ *
+ * Everything here is static: each tool is one translation unit plus this
+ * header.
+ */
+#ifndef BENCH_H
+#define BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+
+#define BENCH_MAX_PIDS 4
+
+static inline uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Latency samples in nanoseconds.  Appending never fails silently: on
+ * allocation failure the tool exits, since a truncated sample set would give
+ * wrong percentiles. */
+struct bench_samples {
+    uint64_t *v;
+    size_t n;
+    size_t cap;
+};
+
+static inline void bench_samples_add(struct bench_samples *s, uint64_t ns)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 65536;
+        uint64_t *v = realloc(s->v, cap * sizeof(*v));
+        if (v == NULL) {
+            fprintf(stderr, "bench: out of memory for samples\n");
+            exit(2);
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = ns;
+}
+
+static int bench_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts the samples; call once before bench_samples_pct. */
+static inline void bench_samples_sort(struct bench_samples *s)
+{
+    if (s->n > 1)
+        qsort(s->v, s->n, sizeof(*s->v), bench_cmp_u64);
+}
+
+/* The p-th percentile (0 < p <= 100) in microseconds, nearest-rank method;
+ * 0 when there are no samples. */
+static inline double bench_samples_pct(const struct bench_samples *s, double p)
+{
+    if (s->n == 0)
+        return 0;
+    size_t rank = (size_t)(p / 100.0 * (double)s->n + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    if (rank > s->n)
+        rank = s->n;
+    return (double)s->v[rank - 1] / 1000.0;
+}
+
+static inline double bench_samples_mean(const struct bench_samples *s)
+{
+    if (s->n == 0)
+        return 0;
+    double sum = 0;
+    for (size_t i = 0; i < s->n; i++)
+        sum += (double)s->v[i];
+    return sum / (double)s->n / 1000.0;
+}
+
+/* utime+stime of a process in microseconds, from /proc/PID/stat; -1 when the
+ * process is gone or the file cannot be parsed. */
+static inline long long bench_proc_cpu_us(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name (field 2) may contain spaces; fields resume after the
+     * last ')'.  utime and stime are fields 14 and 15. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return -1;
+    unsigned long long utime = 0, stime = 0;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+               &utime, &stime) != 2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (hz <= 0)
+        hz = 100;
+    return (long long)((utime + stime) * 1000000ull / (unsigned long long)hz);
+}
+
+/* VmRSS of a process in KiB, or -1. */
+static inline long bench_proc_rss_kb(int pid)
+{
+    char path[64], line[256];
+    long kb = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = strtol(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+/* This process's own CPU time (user+system) in microseconds. */
+static inline long long bench_self_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+           ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+}
+
+/* Processes whose CPU time is charged to the measured operations, given on
+ * the command line as --pid NAME=PID. */
+struct bench_pids {
+    int n;
+    char name[BENCH_MAX_PIDS][32];
+    int pid[BENCH_MAX_PIDS];
+    long long cpu0[BENCH_MAX_PIDS];
+    long long cpu1[BENCH_MAX_PIDS];
+};
+
+/* Parses "NAME=PID"; returns 0 or -1 on a malformed or surplus argument. */
+static inline int bench_pids_add(struct bench_pids *p, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL || eq == arg || (size_t)(eq - arg) >= sizeof(p->name[0]) ||
+        p->n == BENCH_MAX_PIDS)
+        return -1;
+    char *end;
+    long pid = strtol(eq + 1, &end, 10);
+    if (*end != '\0' || pid <= 0)
+        return -1;
+    memcpy(p->name[p->n], arg, (size_t)(eq - arg));
+    p->name[p->n][eq - arg] = '\0';
+    p->pid[p->n] = (int)pid;
+    p->n++;
+    return 0;
+}
+
+static inline void bench_pids_start(struct bench_pids *p)
+{
+    for (int i = 0; i < p->n; i++)
+        p->cpu0[i] = bench_proc_cpu_us(p->pid[i]);
+}
+
+static inline void bench_pids_stop(struct bench_pids *p)
+{
+    for (int i = 0; i < p->n; i++)
+        p->cpu1[i] = bench_proc_cpu_us(p->pid[i]);
+}
+
+/* Appends " NAME_cpu_us_per_op=.. NAME_cpu_pct=.. NAME_rss_kb=.." for each
+ * watched process to the result line. */
+static inline void bench_pids_print(const struct bench_pids *p, FILE *out,
+                                    uint64_t ops, double secs)
+{
+    for (int i = 0; i < p->n; i++) {
+        long long d =
+            (p->cpu0[i] < 0 || p->cpu1[i] < 0) ? -1 : p->cpu1[i] - p->cpu0[i];
+        double per_op = (d >= 0 && ops > 0) ? (double)d / (double)ops : -1;
+        double pct = (d >= 0 && secs > 0) ? (double)d / 1e4 / secs : -1;
+        fprintf(out, " %s_cpu_us_per_op=%.2f %s_cpu_pct=%.1f %s_rss_kb=%ld",
+                p->name[i], per_op, p->name[i], pct, p->name[i],
+                bench_proc_rss_kb(p->pid[i]));
+    }
+}
+
+#endif
