@@ -1,0 +1,515 @@
+/*
+ * respbench: a RESP load generator for lock pairs and reads, usable against
+ * zkresp and redis-server.
+ *
+ * One thread, one epoll loop, C non-blocking connections, each with exactly
+ * one request outstanding (no pipelining), so C is the number of concurrent
+ * clients:
+ *
+ *   mode pair      SET <prefix><i> <tok> NX PX 30000  -> +OK
+ *                  DELIFEQ <prefix><i> <tok>           -> :1
+ *   mode pair-del  the same with a plain DEL (for redis-server, which has no
+ *                  DELIFEQ)
+ *   mode get       GET <prefix>held                    -> the held token;
+ *                  the key is set (NX PX 60000) before the run and deleted
+ *                  after it
+ *
+ * An operation is a pair (both replies as expected) or a GET; its latency is
+ * from writing the first request to reading the last reply.  A warm-up period
+ * is run and discarded; operations completed during the measured period are
+ * counted.  A pair with an unexpected reply counts as an error, not as an
+ * operation.  One result line goes to stdout:
+ *
+ *   respbench mode=pair conc=64 secs=5.00 ops=... errors=0 ops_per_sec=...
+ *             p50_us=... p99_us=... mean_us=... max_us=... self_cpu_pct=...
+ *             [NAME_cpu_us_per_op=... NAME_cpu_pct=... NAME_rss_kb=...]
+ *
+ * self_cpu_pct is this generator's own CPU use over the measured period; far
+ * below 100 means it was not the bottleneck.
+ *
+ * Exit status: 0 when the run completed (errors are reported, not fatal),
+ * 1 when it could not run (connect failed, connection lost, no reply),
+ * 2 on bad usage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "bench.h"
+
+enum { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
+enum { MODE_PAIR, MODE_PAIR_DEL, MODE_GET };
+enum { ST_IDLE, ST_SET, ST_DEL, ST_GET };
+
+struct conn {
+    int fd;
+    int idx;
+    int state;
+    int bad;      /* the current pair had an unexpected reply */
+    int want_out; /* EPOLLOUT is registered */
+    redisReader *rd;
+    uint64_t start_ns;
+    uint64_t seq;
+    char key[128];
+    char tok[64];
+    char out[512];
+    size_t out_len;
+    size_t out_off;
+};
+
+static int mode = MODE_PAIR;
+static int phase = PHASE_WARMUP;
+static int epfd = -1;
+static const char *prefix = "bench:";
+static char held_key[128];
+static char held_tok[64];
+static uint64_t ops, errors, bad_replies_shown;
+static struct bench_samples samples;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "respbench: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+/* Appends a RESP multi-bulk request of argc C strings to the connection's
+ * output buffer.  The buffer is sized for the few short commands used here. */
+static void conn_queue(struct conn *c, int argc, const char **argv)
+{
+    char *p = c->out + c->out_len;
+    size_t room = sizeof(c->out) - c->out_len;
+    int n = snprintf(p, room, "*%d\r\n", argc);
+    for (int i = 0; i < argc && n >= 0 && (size_t)n < room; i++)
+        n += snprintf(p + n, room - (size_t)n, "$%zu\r\n%s\r\n",
+                      strlen(argv[i]), argv[i]);
+    if (n < 0 || (size_t)n >= room) {
+        fprintf(stderr, "respbench: request too long\n");
+        exit(1);
+    }
+    c->out_len += (size_t)n;
+}
+
+static void conn_set_out(struct conn *c, int on)
+{
+    if (c->want_out == on)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0),
+                             .data.ptr = c};
+    if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+        die("epoll_ctl");
+    c->want_out = on;
+}
+
+/* Writes what the output buffer holds; waits for EPOLLOUT on a short write. */
+static void conn_flush(struct conn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                conn_set_out(c, 1);
+                return;
+            }
+            die("write");
+        }
+        c->out_off += (size_t)n;
+    }
+    c->out_len = c->out_off = 0;
+    conn_set_out(c, 0);
+}
+
+static void conn_send(struct conn *c, int argc, const char **argv)
+{
+    conn_queue(c, argc, argv);
+    conn_flush(c);
+}
+
+/* Starts the next operation, or leaves the connection idle once the run is
+ * over. */
+static void conn_start(struct conn *c)
+{
+    if (phase == PHASE_STOP) {
+        c->state = ST_IDLE;
+        return;
+    }
+    c->start_ns = bench_now_ns();
+    c->bad = 0;
+    if (mode == MODE_GET) {
+        const char *argv[] = {"GET", held_key};
+        c->state = ST_GET;
+        conn_send(c, 2, argv);
+        return;
+    }
+    c->seq++;
+    snprintf(c->tok, sizeof(c->tok), "tok-%d-%d-%llu", (int)getpid(), c->idx,
+             (unsigned long long)c->seq);
+    const char *argv[] = {"SET", c->key, c->tok, "NX", "PX", "30000"};
+    c->state = ST_SET;
+    conn_send(c, 6, argv);
+}
+
+static void show_bad(const struct conn *c, const char *cmd, const redisReply *r)
+{
+    if (bad_replies_shown++ >= 5)
+        return;
+    char what[128];
+    switch (r->type) {
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+    case REDIS_REPLY_STRING:
+        snprintf(what, sizeof(what), "type %d \"%.*s\"", r->type,
+                 (int)(r->len < 80 ? r->len : 80), r->str);
+        break;
+    case REDIS_REPLY_INTEGER:
+        snprintf(what, sizeof(what), "integer %lld", r->integer);
+        break;
+    default:
+        snprintf(what, sizeof(what), "type %d", r->type);
+    }
+    fprintf(stderr, "respbench: conn %d: unexpected reply to %s: %s\n", c->idx,
+            cmd, what);
+}
+
+static void op_done(struct conn *c)
+{
+    if (c->bad)
+        errors++;
+    else if (phase == PHASE_MEASURE) {
+        ops++;
+        bench_samples_add(&samples, bench_now_ns() - c->start_ns);
+    }
+    conn_start(c);
+}
+
+static void on_reply(struct conn *c, redisReply *r)
+{
+    switch (c->state) {
+    case ST_SET: {
+        if (!(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)) {
+            show_bad(c, "SET", r);
+            c->bad = 1;
+        }
+        /* The release is sent even after a failed SET or once the run is
+         * over, so that no key is left behind. */
+        const char *argv[] = {mode == MODE_PAIR ? "DELIFEQ" : "DEL", c->key,
+                              c->tok};
+        c->state = ST_DEL;
+        conn_send(c, mode == MODE_PAIR ? 3 : 2, argv);
+        break;
+    }
+    case ST_DEL:
+        if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1)) {
+            show_bad(c, mode == MODE_PAIR ? "DELIFEQ" : "DEL", r);
+            c->bad = 1;
+        }
+        op_done(c);
+        break;
+    case ST_GET:
+        if (!(r->type == REDIS_REPLY_STRING && r->len == strlen(held_tok) &&
+              memcmp(r->str, held_tok, r->len) == 0)) {
+            show_bad(c, "GET", r);
+            c->bad = 1;
+        }
+        op_done(c);
+        break;
+    default:
+        fprintf(stderr, "respbench: conn %d: reply while idle\n", c->idx);
+        exit(1);
+    }
+}
+
+static void conn_read(struct conn *c)
+{
+    char buf[16384];
+    ssize_t n = read(c->fd, buf, sizeof(buf));
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return;
+        die("read");
+    }
+    if (n == 0) {
+        fprintf(stderr, "respbench: conn %d: closed by server\n", c->idx);
+        exit(1);
+    }
+    if (redisReaderFeed(c->rd, buf, (size_t)n) != REDIS_OK) {
+        fprintf(stderr, "respbench: conn %d: reader: %s\n", c->idx,
+                c->rd->errstr);
+        exit(1);
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(c->rd, &reply) != REDIS_OK) {
+            fprintf(stderr, "respbench: conn %d: protocol error: %s\n", c->idx,
+                    c->rd->errstr);
+            exit(1);
+        }
+        if (reply == NULL)
+            break;
+        on_reply(c, reply);
+        freeReplyObject(reply);
+    }
+}
+
+static int conn_connect(struct conn *c, const char *host, int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        fprintf(stderr, "respbench: bad IPv4 address %s\n", host);
+        exit(2);
+    }
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+        die("socket");
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        return -1;
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->rd = redisReaderCreate();
+    if (c->rd == NULL)
+        die("redisReaderCreate");
+    return 0;
+}
+
+/* A blocking request/reply on a connection that is not yet (or no longer)
+ * in non-blocking mode.  Returns the reply; the caller frees it. */
+static redisReply *conn_call(struct conn *c, int argc, const char **argv)
+{
+    conn_queue(c, argc, argv);
+    while (c->out_off < c->out_len) {
+        ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        if (n < 0 && errno != EINTR)
+            die("write");
+        if (n > 0)
+            c->out_off += (size_t)n;
+    }
+    c->out_len = c->out_off = 0;
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(c->rd, &reply) != REDIS_OK) {
+            fprintf(stderr, "respbench: protocol error: %s\n", c->rd->errstr);
+            exit(1);
+        }
+        if (reply != NULL)
+            return reply;
+        char buf[4096];
+        ssize_t n = read(c->fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "respbench: connection lost during setup\n");
+            exit(1);
+        }
+        redisReaderFeed(c->rd, buf, (size_t)n);
+    }
+}
+
+static void set_blocking(int fd, int blocking)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 ||
+        fcntl(fd, F_SETFL, blocking ? fl & ~O_NONBLOCK : fl | O_NONBLOCK) < 0)
+        die("fcntl");
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: respbench --port P [--host 127.0.0.1] [--mode "
+            "pair|pair-del|get]\n"
+            "                 [--conns N] [--seconds S] [--warmup S] "
+            "[--prefix P]\n"
+            "                 [--pid NAME=PID]...\n"
+            "  --mode          pair: SET NX PX + DELIFEQ (default); pair-del: "
+            "SET NX PX + DEL;\n"
+            "                  get: GET of a held key\n"
+            "  --conns N       concurrent connections (default 1)\n"
+            "  --seconds S     measured period (default 5)\n"
+            "  --warmup S      discarded warm-up period (default 1)\n"
+            "  --prefix P      key prefix (default bench:)\n"
+            "  --pid NAME=PID  charge PID's CPU time to the operations "
+            "(repeatable)\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *host = "127.0.0.1";
+    int port = 0, nconn = 1;
+    double seconds = 5, warmup = 1;
+    struct bench_pids pids = {0};
+
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || v == NULL)
+            usage();
+        if (strcmp(a, "--host") == 0)
+            host = v;
+        else if (strcmp(a, "--port") == 0)
+            port = atoi(v);
+        else if (strcmp(a, "--conns") == 0)
+            nconn = atoi(v);
+        else if (strcmp(a, "--seconds") == 0)
+            seconds = atof(v);
+        else if (strcmp(a, "--warmup") == 0)
+            warmup = atof(v);
+        else if (strcmp(a, "--prefix") == 0)
+            prefix = v;
+        else if (strcmp(a, "--mode") == 0) {
+            if (strcmp(v, "pair") == 0)
+                mode = MODE_PAIR;
+            else if (strcmp(v, "pair-del") == 0)
+                mode = MODE_PAIR_DEL;
+            else if (strcmp(v, "get") == 0)
+                mode = MODE_GET;
+            else
+                usage();
+        } else if (strcmp(a, "--pid") == 0) {
+            if (bench_pids_add(&pids, v) != 0)
+                usage();
+        } else
+            usage();
+    }
+    if (port <= 0 || port > 65535 || nconn < 1 || nconn > 10000 ||
+        seconds <= 0 || warmup < 0 || strlen(prefix) > 64)
+        usage();
+    signal(SIGPIPE, SIG_IGN);
+
+    struct conn *conns = calloc((size_t)nconn, sizeof(*conns));
+    if (conns == NULL)
+        die("calloc");
+    for (int i = 0; i < nconn; i++) {
+        conns[i].idx = i;
+        snprintf(conns[i].key, sizeof(conns[i].key), "%s%d", prefix, i);
+        if (conn_connect(&conns[i], host, port) != 0) {
+            fprintf(stderr, "respbench: connect %s:%d: %s\n", host, port,
+                    strerror(errno));
+            return 1;
+        }
+    }
+
+    if (mode == MODE_GET) {
+        snprintf(held_key, sizeof(held_key), "%sheld", prefix);
+        snprintf(held_tok, sizeof(held_tok), "held-%d", (int)getpid());
+        const char *del[] = {"DEL", held_key};
+        freeReplyObject(conn_call(&conns[0], 2, del));
+        const char *set[] = {"SET", held_key, held_tok, "NX", "PX", "60000"};
+        redisReply *r = conn_call(&conns[0], 6, set);
+        if (!(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)) {
+            show_bad(&conns[0], "SET (held key)", r);
+            return 1;
+        }
+        freeReplyObject(r);
+    }
+
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0)
+        die("epoll_create1");
+    for (int i = 0; i < nconn; i++) {
+        set_blocking(conns[i].fd, 0);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &conns[i]};
+        if (epoll_ctl(epfd, EPOLL_CTL_ADD, conns[i].fd, &ev) != 0)
+            die("epoll_ctl");
+    }
+
+    uint64_t t0 = bench_now_ns();
+    uint64_t m0 = t0 + (uint64_t)(warmup * 1e9);
+    uint64_t m1 = m0 + (uint64_t)(seconds * 1e9);
+    uint64_t drain_end = 0;
+    uint64_t m0_real = 0, m1_real = 0;
+    long long self0 = 0, self1 = 0;
+    for (int i = 0; i < nconn; i++)
+        conn_start(&conns[i]);
+
+    struct epoll_event evs[256];
+    for (;;) {
+        uint64_t now = bench_now_ns();
+        if (phase == PHASE_WARMUP && now >= m0) {
+            phase = PHASE_MEASURE;
+            m0_real = now;
+            self0 = bench_self_cpu_us();
+            bench_pids_start(&pids);
+        }
+        if (phase == PHASE_MEASURE && now >= m1) {
+            phase = PHASE_STOP;
+            m1_real = now;
+            self1 = bench_self_cpu_us();
+            bench_pids_stop(&pids);
+            drain_end = now + 10000000000ull;
+        }
+        if (phase == PHASE_STOP) {
+            int busy = 0;
+            for (int i = 0; i < nconn; i++)
+                busy += conns[i].state != ST_IDLE;
+            if (busy == 0)
+                break;
+            if (now >= drain_end) {
+                fprintf(stderr,
+                        "respbench: %d requests unanswered after "
+                        "10 s\n",
+                        busy);
+                return 1;
+            }
+        }
+        uint64_t next = phase == PHASE_WARMUP    ? m0
+                        : phase == PHASE_MEASURE ? m1
+                                                 : drain_end;
+        int timeout = next > now ? (int)((next - now) / 1000000) + 1 : 0;
+        int n = epoll_wait(epfd, evs, 256, timeout);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            die("epoll_wait");
+        }
+        for (int i = 0; i < n; i++) {
+            struct conn *c = evs[i].data.ptr;
+            if (evs[i].events & EPOLLOUT)
+                conn_flush(c);
+            if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+                conn_read(c);
+        }
+    }
+
+    if (mode == MODE_GET) {
+        set_blocking(conns[0].fd, 1);
+        const char *del[] = {"DEL", held_key};
+        freeReplyObject(conn_call(&conns[0], 2, del));
+    }
+
+    double secs = (double)(m1_real - m0_real) / 1e9;
+    bench_samples_sort(&samples);
+    static const char *mode_names[] = {"pair", "pair-del", "get"};
+    printf("respbench mode=%s conc=%d secs=%.3f ops=%llu errors=%llu "
+           "ops_per_sec=%.1f p50_us=%.1f p99_us=%.1f mean_us=%.1f "
+           "max_us=%.1f self_cpu_pct=%.1f",
+           mode_names[mode], nconn, secs, (unsigned long long)ops,
+           (unsigned long long)errors, (double)ops / secs,
+           bench_samples_pct(&samples, 50), bench_samples_pct(&samples, 99),
+           bench_samples_mean(&samples), bench_samples_pct(&samples, 100),
+           (double)(self1 - self0) / 1e4 / secs);
+    bench_pids_print(&pids, stdout, ops, secs);
+    printf("\n");
+
+    for (int i = 0; i < nconn; i++) {
+        close(conns[i].fd);
+        redisReaderFree(conns[i].rd);
+    }
+    close(epfd);
+    free(conns);
+    free(samples.v);
+    return 0;
+}
