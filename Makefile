@@ -9,7 +9,7 @@ CC       ?= cc
 BUILD    := build
 PKGS     := lua5.4 hiredis libuv
 CFLAGS   ?= -O2 -g
-WARN     := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
+WARN     := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-zero-length
 CPPFLAGS := -D_GNU_SOURCE -Isidecar -Igateway $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lzookeeper_mt -lm -lpthread
 

@@ -97,6 +97,7 @@ struct buf;
  * connection goes away first it clears `done` (a tombstone) and the command
  * finishes without a reply. */
 struct lua_task {
+    void *priv;      /* the host's: the running coroutine's record */
     /* Called once with the encoded reply appended to `out`; NULL after the
      * requester went away. */
     void (*done)(struct lua_task *t);
@@ -124,6 +125,13 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t);
 /* Session events from the bridge, forwarded to M.on_session. */
 void lua_host_session_event(struct lua_host *h, const char *event,
                             long long session_id);
+
+/* Visits the command table (M.commands): name, arity, first key, last key,
+ * key step, flags (space separated).  For COMMAND. */
+typedef void (*lua_host_cmd_cb)(void *arg, const char *name, int arity,
+                                int first, int last, int step,
+                                const char *flags);
+size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg);
 
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);

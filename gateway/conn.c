@@ -1,0 +1,414 @@
+/*
+ * conn.c — a client connection.
+ *
+ *   socket ──read──► proto (hiredis) ──request──► FIFO tail ──► dispatch
+ *                                                   │ (C now, or Lua later)
+ *   socket ◄─write── out buffer ◄── FIFO head, while its reply is done
+ *
+ * Backpressure: reading stops while `max-inflight` requests are in the FIFO
+ * or more than OUT_SOFT bytes wait to be written, and resumes when both fall
+ * back.  A client whose unsent output passes `max-output` is closed, so a
+ * client that never reads costs bounded memory.
+ */
+#include "conn.h"
+
+#include "config.h"
+#include "dispatch.h"
+#include "errors.h"
+#include "log.h"
+#include "proto.h"
+#include "server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define OUT_SOFT (1u << 20)
+#define READ_BUF (64 * 1024)
+
+struct wreq {
+    uv_write_t w;
+    struct conn *c;
+    struct buf b;
+};
+
+static void process(struct conn *c);
+
+static uint64_t now_ms(struct conn *c)
+{
+    return uv_now(c->srv->loop);
+}
+
+static void req_free(struct req *r)
+{
+    buf_free(&r->reply);
+    free(r);
+}
+
+/* The Lua host finished r's command. */
+static void req_done(struct lua_task *t)
+{
+    struct req *r = t->data;
+    r->done = 1;
+    process(r->c);
+}
+
+static int under_limits(const struct conn *c)
+{
+    return c->inflight < (size_t)c->srv->cfg->max_inflight &&
+           c->out.len + c->writing < OUT_SOFT;
+}
+
+static void on_write(uv_write_t *w, int status)
+{
+    struct wreq *wr = (struct wreq *)w;
+    struct conn *c = wr->c;
+    buf_free(&wr->b);
+    free(wr);
+    if (status == UV_ECANCELED || c->closing)
+        return;
+    c->writing = 0;
+    c->last_io_ms = now_ms(c);
+    if (status < 0) {
+        conn_close(c, "write error");
+        return;
+    }
+    process(c);
+}
+
+/* Hands the out buffer to the socket: uv_try_write first, the rest with one
+ * uv_write at a time. */
+static void write_out(struct conn *c)
+{
+    if (c->closing || c->writing || c->out.len == 0)
+        return;
+    uv_buf_t ub = uv_buf_init(c->out.data, (unsigned)c->out.len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
+    if (n > 0) {
+        c->srv->stats.net_output_bytes += (uint64_t)n;
+        c->last_io_ms = now_ms(c);
+        buf_consume(&c->out, (size_t)n);
+        if (c->out.len == 0)
+            return;
+    } else if (n < 0 && n != UV_EAGAIN) {
+        conn_close(c, "write error");
+        return;
+    }
+    struct wreq *wr = malloc(sizeof *wr);
+    if (!wr) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    wr->c = c;
+    wr->b = c->out; /* takes the buffer */
+    buf_init(&c->out);
+    c->writing = wr->b.len;
+    c->srv->stats.net_output_bytes += wr->b.len;
+    ub = uv_buf_init(wr->b.data, (unsigned)wr->b.len);
+    int rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
+    if (rc < 0) {
+        buf_free(&wr->b);
+        free(wr);
+        c->writing = 0;
+        conn_close(c, "write error");
+    }
+}
+
+/* Moves the replies of completed requests at the FIFO head to out. */
+static void pop_done(struct conn *c)
+{
+    struct req *r;
+    while ((r = c->head) != NULL && r->done) {
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        c->inflight--;
+        if (!c->close_when_flushed)
+            buf_append(&c->out, r->reply.data, r->reply.len);
+        if (r->close_after)
+            c->close_when_flushed = 1;
+        req_free(r);
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    static char rbuf[READ_BUF];
+    (void)h;
+    (void)suggested;
+    *b = uv_buf_init(rbuf, sizeof rbuf);
+}
+
+static struct req *req_append(struct conn *c)
+{
+    struct req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->c = c;
+    buf_init(&r->reply);
+    r->task.done = req_done;
+    r->task.data = r;
+    r->task.out = &r->reply;
+    r->task.proto = c->resp;
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    c->inflight++;
+    return r;
+}
+
+/* Parses and dispatches buffered requests while the limits allow, then
+ * writes what is ready and sets the reading state.  Re-entrant calls (a
+ * request completing inside dispatch) only mark work; the outer call does
+ * it. */
+static void process(struct conn *c)
+{
+    if (c->closing)
+        return;
+    if (c->in_process) {
+        c->again = 1;
+        return;
+    }
+    c->in_process = 1;
+    do {
+        c->again = 0;
+        for (;;) {
+            pop_done(c);
+            if (c->closing || c->close_when_flushed || !under_limits(c))
+                break;
+            struct proto_req pr;
+            enum proto_status st = proto_next(c->proto, &pr);
+            if (st == PROTO_NEED_MORE)
+                break;
+            struct req *r = req_append(c);
+            if (!r) {
+                if (st == PROTO_REQUEST)
+                    proto_req_free(&pr);
+                conn_close(c, "out of memory");
+                break;
+            }
+            if (st == PROTO_ERROR) {
+                c->srv->stats.protocol_errors++;
+                char q[256];
+                const char *e = proto_errstr(c->proto);
+                log_info("client.protocol_error", "id=%llu addr=%s err=%s",
+                         (unsigned long long)c->id, c->addr,
+                         log_quote(e, strlen(e), q, sizeof q));
+                reply_errorf(&r->reply, "ERR %s", e);
+                r->done = 1;
+                r->close_after = 1;
+                break;
+            }
+            c->commands++;
+            c->srv->stats.commands_processed++;
+            c->last_cmd_ms = now_ms(c);
+            dispatch(c, r, &pr);
+            proto_req_free(&pr);
+        }
+    } while (c->again && !c->closing);
+    c->in_process = 0;
+    if (c->closing)
+        return;
+    write_out(c);
+    if (c->closing)
+        return;
+    if (c->out.len + c->writing > (size_t)c->srv->cfg->max_output) {
+        log_warn("client.output_limit", "id=%llu addr=%s bytes=%zu",
+                 (unsigned long long)c->id, c->addr, c->out.len + c->writing);
+        conn_close(c, "output buffer limit");
+        return;
+    }
+    if (c->close_when_flushed) {
+        if (c->out.len == 0 && c->writing == 0)
+            conn_close(c, "quit");
+        else if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = 0;
+        }
+        return;
+    }
+    int want = under_limits(c);
+    if (want && !c->reading) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, NULL) == 0)
+            c->reading = 1;
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+    struct conn *c = s->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        conn_close(c, nread == UV_EOF ? "eof" : uv_strerror((int)nread));
+        return;
+    }
+    c->srv->stats.net_input_bytes += (uint64_t)nread;
+    c->last_io_ms = now_ms(c);
+    if (proto_feed(c->proto, b->base, (size_t)nread) < 0) {
+        /* Over the query buffer limit: Redis closes such clients. */
+        char q[256];
+        const char *e = proto_errstr(c->proto);
+        log_warn("client.query_limit", "id=%llu addr=%s err=%s",
+                 (unsigned long long)c->id, c->addr,
+                 log_quote(e, strlen(e), q, sizeof q));
+    }
+    process(c);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    struct server *s = c->srv;
+    struct req *r = c->head;
+    while (r) {
+        struct req *next = r->next;
+        req_free(r);
+        r = next;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    proto_free(c->proto);
+    buf_free(&c->out);
+    free(c->name);
+    free(c->lib_name);
+    free(c->lib_ver);
+    free(c);
+}
+
+void conn_close(struct conn *c, const char *why)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    log_debug("client.closed", "id=%llu addr=%s reason=\"%s\"",
+              (unsigned long long)c->id, c->addr, why);
+    for (struct req *r = c->head; r; r = r->next)
+        if (!r->done)
+            lua_host_abandon(c->srv->lua, &r->task);
+    if (c->reading)
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+    uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+static void sockname(uv_tcp_t *t, int peer, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    int rc = peer ? uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len)
+                  : uv_tcp_getsockname(t, (struct sockaddr *)&ss, &len);
+    out[0] = 0;
+    if (rc < 0)
+        return;
+    char host[64] = "";
+    int port = 0;
+    if (ss.ss_family == AF_INET) {
+        uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
+        port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        snprintf(out, cap, "%s:%d", host, port);
+    } else if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
+        port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        snprintf(out, cap, "[%s]:%d", host, port);
+    }
+}
+
+void conn_accept(struct server *s)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    c->srv = s;
+    if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) < 0) {
+        uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
+        return;
+    }
+    s->stats.connections_received++;
+    uv_tcp_nodelay(&c->tcp, 1);
+    sockname(&c->tcp, 1, c->addr, sizeof c->addr);
+    sockname(&c->tcp, 0, c->laddr, sizeof c->laddr);
+
+    if (s->stopping || s->nconns >= (size_t)s->cfg->maxclients) {
+        /* Redis answers and closes; so do we. */
+        s->stats.rejected_connections++;
+        static const char msg[] = "-ERR max number of clients reached\r\n";
+        uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
+        return;
+    }
+
+    struct proto_limits lim = {
+        .max_args = 1024 * 1024,
+        .max_bulk = (size_t)s->cfg->max_bulk_len,
+        .max_inline = 64 * 1024,
+        .max_query = (size_t)s->cfg->max_query_len,
+    };
+    c->proto = proto_create(&lim);
+    if (!c->proto) {
+        uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
+        return;
+    }
+    c->id = ++s->next_client_id;
+    c->resp = 2;
+    c->authed = s->cfg->requirepass == NULL;
+    c->created_ms = c->last_io_ms = c->last_cmd_ms = uv_now(s->loop);
+    buf_init(&c->out);
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = 1;
+    log_debug("client.accepted", "id=%llu addr=%s", (unsigned long long)c->id,
+              c->addr);
+}
+
+void conn_cron(struct conn *c, uint64_t now)
+{
+    const struct config *cfg = c->srv->cfg;
+    if (c->closing)
+        return;
+    int stuck = proto_pending(c->proto) > 0 || c->out.len > 0 || c->writing;
+    if (stuck && now - c->last_io_ms > (uint64_t)cfg->stall_timeout) {
+        log_info("client.stalled", "id=%llu addr=%s", (unsigned long long)c->id,
+                 c->addr);
+        conn_close(c, "stalled");
+        return;
+    }
+    if (cfg->timeout > 0 && c->inflight == 0 &&
+        now - c->last_io_ms > (uint64_t)cfg->timeout * 1000) {
+        conn_close(c, "idle");
+    }
+}
+
+void conn_describe(const struct conn *c, struct buf *out)
+{
+    uint64_t now = uv_now(c->srv->loop);
+    buf_printf(out,
+               "id=%llu addr=%s laddr=%s fd=-1 name=%s age=%llu idle=%llu "
+               "flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=%zu "
+               "qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=%zu omem=%zu "
+               "tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d "
+               "lib-name=%s lib-ver=%s\n",
+               (unsigned long long)c->id, c->addr, c->laddr,
+               c->name ? c->name : "",
+               (unsigned long long)((now - c->created_ms) / 1000),
+               (unsigned long long)((now - c->last_cmd_ms) / 1000),
+               proto_pending(c->proto), c->inflight, c->out.len + c->writing,
+               c->last_cmd ? c->last_cmd : "NULL", c->resp,
+               c->lib_name ? c->lib_name : "", c->lib_ver ? c->lib_ver : "");
+}

@@ -1,0 +1,71 @@
+/*
+ * conn.h — one client connection: reading, the request FIFO, writing.
+ *
+ * Requests are appended to a FIFO as they are parsed and dispatched at once;
+ * their replies may complete in any order (ZooKeeper work finishes out of
+ * order across keys), but a reply leaves only when every earlier request's
+ * reply has left — twemproxy's discipline.  Reading pauses while too many
+ * requests are in flight or too much output is unsent (backpressure); a client
+ * whose unsent output passes the hard cap is closed.
+ */
+#ifndef ZKRESP_CONN_H
+#define ZKRESP_CONN_H
+
+#include "lua_host.h"
+#include "reply.h"
+
+#include <stdint.h>
+#include <uv.h>
+
+struct server;
+struct proto;
+
+/* One request in the FIFO.  Its task is handed to the Lua host; if the
+ * connection closes first the task is abandoned (the host drops the reply). */
+struct req {
+    struct req *next;
+    struct conn *c;
+    struct buf reply;
+    struct lua_task task;
+    int done;
+    int close_after; /* close the connection once this reply has left */
+};
+
+struct conn {
+    uv_tcp_t tcp;
+    struct server *srv;
+    struct conn *prev, *next; /* server's list */
+    uint64_t id;
+    struct proto *proto;
+    int resp;          /* 2 or 3 */
+    int authed;
+    char *name;        /* CLIENT SETNAME */
+    char *lib_name, *lib_ver;
+    char addr[64], laddr[64];
+    struct req *head, *tail;
+    size_t inflight;   /* requests in the FIFO */
+    struct buf out;    /* replies ready, not yet handed to the socket */
+    size_t writing;    /* bytes handed to uv_write, not yet completed */
+    int reading;       /* uv_read_start is active */
+    int closing;
+    int close_when_flushed;
+    uint64_t created_ms, last_io_ms, last_cmd_ms;
+    const char *last_cmd;
+    uint64_t commands;
+    int in_process; /* inside process(): completions only mark work */
+    int again;      /* a completion arrived during process() */
+};
+
+/* Accepts a pending connection on the listener. */
+void conn_accept(struct server *s);
+
+/* Closes the connection: in-flight commands finish without a reply. */
+void conn_close(struct conn *c, const char *why);
+
+/* Called once a second: idle and stall timeouts. */
+void conn_cron(struct conn *c, uint64_t now_ms);
+
+/* Formats the CLIENT LIST / CLIENT INFO line of c. */
+void conn_describe(const struct conn *c, struct buf *out);
+
+#endif

@@ -1,0 +1,777 @@
+/*
+ * dispatch.c — connection commands, answered without ZooKeeper, and the
+ * routing of everything else to Lua.
+ *
+ * Replies and errors follow Redis 7 word for word (COMPAT.md).
+ */
+#include "dispatch.h"
+
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "lua_host.h"
+#include "proto.h"
+#include "reply.h"
+#include "server.h"
+#include "zk.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define REDIS_COMPAT_VERSION "7.2.4"
+#ifndef ZKRESP_VERSION
+#define ZKRESP_VERSION "0.1.0"
+#endif
+
+struct cmd_ctx {
+    struct conn *c;
+    struct req *r;
+    int argc;
+    const struct proto_arg *argv;
+    struct buf *out;
+};
+
+typedef void (*cmd_fn)(struct cmd_ctx *x);
+
+struct ccmd {
+    const char *name;
+    int arity;
+    const char *flags;
+    cmd_fn fn;
+};
+
+static int arg_is(const struct proto_arg *a, const char *s)
+{
+    return a->len == strlen(s) && strncasecmp(a->ptr, s, a->len) == 0;
+}
+
+/* Parses a whole argument as a signed 64-bit integer, as Redis's string2ll. */
+static int arg_ll(const struct proto_arg *a, long long *out)
+{
+    if (a->len == 0 || a->len > 20)
+        return -1;
+    char tmp[32];
+    memcpy(tmp, a->ptr, a->len);
+    tmp[a->len] = 0;
+    if (tmp[0] == '+' || isspace((unsigned char)tmp[0]) ||
+        (tmp[0] == '0' && a->len > 1) ||
+        (tmp[0] == '-' && (a->len == 1 || tmp[1] == '0')))
+        return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(tmp, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void err_arity(struct buf *out, const char *name)
+{
+    reply_errorf(out, "ERR wrong number of arguments for '%s' command", name);
+}
+
+static void err_not_int(struct buf *out)
+{
+    reply_error(out, "ERR value is not an integer or out of range");
+}
+
+/* Client names and library attributes: printable, no spaces. */
+static int valid_name(const struct proto_arg *a)
+{
+    for (size_t i = 0; i < a->len; i++)
+        if (a->ptr[i] < '!' || a->ptr[i] > '~')
+            return 0;
+    return 1;
+}
+
+static char *arg_dup(const struct proto_arg *a)
+{
+    char *s = malloc(a->len + 1);
+    if (s) {
+        memcpy(s, a->ptr, a->len);
+        s[a->len] = 0;
+    }
+    return s;
+}
+
+/* Compares in time independent of where the strings differ. */
+static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    unsigned char diff = alen != blen;
+    for (size_t i = 0; i < alen; i++)
+        diff |= (unsigned char)(a[i] ^ (i < blen ? b[i] : 0));
+    return diff == 0;
+}
+
+/* AUTH semantics shared by AUTH and HELLO ... AUTH: 1 on success. */
+static int check_auth(struct conn *c, const struct proto_arg *user,
+                      const struct proto_arg *pass)
+{
+    const char *want = c->srv->cfg->requirepass;
+    if (user && !arg_is(user, "default"))
+        return 0;
+    if (!want)
+        return 1; /* the default user has no password */
+    return secret_equal(pass->ptr, pass->len, want, strlen(want));
+}
+
+/* --- the commands -------------------------------------------------------- */
+
+static void cmd_ping(struct cmd_ctx *x)
+{
+    if (x->argc > 2) {
+        err_arity(x->out, "ping");
+        return;
+    }
+    if (x->argc == 2)
+        reply_bulk(x->out, x->argv[1].ptr, x->argv[1].len);
+    else
+        reply_status(x->out, "PONG");
+}
+
+static void cmd_echo(struct cmd_ctx *x)
+{
+    reply_bulk(x->out, x->argv[1].ptr, x->argv[1].len);
+}
+
+static void cmd_quit(struct cmd_ctx *x)
+{
+    reply_status(x->out, "OK");
+    x->r->close_after = 1;
+}
+
+static void cmd_select(struct cmd_ctx *x)
+{
+    long long db;
+    if (arg_ll(&x->argv[1], &db) < 0 || db < INT_MIN || db > INT_MAX)
+        err_not_int(x->out);
+    else if (db != 0)
+        reply_error(x->out, "ERR DB index is out of range");
+    else
+        reply_status(x->out, "OK");
+}
+
+static void cmd_auth(struct cmd_ctx *x)
+{
+    struct conn *c = x->c;
+    if (x->argc > 3) {
+        reply_error(x->out, "ERR syntax error");
+        return;
+    }
+    if (x->argc == 2 && !c->srv->cfg->requirepass) {
+        reply_error(x->out,
+                    "ERR AUTH <password> called without any password "
+                    "configured for the default user. Are you sure your "
+                    "configuration is correct?");
+        return;
+    }
+    const struct proto_arg *user = x->argc == 3 ? &x->argv[1] : NULL;
+    const struct proto_arg *pass = &x->argv[x->argc - 1];
+    if (check_auth(c, user, pass)) {
+        c->authed = 1;
+        reply_status(x->out, "OK");
+    } else {
+        log_info("client.auth_failed", "id=%llu addr=%s",
+                 (unsigned long long)c->id, c->addr);
+        reply_error(x->out, "WRONGPASS invalid username-password pair or "
+                            "user is disabled.");
+    }
+}
+
+static void cmd_hello(struct cmd_ctx *x)
+{
+    struct conn *c = x->c;
+    long long ver = c->resp;
+    int j = 1;
+    if (x->argc >= 2) {
+        if (arg_ll(&x->argv[1], &ver) < 0) {
+            reply_error(x->out,
+                        "ERR Protocol version is not an integer or out of "
+                        "range");
+            return;
+        }
+        if (ver < 2 || ver > 3) {
+            reply_error(x->out, "NOPROTO unsupported protocol version");
+            return;
+        }
+        j = 2;
+    }
+    const struct proto_arg *user = NULL, *pass = NULL, *name = NULL;
+    for (; j < x->argc; j++) {
+        int more = x->argc - j - 1;
+        if (arg_is(&x->argv[j], "AUTH") && more >= 2) {
+            user = &x->argv[j + 1];
+            pass = &x->argv[j + 2];
+            j += 2;
+        } else if (arg_is(&x->argv[j], "SETNAME") && more >= 1) {
+            name = &x->argv[j + 1];
+            j += 1;
+        } else {
+            reply_errorf(x->out, "ERR Syntax error in HELLO option '%.*s'",
+                         (int)(x->argv[j].len > 128 ? 128 : x->argv[j].len),
+                         x->argv[j].ptr);
+            return;
+        }
+    }
+    if (user) {
+        if (!check_auth(c, user, pass)) {
+            log_info("client.auth_failed", "id=%llu addr=%s",
+                     (unsigned long long)c->id, c->addr);
+            reply_error(x->out, "WRONGPASS invalid username-password pair or "
+                                "user is disabled.");
+            return;
+        }
+        c->authed = 1;
+    }
+    if (!c->authed) {
+        reply_error(x->out,
+                    "NOAUTH HELLO must be called with the client already "
+                    "authenticated, otherwise the HELLO <proto> AUTH <user> "
+                    "<pass> option can be used to authenticate the client and "
+                    "select the RESP protocol version at the same time");
+        return;
+    }
+    if (name) {
+        if (!valid_name(name)) {
+            reply_error(x->out, "ERR Client names cannot contain spaces, "
+                                "newlines or special characters.");
+            return;
+        }
+        free(c->name);
+        c->name = name->len ? arg_dup(name) : NULL;
+    }
+    c->resp = (int)ver;
+    x->r->task.proto = c->resp;
+    int p = c->resp;
+    reply_map(x->out, p, 7);
+    reply_bulk_str(x->out, "server");
+    reply_bulk_str(x->out, "redis");
+    reply_bulk_str(x->out, "version");
+    reply_bulk_str(x->out, REDIS_COMPAT_VERSION);
+    reply_bulk_str(x->out, "proto");
+    reply_int(x->out, c->resp);
+    reply_bulk_str(x->out, "id");
+    reply_int(x->out, (long long)c->id);
+    reply_bulk_str(x->out, "mode");
+    reply_bulk_str(x->out, "standalone");
+    reply_bulk_str(x->out, "role");
+    reply_bulk_str(x->out, "master");
+    reply_bulk_str(x->out, "modules");
+    reply_array(x->out, 0);
+}
+
+static void cmd_reset(struct cmd_ctx *x)
+{
+    struct conn *c = x->c;
+    c->resp = 2;
+    free(c->name);
+    c->name = NULL;
+    c->authed = c->srv->cfg->requirepass == NULL;
+    reply_status(x->out, "RESET");
+}
+
+static void cmd_client(struct cmd_ctx *x)
+{
+    struct conn *c = x->c;
+    const struct proto_arg *sub = &x->argv[1];
+    char full[64];
+    snprintf(full, sizeof full, "client|%.*s",
+             (int)(sub->len > 40 ? 40 : sub->len), sub->ptr);
+    for (char *p = full; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+
+    if (arg_is(sub, "SETNAME")) {
+        if (x->argc != 3)
+            {
+            err_arity(x->out, full);
+            return;
+        }
+        if (!valid_name(&x->argv[2]))
+            {
+            reply_error(x->out, "ERR Client names cannot contain "
+                                       "spaces, newlines or special "
+                                       "characters.");
+            return;
+        }
+        free(c->name);
+        c->name = x->argv[2].len ? arg_dup(&x->argv[2]) : NULL;
+        reply_status(x->out, "OK");
+    } else if (arg_is(sub, "GETNAME")) {
+        if (x->argc != 2)
+            {
+            err_arity(x->out, full);
+            return;
+        }
+        if (c->name)
+            reply_bulk_str(x->out, c->name);
+        else
+            reply_null(x->out, c->resp);
+    } else if (arg_is(sub, "ID")) {
+        if (x->argc != 2)
+            {
+            err_arity(x->out, full);
+            return;
+        }
+        reply_int(x->out, (long long)c->id);
+    } else if (arg_is(sub, "SETINFO")) {
+        if (x->argc != 4)
+            {
+            err_arity(x->out, full);
+            return;
+        }
+        const struct proto_arg *attr = &x->argv[2], *val = &x->argv[3];
+        char **slot;
+        const char *label;
+        if (arg_is(attr, "LIB-NAME")) {
+            slot = &c->lib_name;
+            label = "lib-name";
+        } else if (arg_is(attr, "LIB-VER")) {
+            slot = &c->lib_ver;
+            label = "lib-ver";
+        } else {
+            {
+            reply_errorf(x->out, "ERR Unrecognized option '%.*s'",
+                                (int)(attr->len > 128 ? 128 : attr->len),
+                                attr->ptr);
+            return;
+        }
+        }
+        if (!valid_name(val))
+            {
+            reply_errorf(x->out,
+                                "ERR %s cannot contain spaces, newlines or "
+                                "special characters.",
+                                label);
+            return;
+        }
+        free(*slot);
+        *slot = val->len ? arg_dup(val) : NULL;
+        reply_status(x->out, "OK");
+    } else if (arg_is(sub, "INFO")) {
+        if (x->argc != 2)
+            {
+            err_arity(x->out, full);
+            return;
+        }
+        struct buf b;
+        buf_init(&b);
+        conn_describe(c, &b);
+        reply_verbatim(x->out, c->resp, b.data, b.len);
+        buf_free(&b);
+    } else if (arg_is(sub, "LIST")) {
+        struct buf b;
+        buf_init(&b);
+        for (struct conn *o = c->srv->conns; o; o = o->next)
+            if (!o->closing)
+                conn_describe(o, &b);
+        reply_verbatim(x->out, c->resp, b.data ? b.data : "", b.len);
+        buf_free(&b);
+    } else if (arg_is(sub, "KILL")) {
+        /* CLIENT KILL addr | CLIENT KILL ID id | CLIENT KILL ADDR addr */
+        struct conn *victim = NULL;
+        int filters = x->argc > 3;
+        if (x->argc == 3) {
+            for (struct conn *o = c->srv->conns; o; o = o->next)
+                if (!o->closing && arg_is(&x->argv[2], o->addr))
+                    victim = o;
+            if (!victim)
+                {
+            reply_error(x->out, "ERR No such client");
+            return;
+        }
+        } else if (x->argc == 4 && arg_is(&x->argv[2], "ID")) {
+            long long id;
+            if (arg_ll(&x->argv[3], &id) < 0)
+                {
+            reply_error(x->out, "ERR client-id should be greater "
+                                           "than 0");
+            return;
+        }
+            for (struct conn *o = c->srv->conns; o; o = o->next)
+                if (!o->closing && o->id == (uint64_t)id)
+                    victim = o;
+        } else if (x->argc == 4 && arg_is(&x->argv[2], "ADDR")) {
+            for (struct conn *o = c->srv->conns; o; o = o->next)
+                if (!o->closing && arg_is(&x->argv[3], o->addr))
+                    victim = o;
+        } else {
+            {
+            reply_error(x->out, "ERR syntax error");
+            return;
+        }
+        }
+        if (!filters) {
+            reply_status(x->out, "OK");
+        } else {
+            reply_int(x->out, victim ? 1 : 0);
+        }
+        if (victim == c)
+            x->r->close_after = 1;
+        else if (victim)
+            conn_close(victim, "client kill");
+    } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH") ||
+               arg_is(sub, "REPLY")) {
+        if (x->argc != 3)
+            {
+            err_arity(x->out, full);
+            return;
+        }
+        reply_status(x->out, "OK");
+    } else {
+        reply_errorf(x->out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
+                     (int)(sub->len > 128 ? 128 : sub->len), sub->ptr);
+    }
+}
+
+static void cmd_time(struct cmd_ctx *x)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    char s[32], us[32];
+    snprintf(s, sizeof s, "%lld", (long long)tv.tv_sec);
+    snprintf(us, sizeof us, "%lld", (long long)tv.tv_usec);
+    reply_array(x->out, 2);
+    reply_bulk_str(x->out, s);
+    reply_bulk_str(x->out, us);
+}
+
+static void cmd_wait(struct cmd_ctx *x)
+{
+    long long n, timeout;
+    if (arg_ll(&x->argv[1], &n) < 0 || arg_ll(&x->argv[2], &timeout) < 0)
+        {
+            err_not_int(x->out);
+            return;
+        }
+    if (timeout < 0)
+        {
+            reply_error(x->out, "ERR timeout is negative");
+            return;
+        }
+    reply_int(x->out, 0);
+}
+
+static void cmd_waitaof(struct cmd_ctx *x)
+{
+    long long local, replicas, timeout;
+    if (arg_ll(&x->argv[1], &local) < 0 || arg_ll(&x->argv[2], &replicas) < 0 ||
+        arg_ll(&x->argv[3], &timeout) < 0)
+        {
+            err_not_int(x->out);
+            return;
+        }
+    if (timeout < 0)
+        {
+            reply_error(x->out, "ERR timeout is negative");
+            return;
+        }
+    if (local > 0)
+        {
+            reply_error(x->out, "ERR WAITAOF cannot be used when numlocal "
+                                   "is set but appendonly is disabled.");
+            return;
+        }
+    reply_array(x->out, 2);
+    reply_int(x->out, 0);
+    reply_int(x->out, 0);
+}
+
+static void cmd_cluster_disabled(struct cmd_ctx *x)
+{
+    reply_error(x->out, "ERR This instance has cluster support disabled");
+}
+
+static int section_wanted(struct cmd_ctx *x, const char *name, int dflt)
+{
+    if (x->argc < 2)
+        return dflt;
+    for (int i = 1; i < x->argc; i++)
+        if (arg_is(&x->argv[i], name) || arg_is(&x->argv[i], "all") ||
+            arg_is(&x->argv[i], "everything") ||
+            (dflt && arg_is(&x->argv[i], "default")))
+            return 1;
+    return 0;
+}
+
+static void cmd_info(struct cmd_ctx *x)
+{
+    struct server *s = x->c->srv;
+    struct buf b;
+    buf_init(&b);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    double now = (double)tv.tv_sec * 1000 + tv.tv_usec / 1000.0;
+    long long up = (long long)((now - s->started_ms) / 1000);
+    if (section_wanted(x, "server", 1))
+        buf_printf(&b,
+                   "# Server\r\nredis_version:%s\r\nzkresp_version:%s\r\n"
+                   "redis_mode:standalone\r\nos:Linux\r\narch_bits:%d\r\n"
+                   "multiplexing_api:epoll\r\nprocess_id:%d\r\nrun_id:%s\r\n"
+                   "tcp_port:%d\r\nuptime_in_seconds:%lld\r\n"
+                   "uptime_in_days:%lld\r\nexecutable:zkresp\r\n\r\n",
+                   REDIS_COMPAT_VERSION, ZKRESP_VERSION,
+                   (int)(sizeof(void *) * 8), (int)getpid(), s->run_id,
+                   s->tcp_port, up, up / 86400);
+    if (section_wanted(x, "clients", 1))
+        buf_printf(&b,
+                   "# Clients\r\nconnected_clients:%zu\r\nmaxclients:%d\r\n"
+                   "blocked_clients:0\r\n\r\n",
+                   s->nconns, s->cfg->maxclients);
+    if (section_wanted(x, "persistence", 1))
+        buf_printf(&b, "# Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n");
+    if (section_wanted(x, "stats", 1))
+        buf_printf(&b,
+                   "# Stats\r\ntotal_connections_received:%llu\r\n"
+                   "total_commands_processed:%llu\r\n"
+                   "total_net_input_bytes:%llu\r\n"
+                   "total_net_output_bytes:%llu\r\n"
+                   "rejected_connections:%llu\r\n"
+                   "total_error_replies:0\r\nprotocol_errors:%llu\r\n\r\n",
+                   (unsigned long long)s->stats.connections_received,
+                   (unsigned long long)s->stats.commands_processed,
+                   (unsigned long long)s->stats.net_input_bytes,
+                   (unsigned long long)s->stats.net_output_bytes,
+                   (unsigned long long)s->stats.rejected_connections,
+                   (unsigned long long)s->stats.protocol_errors);
+    if (section_wanted(x, "replication", 1))
+        buf_printf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"
+                       "\r\n");
+    if (section_wanted(x, "keyspace", 1))
+        buf_printf(&b, "# Keyspace\r\n\r\n");
+    if (section_wanted(x, "zookeeper", 1))
+        buf_printf(&b,
+                   "# Zookeeper\r\nzk_state:%s\r\nzk_session_id:0x%llx\r\n"
+                   "zk_session_timeout:%d\r\nzk_server:%s\r\nzk_connect:%s\r\n"
+                   "zk_root:%s\r\nzk_inflight:%zu\r\nzk_sessions:%llu\r\n"
+                   "lua_running:%zu\r\n\r\n",
+                   zk_state_name(s->zk),
+                   (unsigned long long)zk_session_id(s->zk),
+                   zk_negotiated_timeout(s->zk), zk_server(s->zk), s->cfg->zk,
+                   s->cfg->root, zk_inflight(s->zk),
+                   (unsigned long long)zk_sessions_started(s->zk),
+                   lua_host_running(s->lua));
+    if (b.len >= 2)
+        b.len -= 2; /* no blank line after the last section */
+    reply_verbatim(x->out, x->c->resp, b.data ? b.data : "", b.len);
+    buf_free(&b);
+}
+
+/* --- COMMAND ------------------------------------------------------------- */
+
+static const struct ccmd ccmds[];
+static const size_t nccmds;
+
+struct cmd_list {
+    struct buf *out;
+    int proto;
+    const char *only; /* COMMAND INFO name: match this name */
+    size_t count;
+};
+
+static void flags_reply(struct buf *out, const char *flags)
+{
+    size_t n = 0;
+    for (const char *p = flags; *p;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        n++;
+        while (*p && *p != ' ')
+            p++;
+    }
+    reply_set(out, 2, (long)n);
+    for (const char *p = flags; *p;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        const char *e = p;
+        while (*e && *e != ' ')
+            e++;
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "%.*s", (int)(e - p), p);
+        reply_status(out, tmp);
+        p = e;
+    }
+}
+
+static void entry_reply(struct buf *out, const char *name, int arity,
+                        const char *flags, int first, int last, int step)
+{
+    reply_array(out, 10);
+    reply_bulk_str(out, name);
+    reply_int(out, arity);
+    flags_reply(out, flags ? flags : "");
+    reply_int(out, first);
+    reply_int(out, last);
+    reply_int(out, step);
+    reply_array(out, 0);
+    reply_array(out, 0);
+    reply_array(out, 0);
+    reply_array(out, 0);
+}
+
+static void list_lua_cmd(void *arg, const char *name, int arity, int first,
+                         int last, int step, const char *flags)
+{
+    struct cmd_list *l = arg;
+    if (l->only && strcasecmp(l->only, name) != 0)
+        return;
+    l->count++;
+    if (l->out)
+        entry_reply(l->out, name, arity, flags, first, last, step);
+}
+
+static const struct ccmd *ccmd_find(const struct proto_arg *name);
+
+static void cmd_command(struct cmd_ctx *x)
+{
+    struct lua_host *lua = x->c->srv->lua;
+    size_t nlua = lua_host_commands(lua, NULL, NULL);
+    if (x->argc >= 2 && arg_is(&x->argv[1], "COUNT")) {
+        reply_int(x->out, (long long)(nlua + nccmds));
+    } else if (x->argc >= 2 && arg_is(&x->argv[1], "DOCS")) {
+        reply_map(x->out, x->c->resp, 0);
+    } else if (x->argc >= 2 && arg_is(&x->argv[1], "INFO")) {
+        reply_array(x->out, x->argc - 2);
+        for (int i = 2; i < x->argc; i++) {
+            const struct ccmd *cc = ccmd_find(&x->argv[i]);
+            if (cc) {
+                entry_reply(x->out, cc->name, cc->arity, cc->flags, 0, 0, 0);
+                continue;
+            }
+            char name[128];
+            snprintf(name, sizeof name, "%.*s",
+                     (int)(x->argv[i].len > 100 ? 100 : x->argv[i].len),
+                     x->argv[i].ptr);
+            for (char *p = name; *p; p++)
+                *p = (char)tolower((unsigned char)*p);
+            struct cmd_list l = {.only = name};
+            lua_host_commands(lua, list_lua_cmd, &l);
+            if (l.count) {
+                l.out = x->out;
+                l.count = 0;
+                lua_host_commands(lua, list_lua_cmd, &l);
+            } else {
+                reply_null(x->out, x->c->resp);
+            }
+        }
+    } else if (x->argc == 1) {
+        reply_array(x->out, (long)(nlua + nccmds));
+        for (size_t i = 0; i < nccmds; i++)
+            entry_reply(x->out, ccmds[i].name, ccmds[i].arity, ccmds[i].flags,
+                        0, 0, 0);
+        struct cmd_list l = {.out = x->out};
+        lua_host_commands(lua, list_lua_cmd, &l);
+    } else {
+        reply_errorf(x->out,
+                     "ERR unknown subcommand '%.*s'. Try COMMAND HELP.",
+                     (int)(x->argv[1].len > 128 ? 128 : x->argv[1].len),
+                     x->argv[1].ptr);
+    }
+}
+
+static const struct ccmd ccmds[] = {
+    {"ping", -1, "fast stale", cmd_ping},
+    {"echo", 2, "fast stale", cmd_echo},
+    {"quit", -1, "noauth allow_busy fast", cmd_quit},
+    {"select", 2, "loading stale fast", cmd_select},
+    {"auth", -2, "noscript loading stale fast noauth allow_busy", cmd_auth},
+    {"hello", -1, "noscript loading stale fast noauth allow_busy", cmd_hello},
+    {"reset", 1, "noscript loading stale fast noauth allow_busy", cmd_reset},
+    {"client", -2, "noscript loading stale", cmd_client},
+    {"info", -1, "loading stale", cmd_info},
+    {"command", -1, "loading stale", cmd_command},
+    {"time", 1, "loading stale fast", cmd_time},
+    {"wait", 3, "noscript", cmd_wait},
+    {"waitaof", 4, "noscript", cmd_waitaof},
+    {"readonly", 1, "loading stale fast", cmd_cluster_disabled},
+    {"readwrite", 1, "loading stale fast", cmd_cluster_disabled},
+};
+static const size_t nccmds = sizeof ccmds / sizeof ccmds[0];
+
+static const struct ccmd *ccmd_find(const struct proto_arg *name)
+{
+    for (size_t i = 0; i < nccmds; i++)
+        if (arg_is(name, ccmds[i].name))
+            return &ccmds[i];
+    return NULL;
+}
+
+static int noauth_allowed(const struct ccmd *cc)
+{
+    return cc && strstr(cc->flags, "noauth") != NULL;
+}
+
+void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
+{
+    const struct proto_arg *name = &pr->argv[0];
+    struct cmd_ctx x = {c, r, pr->argc, pr->argv, &r->reply};
+
+    /* Redis's guard against cross-protocol scripting: an HTTP request
+     * smuggled to the port is not a client. */
+    if (arg_is(name, "POST") || arg_is(name, "Host:")) {
+        log_warn("client.security_attack",
+                 "id=%llu addr=%s msg=\"HTTP request on the Redis port\"",
+                 (unsigned long long)c->id, c->addr);
+        r->done = 1;
+        conn_close(c, "http");
+        return;
+    }
+
+    const struct ccmd *cc = ccmd_find(name);
+    c->last_cmd = cc ? cc->name : "lua";
+    if (!c->authed && !noauth_allowed(cc)) {
+        reply_error(&r->reply, "NOAUTH Authentication required.");
+        r->done = 1;
+        return;
+    }
+    if (cc) {
+        if ((cc->arity > 0 && pr->argc != cc->arity) ||
+            (cc->arity < 0 && pr->argc < -cc->arity))
+            err_arity(&r->reply, cc->name);
+        else
+            cc->fn(&x);
+        r->done = 1;
+        return;
+    }
+    if (c->srv->stopping) {
+        reply_error(&r->reply, "TRYAGAIN zkresp is shutting down");
+        r->done = 1;
+        return;
+    }
+
+    const char *sv[16] = {0};
+    size_t lv[16] = {0};
+    const char **argv = sv;
+    size_t *lens = lv;
+    if (pr->argc > 16) {
+        argv = malloc(sizeof(char *) * (size_t)pr->argc);
+        lens = malloc(sizeof(size_t) * (size_t)pr->argc);
+        if (!argv || !lens) {
+            free(argv);
+            free(lens);
+            reply_error(&r->reply, "ERR out of memory");
+            r->done = 1;
+            return;
+        }
+    }
+    for (int i = 0; i < pr->argc; i++) {
+        argv[i] = pr->argv[i].ptr;
+        lens[i] = pr->argv[i].len;
+    }
+    r->task.proto = c->resp;
+    lua_host_run(c->srv->lua, &r->task, pr->argc, argv, lens);
+    if (argv != sv) {
+        free(argv);
+        free(lens);
+    }
+}

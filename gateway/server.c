@@ -1,0 +1,121 @@
+/*
+ * server.c — the listener, the connection list and the once-a-second cron.
+ */
+#include "server.h"
+
+#include "config.h"
+#include "conn.h"
+#include "errors.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/time.h>
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    struct server *s = l->data;
+    if (status < 0) {
+        log_warn("server.accept_error", "err=\"%s\"", uv_strerror(status));
+        return;
+    }
+    conn_accept(s);
+}
+
+static void on_cron(uv_timer_t *t)
+{
+    struct server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    struct conn *c = s->conns;
+    while (c) {
+        struct conn *next = c->next;
+        conn_cron(c, now);
+        c = next;
+    }
+}
+
+static int is_loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
+           strcmp(addr, "localhost") == 0;
+}
+
+int server_init(struct server *s, uv_loop_t *loop, const struct config *cfg,
+                struct zk *zk, struct lua_host *lua, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->loop = loop;
+    s->cfg = cfg;
+    s->zk = zk;
+    s->lua = lua;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    s->started_ms = (double)tv.tv_sec * 1000 + tv.tv_usec / 1000.0;
+    unsigned char rnd[20];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        memset(rnd, 0x5a, sizeof rnd);
+    for (int i = 0; i < 20; i++)
+        snprintf(s->run_id + 2 * i, 3, "%02x", rnd[i]);
+
+    if (!is_loopback(cfg->bind) && !cfg->requirepass) {
+        snprintf(err, errlen,
+                 "refusing to listen on non-loopback address %s without "
+                 "--requirepass",
+                 cfg->bind);
+        return ZR_EINVAL;
+    }
+    struct sockaddr_storage ss;
+    const char *bind = strcmp(cfg->bind, "localhost") == 0 ? "127.0.0.1"
+                                                           : cfg->bind;
+    int rc = strchr(bind, ':')
+                 ? uv_ip6_addr(bind, cfg->port, (struct sockaddr_in6 *)&ss)
+                 : uv_ip4_addr(bind, cfg->port, (struct sockaddr_in *)&ss);
+    if (rc < 0) {
+        snprintf(err, errlen, "invalid --bind address '%s'", cfg->bind);
+        return ZR_EINVAL;
+    }
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", cfg->bind,
+                 cfg->port, uv_strerror(rc));
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        return ZR_EIO;
+    }
+    struct sockaddr_storage got;
+    int len = sizeof got;
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len);
+    s->tcp_port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+    uv_timer_init(loop, &s->cron);
+    s->cron.data = s;
+    uv_timer_start(&s->cron, on_cron, 1000, 1000);
+    log_info("server.listening", "bind=%s port=%d", cfg->bind, s->tcp_port);
+    return 0;
+}
+
+void server_stop_accepting(struct server *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    uv_close((uv_handle_t *)&s->listener, NULL);
+}
+
+void server_close(struct server *s)
+{
+    server_stop_accepting(s);
+    struct conn *c = s->conns;
+    while (c) {
+        struct conn *next = c->next;
+        conn_close(c, "shutdown");
+        c = next;
+    }
+    uv_timer_stop(&s->cron);
+    uv_close((uv_handle_t *)&s->cron, NULL);
+}

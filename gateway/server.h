@@ -1,0 +1,52 @@
+/*
+ * server.h — the listener and what every connection shares.
+ */
+#ifndef ZKRESP_SERVER_H
+#define ZKRESP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct config;
+struct zk;
+struct lua_host;
+struct conn;
+
+struct server_stats {
+    uint64_t connections_received;
+    uint64_t rejected_connections;
+    uint64_t commands_processed;
+    uint64_t protocol_errors;
+    uint64_t net_input_bytes;
+    uint64_t net_output_bytes;
+};
+
+struct server {
+    uv_loop_t *loop;
+    const struct config *cfg;
+    struct zk *zk;
+    struct lua_host *lua;
+    uv_tcp_t listener;
+    uv_timer_t cron;     /* timeouts, once a second */
+    struct conn *conns;  /* doubly linked list of live connections */
+    size_t nconns;
+    uint64_t next_client_id;
+    double started_ms;   /* wall clock, for uptime */
+    int stopping;        /* SIGTERM received: accept nothing new */
+    struct server_stats stats;
+    char run_id[41];
+    int tcp_port;        /* the port actually bound */
+};
+
+/* Binds and listens.  Returns 0 or a negative error with the reason in err. */
+int server_init(struct server *s, uv_loop_t *loop, const struct config *cfg,
+                struct zk *zk, struct lua_host *lua, char *err, size_t errlen);
+
+/* Stops accepting; open connections keep being served. */
+void server_stop_accepting(struct server *s);
+
+/* Closes every connection and the listener. */
+void server_close(struct server *s);
+
+#endif

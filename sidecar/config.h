@@ -1,0 +1,45 @@
+/*
+ * config.h — every setting, from defaults, an optional config file, the
+ * environment (ZKRESP_<NAME>) and flags, in that order of precedence (flags
+ * win).  `zkresp --help` prints the table below with defaults and variables.
+ */
+#ifndef ZKRESP_CONFIG_H
+#define ZKRESP_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+struct config {
+    char *bind;
+    int port;
+    char *zk;                /* ZooKeeper connect string */
+    char *root;              /* znode root, e.g. /zkresp */
+    int session_timeout;     /* ms, requested */
+    int zk_request_timeout;  /* ms a request waits while disconnected */
+    char *policy;            /* policy file */
+    char *scripts;           /* directory of the system Lua scripts */
+    int log_level;
+    char *requirepass;       /* NULL: no authentication */
+    int maxclients;
+    long long max_key_len;   /* bytes */
+    long long max_value_len; /* bytes */
+    long long max_bulk_len;  /* longest bulk argument accepted */
+    long long max_query_len; /* query buffer per connection */
+    long long max_output;    /* reply bytes pending per connection */
+    int max_inflight;        /* requests in flight per connection */
+    int timeout;             /* idle client timeout, s; 0 = never */
+    int stall_timeout;       /* ms without progress on a half-sent request or
+                                unsent reply before the client is closed */
+    int shutdown_grace;      /* ms to finish in-flight work on SIGTERM */
+    char *config_file;
+};
+
+/* Fills cfg from defaults, ZKRESP_CONFIG / --config file, environment and
+ * argv.  Returns 0, 1 if --help or --version was printed (exit 0), or a
+ * negative error with a one-line reason in err. */
+int config_load(struct config *cfg, int argc, char **argv, char *err,
+                size_t errlen);
+void config_free(struct config *cfg);
+void config_usage(FILE *out);
+
+#endif

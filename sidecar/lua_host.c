@@ -1,0 +1,1010 @@
+/*
+ * lua_host.c — the Lua 5.4 VM, its coroutines and the zk/host bindings.
+ *
+ *   lua_host_run ──► new coroutine: M.dispatch(args)
+ *                      │ zk.get(...)  ──► zk_submit ... yield
+ *                      │                      (loop runs other work)
+ *                      │ ◄── on_zk_done: push results, lua_resume
+ *                      ▼
+ *                    returns a reply value ──► encode ──► task->done
+ *
+ * Each coroutine has a struct co record (its task, deadline, what it waits
+ * for), reachable from the thread through lua_getextraspace() and anchored
+ * in the registry while it runs.  The VM belongs to the loop thread.
+ */
+#include "lua_host.h"
+
+#include "config.h"
+#include "keyenc.h"
+#include "log.h"
+#include "reply.h"
+#include "zk.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <uv.h>
+#include <zookeeper/zookeeper.h>
+
+#define REPLY_MAX_DEPTH 64
+
+enum co_wait { WAIT_NONE, WAIT_ZK, WAIT_SLEEP, WAIT_WAKE, WAIT_READY };
+
+struct co {
+    struct lua_host *h;
+    lua_State *L;   /* the coroutine */
+    int ref;        /* registry anchor of the thread */
+    struct lua_task *task; /* NULL: background, or the requester left */
+    double deadline;
+    enum co_wait wait;
+    int nargs;      /* values waiting on the stack for the next resume */
+    struct co *next_ready;
+};
+
+struct sleep_rec {
+    uv_timer_t timer;
+    struct co *co; /* NULL once the coroutine is gone */
+};
+
+struct host_timer {
+    uv_timer_t timer;
+    struct lua_host *h;
+    int fn_ref;
+    int closed;
+};
+
+struct lua_host {
+    lua_State *L;
+    uv_loop_t *loop;
+    struct zk *zk;
+    const struct config *cfg;
+    int ref_module;   /* the table scripts/zkresp.lua returned */
+    size_t running;   /* coroutines with a task */
+    size_t coroutines;
+    struct co *ready_head, *ready_tail;
+    uv_idle_t idle;
+    int idle_on;
+    char instance[16];
+};
+
+static const char NULL_KEY = 0; /* address used as host.null */
+
+static struct co *co_of(lua_State *L)
+{
+    return *(struct co **)lua_getextraspace(L);
+}
+
+static struct co *co_check(lua_State *L, const char *fn)
+{
+    struct co *c = co_of(L);
+    if (c == NULL || !lua_isyieldable(L))
+        luaL_error(L, "%s must be called from a command coroutine", fn);
+    return c;
+}
+
+/* --- reply encoding ------------------------------------------------------ */
+
+static int is_null(lua_State *L, int idx)
+{
+    return lua_islightuserdata(L, idx) &&
+           lua_touserdata(L, idx) == (void *)&NULL_KEY;
+}
+
+static void encode(lua_State *L, int idx, struct buf *out, int proto,
+                   int depth);
+
+static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
+                       int depth, int kind)
+{
+    long n = 0;
+    while (lua_rawgeti(L, tidx, n + 1) != LUA_TNIL) {
+        lua_pop(L, 1);
+        n++;
+    }
+    lua_pop(L, 1);
+    if (kind == 'm')
+        reply_map(out, proto, n / 2);
+    else if (kind == 's')
+        reply_set(out, proto, n);
+    else
+        reply_array(out, n);
+    if (kind == 'm')
+        n -= n % 2;
+    for (long i = 1; i <= n; i++) {
+        lua_rawgeti(L, tidx, i);
+        encode(L, lua_gettop(L), out, proto, depth + 1);
+        lua_pop(L, 1);
+    }
+}
+
+/* Appends the reply for the Lua value at idx (see lua_host.h). */
+static void encode(lua_State *L, int idx, struct buf *out, int proto,
+                   int depth)
+{
+    if (depth > REPLY_MAX_DEPTH) {
+        reply_error(out, "ERR reached lua stack limit");
+        return;
+    }
+    idx = lua_absindex(L, idx);
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+        reply_null(out, proto);
+        return;
+    case LUA_TBOOLEAN:
+        if (lua_toboolean(L, idx))
+            reply_int(out, 1);
+        else
+            reply_null(out, proto);
+        return;
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx)) {
+            reply_int(out, (long long)lua_tointeger(L, idx));
+        } else {
+            double d = lua_tonumber(L, idx);
+            if (isnan(d) || d >= 9.2233720368547758e18 ||
+                d < -9.2233720368547758e18)
+                reply_int(out, d < 0 ? INT64_MIN : isnan(d) ? 0 : INT64_MAX);
+            else
+                reply_int(out, (long long)d);
+        }
+        return;
+    case LUA_TSTRING: {
+        size_t n;
+        const char *s = lua_tolstring(L, idx, &n);
+        reply_bulk(out, s, n);
+        return;
+    }
+    case LUA_TLIGHTUSERDATA:
+        if (is_null(L, idx)) {
+            reply_null(out, proto);
+            return;
+        }
+        break;
+    case LUA_TTABLE:
+        if (lua_getfield(L, idx, "err") == LUA_TSTRING) {
+            reply_error(out, lua_tostring(L, -1));
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "ok") == LUA_TSTRING) {
+            reply_status(out, lua_tostring(L, -1));
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "double") == LUA_TNUMBER) {
+            reply_double(out, proto, lua_tonumber(L, -1));
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "map") == LUA_TTABLE) {
+            encode_seq(L, lua_gettop(L), out, proto, depth, 'm');
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "set") == LUA_TTABLE) {
+            encode_seq(L, lua_gettop(L), out, proto, depth, 's');
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        encode_seq(L, idx, out, proto, depth, 'a');
+        return;
+    default:
+        break;
+    }
+    reply_errorf(out, "ERR internal error: cannot reply with a %s",
+                 luaL_typename(L, idx));
+}
+
+/* --- coroutine lifecycle ------------------------------------------------- */
+
+static void co_finish(struct co *c)
+{
+    struct lua_host *h = c->h;
+    if (c->task) {
+        c->task->priv = NULL;
+        h->running--;
+    }
+    h->coroutines--;
+    luaL_unref(h->L, LUA_REGISTRYINDEX, c->ref);
+    free(c);
+}
+
+static void co_deliver(struct co *c, int status, int nres)
+{
+    struct lua_task *t = c->task;
+    lua_State *L = c->L;
+    if (status != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 0);
+        char q[1024];
+        const char *tb = lua_tostring(L, -1);
+        log_error("lua.error", "task=%s msg=%s", t ? "command" : "background",
+                  log_quote(tb, strlen(tb), q, sizeof q));
+        if (t && t->done) {
+            char line[512];
+            snprintf(line, sizeof line, "ERR internal error: %s",
+                     msg ? msg : "unknown");
+            reply_error(t->out, line);
+        }
+    } else if (t && t->done) {
+        if (nres >= 1)
+            encode(L, -nres, t->out, t->proto, 0);
+        else
+            reply_null(t->out, t->proto);
+    }
+    if (t && t->done) {
+        t->priv = NULL;
+        c->task = NULL;
+        c->h->running--;
+        t->done(t);
+    }
+    co_finish(c);
+}
+
+/* Resumes c with the nargs values on its stack. */
+static void co_resume(struct co *c, int nargs)
+{
+    int nres = 0;
+    c->wait = WAIT_NONE;
+    int status = lua_resume(c->L, c->h->L, nargs, &nres);
+    if (status == LUA_YIELD) {
+        if (c->wait == WAIT_NONE) {
+            /* Something called coroutine.yield directly: a bug in Lua code. */
+            lua_pop(c->L, nres);
+            lua_pushstring(c->L, "coroutine.yield called in a command");
+            co_deliver(c, LUA_ERRRUN, 0);
+        }
+        return;
+    }
+    co_deliver(c, status, nres);
+}
+
+/* Creates a coroutine calling the function on top of h->L's stack with the
+ * nargs values below... (function first, then args, already on co's stack)
+ * Returns the record; the caller pushes function and args onto c->L. */
+static struct co *co_new(struct lua_host *h, struct lua_task *t)
+{
+    struct co *c = calloc(1, sizeof *c);
+    if (!c)
+        abort();
+    c->h = h;
+    c->L = lua_newthread(h->L);
+    c->ref = luaL_ref(h->L, LUA_REGISTRYINDEX);
+    *(struct co **)lua_getextraspace(c->L) = c;
+    c->task = t;
+    c->deadline = zk_now() + h->cfg->zk_request_timeout;
+    h->coroutines++;
+    if (t) {
+        t->priv = c;
+        h->running++;
+    }
+    return c;
+}
+
+static void on_idle(uv_idle_t *idle)
+{
+    struct lua_host *h = idle->data;
+    struct co *c = h->ready_head;
+    h->ready_head = h->ready_tail = NULL;
+    while (c) {
+        struct co *next = c->next_ready;
+        co_resume(c, c->nargs);
+        c = next;
+    }
+    if (!h->ready_head) {
+        uv_idle_stop(&h->idle);
+        h->idle_on = 0;
+    }
+}
+
+static void make_ready(struct lua_host *h, struct co *c, int nargs)
+{
+    c->wait = WAIT_READY;
+    c->nargs = nargs;
+    c->next_ready = NULL;
+    if (h->ready_tail)
+        h->ready_tail->next_ready = c;
+    else
+        h->ready_head = c;
+    h->ready_tail = c;
+    if (!h->idle_on) {
+        uv_idle_start(&h->idle, on_idle);
+        h->idle_on = 1;
+    }
+}
+
+/* --- zk.* ---------------------------------------------------------------- */
+
+static void push_stat(lua_State *L, const struct zk_stat *s)
+{
+    lua_createtable(L, 0, 11);
+#define F(name, v)                                                             \
+    lua_pushinteger(L, (lua_Integer)(v));                                      \
+    lua_setfield(L, -2, name)
+    F("czxid", s->czxid);
+    F("mzxid", s->mzxid);
+    F("ctime", s->ctime);
+    F("mtime", s->mtime);
+    F("version", s->version);
+    F("cversion", s->cversion);
+    F("aversion", s->aversion);
+    F("ephemeralOwner", s->ephemeral_owner);
+    F("dataLength", s->data_length);
+    F("numChildren", s->num_children);
+    F("pzxid", s->pzxid);
+#undef F
+}
+
+static void push_stat_or_nil(lua_State *L, const struct zk_result *r)
+{
+    if (r->has_stat)
+        push_stat(L, &r->stat);
+    else
+        lua_pushnil(L);
+}
+
+/* Pushes the results of r onto L as the zk.* call's return values. */
+static int push_result(lua_State *L, const struct zk_result *r)
+{
+    lua_pushinteger(L, r->rc);
+    switch (r->type) {
+    case ZK_OP_GET:
+        if (r->rc == ZOK && r->data)
+            lua_pushlstring(L, r->data, (size_t)r->datalen);
+        else if (r->rc == ZOK)
+            lua_pushliteral(L, "");
+        else
+            lua_pushnil(L);
+        push_stat_or_nil(L, r);
+        return 3;
+    case ZK_OP_EXISTS:
+    case ZK_OP_SET:
+        push_stat_or_nil(L, r);
+        return 2;
+    case ZK_OP_CHILDREN:
+        if (r->rc != ZOK) {
+            lua_pushnil(L);
+            return 2;
+        }
+        lua_createtable(L, r->nchildren, 0);
+        for (int i = 0; i < r->nchildren; i++) {
+            lua_pushstring(L, r->children[i] ? r->children[i] : "");
+            lua_rawseti(L, -2, i + 1);
+        }
+        return 2;
+    case ZK_OP_CREATE:
+        if (r->path)
+            lua_pushstring(L, r->path);
+        else
+            lua_pushnil(L);
+        push_stat_or_nil(L, r);
+        return 3;
+    case ZK_OP_MULTI:
+        lua_createtable(L, r->nmulti, 0);
+        for (int i = 0; i < r->nmulti; i++) {
+            const struct zk_result *m = &r->multi[i];
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, m->rc);
+            lua_setfield(L, -2, "rc");
+            if (m->path) {
+                lua_pushstring(L, m->path);
+                lua_setfield(L, -2, "path");
+            }
+            if (m->has_stat) {
+                push_stat(L, &m->stat);
+                lua_setfield(L, -2, "stat");
+            }
+            lua_rawseti(L, -2, i + 1);
+        }
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+static void on_zk_done(const struct zk_result *res, void *arg)
+{
+    struct co *c = arg;
+    int n = push_result(c->L, res);
+    co_resume(c, n);
+}
+
+static int zk_call(lua_State *L, const char *fn, enum zk_op_type type,
+                   struct zk_op *ops, int nops)
+{
+    struct co *c = co_check(L, fn);
+    c->wait = WAIT_ZK;
+    zk_submit(c->h->zk, type, ops, nops, c->deadline, on_zk_done, c);
+    return lua_yield(L, 0);
+}
+
+static int l_zk_get(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_GET, .path = luaL_checkstring(L, 1)};
+    return zk_call(L, "zk.get", ZK_OP_GET, &op, 1);
+}
+
+static int l_zk_exists(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_EXISTS, .path = luaL_checkstring(L, 1)};
+    return zk_call(L, "zk.exists", ZK_OP_EXISTS, &op, 1);
+}
+
+static int l_zk_children(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_CHILDREN, .path = luaL_checkstring(L, 1)};
+    return zk_call(L, "zk.children", ZK_OP_CHILDREN, &op, 1);
+}
+
+static int l_zk_sync(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_SYNC, .path = luaL_checkstring(L, 1)};
+    return zk_call(L, "zk.sync", ZK_OP_SYNC, &op, 1);
+}
+
+static int l_zk_create(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_CREATE, .path = luaL_checkstring(L, 1)};
+    op.data = luaL_optlstring(L, 2, "", &op.datalen);
+    op.flags = (int)luaL_optinteger(L, 3, 0);
+    return zk_call(L, "zk.create", ZK_OP_CREATE, &op, 1);
+}
+
+static int l_zk_set(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_SET, .path = luaL_checkstring(L, 1)};
+    op.data = luaL_checklstring(L, 2, &op.datalen);
+    op.version = (int)luaL_optinteger(L, 3, -1);
+    return zk_call(L, "zk.set", ZK_OP_SET, &op, 1);
+}
+
+static int l_zk_delete(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_DELETE, .path = luaL_checkstring(L, 1)};
+    op.version = (int)luaL_optinteger(L, 2, -1);
+    return zk_call(L, "zk.delete", ZK_OP_DELETE, &op, 1);
+}
+
+/* zk.multi({{"create", path, data, flags}, {"delete", path, version},
+ *           {"set", path, data, version}, {"check", path, version}}) */
+static int l_zk_multi(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)luaL_len(L, 1);
+    if (n < 1 || n > 10000)
+        return luaL_error(L, "zk.multi needs 1 to 10000 operations");
+    struct zk_op *ops = calloc((size_t)n, sizeof *ops);
+    if (!ops)
+        return luaL_error(L, "out of memory");
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        if (!lua_istable(L, -1)) {
+            free(ops);
+            return luaL_error(L, "zk.multi: operation %d is not a table", i + 1);
+        }
+        int t = lua_gettop(L);
+        lua_rawgeti(L, t, 1);
+        const char *kind = lua_tostring(L, -1);
+        lua_rawgeti(L, t, 2);
+        ops[i].path = lua_tostring(L, -1);
+        if (!kind || !ops[i].path) {
+            free(ops);
+            return luaL_error(L, "zk.multi: operation %d needs a kind and a path",
+                              i + 1);
+        }
+        if (strcmp(kind, "create") == 0) {
+            ops[i].type = ZK_OP_CREATE;
+            lua_rawgeti(L, t, 3);
+            ops[i].data = lua_tolstring(L, -1, &ops[i].datalen);
+            if (!ops[i].data)
+                ops[i].data = "";
+            lua_rawgeti(L, t, 4);
+            ops[i].flags = (int)lua_tointeger(L, -1);
+        } else if (strcmp(kind, "set") == 0) {
+            ops[i].type = ZK_OP_SET;
+            lua_rawgeti(L, t, 3);
+            ops[i].data = lua_tolstring(L, -1, &ops[i].datalen);
+            if (!ops[i].data)
+                ops[i].data = "";
+            lua_rawgeti(L, t, 4);
+            ops[i].version = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        } else if (strcmp(kind, "delete") == 0 || strcmp(kind, "check") == 0) {
+            ops[i].type = kind[0] == 'd' ? ZK_OP_DELETE : ZK_OP_CHECK;
+            lua_rawgeti(L, t, 3);
+            ops[i].version = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+        } else {
+            free(ops);
+            return luaL_error(L, "zk.multi: unknown operation '%s'", kind);
+        }
+        /* The strings stay referenced by the table at index 1 until
+         * zk_submit copies them below. */
+    }
+    struct co *c = co_check(L, "zk.multi");
+    c->wait = WAIT_ZK;
+    zk_submit(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline, on_zk_done, c);
+    free(ops);
+    lua_settop(L, 0);
+    return lua_yield(L, 0);
+}
+
+static int l_zk_session(lua_State *L)
+{
+    struct lua_host *h = *(struct lua_host **)lua_touserdata(
+        L, lua_upvalueindex(1));
+    lua_pushinteger(L, (lua_Integer)zk_session_id(h->zk));
+    lua_pushboolean(L, zk_connected(h->zk));
+    return 2;
+}
+
+/* --- host.* -------------------------------------------------------------- */
+
+static struct lua_host *host_of(lua_State *L)
+{
+    return *(struct lua_host **)lua_touserdata(L, lua_upvalueindex(1));
+}
+
+static int l_host_now(lua_State *L)
+{
+    lua_pushnumber(L, zk_now());
+    return 1;
+}
+
+static int l_host_wall(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6);
+    return 1;
+}
+
+static void on_sleep_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_sleep(uv_timer_t *t)
+{
+    struct sleep_rec *s = t->data;
+    struct co *c = s->co;
+    t->data = s;
+    uv_close((uv_handle_t *)t, on_sleep_closed);
+    if (c)
+        co_resume(c, 0);
+}
+
+static int l_host_sleep(lua_State *L)
+{
+    double ms = luaL_checknumber(L, 1);
+    struct co *c = co_check(L, "host.sleep");
+    struct sleep_rec *s = calloc(1, sizeof *s);
+    if (!s)
+        return luaL_error(L, "out of memory");
+    s->co = c;
+    uv_timer_init(c->h->loop, &s->timer);
+    s->timer.data = s;
+    uv_timer_start(&s->timer, on_sleep, ms > 0 ? (uint64_t)ms : 0, 0);
+    c->wait = WAIT_SLEEP;
+    return lua_yield(L, 0);
+}
+
+static int l_host_suspend(lua_State *L)
+{
+    struct co *c = co_check(L, "host.suspend");
+    c->wait = WAIT_WAKE;
+    return lua_yield(L, 0);
+}
+
+static int l_host_wake(lua_State *L)
+{
+    lua_State *co = lua_tothread(L, 1);
+    luaL_argcheck(L, co != NULL, 1, "coroutine expected");
+    struct co *c = co_of(co);
+    if (!c || c->wait != WAIT_WAKE || c->L != co) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    int n = lua_gettop(L) - 1;
+    lua_xmove(L, co, n);
+    make_ready(host_of(L), c, n);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_host_spawn(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    struct lua_host *h = host_of(L);
+    int n = lua_gettop(L);
+    struct co *c = co_new(h, NULL);
+    lua_xmove(L, c->L, n);
+    make_ready(h, c, n - 1);
+    return 0;
+}
+
+static int l_host_deadline(lua_State *L)
+{
+    struct co *c = co_of(L);
+    lua_pushnumber(L, c ? c->deadline : zk_now());
+    return 1;
+}
+
+static int l_host_log(lua_State *L)
+{
+    const char *lvl = luaL_checkstring(L, 1);
+    size_t n;
+    const char *msg = luaL_checklstring(L, 2, &n);
+    int level = log_level_parse(lvl);
+    if (level < 0)
+        level = LOG_INFO;
+    if (!log_enabled((enum log_level)level))
+        return 0;
+    char q[1024];
+    log_event((enum log_level)level, "lua", "msg=%s",
+              log_quote(msg, n, q, sizeof q));
+    return 0;
+}
+
+static int l_host_key_encode(lua_State *L)
+{
+    size_t n;
+    const char *k = luaL_checklstring(L, 1, &n);
+    luaL_Buffer b;
+    char *out = luaL_buffinitsize(L, &b, KEYENC_MAX(n) + 1);
+    size_t len = keyenc_encode(k, n, out);
+    luaL_pushresultsize(&b, len);
+    return 1;
+}
+
+static int l_host_key_decode(lua_State *L)
+{
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    luaL_Buffer b;
+    char *out = luaL_buffinitsize(L, &b, n + 1);
+    long len = keyenc_decode(s, n, out);
+    if (len < 0) {
+        luaL_pushresultsize(&b, 0);
+        lua_pushnil(L);
+        return 1;
+    }
+    luaL_pushresultsize(&b, (size_t)len);
+    return 1;
+}
+
+/* host.timer(fn) */
+static void on_host_timer(uv_timer_t *t)
+{
+    struct host_timer *ht = t->data;
+    struct lua_host *h = ht->h;
+    struct co *c = co_new(h, NULL);
+    lua_rawgeti(c->L, LUA_REGISTRYINDEX, ht->fn_ref);
+    make_ready(h, c, 0);
+}
+
+static struct host_timer *timer_check(lua_State *L)
+{
+    struct host_timer **p = luaL_checkudata(L, 1, "zkresp.timer");
+    if (!*p || (*p)->closed)
+        luaL_error(L, "timer is closed");
+    return *p;
+}
+
+static int l_timer_start(lua_State *L)
+{
+    struct host_timer *ht = timer_check(L);
+    double ms = luaL_checknumber(L, 2);
+    uv_timer_start(&ht->timer, on_host_timer, ms > 0 ? (uint64_t)ceil(ms) : 0,
+                   0);
+    return 0;
+}
+
+static int l_timer_stop(lua_State *L)
+{
+    struct host_timer *ht = timer_check(L);
+    uv_timer_stop(&ht->timer);
+    return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static int l_timer_gc(lua_State *L)
+{
+    struct host_timer **p = luaL_checkudata(L, 1, "zkresp.timer");
+    struct host_timer *ht = *p;
+    if (ht && !ht->closed) {
+        ht->closed = 1;
+        luaL_unref(L, LUA_REGISTRYINDEX, ht->fn_ref);
+        uv_close((uv_handle_t *)&ht->timer, on_timer_closed);
+    }
+    *p = NULL;
+    return 0;
+}
+
+static int l_host_timer(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    struct lua_host *h = host_of(L);
+    struct host_timer **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = NULL;
+    luaL_setmetatable(L, "zkresp.timer");
+    struct host_timer *ht = calloc(1, sizeof *ht);
+    if (!ht)
+        return luaL_error(L, "out of memory");
+    ht->h = h;
+    lua_pushvalue(L, 1);
+    ht->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    uv_timer_init(h->loop, &ht->timer);
+    ht->timer.data = ht;
+    *p = ht;
+    return 1;
+}
+
+/* --- setup --------------------------------------------------------------- */
+
+static void set_int(lua_State *L, const char *k, lua_Integer v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void open_bindings(struct lua_host *h)
+{
+    lua_State *L = h->L;
+    static const luaL_Reg zk_fns[] = {
+        {"get", l_zk_get},         {"exists", l_zk_exists},
+        {"children", l_zk_children}, {"create", l_zk_create},
+        {"set", l_zk_set},         {"delete", l_zk_delete},
+        {"sync", l_zk_sync},       {"multi", l_zk_multi},
+        {"session", l_zk_session}, {NULL, NULL}};
+    static const luaL_Reg host_fns[] = {
+        {"now", l_host_now},           {"wall", l_host_wall},
+        {"sleep", l_host_sleep},       {"suspend", l_host_suspend},
+        {"wake", l_host_wake},         {"spawn", l_host_spawn},
+        {"timer", l_host_timer},       {"deadline", l_host_deadline},
+        {"log", l_host_log},           {"key_encode", l_host_key_encode},
+        {"key_decode", l_host_key_decode}, {NULL, NULL}};
+
+    luaL_newmetatable(L, "zkresp.timer");
+    lua_pushcfunction(L, l_timer_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_newtable(L);
+    lua_pushcfunction(L, l_timer_start);
+    lua_setfield(L, -2, "start");
+    lua_pushcfunction(L, l_timer_stop);
+    lua_setfield(L, -2, "stop");
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+
+    lua_newtable(L);
+    *(struct lua_host **)lua_newuserdatauv(L, sizeof h, 0) = h;
+    luaL_setfuncs(L, zk_fns, 1);
+    struct {
+        const char *name;
+        int v;
+    } consts[] = {
+        {"OK", ZOK},
+        {"NONODE", ZNONODE},
+        {"NODEEXISTS", ZNODEEXISTS},
+        {"BADVERSION", ZBADVERSION},
+        {"NOTEMPTY", ZNOTEMPTY},
+        {"NOCHILDRENFOREPHEMERALS", ZNOCHILDRENFOREPHEMERALS},
+        {"CONNECTIONLOSS", ZCONNECTIONLOSS},
+        {"OPERATIONTIMEOUT", ZOPERATIONTIMEOUT},
+        {"SESSIONEXPIRED", ZSESSIONEXPIRED},
+        {"SESSIONMOVED", ZSESSIONMOVED},
+        {"RUNTIMEINCONSISTENCY", ZRUNTIMEINCONSISTENCY},
+        {"BADARGUMENTS", ZBADARGUMENTS},
+        {"TIMEOUT", ZK_TIMEOUT},
+        {"CLOSING", ZK_CLOSING},
+        {"EPHEMERAL", ZOO_EPHEMERAL},
+        {"SEQUENCE", ZOO_SEQUENCE},
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
+        set_int(L, consts[i].name, consts[i].v);
+    lua_setglobal(L, "zk");
+
+    lua_newtable(L);
+    *(struct lua_host **)lua_newuserdatauv(L, sizeof h, 0) = h;
+    luaL_setfuncs(L, host_fns, 1);
+    lua_pushlightuserdata(L, (void *)&NULL_KEY);
+    lua_setfield(L, -2, "null");
+    lua_pushlstring(L, h->instance, sizeof h->instance);
+    lua_setfield(L, -2, "instance");
+    lua_newtable(L);
+    const struct config *cfg = h->cfg;
+    set_str(L, "root", cfg->root);
+    set_int(L, "max_key_len", cfg->max_key_len);
+    set_int(L, "max_value_len", cfg->max_value_len);
+    set_int(L, "request_timeout", cfg->zk_request_timeout);
+    set_int(L, "session_timeout", cfg->session_timeout);
+    set_str(L, "policy", cfg->policy);
+    set_str(L, "scripts", cfg->scripts);
+    lua_setfield(L, -2, "config");
+    lua_setglobal(L, "host");
+}
+
+static int msgh(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+    return 1;
+}
+
+struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
+                                 char *err, size_t errlen)
+{
+    struct lua_host *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->cfg = cfg;
+    h->zk = zk;
+    h->loop = uv_default_loop();
+    if (getrandom(h->instance, sizeof h->instance, 0) !=
+        (ssize_t)sizeof h->instance) {
+        for (size_t i = 0; i < sizeof h->instance; i++)
+            h->instance[i] = (char)(uv_hrtime() >> (i % 8));
+    }
+    h->L = luaL_newstate();
+    if (!h->L) {
+        snprintf(err, errlen, "cannot create the Lua VM");
+        free(h);
+        return NULL;
+    }
+    *(struct co **)lua_getextraspace(h->L) = NULL;
+    luaL_openlibs(h->L);
+    open_bindings(h);
+    uv_idle_init(h->loop, &h->idle);
+    h->idle.data = h;
+
+    lua_State *L = h->L;
+    lua_pushcfunction(L, msgh);
+    char path[4096];
+    /* package.path: the scripts directory first. */
+    lua_getglobal(L, "package");
+    snprintf(path, sizeof path, "%s/?.lua", cfg->scripts);
+    lua_pushstring(L, path);
+    lua_setfield(L, -2, "path");
+    lua_pop(L, 1);
+    snprintf(path, sizeof path, "%s/zkresp.lua", cfg->scripts);
+    if (luaL_loadfile(L, path) != LUA_OK ||
+        lua_pcall(L, 0, 1, -2) != LUA_OK) {
+        snprintf(err, errlen, "cannot load %s: %s", path,
+                 lua_tostring(L, -1));
+        lua_host_free(h);
+        return NULL;
+    }
+    if (!lua_istable(L, -1)) {
+        snprintf(err, errlen, "%s must return a table", path);
+        lua_host_free(h);
+        return NULL;
+    }
+    lua_getfield(L, -1, "dispatch");
+    int ok = lua_isfunction(L, -1);
+    lua_pop(L, 1);
+    if (!ok) {
+        snprintf(err, errlen, "%s: the returned table has no dispatch function",
+                 path);
+        lua_host_free(h);
+        return NULL;
+    }
+    h->ref_module = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1); /* msgh */
+    return h;
+}
+
+void lua_host_free(struct lua_host *h)
+{
+    if (!h)
+        return;
+    if (h->L)
+        lua_close(h->L);
+    uv_close((uv_handle_t *)&h->idle, NULL);
+    /* The idle handle lives inside h: the loop must not run again after
+     * this without it being closed; main runs the loop once more to let
+     * the close complete before exit.  h is freed by the process exit. */
+}
+
+void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
+                  const char *const *argv, const size_t *argvlen)
+{
+    struct co *c = co_new(h, t);
+    lua_State *L = c->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    lua_getfield(L, -1, "dispatch");
+    lua_remove(L, -2);
+    lua_createtable(L, argc, 0);
+    for (int i = 0; i < argc; i++) {
+        lua_pushlstring(L, argv[i], argvlen[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    co_resume(c, 1);
+}
+
+void lua_host_abandon(struct lua_host *h, struct lua_task *t)
+{
+    struct co *c = t->priv;
+    if (!c)
+        return;
+    c->task = NULL;
+    t->priv = NULL;
+    h->running--;
+}
+
+void lua_host_session_event(struct lua_host *h, const char *event,
+                            long long session_id)
+{
+    struct co *c = co_new(h, NULL);
+    lua_State *L = c->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    lua_getfield(L, -1, "on_session");
+    lua_remove(L, -2);
+    if (!lua_isfunction(L, -1)) {
+        lua_pop(L, 1);
+        co_finish(c);
+        return;
+    }
+    lua_pushstring(L, event);
+    lua_pushinteger(L, (lua_Integer)session_id);
+    make_ready(h, c, 2);
+}
+
+size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
+{
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    size_t n = 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    if (lua_getfield(L, -1, "commands") != LUA_TTABLE) {
+        lua_settop(L, top);
+        return 0;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_istable(L, -1)) {
+            n++;
+            if (cb) {
+                int e = lua_gettop(L);
+                lua_getfield(L, e, "arity");
+                lua_getfield(L, e, "first_key");
+                lua_getfield(L, e, "last_key");
+                lua_getfield(L, e, "step");
+                lua_getfield(L, e, "flags");
+                const char *flags =
+                    lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+                cb(arg, lua_tostring(L, -6), (int)lua_tointeger(L, e + 1),
+                   (int)lua_tointeger(L, e + 2), (int)lua_tointeger(L, e + 3),
+                   (int)lua_tointeger(L, e + 4), flags);
+                lua_settop(L, e);
+            }
+        }
+        lua_pop(L, 1);
+    }
+    lua_settop(L, top);
+    return n;
+}
+
+size_t lua_host_running(const struct lua_host *h)
+{
+    return h->running;
+}

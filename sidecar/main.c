@@ -1,0 +1,135 @@
+/*
+ * main.c — zkresp: wires configuration, the ZooKeeper bridge, the Lua host
+ * and the RESP server onto one libuv loop, and handles signals.
+ *
+ *   SIGTERM/SIGINT: stop accepting; refuse new commands; let in-flight work
+ *   finish within --shutdown-grace; close the ZooKeeper session so that our
+ *   ephemeral keys vanish at once; exit 0.
+ */
+#include "config.h"
+#include "errors.h"
+#include "log.h"
+#include "lua_host.h"
+#include "server.h"
+#include "zk.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+static struct {
+    uv_loop_t *loop;
+    struct config cfg;
+    struct zk *zk;
+    struct lua_host *lua;
+    struct server srv;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t drain;
+    double shutdown_deadline;
+    int shutting_down;
+} app;
+
+static void on_zk_event(const char *event, int64_t session_id, void *arg)
+{
+    (void)arg;
+    if (app.lua)
+        lua_host_session_event(app.lua, event, (long long)session_id);
+}
+
+static void finish_shutdown(void)
+{
+    uv_timer_stop(&app.drain);
+    server_close(&app.srv);
+    zk_close(app.zk);
+    log_info("shutdown.done", "");
+    uv_stop(app.loop);
+}
+
+static void on_drain(uv_timer_t *t)
+{
+    (void)t;
+    size_t left = lua_host_running(app.lua);
+    if (left == 0 || zk_now() >= app.shutdown_deadline) {
+        if (left)
+            log_warn("shutdown.grace_expired", "commands_abandoned=%zu", left);
+        finish_shutdown();
+    }
+}
+
+static void on_terminate(uv_signal_t *h, int signum)
+{
+    (void)h;
+    if (app.shutting_down) {
+        log_warn("shutdown.forced", "signal=%d", signum);
+        finish_shutdown();
+        return;
+    }
+    app.shutting_down = 1;
+    log_info("shutdown.begin", "signal=%d inflight=%zu grace_ms=%d", signum,
+             lua_host_running(app.lua), app.cfg.shutdown_grace);
+    server_stop_accepting(&app.srv);
+    app.shutdown_deadline = zk_now() + app.cfg.shutdown_grace;
+    uv_timer_start(&app.drain, on_drain, 0, 10);
+}
+
+static void on_hup(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    log_info("policy.reload_requested", "");
+    lua_host_session_event(app.lua, "reload", zk_session_id(app.zk));
+}
+
+int main(int argc, char **argv)
+{
+    char err[512] = "";
+    int rc = config_load(&app.cfg, argc, argv, err, sizeof err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
+    log_set_level((enum log_level)app.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    app.loop = uv_default_loop();
+    app.zk = zk_create(app.loop, &app.cfg, on_zk_event, NULL, err, sizeof err);
+    if (!app.zk) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
+    app.lua = lua_host_create(&app.cfg, app.zk, err, sizeof err);
+    if (!app.lua) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
+    if (server_init(&app.srv, app.loop, &app.cfg, app.zk, app.lua, err,
+                    sizeof err) < 0) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
+    uv_signal_init(app.loop, &app.sigterm);
+    uv_signal_start(&app.sigterm, on_terminate, SIGTERM);
+    uv_signal_init(app.loop, &app.sigint);
+    uv_signal_start(&app.sigint, on_terminate, SIGINT);
+    uv_signal_init(app.loop, &app.sighup);
+    uv_signal_start(&app.sighup, on_hup, SIGHUP);
+    uv_timer_init(app.loop, &app.drain);
+
+    log_info("zkresp.started", "zk=%s root=%s port=%d scripts=%s policy=%s",
+             app.cfg.zk, app.cfg.root, app.srv.tcp_port, app.cfg.scripts,
+             app.cfg.policy);
+    uv_run(app.loop, UV_RUN_DEFAULT);
+
+    /* Let closes and the last completions run, then leave. */
+    uv_signal_stop(&app.sigterm);
+    uv_signal_stop(&app.sigint);
+    uv_signal_stop(&app.sighup);
+    zk_free(app.zk);
+    uv_run(app.loop, UV_RUN_NOWAIT);
+    log_info("zkresp.exit", "");
+    return 0;
+}

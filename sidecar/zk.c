@@ -1,0 +1,765 @@
+/*
+ * zk.c — the zookeeper_mt <-> libuv bridge; the only file that takes a lock.
+ *
+ *   loop thread                       zookeeper_mt completion thread
+ *   zk_submit ──► zoo_a*(req) ──────► completion: copy result into req,
+ *                                     lock; append req to queue; unlock;
+ *   on_async ◄─── uv_async_send ◄──── (coalesces: drain everything queued)
+ *     └─► req->cb(&req->res) on the loop thread; free req
+ *
+ * Session events arrive through the same queue as records with
+ * type ZK_EV_SESSION, tagged with the generation of the handle that produced
+ * them, so events of a closed handle are ignored.  Everything except the
+ * queue is touched only by the loop thread.
+ */
+#include "zk.h"
+
+#include "config.h"
+#include "errors.h"
+#include "log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+#include <zookeeper/zookeeper.h>
+
+#define ZK_EV_SESSION (-1) /* a queued session event, not an operation */
+#define TICK_MS 20
+
+struct zk_req {
+    struct zk_req *next;
+    struct zk *z;
+    int kind; /* enum zk_op_type, or ZK_EV_SESSION */
+    int nops;
+    struct zk_op *ops;     /* deep copies */
+    zoo_op_t *zops;        /* multi */
+    zoo_op_result_t *zres; /* multi */
+    struct Stat *zstats;   /* multi: one per op */
+    char **pathbufs;       /* multi creates */
+    struct zk_result res;
+    zk_done_cb cb;
+    void *arg;
+    double deadline;
+    double sent_at;
+    uint64_t gen;  /* handle generation the request went to */
+    int ev_state;  /* ZK_EV_SESSION: the state */
+};
+
+/* The context a handle's watcher sees. */
+struct zk_handle_ctx {
+    struct zk *z;
+    uint64_t gen;
+};
+
+struct zk {
+    uv_loop_t *loop;
+    uv_async_t async;
+    uv_timer_t tick;
+    int handles_open;
+
+    pthread_mutex_t mu; /* guards qhead/qtail only */
+    struct zk_req *qhead, *qtail;
+
+    zhandle_t *zh;
+    struct zk_handle_ctx *hctx;
+    uint64_t gen;
+    int connected;
+    int closed;
+    int64_t session_id;
+    int negotiated;
+    uint64_t sessions;
+    char server[128];
+
+    struct zk_req *parked_head, *parked_tail;
+    size_t inflight;
+
+    double last_contact;   /* send time of the newest answered request */
+    double lease_deadline; /* while disconnected */
+    int lease_lost;
+    double last_heartbeat;
+
+    char *hosts;
+    char *root;
+    int session_timeout;
+    zk_event_cb on_event;
+    void *event_arg;
+};
+
+double zk_now(void)
+{
+    return (double)uv_hrtime() / 1e6;
+}
+
+/* --- completion side (ZooKeeper's completion thread) -------------------- */
+
+static void enqueue(struct zk_req *r)
+{
+    struct zk *z = r->z;
+    r->next = NULL;
+    pthread_mutex_lock(&z->mu);
+    if (z->qtail)
+        z->qtail->next = r;
+    else
+        z->qhead = r;
+    z->qtail = r;
+    pthread_mutex_unlock(&z->mu);
+    uv_async_send(&z->async);
+}
+
+static void copy_stat(struct zk_stat *out, const struct Stat *s)
+{
+    out->czxid = s->czxid;
+    out->mzxid = s->mzxid;
+    out->ctime = s->ctime;
+    out->mtime = s->mtime;
+    out->version = s->version;
+    out->cversion = s->cversion;
+    out->aversion = s->aversion;
+    out->ephemeral_owner = s->ephemeralOwner;
+    out->data_length = s->dataLength;
+    out->num_children = s->numChildren;
+    out->pzxid = s->pzxid;
+}
+
+static void set_stat(struct zk_result *res, const struct Stat *s)
+{
+    if (s) {
+        copy_stat(&res->stat, s);
+        res->has_stat = 1;
+    }
+}
+
+static void on_void(int rc, const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    enqueue(r);
+}
+
+static void on_stat(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    if (rc == ZOK)
+        set_stat(&r->res, stat);
+    enqueue(r);
+}
+
+static void on_data(int rc, const char *value, int len, const struct Stat *stat,
+                    const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    if (rc == ZOK) {
+        set_stat(&r->res, stat);
+        if (value && len >= 0) {
+            r->res.data = malloc((size_t)len + 1);
+            if (r->res.data) {
+                memcpy(r->res.data, value, (size_t)len);
+                r->res.data[len] = 0;
+                r->res.datalen = len;
+            } else {
+                r->res.rc = ZSYSTEMERROR;
+            }
+        }
+    }
+    enqueue(r);
+}
+
+static void on_strings(int rc, const struct String_vector *sv, const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    if (rc == ZOK && sv && sv->count > 0) {
+        r->res.children = calloc((size_t)sv->count, sizeof(char *));
+        if (r->res.children) {
+            for (int i = 0; i < sv->count; i++)
+                r->res.children[i] = strdup(sv->data[i]);
+            r->res.nchildren = sv->count;
+        } else {
+            r->res.rc = ZSYSTEMERROR;
+        }
+    }
+    enqueue(r);
+}
+
+static void on_string(int rc, const char *value, const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    enqueue(r);
+}
+
+static void on_string_stat(int rc, const char *value, const struct Stat *stat,
+                           const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    if (rc == ZOK) {
+        if (value)
+            r->res.path = strdup(value);
+        set_stat(&r->res, stat);
+    }
+    enqueue(r);
+}
+
+static void on_multi(int rc, const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    r->res.multi = calloc((size_t)r->nops, sizeof(struct zk_result));
+    if (r->res.multi) {
+        r->res.nmulti = r->nops;
+        for (int i = 0; i < r->nops; i++) {
+            struct zk_result *m = &r->res.multi[i];
+            m->type = r->ops[i].type;
+            m->rc = r->zres[i].err;
+            if (m->rc != ZOK)
+                continue;
+            if (r->ops[i].type == ZK_OP_CREATE && r->pathbufs[i])
+                m->path = strdup(r->pathbufs[i]);
+            if (r->ops[i].type == ZK_OP_SET)
+                set_stat(m, &r->zstats[i]);
+        }
+    }
+    enqueue(r);
+}
+
+/* The watcher of every handle; runs on the completion thread. */
+static void on_watch(zhandle_t *zh, int type, int state, const char *path,
+                     void *ctx)
+{
+    struct zk_handle_ctx *hc = ctx;
+    if (type != ZOO_SESSION_EVENT || hc == NULL)
+        return;
+    struct zk_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return;
+    r->z = hc->z;
+    r->kind = ZK_EV_SESSION;
+    r->gen = hc->gen;
+    r->ev_state = state;
+    enqueue(r);
+}
+
+/* --- loop side ----------------------------------------------------------- */
+
+static void req_free(struct zk_req *r)
+{
+    for (int i = 0; i < r->nops; i++) {
+        free((char *)r->ops[i].path);
+        free((char *)r->ops[i].data);
+        if (r->pathbufs)
+            free(r->pathbufs[i]);
+    }
+    free(r->ops);
+    free(r->zops);
+    free(r->zres);
+    free(r->zstats);
+    free(r->pathbufs);
+    free(r->res.data);
+    free(r->res.path);
+    for (int i = 0; i < r->res.nchildren; i++)
+        free(r->res.children[i]);
+    free(r->res.children);
+    for (int i = 0; i < r->res.nmulti; i++)
+        free(r->res.multi[i].path);
+    free(r->res.multi);
+    free(r);
+}
+
+static int is_connection_rc(int rc)
+{
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT ||
+           rc == ZSESSIONMOVED || rc == ZCLOSING || rc == ZINVALIDSTATE ||
+           rc == ZSESSIONEXPIRED;
+}
+
+static void deliver(struct zk *z, struct zk_req *r)
+{
+    z->inflight--;
+    if (r->res.rc == ZCLOSING || r->res.rc == ZINVALIDSTATE)
+        r->res.rc = z->closed ? ZK_CLOSING : ZCONNECTIONLOSS;
+    if (r->sent_at > 0 && !is_connection_rc(r->res.rc) &&
+        r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
+        z->last_contact = r->sent_at;
+    if (r->cb)
+        r->cb(&r->res, r->arg);
+    req_free(r);
+}
+
+/* Completes r with rc from the loop thread, still asynchronously (through
+ * the queue), so a callback never runs inside zk_submit. */
+static void fail_later(struct zk_req *r, int rc)
+{
+    r->res.rc = rc;
+    r->sent_at = 0;
+    enqueue(r);
+}
+
+static void send_req(struct zk *z, struct zk_req *r)
+{
+    zhandle_t *zh = z->zh;
+    struct zk_op *op = &r->ops[0];
+    int rc;
+    r->sent_at = zk_now();
+    r->gen = z->gen;
+    switch (r->kind) {
+    case ZK_OP_GET:
+        rc = zoo_aget(zh, op->path, 0, on_data, r);
+        break;
+    case ZK_OP_EXISTS:
+        rc = zoo_aexists(zh, op->path, 0, on_stat, r);
+        break;
+    case ZK_OP_CHILDREN:
+        rc = zoo_aget_children(zh, op->path, 0, on_strings, r);
+        break;
+    case ZK_OP_CREATE:
+        rc = zoo_acreate2(zh, op->path, op->data, (int)op->datalen,
+                          &ZOO_OPEN_ACL_UNSAFE, op->flags, on_string_stat, r);
+        break;
+    case ZK_OP_SET:
+        rc = zoo_aset(zh, op->path, op->data, (int)op->datalen, op->version,
+                      on_stat, r);
+        break;
+    case ZK_OP_DELETE:
+        rc = zoo_adelete(zh, op->path, op->version, on_void, r);
+        break;
+    case ZK_OP_SYNC:
+        rc = zoo_async(zh, op->path, on_string, r);
+        break;
+    case ZK_OP_MULTI:
+        rc = zoo_amulti(zh, r->nops, r->zops, r->zres, on_multi, r);
+        break;
+    default:
+        rc = ZBADARGUMENTS;
+        break;
+    }
+    if (rc != ZOK)
+        fail_later(r, rc);
+}
+
+static void park(struct zk *z, struct zk_req *r)
+{
+    r->next = NULL;
+    if (z->parked_tail)
+        z->parked_tail->next = r;
+    else
+        z->parked_head = r;
+    z->parked_tail = r;
+}
+
+static void flush_parked(struct zk *z)
+{
+    struct zk_req *r = z->parked_head;
+    z->parked_head = z->parked_tail = NULL;
+    while (r) {
+        struct zk_req *next = r->next;
+        send_req(z, r);
+        r = next;
+    }
+}
+
+/* Fails parked requests whose deadline passed (all of them if `all`). */
+static void expire_parked(struct zk *z, double now, int all, int rc)
+{
+    struct zk_req **pp = &z->parked_head, *r;
+    z->parked_tail = NULL;
+    while ((r = *pp) != NULL) {
+        if (all || now >= r->deadline) {
+            *pp = r->next;
+            fail_later(r, rc);
+        } else {
+            z->parked_tail = r;
+            pp = &r->next;
+        }
+    }
+}
+
+static int build_multi(struct zk_req *r)
+{
+    int n = r->nops;
+    r->zops = calloc((size_t)n, sizeof(zoo_op_t));
+    r->zres = calloc((size_t)n, sizeof(zoo_op_result_t));
+    r->zstats = calloc((size_t)n, sizeof(struct Stat));
+    r->pathbufs = calloc((size_t)n, sizeof(char *));
+    if (!r->zops || !r->zres || !r->zstats || !r->pathbufs)
+        return ZR_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        struct zk_op *op = &r->ops[i];
+        switch (op->type) {
+        case ZK_OP_CREATE: {
+            size_t cap = strlen(op->path) + 32;
+            r->pathbufs[i] = malloc(cap);
+            if (!r->pathbufs[i])
+                return ZR_ENOMEM;
+            zoo_create_op_init(&r->zops[i], op->path, op->data,
+                               (int)op->datalen, &ZOO_OPEN_ACL_UNSAFE,
+                               op->flags, r->pathbufs[i], (int)cap);
+            break;
+        }
+        case ZK_OP_DELETE:
+            zoo_delete_op_init(&r->zops[i], op->path, op->version);
+            break;
+        case ZK_OP_SET:
+            zoo_set_op_init(&r->zops[i], op->path, op->data, (int)op->datalen,
+                            op->version, &r->zstats[i]);
+            break;
+        case ZK_OP_CHECK:
+            zoo_check_op_init(&r->zops[i], op->path, op->version);
+            break;
+        default:
+            return ZR_EINVAL;
+        }
+    }
+    return 0;
+}
+
+void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
+               int nops, double deadline, zk_done_cb cb, void *arg)
+{
+    struct zk_req *r = calloc(1, sizeof *r);
+    if (!r)
+        abort();
+    r->z = z;
+    r->kind = (int)type;
+    r->res.type = type;
+    r->cb = cb;
+    r->arg = arg;
+    r->deadline = deadline;
+    r->nops = type == ZK_OP_MULTI ? nops : 1;
+    r->ops = calloc((size_t)r->nops, sizeof(struct zk_op));
+    if (!r->ops)
+        abort();
+    z->inflight++;
+    for (int i = 0; i < r->nops; i++) {
+        r->ops[i] = ops[i];
+        r->ops[i].path = strdup(ops[i].path ? ops[i].path : "");
+        if (ops[i].data) {
+            char *d = malloc(ops[i].datalen + 1);
+            if (!d)
+                abort();
+            memcpy(d, ops[i].data, ops[i].datalen);
+            d[ops[i].datalen] = 0;
+            r->ops[i].data = d;
+        }
+    }
+    if (type == ZK_OP_MULTI && build_multi(r) < 0) {
+        fail_later(r, ZBADARGUMENTS);
+        return;
+    }
+    if (z->closed) {
+        fail_later(r, ZK_CLOSING);
+        return;
+    }
+    if (z->connected && z->zh)
+        send_req(z, r);
+    else if (zk_now() >= deadline)
+        fail_later(r, ZK_TIMEOUT);
+    else
+        park(z, r);
+}
+
+/* --- session lifecycle --------------------------------------------------- */
+
+static int open_handle(struct zk *z, char *err, size_t errlen)
+{
+    struct zk_handle_ctx *hc = malloc(sizeof *hc);
+    if (!hc)
+        return ZR_ENOMEM;
+    hc->z = z;
+    hc->gen = ++z->gen;
+    z->hctx = hc;
+    z->connected = 0;
+    z->zh = zookeeper_init(z->hosts, on_watch, z->session_timeout, NULL, hc,
+                           0);
+    if (!z->zh) {
+        if (err)
+            snprintf(err, errlen, "cannot start a ZooKeeper client for '%s': %s",
+                     z->hosts, strerror(errno));
+        return ZR_EZK;
+    }
+    log_info("zk.connecting", "zk=%s session_timeout=%d", z->hosts,
+             z->session_timeout);
+    return 0;
+}
+
+/* Closes the current handle.  zookeeper_close completes what was in flight
+ * with ZCLOSING; those completions arrive through the queue. */
+static void close_handle(struct zk *z)
+{
+    if (!z->zh)
+        return;
+    zhandle_t *zh = z->zh;
+    z->zh = NULL;
+    z->connected = 0;
+    int rc = zookeeper_close(zh);
+    if (rc != ZOK)
+        log_warn("zk.close", "rc=%d err=\"%s\"", rc, zerror(rc));
+    /* The watcher may still have queued events of this generation; they
+     * are ignored by generation, so the context can go now. */
+    free(z->hctx);
+    z->hctx = NULL;
+}
+
+static void emit(struct zk *z, const char *event)
+{
+    if (z->on_event)
+        z->on_event(event, z->session_id, z->event_arg);
+}
+
+/* Replaces the session: the old one's ephemeral nodes become foreign. */
+static void restart_session(struct zk *z, const char *why)
+{
+    log_warn("zk.session_restart", "reason=%s old_session=0x%llx", why,
+             (unsigned long long)z->session_id);
+    close_handle(z);
+    if (!z->closed && open_handle(z, NULL, 0) < 0)
+        log_error("zk.init_failed", "zk=%s", z->hosts);
+}
+
+static void on_session_state(struct zk *z, int state)
+{
+    double now = zk_now();
+    if (state == ZOO_CONNECTED_STATE) {
+        const clientid_t *id = zoo_client_id(z->zh);
+        int64_t sid = id ? id->client_id : 0;
+        int is_new = sid != z->session_id;
+        z->session_id = sid;
+        z->negotiated = zoo_recv_timeout(z->zh);
+        z->connected = 1;
+        z->lease_lost = 0;
+        z->last_contact = now;
+        z->last_heartbeat = now;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        z->server[0] = 0;
+        if (zookeeper_get_connected_host(z->zh, (struct sockaddr *)&ss, &sl)) {
+            char host[64] = "";
+            int port = 0;
+            if (ss.ss_family == AF_INET) {
+                struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+                uv_ip4_name(sin, host, sizeof host);
+                port = ntohs(sin->sin_port);
+            } else if (ss.ss_family == AF_INET6) {
+                struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+                uv_ip6_name(sin6, host, sizeof host);
+                port = ntohs(sin6->sin6_port);
+            }
+            snprintf(z->server, sizeof z->server, "%s:%d", host, port);
+        }
+        if (is_new)
+            z->sessions++;
+        log_info("zk.connected",
+                 "session=0x%llx timeout=%d server=%s new_session=%s",
+                 (unsigned long long)sid, z->negotiated, z->server,
+                 is_new ? "yes" : "no");
+        flush_parked(z);
+        emit(z, is_new && z->sessions > 1 ? "new" : "connected");
+    } else if (state == ZOO_CONNECTING_STATE ||
+               state == ZOO_ASSOCIATING_STATE) {
+        if (z->connected) {
+            z->connected = 0;
+            double margin = z->negotiated / 10.0;
+            if (margin < 100)
+                margin = 100;
+            z->lease_deadline = z->last_contact + z->negotiated - margin;
+            log_warn("zk.disconnected",
+                     "session=0x%llx lease_left_ms=%.0f",
+                     (unsigned long long)z->session_id,
+                     z->lease_deadline - now);
+            emit(z, "disconnected");
+        }
+    } else if (state == ZOO_EXPIRED_SESSION_STATE) {
+        log_warn("zk.session_expired", "session=0x%llx",
+                 (unsigned long long)z->session_id);
+        if (!z->lease_lost) {
+            z->lease_lost = 1;
+            emit(z, "lost");
+        }
+        restart_session(z, "expired");
+    } else if (state == ZOO_AUTH_FAILED_STATE) {
+        log_error("zk.auth_failed", "zk=%s", z->hosts);
+        z->connected = 0;
+        if (!z->lease_lost) {
+            z->lease_lost = 1;
+            emit(z, "lost");
+        }
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    struct zk *z = h->data;
+    pthread_mutex_lock(&z->mu);
+    struct zk_req *r = z->qhead;
+    z->qhead = z->qtail = NULL;
+    pthread_mutex_unlock(&z->mu);
+    while (r) {
+        struct zk_req *next = r->next;
+        if (r->kind == ZK_EV_SESSION) {
+            if (r->gen == z->gen && z->zh && !z->closed)
+                on_session_state(z, r->ev_state);
+            free(r);
+        } else {
+            deliver(z, r);
+        }
+        r = next;
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct zk *z = t->data;
+    double now = zk_now();
+    if (z->parked_head)
+        expire_parked(z, now, 0, ZK_TIMEOUT);
+    if (z->closed)
+        return;
+    if (!z->connected && z->zh && !z->lease_lost && z->session_id != 0 &&
+        now >= z->lease_deadline) {
+        z->lease_lost = 1;
+        log_warn("zk.lease_lost", "session=0x%llx",
+                 (unsigned long long)z->session_id);
+        emit(z, "lost");
+        restart_session(z, "lease");
+        return;
+    }
+    /* Heartbeat: an answered request proves the server heard us, which the
+     * lease clock above relies on. */
+    if (z->connected && now - z->last_heartbeat >= z->negotiated / 4.0) {
+        z->last_heartbeat = now;
+        struct zk_op op = {.type = ZK_OP_EXISTS, .path = "/"};
+        zk_submit(z, ZK_OP_EXISTS, &op, 1, now + z->negotiated, NULL, NULL);
+    }
+}
+
+/* Routes the C client's own log lines into ours. */
+static ssize_t zklog_write(void *cookie, const char *buf, size_t n)
+{
+    char q[512];
+    size_t len = n;
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+        len--;
+    if (len)
+        log_warn("zk.client", "msg=%s", log_quote(buf, len, q, sizeof q));
+    return (ssize_t)n;
+}
+
+struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
+                     zk_event_cb on_event, void *arg, char *err, size_t errlen)
+{
+    static FILE *zklog;
+    if (!zklog) {
+        cookie_io_functions_t io = {.write = zklog_write};
+        zklog = fopencookie(NULL, "w", io);
+        if (zklog) {
+            setvbuf(zklog, NULL, _IOLBF, 0);
+            zoo_set_log_stream(zklog);
+        }
+    }
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+
+    struct zk *z = calloc(1, sizeof *z);
+    if (!z) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    z->loop = loop;
+    z->hosts = strdup(cfg->zk);
+    z->root = strdup(cfg->root);
+    z->session_timeout = cfg->session_timeout;
+    z->negotiated = cfg->session_timeout;
+    z->on_event = on_event;
+    z->event_arg = arg;
+    pthread_mutex_init(&z->mu, NULL);
+    uv_async_init(loop, &z->async, on_async);
+    z->async.data = z;
+    uv_timer_init(loop, &z->tick);
+    z->tick.data = z;
+    z->handles_open = 2;
+    uv_timer_start(&z->tick, on_tick, TICK_MS, TICK_MS);
+    if (open_handle(z, err, errlen) < 0) {
+        zk_free(z);
+        return NULL;
+    }
+    return z;
+}
+
+void zk_close(struct zk *z)
+{
+    if (z->closed)
+        return;
+    z->closed = 1;
+    expire_parked(z, zk_now(), 1, ZK_CLOSING);
+    if (z->zh)
+        log_info("zk.closing", "session=0x%llx",
+                 (unsigned long long)z->session_id);
+    close_handle(z);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct zk *z = h->data;
+    if (--z->handles_open == 0) {
+        pthread_mutex_destroy(&z->mu);
+        free(z->hosts);
+        free(z->root);
+        free(z);
+    }
+}
+
+void zk_free(struct zk *z)
+{
+    if (!z)
+        return;
+    zk_close(z);
+    /* Deliver what the close completed, then free the rest. */
+    on_async(&z->async);
+    uv_timer_stop(&z->tick);
+    uv_close((uv_handle_t *)&z->async, on_handle_closed);
+    uv_close((uv_handle_t *)&z->tick, on_handle_closed);
+}
+
+int64_t zk_session_id(const struct zk *z)
+{
+    return z->session_id;
+}
+
+int zk_connected(const struct zk *z)
+{
+    return z->connected;
+}
+
+const char *zk_state_name(const struct zk *z)
+{
+    if (z->closed)
+        return "closed";
+    if (z->connected)
+        return "connected";
+    return "connecting";
+}
+
+int zk_negotiated_timeout(const struct zk *z)
+{
+    return z->negotiated;
+}
+
+const char *zk_server(const struct zk *z)
+{
+    return z->connected ? z->server : "";
+}
+
+size_t zk_inflight(const struct zk *z)
+{
+    return z->inflight;
+}
+
+uint64_t zk_sessions_started(const struct zk *z)
+{
+    return z->sessions;
+}

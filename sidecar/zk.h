@@ -1,0 +1,114 @@
+/*
+ * zk.h — the bridge between zookeeper_mt and the libuv loop.
+ *
+ *   loop thread                     zookeeper_mt threads
+ *   -----------                     --------------------
+ *   zk_submit() --zoo_a*()--------> IO thread -> ensemble
+ *                                   completion thread: deep copy result,
+ *   drain <---- uv_async_send <---- lock, append to queue, unlock
+ *   cb(result) on the loop thread
+ *
+ * Everything but the queue belongs to the loop thread.  While the session is
+ * not connected, submitted operations are parked and sent when it connects,
+ * or completed with ZK_TIMEOUT at their deadline.  This file owns the session
+ * lifecycle: reconnects, a new session after expiry, the local lease clock
+ * (own ephemeral nodes count as lost once `last contact + session timeout -
+ * margin` passes while disconnected, and the session is then replaced so that
+ * they are never re-adopted), and the close on shutdown.
+ */
+#ifndef ZKRESP_ZK_H
+#define ZKRESP_ZK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct uv_loop_s;
+struct config;
+
+/* Our result codes, next to ZooKeeper's (which are > -1000). */
+#define ZK_TIMEOUT (-1000) /* deadline passed while disconnected */
+#define ZK_CLOSING (-1001) /* the bridge is shutting down */
+
+enum zk_op_type {
+    ZK_OP_GET,
+    ZK_OP_EXISTS,
+    ZK_OP_CHILDREN,
+    ZK_OP_CREATE,
+    ZK_OP_SET,
+    ZK_OP_DELETE,
+    ZK_OP_CHECK, /* only inside a multi */
+    ZK_OP_SYNC,
+    ZK_OP_MULTI,
+};
+
+/* One operation.  zk_submit() copies path and data. */
+struct zk_op {
+    enum zk_op_type type;
+    const char *path;
+    const char *data;
+    size_t datalen;
+    int version; /* set, delete, check; -1: any */
+    int flags;   /* create: ZOO_EPHEMERAL | ZOO_SEQUENCE */
+};
+
+struct zk_stat {
+    int64_t czxid, mzxid, ctime, mtime;
+    int32_t version, cversion, aversion;
+    int64_t ephemeral_owner;
+    int32_t data_length, num_children;
+    int64_t pzxid;
+};
+
+/* A completed operation.  Borrowed by the callback: valid only during it. */
+struct zk_result {
+    enum zk_op_type type;
+    int rc;
+    char *data; /* get */
+    int datalen;
+    char *path; /* create: the created path */
+    int has_stat;
+    struct zk_stat stat;
+    char **children; /* children */
+    int nchildren;
+    struct zk_result *multi; /* multi: one per op */
+    int nmulti;
+};
+
+typedef void (*zk_done_cb)(const struct zk_result *res, void *arg);
+
+/* Session events: "connected", "new", "disconnected", "lost". */
+typedef void (*zk_event_cb)(const char *event, int64_t session_id, void *arg);
+
+struct zk;
+
+struct zk *zk_create(struct uv_loop_s *loop, const struct config *cfg,
+                     zk_event_cb on_event, void *arg, char *err,
+                     size_t errlen);
+
+/* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
+ * otherwise nops is 1.  `deadline` (ms, zk_now() clock) bounds how long it
+ * may wait for a connection.  cb is always called exactly once, on the loop
+ * thread, and never before zk_submit returns. */
+void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
+               int nops, double deadline, zk_done_cb cb, void *arg);
+
+/* Closes the session (ephemeral nodes vanish at once), fails parked
+ * operations with ZK_CLOSING.  Operations in flight still complete. */
+void zk_close(struct zk *z);
+void zk_free(struct zk *z);
+
+/* Monotonic milliseconds. */
+double zk_now(void);
+
+int64_t zk_session_id(const struct zk *z);
+int zk_connected(const struct zk *z);
+/* "connected", "connecting", "expired", "closed" */
+const char *zk_state_name(const struct zk *z);
+int zk_negotiated_timeout(const struct zk *z);
+/* The server we are connected to, or "" */
+const char *zk_server(const struct zk *z);
+/* Operations submitted and not completed. */
+size_t zk_inflight(const struct zk *z);
+uint64_t zk_sessions_started(const struct zk *z);
+
+#endif
