@@ -992,7 +992,7 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
                 lua_getfield(L, e, "flags");
                 const char *flags =
                     lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-                cb(arg, lua_tostring(L, -6), (int)lua_tointeger(L, e + 1),
+                cb(arg, lua_tostring(L, e - 1), (int)lua_tointeger(L, e + 1),
                    (int)lua_tointeger(L, e + 2), (int)lua_tointeger(L, e + 3),
                    (int)lua_tointeger(L, e + 4), flags);
                 lua_settop(L, e);
