@@ -23,7 +23,8 @@
  *                           of earlier sessions are foreign), "disconnected",
  *                           "lost" (the local lease deadline passed while
  *                           disconnected: every owned ephemeral key is lost;
- *                           the bridge then opens a new session).
+ *                           the bridge then opens a new session),
+ *                           "reload" (SIGHUP: reload the policy).
  *
  *   Reply values (what M.dispatch returns):
  *     nil or host.null  -> null bulk ($-1 / _)     false -> null bulk
