@@ -1,0 +1,643 @@
+"""Processes for the integration and fault suites: ZooKeeper, redis-server,
+zkresp, each on a free loopback port in a temp dir, always stopped.
+
+Every process is started in its own session (process group) and registered;
+it is stopped by killing that group, by PID, on every exit path: fixture
+finalizers, atexit, and SIGTERM/SIGHUP/SIGINT handlers.  Nothing is ever
+killed by name.
+
+Also re-exported here: RawClient and friends (resp.py), ZkProxy (zkproxy.py),
+LockHistory (history.py), the key encoding (keyenc.py).
+"""
+
+import atexit
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from resp import RawClient, ConnectionClosed, encode, decode_one, Err, Push  # noqa: F401
+from zkproxy import ZkProxy, WRITE_OPS, CREATE_OPS, DELETE_OPS  # noqa: F401
+from history import LockHistory  # noqa: F401
+import keyenc  # noqa: F401
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ZK_SERVER_SH = "/usr/share/zookeeper/bin/zkServer.sh"
+SCRIPTS_DIR = os.environ.get("ZKRESP_TEST_SCRIPTS", os.path.join(REPO, "scripts"))
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+SANITIZER_RE = re.compile(rb"ERROR: \w*Sanitizer|runtime error:|SUMMARY: \w*Sanitizer")
+
+
+def zkresp_bin():
+    b = os.environ.get("ZKRESP_BIN", "build/zkresp")
+    return b if os.path.isabs(b) else os.path.join(REPO, b)
+
+
+# --------------------------------------------------------------------------
+# temp dirs, ports, process registry, cleanup
+
+_lock = threading.RLock()
+_procs = []          # every Proc ever started, in order
+_closers = []        # other things to close at exit (proxies, kazoo clients)
+_base_tmp = None
+_ports_given = set()
+
+
+def base_tmp():
+    global _base_tmp
+    with _lock:
+        if _base_tmp is None:
+            _base_tmp = tempfile.mkdtemp(prefix="zkresp-tests-")
+        return _base_tmp
+
+
+def new_dir(prefix):
+    return tempfile.mkdtemp(prefix=prefix + "-", dir=base_tmp())
+
+
+def free_port():
+    """A loopback port that is free now, below the kernel's ephemeral range
+    (so outgoing connections cannot take it meanwhile) and never handed out
+    twice in this process."""
+    for _ in range(1000):
+        p = random.randint(20000, 32000)
+        if p in _ports_given:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        with _lock:
+            _ports_given.add(p)
+        return p
+    raise RuntimeError("no free port")
+
+
+def unique(prefix="t"):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:12])
+
+
+def register_closer(fn):
+    with _lock:
+        _closers.append(fn)
+
+
+def cleanup_all():
+    """Kills every process still running that this process started and runs
+    the registered closers.  Safe to call more than once."""
+    with _lock:
+        procs = list(_procs)
+        closers = list(_closers)
+        _closers.clear()
+    for p in reversed(procs):
+        try:
+            p.kill_hard()
+        except Exception:
+            pass
+    for fn in reversed(closers):
+        try:
+            fn()
+        except Exception:
+            pass
+
+
+def _remove_tmp():
+    if _base_tmp and not os.environ.get("ZKRESP_KEEP_TMP"):
+        shutil.rmtree(_base_tmp, ignore_errors=True)
+
+
+def _at_exit():
+    cleanup_all()
+    _remove_tmp()
+
+
+atexit.register(_at_exit)
+
+
+def _on_signal(signum, frame):
+    cleanup_all()
+    _remove_tmp()
+    os._exit(128 + signum)
+
+
+def install_signal_handlers():
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _on_signal)
+
+
+install_signal_handlers()
+
+
+class Proc:
+    """A child process in its own process group, output to a file."""
+
+    def __init__(self, name, argv, workdir, env=None, log_path=None):
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.workdir = workdir
+        self.env = env
+        self.log_path = log_path or os.path.join(workdir, name + ".log")
+        self.popen = None
+        self.returncode = None
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            log.write(b"\n=== start %s: %s\n" % (time.strftime("%H:%M:%S").encode(),
+                                                 " ".join(self.argv).encode()))
+            log.flush()
+            self.popen = subprocess.Popen(self.argv, cwd=self.workdir, env=self.env,
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                          start_new_session=True)
+        self.returncode = None
+        with _lock:
+            if self not in _procs:
+                _procs.append(self)
+        return self
+
+    @property
+    def pid(self):
+        return self.popen.pid if self.popen else None
+
+    def alive(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig):
+        """Signals our process group; only while our child is unreaped, so
+        the group id cannot belong to anyone else."""
+        if self.alive():
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout=None):
+        """Waits for exit; returns the exit status (negative: signal), or
+        raises subprocess.TimeoutExpired."""
+        if self.popen is None:
+            return None
+        self.returncode = self.popen.wait(timeout)
+        return self.returncode
+
+    def kill_hard(self):
+        if self.alive():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGKILL)
+            try:
+                self.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def kill9(self):
+        self.signal(signal.SIGKILL)
+        return self.wait(10)
+
+    def term(self, timeout=10.0):
+        """SIGTERM, then SIGKILL if it is still running after timeout.
+        Returns the exit status."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_hard()
+            raise AssertionError("%s did not exit within %.1fs of SIGTERM" % (self.name, timeout))
+
+    def sigstop(self):
+        self.signal(signal.SIGSTOP)
+
+    def sigcont(self):
+        self.signal(signal.SIGCONT)
+
+    def output(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+
+class Fatal(AssertionError):
+    """Raised by a polled predicate to stop waiting at once."""
+
+
+def wait_for(pred, timeout, interval=0.02, what="condition"):
+    """Polls pred() until it returns a true value (returned) or timeout.
+    Exceptions from pred() count as "not yet", except Fatal."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Fatal:
+            raise
+        except Exception as e:  # noqa: BLE001 - polled predicates may fail while starting
+            last_exc = e
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s%s" % (
+                timeout, what, " (last error: %r)" % last_exc if last_exc else ""))
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# ZooKeeper
+
+
+def four_letter(host, port, cmd, timeout=2.0):
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(cmd.encode())
+        chunks = []
+        while True:
+            try:
+                c = s.recv(65536)
+            except socket.timeout:
+                break
+            if not c:
+                break
+            chunks.append(c)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+class ZkServer:
+    """One standalone ZooKeeper server with its own dataDir and port.
+    restart() keeps the dataDir and the port."""
+
+    def __init__(self, tick=200, min_session=400, max_session=60000, port=None):
+        self.dir = new_dir("zk")
+        self.port = port or free_port()
+        self.cfg = os.path.join(self.dir, "zoo.cfg")
+        with open(self.cfg, "w") as f:
+            f.write("\n".join([
+                "tickTime=%d" % tick,
+                "initLimit=10",
+                "syncLimit=5",
+                "dataDir=%s" % os.path.join(self.dir, "data"),
+                "clientPort=%d" % self.port,
+                "clientPortAddress=127.0.0.1",
+                "admin.enableServer=false",
+                "4lw.commands.whitelist=*",
+                "minSessionTimeout=%d" % min_session,
+                "maxSessionTimeout=%d" % max_session,
+                "forceSync=no",
+                "maxClientCnxns=0",
+                "autopurge.purgeInterval=0",
+                "",
+            ]))
+        env = dict(os.environ)
+        env.update({"SERVER_JVMFLAGS": "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+                    "JMXDISABLE": "true", "ZOO_LOG_DIR": self.dir, "ZOOPIDFILE":
+                    os.path.join(self.dir, "zk.pid")})
+        self.proc = Proc("zookeeper", [ZK_SERVER_SH, "start-foreground", self.cfg],
+                         self.dir, env=env)
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def start(self, timeout=60):
+        self.proc.start()
+        self.wait_serving(timeout)
+        return self
+
+    def wait_serving(self, timeout=60):
+        def serving():
+            if not self.proc.alive():
+                raise Fatal("ZooKeeper exited: %s" % self.proc.output()[-2000:].decode("utf-8", "replace"))
+            if self.four_letter("ruok", 0.5) != "imok":
+                return False
+            return "Mode:" in self.four_letter("srvr", 0.5)
+        wait_for(serving, timeout, 0.05, "ZooKeeper on port %d to serve" % self.port)
+
+    def four_letter(self, cmd, timeout=2.0):
+        try:
+            return four_letter("127.0.0.1", self.port, cmd, timeout)
+        except OSError:
+            return ""
+
+    def mntr(self):
+        out = {}
+        for line in self.four_letter("mntr").splitlines():
+            if "\t" in line:
+                k, v = line.split("\t", 1)
+                try:
+                    out[k] = int(v)
+                except ValueError:
+                    out[k] = v
+        return out
+
+    def stop(self):
+        """SIGTERM (orderly shutdown)."""
+        if self.proc.alive():
+            self.proc.term(20)
+
+    def kill9(self):
+        self.proc.kill9()
+
+    def sigstop(self):
+        self.proc.sigstop()
+
+    def sigcont(self):
+        self.proc.sigcont()
+
+    def restart(self, timeout=60):
+        self.stop()
+        return self.start(timeout)
+
+    def close(self):
+        self.proc.kill_hard()
+
+
+# --------------------------------------------------------------------------
+# redis-server
+
+
+class RedisServer:
+    def __init__(self, *extra, port=None):
+        self.dir = new_dir("redis")
+        self.port = port or free_port()
+        self.extra = [str(e) for e in extra]
+        self.proc = Proc("redis-server", [REDIS_SERVER, "--port", self.port, "--bind", "127.0.0.1",
+                                          "--save", "", "--appendonly", "no", "--dir", self.dir,
+                                          "--daemonize", "no", "--protected-mode", "no",
+                                          "--logfile", ""] + self.extra, self.dir)
+
+    def start(self, timeout=20):
+        self.proc.start()
+
+        def up():
+            if not self.proc.alive():
+                raise Fatal("redis-server exited: %s" % self.proc.output()[-2000:].decode())
+            with RawClient(self.port, timeout=1) as c:
+                r = c.cmd("PING")
+                return r == b"+PONG\r\n" or r.startswith(b"-NOAUTH")
+        wait_for(up, timeout, 0.05, "redis-server on port %d" % self.port)
+        return self
+
+    def client(self, **kw):
+        return RawClient(self.port, **kw)
+
+    def close(self):
+        self.proc.kill_hard()
+
+
+# --------------------------------------------------------------------------
+# zkresp
+
+ALL_ZKRESPS = []     # every Zkresp created, for failure reports and sanitizer scans
+
+
+def _zk_address(zk):
+    if isinstance(zk, str):
+        return zk
+    return zk.address
+
+
+class Zkresp:
+    """One zkresp process.  zk: a ZkServer, a ZkProxy or a connect string.
+
+    Started as: zkresp --port P --zk ADDR --root ROOT --session-timeout MS
+    --zk-request-timeout MS --log-level debug [extra...], stderr (and
+    stdout) to a file in its own temp dir."""
+
+    def __init__(self, zk, root=None, session_timeout=2000, request_timeout=1000,
+                 extra=(), port=None, env=None, log_level="debug"):
+        self.zk = zk
+        self.root = root or "/" + unique("t")
+        self.port = port or free_port()
+        self.session_timeout = session_timeout
+        self.request_timeout = request_timeout
+        self.extra = [str(e) for e in extra]
+        self.dir = new_dir("zkresp")
+        self.bin = zkresp_bin()
+        if env is None:
+            # The harness's own ZKRESP_* variables (ZKRESP_BIN...) are not
+            # zkresp options; zkresp gets only what a test passes.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
+        self.env = dict(env)
+        self.log_level = log_level
+        self.fake = bool(os.environ.get("ZKRESP_FAKE_REDIS"))
+        self.starts = 0
+        self.scan_offset = 0
+        self.proc = None
+        ALL_ZKRESPS.append(self)
+
+    def argv(self):
+        if self.fake:
+            # Development only: a redis-server standing in for zkresp so that
+            # the harness and the differential machinery can be exercised
+            # before the daemon exists.  Never used by tests/run.sh.
+            a = [REDIS_SERVER, "--port", self.port, "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.dir, "--databases", "1"]
+            it = iter(self.extra)
+            for opt in it:
+                if opt in ("--requirepass", "--maxclients", "--timeout"):
+                    a += [opt, next(it)]
+            return a
+        return [self.bin, "--port", self.port, "--zk", _zk_address(self.zk), "--root", self.root,
+                "--session-timeout", self.session_timeout,
+                "--zk-request-timeout", self.request_timeout,
+                "--log-level", self.log_level, "--scripts", SCRIPTS_DIR] + self.extra
+
+    @property
+    def log_path(self):
+        return os.path.join(self.dir, "zkresp.log")
+
+    def start(self, wait=True, timeout=20):
+        if not self.fake and not os.access(self.bin, os.X_OK):
+            raise AssertionError("zkresp binary %s is missing or not executable (set ZKRESP_BIN)" % self.bin)
+        self.proc = Proc("zkresp", self.argv(), self.dir, env=self.env, log_path=self.log_path)
+        self.proc.start()
+        self.starts += 1
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def restart(self, wait=True, timeout=20):
+        """Starts it again with the same port and root (after it exited)."""
+        if self.proc and self.proc.alive():
+            raise AssertionError("restart of a running zkresp")
+        return self.start(wait, timeout)
+
+    def wait_ready(self, timeout=20, connected=True):
+        """Until it answers PING and INFO zookeeper says zk_state:connected."""
+        def ready():
+            if not self.proc.alive():
+                raise Fatal("zkresp exited with status %s before becoming ready" % self.proc.popen.returncode)
+            with RawClient(self.port, timeout=2, connect_timeout=0.5) as c:
+                if c.cmd("PING") != b"+PONG\r\n":
+                    return False
+                if self.fake or not connected:
+                    return True
+                info = c.call("INFO", "zookeeper")
+                return isinstance(info, bytes) and b"zk_state:connected" in info
+        try:
+            wait_for(ready, timeout, 0.05, "zkresp on port %d to be ready" % self.port)
+        except AssertionError as e:
+            raise AssertionError("%s\n--- zkresp log tail:\n%s" % (e, self.log_tail(60)))
+
+    # -- clients
+    def client(self, **kw):
+        return RawClient(self.port, **kw)
+
+    def redis(self, **kw):
+        import redis
+        kw.setdefault("socket_timeout", 10)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def info(self, section=None):
+        with self.client() as c:
+            raw = c.call("INFO", section) if section else c.call("INFO")
+        if not isinstance(raw, bytes):
+            raise AssertionError("INFO answered %r" % (raw,))
+        out = {}
+        for line in raw.decode("utf-8", "replace").splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                out[k] = v.strip()
+        return out
+
+    def session_id(self):
+        """The ZooKeeper session id from INFO zookeeper (an int)."""
+        v = self.info("zookeeper").get("zk_session_id")
+        if v is None:
+            raise AssertionError("INFO zookeeper has no zk_session_id")
+        return int(v, 16) if v.lower().startswith("0x") else int(v)
+
+    def zk_state(self):
+        return self.info("zookeeper").get("zk_state")
+
+    # -- signals
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc is not None and self.proc.alive()
+
+    def kill9(self):
+        return self.proc.kill9()
+
+    def term(self, timeout=15):
+        return self.proc.term(timeout)
+
+    def stop(self):
+        self.proc.sigstop()
+
+    def cont(self):
+        self.proc.sigcont()
+
+    def wait(self, timeout=None):
+        return self.proc.wait(timeout)
+
+    def close(self):
+        """Orderly stop (SIGTERM so that sanitizers report at exit), then a
+        hard kill if it hangs."""
+        if self.proc and self.proc.alive():
+            try:
+                self.proc.term(15)
+            except AssertionError:
+                pass
+
+    # -- logs
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+    def log_tail(self, lines=200):
+        data = self.log().splitlines()[-lines:]
+        return b"\n".join(data).decode("utf-8", "replace")
+
+    def rss_kb(self):
+        try:
+            with open("/proc/%d/status" % self.pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def new_sanitizer_reports(self):
+        """Sanitizer report lines that appeared in the log since the last
+        call."""
+        data = self.log()
+        new = data[self.scan_offset:]
+        self.scan_offset = len(data)
+        if not SANITIZER_RE.search(new):
+            return None
+        lines = new.splitlines()
+        idx = [i for i, l in enumerate(lines) if SANITIZER_RE.search(l)]
+        first = max(0, idx[0] - 2)
+        return b"\n".join(lines[first:first + 60]).decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------
+# ZooKeeper inspection
+
+
+def kazoo_client(zk, timeout=15.0):
+    """A started kazoo client on zk (ZkServer, ZkProxy or address), stopped
+    at exit."""
+    import logging
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    from kazoo.client import KazooClient
+    kz = KazooClient(hosts=_zk_address(zk), timeout=10.0, connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5})
+    kz.start(timeout=timeout)
+
+    def close():
+        try:
+            kz.stop()
+            kz.close()
+        except Exception:
+            pass
+    register_closer(close)
+    kz.close_quietly = close
+    return kz
+
+
+def all_paths(kz, path="/"):
+    """Every znode path under path (inclusive), depth first."""
+    out = [path]
+    try:
+        children = kz.get_children(path)
+    except Exception:
+        return out
+    for c in sorted(children):
+        p = (path.rstrip("/") + "/" + c)
+        out.extend(all_paths(kz, p))
+    return out
+
+
+def key_stat(kz, root, key):
+    """(data, stat) of a key's znode, or (None, None)."""
+    from kazoo.exceptions import NoNodeError
+    try:
+        return kz.get(keyenc.node_path(root, key))
+    except NoNodeError:
+        return None, None
+
+
+def is_sanitizer_build():
+    return "asan" in os.path.basename(zkresp_bin())
+
+
+def log(msg):
+    sys.stderr.write("[harness %s] %s\n" % (time.strftime("%H:%M:%S"), msg))

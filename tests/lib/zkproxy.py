@@ -1,0 +1,366 @@
+"""A TCP proxy between zkresp and ZooKeeper that tests control.
+
+It understands ZooKeeper's framing (4-byte length prefix; a request header
+is xid + op type, a reply header xid + zxid + err; the first frame each way
+is the session handshake), so faults can be aimed precisely:
+
+    delay(ms)          hold every server->client frame back by ms
+    drop_next_reply(ops, hold=False)
+                       the next client request whose op is in ops goes to
+                       the server (so it executes) but its reply is swallowed
+                       and the connection is cut: an operation of unknown
+                       outcome.  With hold=True the proxy then blackholes new
+                       connections until blackhole(False).
+    cut()              close every current connection
+    blackhole(on)      accept and keep connections but forward nothing, in
+                       either direction (closes are not forwarded either);
+                       turning it off cuts the blackholed connections so the
+                       client reconnects on a clean stream
+    refuse(on)         close new connections as soon as they are accepted
+
+Counters: connections, requests by op name, replies, dropped, bytes.
+Sessions seen in handshakes: (session_id, passwd, timeout).
+"""
+
+import collections
+import socket
+import struct
+import threading
+import time
+
+OPS = {
+    0: "notification", 1: "create", 2: "delete", 3: "exists", 4: "getData",
+    5: "setData", 6: "getACL", 7: "setACL", 8: "getChildren", 9: "sync",
+    11: "ping", 12: "getChildren2", 13: "check", 14: "multi", 15: "create2",
+    16: "reconfig", 17: "checkWatches", 18: "removeWatches",
+    19: "createContainer", 20: "deleteContainer", 21: "createTTL",
+    22: "multiRead", 100: "auth", 101: "setWatches", 102: "sasl",
+    103: "getEphemerals", 104: "getAllChildrenNumber", 105: "setWatches2",
+    106: "addWatch", 107: "whoAmI", -10: "createSession", -11: "closeSession",
+}
+OP_CODES = {v: k for k, v in OPS.items()}
+
+WRITE_OPS = frozenset({"create", "create2", "createContainer", "createTTL",
+                       "delete", "setData", "multi", "check"})
+CREATE_OPS = frozenset({"create", "create2", "createContainer", "createTTL", "multi"})
+DELETE_OPS = frozenset({"delete", "multi"})
+# Requests that do not come from a client command: keepalives, session
+# bookkeeping, watch re-registration.
+HOUSEKEEPING_OPS = frozenset({"ping", "setWatches", "setWatches2", "auth", "closeSession"})
+
+
+def _free_listener():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    return s
+
+
+def _close(sock):
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+class _FrameReader:
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+
+    def frames(self):
+        """Yields complete frames (with their length prefix) until EOF."""
+        while True:
+            while len(self.buf) >= 4:
+                n = struct.unpack(">i", self.buf[:4])[0]
+                if n < 0 or n > 64 << 20:
+                    raise ValueError("bad ZooKeeper frame length %d" % n)
+                if len(self.buf) < 4 + n:
+                    break
+                frame = bytes(self.buf[:4 + n])
+                del self.buf[:4 + n]
+                yield frame
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.buf += chunk
+
+
+class _Conn:
+    def __init__(self, proxy, csock, blackholed):
+        self.proxy = proxy
+        self.csock = csock
+        self.ssock = None
+        self.blackholed = blackholed
+        self.closed = False
+        self.drop_xid = None
+        self.queue = collections.deque()
+        self.cv = threading.Condition()
+        self.lock = threading.Lock()
+
+    def start(self):
+        if not self.blackholed:
+            try:
+                self.ssock = socket.create_connection(self.proxy.upstream, timeout=5)
+                self.ssock.settimeout(None)
+                self.ssock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                self.close()
+                return
+        self.csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for fn in (self._up, self._down, self._writer):
+            threading.Thread(target=fn, daemon=True).start()
+
+    def close(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        _close(self.csock)
+        _close(self.ssock)
+        with self.cv:
+            self.cv.notify_all()
+        self.proxy._forget(self)
+
+    # client -> server
+    def _up(self):
+        first = True
+        try:
+            for frame in _FrameReader(self.csock).frames():
+                p = self.proxy
+                if self.blackholed:
+                    p._count("blackholed_up")
+                    continue
+                if first:
+                    first = False
+                    p._count("handshakes")
+                else:
+                    xid, op = struct.unpack(">ii", frame[4:12])
+                    name = OPS.get(op, str(op))
+                    p._count_req(name)
+                    with p.lock:
+                        armed = p._drop_ops
+                        if armed is not None and xid > 0 and name in armed:
+                            p._drop_ops = None
+                            self.drop_xid = xid
+                            p._drop_target = (self, xid, name)
+                p._add("bytes_up", len(frame))
+                if self.ssock is None:
+                    continue
+                self.ssock.sendall(frame)
+        except OSError:
+            pass
+        if not self.blackholed:
+            self.close()
+
+    # server -> client
+    def _down(self):
+        if self.ssock is None:
+            return
+        first = True
+        try:
+            for frame in _FrameReader(self.ssock).frames():
+                p = self.proxy
+                if self.blackholed:
+                    p._count("blackholed_down")
+                    continue
+                if first:
+                    first = False
+                    p._record_session(frame)
+                else:
+                    xid = struct.unpack(">i", frame[4:8])[0]
+                    if self.drop_xid is not None and xid == self.drop_xid:
+                        self.drop_xid = None
+                        p._dropped(self)
+                        self._enqueue(None)  # cut after what came before
+                        return
+                    p._count("replies")
+                self._enqueue(frame)
+        except (OSError, ValueError):
+            pass
+        if not self.blackholed:
+            self._enqueue(None)
+
+    def _enqueue(self, frame):
+        with self.cv:
+            self.queue.append((time.monotonic() + self.proxy._delay, frame))
+            self.cv.notify()
+
+    def _writer(self):
+        while True:
+            with self.cv:
+                while not self.queue and not self.closed:
+                    self.cv.wait()
+                if self.closed:
+                    return
+                due, frame = self.queue.popleft()
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            if frame is None:
+                self.close()
+                return
+            if self.blackholed:
+                continue
+            try:
+                self.csock.sendall(frame)
+                self.proxy._add("bytes_down", len(frame))
+            except OSError:
+                self.close()
+                return
+
+
+class ZkProxy:
+    def __init__(self, upstream_host, upstream_port):
+        self.upstream = (upstream_host, upstream_port)
+        self.listener = _free_listener()
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.conns = set()
+        self.counters = collections.Counter()
+        self.requests = collections.Counter()
+        self.sessions = []
+        self._delay = 0.0
+        self._blackhole = False
+        self._refuse = False
+        self._drop_ops = None
+        self._drop_target = None
+        self._drop_hold = False
+        self._drop_event = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    # -- controls
+    def delay(self, ms):
+        """Delay every server->client frame by ms from now on (0: none)."""
+        self._delay = ms / 1000.0
+
+    def drop_next_reply(self, ops=WRITE_OPS, hold=False):
+        """Arms the fault: the next request with an op in ops executes but
+        its reply is lost and the connection is cut."""
+        with self.lock:
+            self._drop_event.clear()
+            self._drop_target = None
+            self._drop_hold = hold
+            self._drop_ops = frozenset(ops)
+
+    def wait_dropped(self, timeout=10.0):
+        """True once an armed drop happened; the dropped op is in .dropped_op."""
+        return self._drop_event.wait(timeout)
+
+    @property
+    def dropped_op(self):
+        t = self._drop_target
+        return t[2] if t else None
+
+    def cut(self):
+        """Closes every current connection."""
+        with self.lock:
+            conns = list(self.conns)
+        for c in conns:
+            c.close()
+        self._count("cuts")
+
+    def blackhole(self, on):
+        with self.lock:
+            self._blackhole = bool(on)
+            conns = list(self.conns)
+            if on:
+                for c in conns:
+                    c.blackholed = True
+        if not on:
+            for c in conns:
+                if c.blackholed:
+                    c.close()
+
+    def refuse(self, on):
+        self._refuse = bool(on)
+
+    def close(self):
+        self._closed = True
+        _close(self.listener)
+        self.cut()
+
+    # -- observation
+    def snapshot(self):
+        with self.lock:
+            return {"counters": dict(self.counters), "requests": dict(self.requests)}
+
+    def command_requests(self):
+        """Requests other than keepalives and session bookkeeping."""
+        with self.lock:
+            return sum(n for op, n in self.requests.items() if op not in HOUSEKEEPING_OPS)
+
+    def write_requests(self):
+        with self.lock:
+            return sum(n for op, n in self.requests.items() if op in WRITE_OPS)
+
+    def open_connections(self):
+        with self.lock:
+            return len(self.conns)
+
+    def last_session(self):
+        with self.lock:
+            return self.sessions[-1] if self.sessions else None
+
+    # -- internals
+    def _accept(self):
+        while not self._closed:
+            try:
+                csock, _ = self.listener.accept()
+            except OSError:
+                return
+            self._count("connections")
+            if self._refuse:
+                _close(csock)
+                self._count("refused")
+                continue
+            with self.lock:
+                c = _Conn(self, csock, self._blackhole)
+                self.conns.add(c)
+            c.start()
+
+    def _forget(self, conn):
+        with self.lock:
+            self.conns.discard(conn)
+
+    def _count(self, name, n=1):
+        with self.lock:
+            self.counters[name] += n
+
+    _add = _count
+
+    def _count_req(self, name):
+        with self.lock:
+            self.requests[name] += 1
+
+    def _record_session(self, frame):
+        try:
+            _ver, timeout, sid, plen = struct.unpack(">iiqi", frame[4:24])
+            passwd = frame[24:24 + plen] if plen > 0 else b""
+        except struct.error:
+            return
+        with self.lock:
+            self.sessions.append((sid, passwd, timeout))
+
+    def _dropped(self, conn):
+        with self.lock:
+            self.counters["dropped"] += 1
+            if self._drop_hold:
+                self._blackhole = True
+        self._drop_event.set()
