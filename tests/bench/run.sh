@@ -17,8 +17,14 @@
 # Environment:
 #   BENCH_SECONDS     measured seconds per run (default 5)
 #   BENCH_WARMUP      discarded warm-up seconds per run (default 1)
+#   BENCH_ROUNDS      rounds of the pair measurements (default 3); each round
+#                     runs raw and zkresp back to back, the report gives the
+#                     median and the range over rounds
 #   BENCH_JVM_WARMUP  seconds of raw load before the first measurement, so the
-#                     ZooKeeper JIT is warm for everyone (default 3)
+#                     ZooKeeper JIT is warm for everyone (default 10)
+#   BENCH_PERF=1      after the measurements, profile zkresp with perf during
+#                     one more C=64 pair run (not counted) and save the report
+#                     in build/bench/perf-zkresp.txt
 #   ZKRESP_BIN        the daemon to measure (default build/zkresp)
 #   BENCH_KEEP=1      keep the temp dir (logs) after the run
 set -euo pipefail
@@ -28,7 +34,8 @@ cd "$root"
 
 SECS=${BENCH_SECONDS:-5}
 WARMUP=${BENCH_WARMUP:-1}
-JVM_WARMUP=${BENCH_JVM_WARMUP:-3}
+ROUNDS=${BENCH_ROUNDS:-3}
+JVM_WARMUP=${BENCH_JVM_WARMUP:-10}
 ZKRESP=${ZKRESP_BIN:-$root/build/zkresp}
 CC=${CC:-cc}
 ZKSERVER=/usr/share/zookeeper/bin/zkServer.sh
@@ -186,59 +193,132 @@ for i in $(seq 300); do
 done
 
 # ---------------------------------------------------------------- measure
-# Runs one tool, checks the processes survived, prints its result line.
+# measure NAME ROUND CMD...: runs one tool, checks that every process
+# survived, and appends "NAME ROUND <result line>" to the results file.
 measure() {
-    local name=$1 line
-    shift
-    log "$name"
+    local name=$1 round=$2 line
+    shift 2
+    log "$name (round $round)"
     if ! line=$("$@" 2>"$tmp/$name.err"); then
         cat "$tmp/$name.err" >&2
         fail "$name: $*"
     fi
-    [ -s "$tmp/$name.err" ] && sed "s/^/bench: $name: /" "$tmp/$name.err" >&2
+    if [ -s "$tmp/$name.err" ]; then
+        sed "s/^/bench: $name: /" "$tmp/$name.err" >&2
+    fi
     kill -0 "$zk_pid" 2>/dev/null || fail "ZooKeeper died during $name"
     kill -0 "$zkresp_pid" 2>/dev/null || fail "zkresp died during $name"
     kill -0 "$redis_pid" 2>/dev/null || fail "redis-server died during $name"
-    [ "$(field "$line" ops)" != 0 ] || fail "$name: no operation completed"
-    printf '%-15s %s\n' "$name" "$line" >>"$tmp/results"
-    echo "$line"
-}
-
-# field LINE KEY: the value of KEY=value in a result line.
-field() {
-    awk -v k="$2" '{ for (i = 1; i <= NF; i++) { n = index($i, "=");
-        if (n && substr($i, 1, n - 1) == k) { print substr($i, n + 1); exit } } }' <<<"$1"
+    case " $line " in
+    *" ops=0 "*) fail "$name: no operation completed: $line" ;;
+    esac
+    printf '%s %s %s\n' "$name" "$round" "$line" >>"$tmp/results"
 }
 
 zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw)
 resp=("$out/respbench" --seconds "$SECS" --warmup "$WARMUP")
+zkresp_pair=("${resp[@]}" --port "$zkresp_port" --mode pair
+    --pid zkresp="$zkresp_pid" --pid zk="$zk_pid")
+: >"$tmp/results"
 
 if [ "$JVM_WARMUP" != 0 ]; then
-    measure jvm-warmup "${zkraw[@]}" --conc 64 --seconds "$JVM_WARMUP" \
-        --warmup 0 >/dev/null
+    measure jvm-warmup 0 "${zkraw[@]}" --conc 64 --seconds "$JVM_WARMUP" \
+        --warmup 0
 fi
-# Interleaved, so that drift (JIT, page cache) does not favour one side.
-raw1=$(measure raw-c1 "${zkraw[@]}" --conc 1 --seconds "$SECS" \
-    --warmup "$WARMUP" --pid zk="$zk_pid")
-zr1=$(measure zkresp-c1 "${resp[@]}" --port "$zkresp_port" --mode pair \
-    --conns 1 --pid zkresp="$zkresp_pid" --pid zk="$zk_pid")
-raw64=$(measure raw-c64 "${zkraw[@]}" --conc 64 --seconds "$SECS" \
-    --warmup "$WARMUP" --pid zk="$zk_pid")
-zr64=$(measure zkresp-c64 "${resp[@]}" --port "$zkresp_port" --mode pair \
-    --conns 64 --pid zkresp="$zkresp_pid" --pid zk="$zk_pid")
-zg1=$(measure zkresp-get-c1 "${resp[@]}" --port "$zkresp_port" --mode get \
-    --conns 1 --pid zkresp="$zkresp_pid" --pid zk="$zk_pid")
-rg1=$(measure redis-get-c1 "${resp[@]}" --port "$redis_port" --mode get \
-    --conns 1 --pid redis="$redis_pid")
-zg64=$(measure zkresp-get-c64 "${resp[@]}" --port "$zkresp_port" --mode get \
-    --conns 64 --pid zkresp="$zkresp_pid" --pid zk="$zk_pid")
-rg64=$(measure redis-get-c64 "${resp[@]}" --port "$redis_port" --mode get \
-    --conns 64 --pid redis="$redis_pid")
+# Raw and zkresp back to back in each round, so that drift (the ZooKeeper
+# JIT, other load on the machine) hits both sides alike.
+for ((r = 1; r <= ROUNDS; r++)); do
+    for c in 1 64; do
+        measure "raw-c$c" "$r" "${zkraw[@]}" --conc "$c" --seconds "$SECS" \
+            --warmup "$WARMUP" --pid zk="$zk_pid"
+        measure "zkresp-c$c" "$r" "${zkresp_pair[@]}" --conns "$c"
+    done
+done
+for c in 1 64; do
+    measure "zkresp-get-c$c" 1 "${resp[@]}" --port "$zkresp_port" --mode get \
+        --conns "$c" --pid zkresp="$zkresp_pid" --pid zk="$zk_pid"
+    measure "redis-get-c$c" 1 "${resp[@]}" --port "$redis_port" --mode get \
+        --conns "$c" --pid redis="$redis_pid"
+done
+
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    if command -v perf >/dev/null; then
+        log "perf: profiling zkresp during one more C=64 pair run"
+        perf record -F 999 -g -p "$zkresp_pid" -o "$tmp/perf.data" \
+            -- sleep "$((${SECS%.*} + ${WARMUP%.*}))" \
+            >"$tmp/perf.out" 2>&1 &
+        perf_pid=$!
+        started+=("$perf_pid")
+        measure zkresp-c64-perf 0 "${zkresp_pair[@]}" --conns 64
+        wait "$perf_pid" || true
+        perf report -i "$tmp/perf.data" --stdio --no-children \
+            --percent-limit 0.5 >"$out/perf-zkresp.txt" 2>/dev/null || true
+        perf report -i "$tmp/perf.data" --stdio --no-children -g none \
+            --sort dso,symbol --percent-limit 0.5 \
+            >"$out/perf-zkresp-flat.txt" 2>/dev/null || true
+    else
+        log "perf: not installed, skipped"
+    fi
+fi
 
 # ---------------------------------------------------------------- report
-# calc EXPR: floating-point arithmetic with awk, printed with %.*f.
-calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+# stat MODE A B KEY: over the rounds, "median min max" of KEY in run A
+# (MODE value), of A/B per round (MODE ratio) or of A-B per round (MODE diff);
+# "n/a n/a n/a" when there is nothing to compute.
+stat() {
+    awk -v mode="$1" -v a="$2" -v b="$3" -v k="$4" '
+    function val(i, n) {
+        for (i = 3; i <= NF; i++) {
+            n = index($i, "=")
+            if (n && substr($i, 1, n - 1) == k)
+                return substr($i, n + 1)
+        }
+        return ""
+    }
+    $1 == a { A[$2] = val() }
+    $1 == b { B[$2] = val() }
+    END {
+        n = 0
+        for (r in A) {
+            if (A[r] == "" || A[r] + 0 < 0)
+                continue
+            if (mode == "value")
+                x = A[r]
+            else if (!(r in B) || B[r] == "")
+                continue
+            else if (mode == "ratio") {
+                if (B[r] <= 0)
+                    continue
+                x = A[r] / B[r]
+            } else
+                x = A[r] - B[r]
+            v[++n] = x + 0
+        }
+        if (n == 0) {
+            print "n/a n/a n/a"
+            exit
+        }
+        for (i = 2; i <= n; i++) {
+            x = v[i]
+            for (j = i - 1; j >= 1 && v[j] > x; j--)
+                v[j + 1] = v[j]
+            v[j + 1] = x
+        }
+        med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        print med, v[1], v[n]
+    }' "$tmp/results"
+}
+# num FORMAT VALUE: printf for numbers, "n/a" passed through.
+num() {
+    awk -v f="$1" -v v="$2" 'BEGIN {
+        if (v ~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) printf f, v; else printf "n/a" }'
+}
+# med A KEY [FORMAT]: the median of KEY over A's runs, formatted.
+med() {
+    local m
+    read -r m _ <<<"$(stat value "$1" - "$2")"
+    num "${3:-%.1f}" "$m"
+}
 # met VALUE OP LIMIT: "met" when VALUE OP LIMIT holds (OP: >= or <).
 met() {
     awk -v v="$1" -v l="$3" -v op="$2" 'BEGIN {
@@ -247,69 +327,90 @@ met() {
         print ok ? "met" : "NOT MET" }'
 }
 
-f() { field "$1" "$2"; }
-ratio1=$(ratio "$(f "$zr1" ops_per_sec)" "$(f "$raw1" ops_per_sec)")
-ratio64=$(ratio "$(f "$zr64" ops_per_sec)" "$(f "$raw64" ops_per_sec)")
-overhead1=$(calc "$(f "$zr1" p50_us) - $(f "$raw1" p50_us)" 1)
-errs=$(($(f "$zr1" errors) + $(f "$zr64" errors) + $(f "$raw1" errors) +
-    $(f "$raw64" errors) + $(f "$zg1" errors) + $(f "$zg64" errors) +
-    $(f "$rg1" errors) + $(f "$rg64" errors)))
+read -r ratio64 ratio64_lo ratio64_hi <<<"$(stat ratio zkresp-c64 raw-c64 ops_per_sec)"
+read -r over1 over1_lo over1_hi <<<"$(stat diff zkresp-c1 raw-c1 p50_us)"
+errs=$(awk '{ for (i = 3; i <= NF; i++) if ($i ~ /^errors=/) { split($i, e, "="); s += e[2] } }
+    END { print s + 0 }' "$tmp/results")
+rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
 
 {
     echo
-    echo "zkresp bench: ${SECS} s per measurement after ${WARMUP} s warm-up;" \
-        "$(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1));" \
-        "ZooKeeper ${zk_version:-?} standalone, forceSync=no; $(redis-server --version | awk '{print $1, $3}')"
+    echo "zkresp bench: ${SECS} s per measurement after ${WARMUP} s warm-up," \
+        "pairs: median of $ROUNDS rounds"
+    echo "  $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1));" \
+        "ZooKeeper ${zk_version:-?} standalone, forceSync=no;" \
+        "$(redis-server --version | awk '{ print $1, $3 }'); zkresp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo
-    echo "Lock pairs: zkresp = SET k tok NX PX 30000 + DELIFEQ k tok;" \
-        "raw = libzookeeper_mt async create EPHEMERAL + delete(version 0), one session"
-    printf '  %-4s %14s %12s %7s %18s %18s %14s %12s\n' \
-        C "zkresp pairs/s" "raw pairs/s" ratio "zkresp p50/p99 us" \
-        "raw p50/p99 us" "zkresp CPU/pr" "ZK CPU/pair"
+    echo "Lock pairs. zkresp: SET k tok NX PX 30000 + DELIFEQ k tok, C connections."
+    echo "            raw: libzookeeper_mt, one session, C pairs in flight," \
+        "create EPHEMERAL + delete(version 0)."
+    printf '  %-3s %14s %12s %18s %18s %18s\n' C "zkresp pairs/s" \
+        "raw pairs/s" "ratio (range)" "zkresp p50/p99 us" "raw p50/p99 us"
     for c in 1 64; do
-        if [ $c = 1 ]; then z=$zr1 r=$raw1 q=$ratio1; else z=$zr64 r=$raw64 q=$ratio64; fi
-        printf '  %-4s %14.0f %12.0f %7s %18s %18s %11s us %9s us\n' \
-            $c "$(f "$z" ops_per_sec)" "$(f "$r" ops_per_sec)" "$q" \
-            "$(f "$z" p50_us)/$(f "$z" p99_us)" "$(f "$r" p50_us)/$(f "$r" p99_us)" \
-            "$(f "$z" zkresp_cpu_us_per_op)" "$(f "$z" zk_cpu_us_per_op)"
+        read -r q lo hi <<<"$(stat ratio "zkresp-c$c" "raw-c$c" ops_per_sec)"
+        printf '  %-3s %14s %12s %18s %18s %18s\n' "$c" \
+            "$(med "zkresp-c$c" ops_per_sec %.0f)" "$(med "raw-c$c" ops_per_sec %.0f)" \
+            "$(num %.2f "$q") ($(num %.2f "$lo")-$(num %.2f "$hi"))" \
+            "$(med "zkresp-c$c" p50_us %.0f)/$(med "zkresp-c$c" p99_us %.0f)" \
+            "$(med "raw-c$c" p50_us %.0f)/$(med "raw-c$c" p99_us %.0f)"
     done
-    echo "  (ZK CPU/pair is the ZooKeeper server's CPU during the zkresp run;" \
-        "raw: $(f "$raw1" zk_cpu_us_per_op) us at C=1, $(f "$raw64" zk_cpu_us_per_op) us at C=64." \
-        "raw client's own CPU/pair: $(f "$raw1" self_cpu_us_per_op) us at C=1," \
-        "$(f "$raw64" self_cpu_us_per_op) us at C=64)"
-    echo "  zkresp CPU time per pair: $(f "$zr1" zkresp_cpu_us_per_op) us at C=1," \
-        "$(f "$zr64" zkresp_cpu_us_per_op) us at C=64 (CPU use $(f "$zr64" zkresp_cpu_pct)% of a core at C=64)"
-    echo "  zkresp RSS: $(f "$zr64" zkresp_rss_kb) KiB after the C=64 run" \
-        "($(f "$zg64" zkresp_rss_kb) KiB after the GET runs)"
-    echo "  p50 overhead at C=1: $(f "$zr1" p50_us) - $(f "$raw1" p50_us) = $overhead1 us"
     echo
-    echo "GET of a held lock (one key, SET NX PX 60000 before the run)"
-    printf '  %-4s %14s %12s %7s %18s %18s %14s\n' \
-        C "zkresp GET/s" "redis GET/s" ratio "zkresp p50/p99 us" \
-        "redis p50/p99 us" "zkresp CPU/GET"
+    echo "  CPU time per pair (us)   zkresp   raw client   ZooKeeper(zkresp run)" \
+        "  ZooKeeper(raw run)   load generator"
     for c in 1 64; do
-        if [ $c = 1 ]; then z=$zg1 r=$rg1; else z=$zg64 r=$rg64; fi
-        printf '  %-4s %14.0f %12.0f %7s %18s %18s %11s us\n' \
-            $c "$(f "$z" ops_per_sec)" "$(f "$r" ops_per_sec)" \
-            "$(ratio "$(f "$z" ops_per_sec)" "$(f "$r" ops_per_sec)")" \
-            "$(f "$z" p50_us)/$(f "$z" p99_us)" "$(f "$r" p50_us)/$(f "$r" p99_us)" \
-            "$(f "$z" zkresp_cpu_us_per_op)"
+        printf '  %-24s %7s %12s %23s %20s %16s\n' "C=$c" \
+            "$(med "zkresp-c$c" zkresp_cpu_us_per_op)" \
+            "$(med "raw-c$c" self_cpu_us_per_op)" \
+            "$(med "zkresp-c$c" zk_cpu_us_per_op)" \
+            "$(med "raw-c$c" zk_cpu_us_per_op)" \
+            "$(awk -v p="$(med "zkresp-c$c" self_cpu_pct)" -v o="$(med "zkresp-c$c" ops_per_sec)" \
+                'BEGIN { if (o > 0) printf "%.1f", p * 1e4 / o; else print "n/a" }')"
     done
-    echo "  (load generator CPU: $(f "$zg64" self_cpu_pct)% against zkresp," \
-        "$(f "$rg64" self_cpu_pct)% against redis-server at C=64; near 100% means" \
-        "the generator, not the server, set the pace)"
+    echo "  zkresp CPU use at C=64: $(med zkresp-c64 zkresp_cpu_pct)% of one core;" \
+        "RSS $(num %.0f "$rss_pairs") KiB (max over the C=64 pair runs)," \
+        "$(med zkresp-get-c64 zkresp_rss_kb %.0f) KiB after the GET runs"
+    echo "  p50 overhead at C=1 = zkresp p50 - raw p50 (median over rounds)"
+    echo
+    echo "GET of a held lock (one key, SET NX PX 60000 before the run), 1 run each"
+    printf '  %-3s %14s %12s %7s %18s %18s %15s\n' C "zkresp GET/s" \
+        "redis GET/s" ratio "zkresp p50/p99 us" "redis p50/p99 us" \
+        "zkresp CPU/GET"
+    for c in 1 64; do
+        read -r q _ <<<"$(stat ratio "zkresp-get-c$c" "redis-get-c$c" ops_per_sec)"
+        printf '  %-3s %14s %12s %7s %18s %18s %12s us\n' "$c" \
+            "$(med "zkresp-get-c$c" ops_per_sec %.0f)" \
+            "$(med "redis-get-c$c" ops_per_sec %.0f)" "$(num %.2f "$q")" \
+            "$(med "zkresp-get-c$c" p50_us %.0f)/$(med "zkresp-get-c$c" p99_us %.0f)" \
+            "$(med "redis-get-c$c" p50_us %.0f)/$(med "redis-get-c$c" p99_us %.0f)" \
+            "$(med "zkresp-get-c$c" zkresp_cpu_us_per_op)"
+    done
+    echo "  load generator CPU at C=64: $(med zkresp-get-c64 self_cpu_pct)% (zkresp run)," \
+        "$(med redis-get-c64 self_cpu_pct)% (redis-server run), of one core; near 100%" \
+        "means the generator set the pace"
     echo
     echo "Targets"
-    printf '  %-44s %10s  %s\n' "pairs ratio zkresp/raw at C=64 >= 0.85" \
-        "$ratio64" "$(met "$ratio64" ">=" 0.85)"
-    printf '  %-44s %7s us  %s\n' "p50 overhead at C=1 < 150 us" \
-        "$overhead1" "$(met "$overhead1" "<" 150)"
+    printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
+        "pairs ratio zkresp/raw at C=64 >= 0.85" "$(num %.2f "$ratio64")" \
+        "$(met "$ratio64" ">=" 0.85)" "$(num %.2f "$ratio64_lo")" \
+        "$(num %.2f "$ratio64_hi")"
+    printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
+        "p50 overhead at C=1 < 150 us" "$(num %.0f "$over1") us" \
+        "$(met "$over1" "<" 150)" "$(num %.0f "$over1_lo")" \
+        "$(num %.0f "$over1_hi")"
     if [ "$errs" -ne 0 ]; then
         echo
-        echo "WARNING: $errs operations failed (unexpected replies); see the" \
-            "messages above. Failed pairs are not counted in pairs/s."
+        echo "WARNING: $errs operations failed (unexpected replies, see the" \
+            "messages above); failed pairs are not counted in pairs/s."
+    fi
+    if [ -s "$out/perf-zkresp-flat.txt" ]; then
+        echo
+        echo "perf profile of zkresp at C=64 (top symbols; full report in" \
+            "build/bench/perf-zkresp.txt):"
+        grep -v '^#' "$out/perf-zkresp-flat.txt" | grep -v '^$' |
+            sed 's/[[:space:]-]*$//' | head -25 |
+            sed 's/^/  /'
     fi
     echo
-    echo "Result lines:"
+    echo "Result lines (name round result):"
     sed 's/^/  /' "$tmp/results"
 } | tee "$out/report.txt"
