@@ -1,0 +1,75 @@
+-- errors.lua — every error reply the system layer sends, with Redis's exact
+-- texts (Redis 7 / 8.4, Valkey 9 where noted).
+--
+-- An error reply is the table {err = "<CODE> <message>"}; the C host writes
+-- it as "-<CODE> <message>\r\n".  Constants below hold the full text, code
+-- prefix included; the functions build the texts that carry arguments.
+
+local E = {}
+
+E.WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+E.SYNTAX = "ERR syntax error"
+E.NOT_INTEGER = "ERR value is not an integer or out of range"
+E.INCR_OVERFLOW = "ERR increment or decrement would overflow"
+E.DECR_OVERFLOW = "ERR decrement would overflow"
+E.EXPIRE_NX_COMBO = "ERR NX and XX, GT or LT options at the same time are not compatible"
+E.EXPIRE_GT_LT = "ERR GT and LT options at the same time are not compatible"
+
+-- zkresp's own limits (DESIGN.md "Keyspace model").
+E.KEY_TOO_LONG = "ERR key too long"
+E.VALUE_TOO_LARGE = "ERR value too large"
+E.DIGEST_UNSUPPORTED = "ERR IFDEQ and IFDNE are not supported by zkresp"
+E.TOO_MANY_KEYS = "ERR too many keys to scan with KEYS"
+
+-- Failures a client should retry (Redis clients treat TRYAGAIN as
+-- retryable).
+E.UNAVAILABLE = "TRYAGAIN ZooKeeper unavailable"
+E.CLOSING = "TRYAGAIN zkresp is shutting down"
+E.CONTENDED = "TRYAGAIN too many conflicting writes, try again"
+
+-- Redis's processCommand: the name and each argument are copied as C
+-- strings (so they stop at a NUL byte), the name cut at 128 bytes, every
+-- argument as "'%.*s' " with the precision that keeps the list near 128
+-- bytes, arguments added while the list is shorter than 128 bytes; CR and
+-- LF become spaces.
+local function cstr(s)
+    local nul = s:find("\0", 1, true)
+    if nul then return s:sub(1, nul - 1) end
+    return s
+end
+
+function E.unknown_command(args)
+    local list = ""
+    local i = 2
+    while i <= #args and #list < 128 do
+        list = list .. "'" .. cstr(args[i]):sub(1, 128 - #list) .. "' "
+        i = i + 1
+    end
+    local msg = "ERR unknown command '" .. cstr(args[1]):sub(1, 128) ..
+                "', with args beginning with: " .. list
+    return (msg:gsub("[\r\n]", " "))
+end
+
+-- `name` is the command's declared (lower-case) name.
+function E.wrong_arity(name)
+    return "ERR wrong number of arguments for '" .. name .. "' command"
+end
+
+function E.invalid_expire(name)
+    return "ERR invalid expire time in '" .. name .. "' command"
+end
+
+-- EXPIRE's options: the argument as sent, cut at a NUL like Redis's %s.
+function E.unsupported_option(opt)
+    return ("ERR Unsupported option " .. cstr(opt)):gsub("[\r\n]", " ")
+end
+
+-- A ZooKeeper result no command expects (ZNOAUTH, ZINVALIDACL...).
+function E.zookeeper(rc, what)
+    return "ERR ZooKeeper error " .. tostring(rc) .. (what and (" on " .. what) or "")
+end
+
+-- Reply helpers: command code returns these tables as replies.
+function E.reply(text) return { err = text } end
+
+return E

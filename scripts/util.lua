@@ -1,0 +1,106 @@
+-- util.lua — small pure helpers shared by the command modules: Redis's
+-- integer parsing and its glob matcher.
+
+local U = {}
+
+-- Redis's string2ll: a decimal integer in the signed 64-bit range with no
+-- sign other than a leading '-', no leading zeros, no spaces, shorter than
+-- 21 bytes.  Returns the integer or nil.
+function U.to_int(s)
+    if type(s) ~= "string" or #s == 0 or #s >= 21 then return nil end
+    if s == "0" then return 0 end
+    if not s:find("^%-?[1-9]%d*$") then return nil end
+    local n = math.tointeger(tonumber(s))
+    -- Out-of-range literals become floats in Lua; a round trip rejects them
+    -- (and a float that happens to be integral, like -2^63 - 1 rounded).
+    if n == nil or tostring(n) ~= s then return nil end
+    return n
+end
+
+-- a + b, or nil when it would leave the signed 64-bit range (Redis's
+-- incrDecrCommand check).
+function U.add_checked(a, b)
+    if (b < 0 and a < 0 and b < math.mininteger - a) or
+       (b > 0 and a > 0 and b > math.maxinteger - a) then
+        return nil
+    end
+    return a + b
+end
+
+-- Redis's stringmatchlen (case sensitive): '*', '?', '[...]' with '^'
+-- negation and 'a-z' ranges, '\' escapes.  Byte-wise; beyond the end of the
+-- pattern reads as NUL, as the C code's terminator does.
+local function match(p, pi, s, si, skip, nesting)
+    if nesting > 1000 then return false end
+    local plen, slen = #p, #s
+    local function pb(i) return i <= plen and p:byte(i) or 0 end
+    while pi <= plen and si <= slen do
+        local c = p:byte(pi)
+        if c == 42 then -- '*'
+            while pi < plen and p:byte(pi + 1) == 42 do pi = pi + 1 end
+            if pi == plen then return true end
+            while si <= slen do
+                if match(p, pi + 1, s, si, skip, nesting + 1) then return true end
+                if skip.v then return false end
+                si = si + 1
+            end
+            skip.v = true
+            return false
+        elseif c == 63 then -- '?'
+            si = si + 1
+        elseif c == 91 then -- '['
+            pi = pi + 1
+            local negate = pb(pi) == 94 -- '^'
+            if negate then pi = pi + 1 end
+            local matched = false
+            local sc = s:byte(si)
+            while true do
+                local rest = plen - pi + 1
+                if pb(pi) == 92 and rest >= 2 then -- '\'
+                    pi = pi + 1
+                    if pb(pi) == sc then matched = true end
+                elseif pb(pi) == 93 then -- ']'
+                    break
+                elseif rest <= 0 then
+                    pi = pi - 1
+                    break
+                elseif rest >= 3 and pb(pi + 1) == 45 then -- 'a-z'
+                    local lo, hi = pb(pi), pb(pi + 2)
+                    if lo > hi then lo, hi = hi, lo end
+                    pi = pi + 2
+                    if sc >= lo and sc <= hi then matched = true end
+                elseif pb(pi) == sc then
+                    matched = true
+                end
+                pi = pi + 1
+            end
+            if negate then matched = not matched end
+            if not matched then return false end
+            si = si + 1
+        else
+            if c == 92 and plen - pi + 1 >= 2 then -- '\'
+                pi = pi + 1
+                c = p:byte(pi)
+            end
+            if c ~= s:byte(si) then return false end
+            si = si + 1
+        end
+        pi = pi + 1
+        if si > slen then
+            while pb(pi) == 42 do pi = pi + 1 end
+            break
+        end
+    end
+    return pi > plen and si > slen
+end
+
+function U.glob(pattern, s)
+    return match(pattern, 1, s, 1, { v = false }, 0)
+end
+
+-- Case-insensitive comparison of an argument with an ASCII keyword.
+function U.is(arg, word)
+    return #arg == #word and arg:lower() == word
+end
+
+return U
