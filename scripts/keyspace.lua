@@ -1,0 +1,734 @@
+-- keyspace.lua — Redis keys as znodes.
+--
+--   key --policy.key_path or encode--> <root>/k/<name> --zk.get--> rec
+--   rec --put/delete (always conditional)--> zk.set / zk.create / zk.multi
+--
+-- One key is one znode; its data is a codec value (type, TTL, write nonce,
+-- payload).  This module reads keys (deciding whether they are alive),
+-- writes them with the lifetime rule, resolves writes whose outcome was
+-- lost, and expires the keys this sidecar owns.
+--
+-- A read returns a record, `rec`:
+--   key, path    the Redis key and its znode
+--   node         the znode's stat, or nil when there is no znode
+--   vtype, value the codec type and payload; ttl the stored TTL; nonce
+--   deadline     when the key expires, on host.now()'s clock, or nil
+--   live         the key exists for Redis: a node whose deadline passed
+--                reads as absent everywhere, even before its delete lands
+--   mine         the node is ephemeral and owned by our current session
+--   dead_owner   the node is ephemeral and owned by one of our earlier
+--                sessions: foreign, never re-adopted
+--   owned        our owned-key entry for this node, when it is one
+--   cached       the record came from the owned-key cache, not ZooKeeper
+--
+-- Lifetime: a key with a TTL is an EPHEMERAL znode owned by the session of
+-- the sidecar that last wrote it; a key without TTL is PERSISTENT (the
+-- policy may decide otherwise).  Writing a node whose lifetime or owner
+-- differs from what we would create is one multi {delete(version),
+-- create}, so the key's lifetime follows its last writer.  Otherwise it is a
+-- versioned set; an absent key is a create.  Never an unconditional write.
+--
+-- Time: the owner of a key with a TTL counts its deadline on host.now()
+-- from the acknowledgment of its write and deletes the node itself (a
+-- versioned delete) when it passes.  Other sidecars map the node's mtime
+-- (the ZooKeeper leader's clock) onto host.now() with an offset learned from
+-- their own writes, so their deadline is never earlier than the real one.
+-- host.wall() is never used for expiry.
+--
+-- Failures inside a command are raised as signals caught by txn.run:
+-- K.retry(delay) re-runs the command from its first read; K.abort(reply)
+-- ends it with that reply.
+
+local codec = require "codec"
+local errors = require "errors"
+local queue = require "queue"
+
+local K = {}
+
+-- Writers other than the owner take over an expired node only this long
+-- after its deadline, so that the owner's own versioned delete lands first
+-- (see put).  The policy may set takeover_grace_ms.
+K.GRACE_MS = 100
+-- How often the leader clock offset is refreshed by a write to <root>.
+K.CLOCK_REFRESH_MS = 30000
+-- Values up to this size are kept in the owned-key cache.
+K.CACHE_VALUE_MAX = 1024
+-- Tries of one ZooKeeper read when the connection drops under it.
+K.READ_TRIES = 10
+
+local owned = {}    -- path -> entry, see remember()
+local heap = {}     -- min-heap of {at, path, entry}: when to expire what
+local dead = {}     -- session id -> true for our earlier sessions
+local state = {
+    offset = nil,   -- leader ms - host.now() ms, learned from our writes
+    sid = nil,      -- the session the last session event named
+    counter = 0,    -- write nonce counter
+    timer = nil,    -- expiry timer
+    clock = nil,    -- clock refresh timer
+}
+
+K.owned = owned
+K.dead = dead
+K.state = state
+
+local DEFAULT_POLICY = {
+    key_path = function() return nil end,
+    lifetime = function(_, _, ttl_ms) return ttl_ms and "ephemeral" or "persistent" end,
+    ttl = function(_, ttl_ms) return ttl_ms end,
+}
+K.policy = DEFAULT_POLICY
+
+-- Installs a policy table; hooks it lacks fall back to the defaults.
+function K.set_policy(p)
+    K.policy = setmetatable({}, { __index = function(_, k)
+        local v = p[k]
+        if v == nil then v = DEFAULT_POLICY[k] end
+        return v
+    end })
+end
+
+---------------------------------------------------------------------------
+-- Signals
+
+local Retry = {}
+local Abort = {}
+
+function K.retry(delay) error(setmetatable({ delay = delay }, Retry), 0) end
+function K.abort(reply) error(setmetatable({ reply = reply }, Abort), 0) end
+function K.is_retry(e) return getmetatable(e) == Retry end
+function K.is_abort(e) return getmetatable(e) == Abort end
+
+-- A write whose outcome is unknown (the reply was lost with the
+-- connection, or the session went away under it).
+local function unknown(rc)
+    return rc == zk.CONNECTIONLOSS or rc == zk.OPERATIONTIMEOUT or
+           rc == zk.SESSIONMOVED or rc == zk.SESSIONEXPIRED
+end
+K.unknown = unknown
+
+-- Ends the command for a ZooKeeper result it cannot go on with.
+local function fail(rc, what)
+    if rc == zk.TIMEOUT then K.abort({ err = errors.UNAVAILABLE }) end
+    if rc == zk.CLOSING then K.abort({ err = errors.CLOSING }) end
+    K.abort({ err = errors.zookeeper(rc, what) })
+end
+K.fail = fail
+
+---------------------------------------------------------------------------
+-- Paths and limits
+
+function K.root()
+    return (host.config and host.config.root) or "/zkresp"
+end
+
+function K.keys_dir()
+    return K.root() .. "/k"
+end
+
+function K.path(key)
+    local p = K.policy.key_path(key)
+    if p ~= nil then
+        if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then
+            error("policy key_path must return an absolute znode path or nil", 0)
+        end
+        return p
+    end
+    return K.keys_dir() .. "/" .. host.key_encode(key)
+end
+
+local function parent(path)
+    return path:match("^(.*)/[^/]*$")
+end
+
+function K.max_key_len()
+    return (host.config and host.config.max_key_len) or 1024
+end
+
+function K.max_value_len()
+    return (host.config and host.config.max_value_len) or 256 * 1024
+end
+
+-- The error text for a key over the cap, or nil.
+function K.key_error(key)
+    if #key > K.max_key_len() then return errors.KEY_TOO_LONG end
+end
+
+function K.value_error(value)
+    if #value > K.max_value_len() then return errors.VALUE_TOO_LARGE end
+end
+
+---------------------------------------------------------------------------
+-- Small ZooKeeper helpers for operations without side effects, asked again
+-- when the connection drops under them.
+
+local function zget(path)
+    for _ = 1, K.READ_TRIES do
+        local rc, data, stat = zk.get(path)
+        if rc == zk.OK or rc == zk.NONODE then return rc, data, stat end
+        if not unknown(rc) then fail(rc, "get") end
+    end
+    K.abort({ err = errors.UNAVAILABLE })
+end
+
+local function zexists(path)
+    for _ = 1, K.READ_TRIES do
+        local rc, stat = zk.exists(path)
+        if rc == zk.OK or rc == zk.NONODE then return rc, stat end
+        if not unknown(rc) then fail(rc, "exists") end
+    end
+    K.abort({ err = errors.UNAVAILABLE })
+end
+
+local function zsync(path)
+    for _ = 1, K.READ_TRIES do
+        local rc = zk.sync(path)
+        if rc == zk.OK or rc == zk.NONODE then return end
+        if not unknown(rc) then fail(rc, "sync") end
+    end
+    K.abort({ err = errors.UNAVAILABLE })
+end
+
+function K.children(path)
+    for _ = 1, K.READ_TRIES do
+        local rc, names = zk.children(path)
+        if rc == zk.OK then return names end
+        if rc == zk.NONODE then return {} end
+        if not unknown(rc) then fail(rc, "children") end
+    end
+    K.abort({ err = errors.UNAVAILABLE })
+end
+
+K.stat = zexists
+
+-- Creates `path` and its missing ancestors as empty persistent nodes.
+function K.ensure_path(path)
+    local prefix = ""
+    for part in path:gmatch("[^/]+") do
+        prefix = prefix .. "/" .. part
+        local done = false
+        for _ = 1, K.READ_TRIES do
+            local rc = zk.create(prefix, "", 0)
+            if rc == zk.OK or rc == zk.NODEEXISTS then done = true break end
+            if not unknown(rc) then fail(rc, "create " .. prefix) end
+        end
+        if not done then K.abort({ err = errors.UNAVAILABLE }) end
+    end
+end
+
+---------------------------------------------------------------------------
+-- The leader clock
+
+local function learn_offset(stat)
+    if stat and stat.mtime then state.offset = stat.mtime - host.now() end
+end
+
+-- Learns the offset by a write of our own to <root> (its data is unused).
+function K.refresh_clock()
+    for _ = 1, K.READ_TRIES do
+        local rc, stat = zk.set(K.root(), "", -1)
+        if rc == zk.OK then
+            learn_offset(stat)
+            return
+        elseif rc == zk.NONODE then
+            K.ensure_path(K.keys_dir())
+        elseif not unknown(rc) then
+            fail(rc, "set " .. K.root())
+        end
+    end
+    K.abort({ err = errors.UNAVAILABLE })
+end
+
+function K.ensure_clock()
+    if not state.offset then K.refresh_clock() end
+end
+
+-- A leader timestamp (ms) on host.now()'s clock.
+function K.local_time(leader_ms)
+    return leader_ms - state.offset
+end
+
+---------------------------------------------------------------------------
+-- Sessions
+
+local function session()
+    local sid, connected = zk.session()
+    return sid or 0, connected
+end
+
+-- The nonce of a new write: our instance id and a counter.
+function K.nonce()
+    state.counter = state.counter + 1
+    local inst = (host.instance or "") .. string.rep("\0", 8)
+    return inst:sub(1, 8) .. string.pack(">I8", state.counter)
+end
+
+---------------------------------------------------------------------------
+-- Reading
+
+-- Builds the record of `key` from a zk.get result (stat nil: no node).
+function K.record(key, path, data, stat)
+    local rec = { key = key, path = path, live = false }
+    if not stat then return rec end
+    local v = codec.decode(data)
+    rec.node = stat
+    rec.vtype, rec.value, rec.ttl, rec.nonce = v.type, v.payload, v.ttl, v.nonce
+    local sid = session()
+    local owner = stat.ephemeralOwner or 0
+    rec.mine = owner ~= 0 and owner == sid
+    rec.dead_owner = owner ~= 0 and owner ~= sid and dead[owner] == true
+    local o = owned[path]
+    if o and o.sid == sid and v.nonce and o.nonce == v.nonce and o.version == stat.version then
+        rec.owned = o
+        rec.deadline = o.deadline
+    elseif v.ttl > 0 then
+        K.ensure_clock()
+        rec.deadline = K.local_time(stat.mtime) + v.ttl
+    end
+    rec.live = rec.deadline == nil or rec.deadline > host.now()
+    return rec
+end
+
+function K.read(key)
+    local path = K.path(key)
+    local rc, data, stat = zget(path)
+    if rc == zk.NONODE then return K.record(key, path) end
+    return K.record(key, path, data, stat)
+end
+
+-- Reads several keys at once (the gets run concurrently).  Returns a table
+-- key -> rec.
+function K.read_many(keys)
+    local uniq, seen = {}, {}
+    for _, k in ipairs(keys) do
+        if not seen[k] then
+            seen[k] = true
+            uniq[#uniq + 1] = k
+        end
+    end
+    local out = {}
+    if #uniq <= 1 then
+        for _, k in ipairs(uniq) do out[k] = K.read(k) end
+        return out
+    end
+    local paths = {}
+    for i, k in ipairs(uniq) do paths[i] = K.path(k) end
+    local results, pending = {}, #uniq
+    local me = coroutine.running()
+    local waiting = true
+    -- Should this coroutine be closed while it waits, the workers must not
+    -- wake it.
+    local guard <close> = setmetatable({}, { __close = function() waiting = false end })
+    for i, path in ipairs(paths) do
+        host.spawn(function()
+            local ok, rc, data, stat = pcall(zk.get, path)
+            results[i] = ok and { rc, data, stat } or { zk.SYSTEMERROR or -1 }
+            pending = pending - 1
+            if pending == 0 and waiting then host.wake(me) end
+        end)
+    end
+    while pending > 0 do host.suspend() end
+    for i, k in ipairs(uniq) do
+        local r = results[i]
+        if r[1] == zk.OK then
+            out[k] = K.record(k, paths[i], r[2], r[3])
+        elseif r[1] == zk.NONODE then
+            out[k] = K.record(k, paths[i])
+        elseif unknown(r[1]) or r[1] == (zk.SYSTEMERROR or -1) then
+            out[k] = K.read(k)
+        else
+            fail(r[1], "get")
+        end
+    end
+    return out
+end
+
+-- The record of a key this sidecar owns, from the owned-key cache, or nil.
+-- Good only to try a versioned write: a failed one must be followed by a
+-- fresh read, and so must any answer that depends on a mismatch.
+function K.cached(key)
+    local path = K.path(key)
+    local o = owned[path]
+    if not o or o.value == nil or o.sid ~= session() then return nil end
+    if o.deadline and o.deadline <= host.now() then return nil end
+    return {
+        key = key, path = path, cached = true, live = true, owned = o,
+        node = { version = o.version, czxid = o.czxid,
+                 ephemeralOwner = o.lifetime == "ephemeral" and o.sid or 0 },
+        vtype = o.vtype, value = o.value, ttl = o.ttl, nonce = o.nonce,
+        deadline = o.deadline, mine = o.lifetime == "ephemeral",
+    }
+end
+
+-- Milliseconds the key has left, or nil when it has no TTL.
+function K.remaining(rec)
+    if rec.deadline then return rec.deadline - host.now() end
+end
+
+---------------------------------------------------------------------------
+-- Owned keys and their expiry
+
+local function heap_push(item)
+    heap[#heap + 1] = item
+    local i = #heap
+    while i > 1 do
+        local p = i // 2
+        if heap[p].at <= heap[i].at then break end
+        heap[p], heap[i] = heap[i], heap[p]
+        i = p
+    end
+end
+
+local function heap_pop()
+    local top = heap[1]
+    local last = table.remove(heap)
+    if #heap > 0 then
+        heap[1] = last
+        local i, n = 1, #heap
+        while true do
+            local l, r, m = 2 * i, 2 * i + 1, i
+            if l <= n and heap[l].at < heap[m].at then m = l end
+            if r <= n and heap[r].at < heap[m].at then m = r end
+            if m == i then break end
+            heap[m], heap[i] = heap[i], heap[m]
+            i = m
+        end
+    end
+    return top
+end
+
+local function arm()
+    if not state.timer then state.timer = host.timer(function() K.expire_due() end) end
+    if heap[1] then
+        state.timer:start(math.max(0, heap[1].at - host.now()))
+    else
+        state.timer:stop()
+    end
+end
+
+local function forget(path)
+    owned[path] = nil
+end
+
+-- Records the node we just wrote.  Entries exist for the nodes with a TTL
+-- and the ephemeral nodes written in our current session.
+local function remember(path, w)
+    if w.ttl > 0 or w.lifetime == "ephemeral" then
+        local e = {
+            nonce = w.nonce, version = w.version, czxid = w.czxid, sid = w.sid,
+            lifetime = w.lifetime, vtype = w.vtype, ttl = w.ttl,
+            value = #w.payload <= K.CACHE_VALUE_MAX and w.payload or nil,
+            deadline = w.ttl > 0 and host.now() + w.ttl or nil,
+        }
+        owned[path] = e
+        if e.deadline then
+            heap_push({ at = e.deadline, path = path, entry = e })
+            arm()
+        end
+    else
+        owned[path] = nil
+    end
+end
+
+-- Deletes one owned node whose deadline passed, if it is still the node we
+-- wrote.
+function K.expire_one(path, e)
+    local held <close> = queue.hold({ path })
+    if owned[path] ~= e or e.deadline > host.now() then return end
+    local sid, connected = session()
+    if e.sid ~= sid then return forget(path) end
+    if not connected then
+        -- Try again later (and at once when the session is back).
+        heap_push({ at = host.now() + 1000, path = path, entry = e })
+        return
+    end
+    local grace = K.policy.takeover_grace_ms or K.GRACE_MS
+    if host.now() > e.deadline + grace / 2 then
+        -- Late (the loop or the connection stalled): others may have taken
+        -- the key over by now, so look before deleting.
+        local rc, data, stat = zk.get(path)
+        if rc == zk.NONODE then return forget(path) end
+        if rc ~= zk.OK then
+            heap_push({ at = host.now() + 1000, path = path, entry = e })
+            return
+        end
+        if codec.decode(data).nonce ~= e.nonce or stat.version ~= e.version then
+            return forget(path)
+        end
+    end
+    local rc = zk.delete(path, e.version)
+    if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then
+        if owned[path] == e then forget(path) end
+        host.log("debug", "expired " .. path)
+        return
+    end
+    if unknown(rc) then
+        local ok, rc2, data = pcall(function()
+            zsync(path)
+            return zget(path)
+        end)
+        if ok and (rc2 == zk.NONODE or codec.decode(data).nonce ~= e.nonce) then
+            if owned[path] == e then forget(path) end
+            return
+        end
+    end
+    heap_push({ at = host.now() + 1000, path = path, entry = e })
+end
+
+-- Runs from the expiry timer: deletes every owned key whose deadline passed
+-- and re-arms the timer for the next one.
+function K.expire_due()
+    local now = host.now()
+    local due, seen = {}, {}
+    while heap[1] and heap[1].at <= now do
+        local item = heap_pop()
+        if owned[item.path] == item.entry and not seen[item.path] then
+            seen[item.path] = true
+            due[#due + 1] = item
+        end
+    end
+    for _, item in ipairs(due) do
+        local ok, err = pcall(K.expire_one, item.path, item.entry)
+        if not ok then
+            host.log("warn", "expiring " .. item.path .. ": " ..
+                     tostring(K.is_abort(err) and err.reply.err or err))
+            if owned[item.path] == item.entry then
+                heap_push({ at = host.now() + 1000, path = item.path, entry = item.entry })
+            end
+        end
+    end
+    arm()
+end
+
+---------------------------------------------------------------------------
+-- Resolving writes of unknown outcome
+
+-- After a create or set carrying `nonce` came back with an unknown result:
+-- true and the node's stat when it applied, false when it did not.
+local function resolve_write(path, nonce, lifetime)
+    zsync(path)
+    local rc, data, stat = zget(path)
+    if rc == zk.NONODE then return false end
+    if codec.decode(data).nonce ~= nonce then return false end
+    if lifetime == "ephemeral" and stat.ephemeralOwner ~= session() then
+        -- It landed under a session that is gone: not ours to claim.
+        return false
+    end
+    return true, stat
+end
+
+-- Same after a delete (or a multi of deletes) of `recs`: applied when no
+-- node is still the one we deleted.
+local function resolve_delete(recs)
+    for _, rec in ipairs(recs) do
+        zsync(rec.path)
+        local rc, data, stat = zget(rec.path)
+        if rc == zk.OK then
+            local same
+            if rec.node.czxid then
+                same = stat.czxid == rec.node.czxid
+            else
+                same = codec.decode(data).nonce == rec.nonce
+            end
+            if same then return false end
+        end
+    end
+    return true
+end
+
+-- A create we could not confirm before answering TRYAGAIN may still have
+-- applied.  Look again in the background and delete the node if it is
+-- ours, so that a client told "failed" holds nothing.
+function K.watch_orphan(path, nonce)
+    host.spawn(function()
+        for attempt = 1, 8 do
+            host.sleep(250 * attempt)
+            local ok, done = pcall(function()
+                local held <close> = queue.hold({ path })
+                zsync(path)
+                local rc, data, stat = zget(path)
+                if rc == zk.NONODE or codec.decode(data).nonce ~= nonce then return true end
+                local drc = zk.delete(path, stat.version)
+                if drc == zk.OK then
+                    host.log("info", "deleted unconfirmed write " .. path)
+                    if owned[path] and owned[path].nonce == nonce then forget(path) end
+                end
+                return drc == zk.OK or drc == zk.NONODE
+            end)
+            if ok and done then return end
+        end
+    end)
+end
+
+---------------------------------------------------------------------------
+-- Writing
+
+local function first_error(rc, results)
+    if rc ~= zk.OK and type(results) == "table" then
+        for _, r in ipairs(results) do
+            if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then return r.rc end
+        end
+    end
+    return rc
+end
+
+local function grace_ms()
+    return K.policy.takeover_grace_ms or K.GRACE_MS
+end
+
+-- Writes `payload` of codec type `vtype` to rec's key, to live `ttl` ms
+-- (0: no TTL).  Returns when the write is confirmed; raises a retry when
+-- the record is stale (someone wrote in between) or the write did not
+-- apply.
+function K.put(rec, vtype, payload, ttl)
+    ttl = ttl or 0
+    assert(math.type(ttl) == "integer" and ttl >= 0, "ttl must be a non-negative integer")
+    local key, path = rec.key, rec.path
+    local P = K.policy
+    if ttl > 0 then
+        local t = P.ttl(key, ttl)
+        if math.type(t) ~= "integer" then t = math.tointeger(t) or math.ceil(t) end
+        ttl = math.max(1, t)
+    end
+    local lifetime = P.lifetime(key, codec.type_name(vtype), ttl > 0 and ttl or nil)
+    if lifetime ~= "ephemeral" and lifetime ~= "persistent" then
+        error("policy lifetime must return \"ephemeral\" or \"persistent\"", 0)
+    end
+    local sid = session()
+    local nonce = K.nonce()
+    local data = codec.encode({ type = vtype, ttl = ttl, nonce = nonce, payload = payload })
+    local flags = lifetime == "ephemeral" and zk.EPHEMERAL or 0
+    local node = rec.node
+    local kind, rc, stat, results
+    if node then
+        local owner = node.ephemeralOwner or 0
+        if (lifetime == "persistent" and owner == 0) or
+           (lifetime == "ephemeral" and owner ~= 0 and owner == sid) then
+            kind = "set"
+            rc, stat = zk.set(path, data, node.version)
+        else
+            if not rec.live and not rec.mine and not rec.owned and rec.deadline then
+                -- Taking over an expired node of another writer: let its
+                -- owner's versioned delete land first.  (A node re-created
+                -- starts again at version 0, so a late delete of the owner
+                -- could otherwise hit our new node.)
+                local wait = rec.deadline + grace_ms() - host.now()
+                if wait > 0 then K.retry(math.ceil(wait)) end
+            end
+            kind = "replace"
+            rc, results = zk.multi({ { "delete", path, node.version },
+                                     { "create", path, data, flags } })
+            rc = first_error(rc, results)
+        end
+    else
+        kind = "create"
+        local _
+        rc, _, stat = zk.create(path, data, flags)
+        if rc == zk.NONODE then
+            -- The parent is missing (a fresh ensemble, or a policy path).
+            K.ensure_path(parent(path))
+            K.retry(0)
+        end
+    end
+    local confirmed_by_read = false
+    if rc == zk.NODEEXISTS or rc == zk.BADVERSION or rc == zk.NONODE then
+        K.retry()
+    elseif unknown(rc) then
+        local ok, applied, st = pcall(resolve_write, path, nonce, lifetime)
+        if not ok then
+            if kind ~= "set" and not rec.live then K.watch_orphan(path, nonce) end
+            error(applied, 0)
+        end
+        if not applied then K.retry() end
+        stat, confirmed_by_read = st, true
+    elseif rc ~= zk.OK then
+        fail(rc, kind .. " " .. path)
+    end
+    if stat and not confirmed_by_read then learn_offset(stat) end
+    local owner_sid = session()
+    if stat and lifetime == "ephemeral" and stat.ephemeralOwner ~= owner_sid then
+        -- An in-place set reached a node of a session that has just gone
+        -- away; the value would vanish with it.  Move it to a node of the
+        -- current session.
+        local mrc, mres = zk.multi({ { "delete", path, stat.version },
+                                     { "create", path, data, flags } })
+        if first_error(mrc, mres) ~= zk.OK then
+            host.log("warn", "could not move " .. path .. " to the current session")
+            forget(path)
+            return true
+        end
+        stat = nil
+    end
+    remember(path, {
+        nonce = nonce, sid = owner_sid, lifetime = lifetime, vtype = vtype,
+        payload = payload, ttl = ttl,
+        version = stat and stat.version or 0,
+        czxid = stat and stat.czxid or nil,
+    })
+    return true
+end
+
+-- Deletes the nodes of `recs` (live keys just read), atomically.
+function K.delete(recs)
+    if #recs == 0 then return true end
+    local rc, results
+    if #recs == 1 then
+        rc = zk.delete(recs[1].path, recs[1].node.version)
+    else
+        local ops = {}
+        for i, rec in ipairs(recs) do ops[i] = { "delete", rec.path, rec.node.version } end
+        rc, results = zk.multi(ops)
+        rc = first_error(rc, results)
+    end
+    if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end
+    if unknown(rc) then
+        if not resolve_delete(recs) then K.retry() end
+    elseif rc ~= zk.OK then
+        fail(rc, "delete")
+    end
+    for _, rec in ipairs(recs) do forget(rec.path) end
+    return true
+end
+
+---------------------------------------------------------------------------
+-- Session events and start-up
+
+-- Every owned key is lost with the session; its nodes, if still there, are
+-- foreign from now on.
+function K.forget_session(sid)
+    if sid and sid ~= 0 then dead[sid] = true end
+    for p in pairs(owned) do owned[p] = nil end
+    for i = #heap, 1, -1 do heap[i] = nil end
+    if state.timer then state.timer:stop() end
+end
+
+-- Makes sure <root> and <root>/k exist and learns the leader clock.
+function K.init()
+    K.ensure_path(K.keys_dir())
+    K.refresh_clock()
+    if not state.clock then
+        state.clock = host.timer(function()
+            local _, connected = session()
+            if connected then pcall(K.refresh_clock) end
+            state.clock:start(K.CLOCK_REFRESH_MS)
+        end)
+        state.clock:start(K.CLOCK_REFRESH_MS)
+    end
+end
+
+function K.on_session(event, sid)
+    if event == "connected" or event == "new" then
+        if event == "new" and state.sid and state.sid ~= sid then
+            K.forget_session(state.sid)
+        end
+        state.sid = sid
+        local ok, err = pcall(K.init)
+        if not ok then
+            host.log("warn", "init: " .. tostring(K.is_abort(err) and err.reply.err or err))
+        end
+        K.expire_due()
+    elseif event == "lost" then
+        K.forget_session(sid or state.sid)
+    end
+end
+
+return K
