@@ -1,0 +1,792 @@
+-- zkmodel.lua — an in-memory ZooKeeper and a fake C host, for the specs.
+--
+-- A world holds one ZooKeeper tree, a fake clock and a tiny scheduler.
+-- Sidecars join it: each has its own session, its own `zk` and `host`
+-- globals and its own copy of the scripts (loaded in a private
+-- environment), exactly as the C host would give them (sidecar/lua_host.h).
+--
+--   local W = zkmodel.world()
+--   local a, b = W:sidecar(), W:sidecar()
+--   a:call("SET", "k", "v", "PX", "1000")      --> {ok = "OK"}
+--   W:advance(1000)                            -- fake time passes
+--   b:call("GET", "k")                         --> zkmodel.null
+--
+-- The tree has ZooKeeper's semantics: absolute paths, parent must exist,
+-- versions, one zxid per transaction (czxid/mzxid/pzxid), ctime/mtime from
+-- the leader's clock, ephemeral nodes owned by a session and deleted when it
+-- expires, no children under ephemerals, multi all-or-nothing with one
+-- result per op.  Every zk.* call yields and completes `latency` ms later,
+-- in issue order.  Faults: a chosen next op fails with CONNECTIONLOSS (or
+-- any code) before or after it applies; a sidecar can be disconnected (its
+-- ops wait, then return TIMEOUT at the command's deadline), lose its
+-- session, or close.
+--
+-- The scheduler runs each command and background task in a coroutine; the
+-- clock only moves when nothing is runnable (to the next timer), so specs
+-- are fast and deterministic.  A Lua error in any task fails the spec at
+-- once, with its traceback.
+
+local Z = {}
+
+Z.SCRIPTS = "scripts"
+
+Z.codes = {
+    OK = 0, SYSTEMERROR = -1, RUNTIMEINCONSISTENCY = -2, DATAINCONSISTENCY = -3,
+    CONNECTIONLOSS = -4, MARSHALLINGERROR = -5, UNIMPLEMENTED = -6,
+    OPERATIONTIMEOUT = -7, BADARGUMENTS = -8, INVALIDSTATE = -9,
+    APIERROR = -100, NONODE = -101, NOAUTH = -102, BADVERSION = -103,
+    NOCHILDRENFOREPHEMERALS = -108, NODEEXISTS = -110, NOTEMPTY = -111,
+    SESSIONEXPIRED = -112, INVALIDCALLBACK = -113, INVALIDACL = -114,
+    AUTHFAILED = -115, SESSIONMOVED = -118,
+    TIMEOUT = -1000, CLOSING = -1001,      -- ours (lua_host.h)
+    EPHEMERAL = 1, SEQUENCE = 2,
+}
+local C = Z.codes
+
+Z.null = setmetatable({}, { __tostring = function() return "null" end })
+
+---------------------------------------------------------------------------
+-- Key encoding, as sidecar/keyenc.h documents it.
+
+local KEEP = "[A-Za-z0-9%-_:{}@=+,!]"
+
+function Z.key_encode(key)
+    if key == "" then return "%" end
+    return (key:gsub("[^A-Za-z0-9%-_:{}@=+,!]", function(c)
+        return string.format("%%%02X", c:byte())
+    end))
+end
+
+function Z.key_decode(name)
+    if name == "%" then return "" end
+    if name == "" then return nil end
+    local out, i = {}, 1
+    while i <= #name do
+        local c = name:sub(i, i)
+        if c == "%" then
+            local hex = name:sub(i + 1, i + 2)
+            if not hex:match("^[0-9A-F][0-9A-F]$") then return nil end
+            local b = string.char(tonumber(hex, 16))
+            if b:match(KEEP) then return nil end -- not canonical
+            out[#out + 1] = b
+            i = i + 3
+        elseif c:match(KEEP) then
+            out[#out + 1] = c
+            i = i + 1
+        else
+            return nil
+        end
+    end
+    return table.concat(out)
+end
+
+---------------------------------------------------------------------------
+-- The world
+
+local World = {}
+World.__index = World
+
+local function copy(t)
+    local r = {}
+    for k, v in pairs(t) do r[k] = v end
+    return r
+end
+
+local function newnode(tx, data, owner)
+    return {
+        data = data, children = {},
+        stat = { czxid = tx.zxid, mzxid = tx.zxid, pzxid = tx.zxid,
+                 ctime = tx.time, mtime = tx.time, version = 0, cversion = 0,
+                 aversion = 0, ephemeralOwner = owner or 0,
+                 dataLength = data and #data or 0, numChildren = 0 },
+    }
+end
+
+function Z.world(opts)
+    opts = opts or {}
+    local W = setmetatable({
+        now = 0,
+        leader_offset = opts.leader_offset or 1700000000000,
+        latency = opts.latency or 1,
+        nodes = {}, zxid = 0, sessions = {}, next_sid = 0x10000,
+        runq = {}, rq_head = 1, rq_tail = 0,
+        timers = {}, seq = 0, tasks = setmetatable({}, { __mode = "k" }),
+        sidecars = {}, ops = {},
+    }, World)
+    local tx = { zxid = 0, time = W:leader_now() }
+    W.nodes["/"] = newnode(tx, nil)
+    W.nodes["/zookeeper"] = newnode(tx, nil)
+    W.nodes["/"].children.zookeeper = true
+    W.nodes["/"].stat.numChildren = 1
+    return W
+end
+
+function World:leader_now()
+    return self.now + self.leader_offset
+end
+
+---------------------------------------------------------------------------
+-- Scheduler
+
+function World:post(fn)
+    self.rq_tail = self.rq_tail + 1
+    self.runq[self.rq_tail] = fn
+end
+
+-- Runs fn at time t (after everything already due at t).  Returns a handle
+-- with :cancel().
+function World:at(t, fn)
+    self.seq = self.seq + 1
+    local ev = { t = math.max(t, self.now), seq = self.seq, fn = fn }
+    local lo, hi = 1, #self.timers
+    while lo <= hi do
+        local mid = (lo + hi) // 2
+        local m = self.timers[mid]
+        if m.t < ev.t or (m.t == ev.t and m.seq < ev.seq) then lo = mid + 1 else hi = mid - 1 end
+    end
+    table.insert(self.timers, lo, ev)
+    ev.cancel = function() ev.cancelled = true end
+    return ev
+end
+
+function World:step()
+    if self.rq_head <= self.rq_tail then
+        local fn = self.runq[self.rq_head]
+        self.runq[self.rq_head] = nil
+        self.rq_head = self.rq_head + 1
+        fn()
+        return true
+    end
+    while self.timers[1] and self.timers[1].cancelled do table.remove(self.timers, 1) end
+    local ev = table.remove(self.timers, 1)
+    if not ev then return false end
+    if ev.t > self.now then self.now = ev.t end
+    ev.fn()
+    return true
+end
+
+-- Runs until pred() holds.  Fails on a deadlock (nothing left to run) or
+-- when more than max_ms of fake time pass.
+function World:run_until(pred, max_ms)
+    local limit = self.now + (max_ms or 3600 * 1000)
+    while not pred() do
+        if not self:step() then error("deadlock: nothing left to run", 2) end
+        if self.now > limit then error("time limit passed", 2) end
+    end
+end
+
+-- Runs everything that is due now, without moving the clock.
+function World:settle()
+    while true do
+        if self.rq_head <= self.rq_tail then
+            self:step()
+        else
+            while self.timers[1] and self.timers[1].cancelled do table.remove(self.timers, 1) end
+            if self.timers[1] and self.timers[1].t <= self.now then
+                self:step()
+            else
+                return
+            end
+        end
+    end
+end
+
+-- Lets `ms` of fake time pass, running everything due meanwhile.
+function World:advance(ms)
+    local target = self.now + ms
+    while true do
+        self:settle()
+        while self.timers[1] and self.timers[1].cancelled do table.remove(self.timers, 1) end
+        local ev = self.timers[1]
+        if not ev or ev.t > target then break end
+        self:step()
+    end
+    self.now = target
+    self:settle()
+end
+
+function World:spawn(sc, fn, ...)
+    local task = { sc = sc, deadline = self.now + sc.config.request_timeout }
+    local co = coroutine.create(fn)
+    task.co = co
+    self.tasks[co] = task
+    local args = table.pack(...)
+    self:post(function() self:resume(co, table.unpack(args, 1, args.n)) end)
+    return task
+end
+
+function World:resume(co, ...)
+    local task = self.tasks[co]
+    if not task or task.done then return end
+    if coroutine.status(co) ~= "suspended" then
+        error("resuming a coroutine that is " .. coroutine.status(co))
+    end
+    task.waiting = nil
+    local res = table.pack(coroutine.resume(co, ...))
+    if not res[1] then
+        task.done = true
+        local msg = res[2]
+        if type(msg) == "table" then
+            msg = "error object " .. (msg.reply and tostring(msg.reply.err) or "")
+        end
+        error("task failed: " .. debug.traceback(co, tostring(msg)), 0)
+    elseif coroutine.status(co) == "dead" then
+        task.done = true
+        task.result = res[2]
+        task.results = res
+    end
+end
+
+-- Closes a running task as the host would when it aborts a command: its
+-- to-be-closed variables run, it never resumes.
+function World:abort(task)
+    task.done = true
+    coroutine.close(task.co)
+end
+
+function World:task_of(co)
+    return self.tasks[co or coroutine.running()]
+end
+
+---------------------------------------------------------------------------
+-- The tree
+
+local function valid_path(path)
+    if type(path) ~= "string" or path:sub(1, 1) ~= "/" then return false end
+    if path == "/" then return true end
+    if path:sub(-1) == "/" or path:find("//", 1, true) or path:find("\0", 1, true) then
+        return false
+    end
+    for part in path:gmatch("[^/]+") do
+        if part == "." or part == ".." then return false end
+    end
+    return true
+end
+
+local function split(path)
+    local p, name = path:match("^(.*)/([^/]+)$")
+    if p == "" then p = "/" end
+    return p, name
+end
+
+function World:begin(journal)
+    self.zxid = self.zxid + 1
+    return { zxid = self.zxid, time = self:leader_now(), journal = journal and {} or nil }
+end
+
+local function deep(node)
+    local n = { data = node.data, stat = copy(node.stat), children = copy(node.children) }
+    return n
+end
+
+function World:save(tx, path)
+    if tx.journal and tx.journal[path] == nil then
+        local n = self.nodes[path]
+        tx.journal[path] = n and deep(n) or false
+    end
+end
+
+function World:rollback(tx)
+    for path, n in pairs(tx.journal) do self.nodes[path] = n or nil end
+end
+
+function World:op_create(tx, sid, path, data, flags)
+    flags = flags or 0
+    if not valid_path(path) or path == "/" then return C.BADARGUMENTS end
+    local ppath, name = split(path)
+    local parent = self.nodes[ppath]
+    if flags & C.SEQUENCE ~= 0 then
+        if not parent then return C.NONODE end
+        local suffix = string.format("%010d", parent.stat.cversion)
+        path, name = path .. suffix, name .. suffix
+    end
+    if self.nodes[path] then return C.NODEEXISTS end
+    if not parent then return C.NONODE end
+    if parent.stat.ephemeralOwner ~= 0 then return C.NOCHILDRENFOREPHEMERALS end
+    self:save(tx, ppath)
+    self:save(tx, path)
+    local owner = (flags & C.EPHEMERAL ~= 0) and sid or 0
+    local node = newnode(tx, data, owner)
+    self.nodes[path] = node
+    parent.children[name] = true
+    parent.stat.cversion = parent.stat.cversion + 1
+    parent.stat.numChildren = parent.stat.numChildren + 1
+    parent.stat.pzxid = tx.zxid
+    return C.OK, path, copy(node.stat)
+end
+
+function World:op_delete(tx, path, version)
+    if not valid_path(path) or path == "/" then return C.BADARGUMENTS end
+    local node = self.nodes[path]
+    if not node then return C.NONODE end
+    if version ~= -1 and version ~= node.stat.version then return C.BADVERSION end
+    if node.stat.numChildren > 0 then return C.NOTEMPTY end
+    local ppath, name = split(path)
+    local parent = self.nodes[ppath]
+    self:save(tx, ppath)
+    self:save(tx, path)
+    self.nodes[path] = nil
+    parent.children[name] = nil
+    parent.stat.cversion = parent.stat.cversion + 1
+    parent.stat.numChildren = parent.stat.numChildren - 1
+    parent.stat.pzxid = tx.zxid
+    return C.OK
+end
+
+function World:op_set(tx, path, data, version)
+    if not valid_path(path) then return C.BADARGUMENTS end
+    local node = self.nodes[path]
+    if not node then return C.NONODE end
+    if version ~= -1 and version ~= node.stat.version then return C.BADVERSION end
+    self:save(tx, path)
+    node.data = data
+    node.stat.version = node.stat.version + 1
+    node.stat.mzxid = tx.zxid
+    node.stat.mtime = tx.time
+    node.stat.dataLength = data and #data or 0
+    return C.OK, copy(node.stat)
+end
+
+function World:op_check(tx, path, version)
+    local node = self.nodes[path]
+    if not node then return C.NONODE end
+    if version ~= -1 and version ~= node.stat.version then return C.BADVERSION end
+    return C.OK
+end
+
+function World:op_multi(sid, ops)
+    local tx = self:begin(true)
+    local results = {}
+    for i, op in ipairs(ops) do
+        local kind = op[1]
+        local rc, a, b
+        if kind == "create" then
+            rc, a = self:op_create(tx, sid, op[2], op[3], op[4])
+            results[i] = { rc = rc, path = rc == C.OK and a or nil }
+        elseif kind == "delete" then
+            rc = self:op_delete(tx, op[2], op[3] or -1)
+            results[i] = { rc = rc }
+        elseif kind == "set" then
+            rc, b = self:op_set(tx, op[2], op[3], op[4] or -1)
+            results[i] = { rc = rc, stat = rc == C.OK and b or nil }
+        elseif kind == "check" then
+            rc = self:op_check(tx, op[2], op[3] or -1)
+            results[i] = { rc = rc }
+        else
+            rc = C.BADARGUMENTS
+            results[i] = { rc = rc }
+        end
+        if rc ~= C.OK then
+            self:rollback(tx)
+            for j = 1, #ops do
+                if j < i then results[j] = { rc = C.OK }
+                elseif j > i then results[j] = { rc = C.RUNTIMEINCONSISTENCY } end
+            end
+            return rc, results
+        end
+    end
+    return C.OK, results
+end
+
+function World:new_session()
+    self.next_sid = self.next_sid + 1
+    local sid = (0x7a6b << 40) | self.next_sid
+    self.sessions[sid] = { alive = true }
+    return sid
+end
+
+-- The server expires a session: its ephemeral nodes go, one transaction.
+function World:expire_session(sid)
+    local s = self.sessions[sid]
+    if not s or not s.alive then return end
+    s.alive = false
+    local tx = self:begin(false)
+    local doomed = {}
+    for path, node in pairs(self.nodes) do
+        if node.stat.ephemeralOwner == sid then doomed[#doomed + 1] = path end
+    end
+    for _, path in ipairs(doomed) do self:op_delete(tx, path, -1) end
+end
+
+-- Test helpers: read the tree directly (no scheduler).
+function World:node(path)
+    local n = self.nodes[path]
+    if not n then return nil end
+    return { data = n.data, stat = copy(n.stat) }
+end
+
+function World:children(path)
+    local n = self.nodes[path]
+    if not n then return nil end
+    local out = {}
+    for name in pairs(n.children) do out[#out + 1] = name end
+    table.sort(out)
+    return out
+end
+
+-- Writes straight into the tree, as another ZooKeeper client would
+-- (zkCli, a sidecar we do not run).
+function World:raw_create(path, data, owner)
+    local tx = self:begin(false)
+    local rc = self:op_create(tx, owner or 0, path, data, owner and C.EPHEMERAL or 0)
+    assert(rc == C.OK, "raw_create " .. path .. ": " .. rc)
+end
+
+function World:raw_set(path, data)
+    local tx = self:begin(false)
+    local rc = self:op_set(tx, path, data, -1)
+    assert(rc == C.OK, "raw_set " .. path .. ": " .. rc)
+end
+
+function World:raw_delete(path)
+    local tx = self:begin(false)
+    local rc = self:op_delete(tx, path, -1)
+    assert(rc == C.OK, "raw_delete " .. path .. ": " .. rc)
+end
+
+---------------------------------------------------------------------------
+-- A sidecar: a session, `zk`, `host`, and the scripts.
+
+local Sidecar = {}
+Sidecar.__index = Sidecar
+
+local function make_zk(sc)
+    local W = sc.world
+    local zk = copy(C)
+
+    -- Issues one operation for the running task; returns its results.
+    local function op(kind, path, apply)
+        local co = coroutine.running()
+        local task = W.tasks[co]
+        assert(task, "zk." .. kind .. " called outside a task")
+        W.ops[#W.ops + 1] = { sc = sc.id, kind = kind, path = path }
+        task.waiting = "zk"
+        if sc.closing then
+            W:post(function() W:resume(co, C.CLOSING) end)
+        elseif not sc.connected then
+            local p = { co = co, kind = kind, path = path, apply = apply }
+            sc.pending[#sc.pending + 1] = p
+            p.timeout = W:at(task.deadline, function()
+                for i, q in ipairs(sc.pending) do
+                    if q == p then
+                        table.remove(sc.pending, i)
+                        W:resume(co, C.TIMEOUT)
+                        return
+                    end
+                end
+            end)
+        else
+            sc:issue(co, kind, path, apply)
+        end
+        return coroutine.yield()
+    end
+
+    function zk.get(path)
+        return op("get", path, function()
+            local n = W.nodes[path]
+            if not valid_path(path) then return C.BADARGUMENTS end
+            if not n then return C.NONODE end
+            return C.OK, n.data, copy(n.stat)
+        end)
+    end
+
+    function zk.exists(path)
+        return op("exists", path, function()
+            local n = W.nodes[path]
+            if not n then return C.NONODE end
+            return C.OK, copy(n.stat)
+        end)
+    end
+
+    function zk.children(path)
+        return op("children", path, function()
+            local names = W:children(path)
+            if not names then return C.NONODE end
+            return C.OK, names
+        end)
+    end
+
+    function zk.create(path, data, flags)
+        return op("create", path, function(sid)
+            return W:op_create(W:begin(false), sid, path, data, flags)
+        end)
+    end
+
+    function zk.set(path, data, version)
+        return op("set", path, function()
+            return W:op_set(W:begin(false), path, data, version)
+        end)
+    end
+
+    function zk.delete(path, version)
+        return op("delete", path, function()
+            return W:op_delete(W:begin(false), path, version)
+        end)
+    end
+
+    function zk.sync(path)
+        return op("sync", path, function() return C.OK end)
+    end
+
+    function zk.multi(ops)
+        local paths = {}
+        for i, o in ipairs(ops) do paths[i] = o[1] .. " " .. o[2] end
+        return op("multi", table.concat(paths, ", "), function(sid)
+            return W:op_multi(sid, ops)
+        end)
+    end
+
+    function zk.session()
+        return sc.sid, sc.connected
+    end
+
+    return zk
+end
+
+function Sidecar:issue(co, kind, path, apply)
+    local W = self.world
+    local fault
+    for i, f in ipairs(self.faults) do
+        if (f.op == nil or f.op == kind) and (f.path == nil or f.path == path) then
+            fault = table.remove(self.faults, i)
+            break
+        end
+    end
+    local sid = self.sid
+    W:at(W.now + (fault and fault.latency or W.latency), function()
+        local res
+        if fault and fault.when ~= "after" then
+            res = { fault.rc or C.CONNECTIONLOSS, n = 1 }
+        elseif not W.sessions[sid].alive then
+            res = { C.SESSIONEXPIRED, n = 1 }
+        else
+            res = table.pack(apply(sid))
+            if fault then res = { fault.rc or C.CONNECTIONLOSS, n = 1 } end
+        end
+        if fault and fault.hook then fault.hook() end
+        W:resume(co, table.unpack(res, 1, res.n))
+    end)
+end
+
+local function make_host(sc, opts)
+    local W = sc.world
+    local host = {}
+    host.config = {
+        root = "/zkresp", max_key_len = 1024, max_value_len = 256 * 1024,
+        request_timeout = 2000, session_timeout = 10000,
+    }
+    for k, v in pairs(opts.config or {}) do host.config[k] = v end
+    sc.config = host.config
+    host.null = Z.null
+    host.instance = string.format("inst%012d", sc.id)
+
+    local function task()
+        local t = W.tasks[coroutine.running()]
+        assert(t, "host call outside a task")
+        return t
+    end
+
+    function host.now() return W.now + sc.mono_base end
+    function host.wall() return W.now + sc.wall_base end
+
+    function host.sleep(ms)
+        local co = coroutine.running()
+        task().waiting = "sleep"
+        W:at(W.now + ms, function() W:resume(co) end)
+        coroutine.yield()
+    end
+
+    function host.suspend()
+        task().waiting = "suspend"
+        return coroutine.yield()
+    end
+
+    function host.wake(co, ...)
+        local args = table.pack(...)
+        W:post(function()
+            local t = W.tasks[co]
+            if not t or t.done then return end
+            if t.waiting ~= "suspend" then
+                error("host.wake of a coroutine waiting on " .. tostring(t.waiting))
+            end
+            W:resume(co, table.unpack(args, 1, args.n))
+        end)
+    end
+
+    function host.spawn(fn, ...)
+        W:spawn(sc, fn, ...)
+    end
+
+    function host.timer(fn)
+        local t = {}
+        function t:start(ms)
+            if self.ev then self.ev.cancel() end
+            self.ev = W:at(W.now + ms, function()
+                self.ev = nil
+                W:spawn(sc, fn)
+            end)
+        end
+        function t:stop()
+            if self.ev then self.ev.cancel() end
+            self.ev = nil
+        end
+        return t
+    end
+
+    function host.deadline()
+        return task().deadline + sc.mono_base
+    end
+
+    function host.log(level, msg)
+        sc.logs[#sc.logs + 1] = level .. " " .. msg
+    end
+
+    host.key_encode = Z.key_encode
+    host.key_decode = Z.key_decode
+    return host
+end
+
+-- Loads the scripts for this sidecar in a private environment with its own
+-- `zk`, `host`, `require` and `package`.
+local function load_scripts(sc)
+    local env = setmetatable({}, { __index = _G })
+    env._G = env
+    env.zk = sc.zk
+    env.host = sc.host
+    local loaded = {}
+    env.package = { path = Z.SCRIPTS .. "/?.lua", loaded = loaded,
+                    searchpath = package.searchpath }
+    env.require = function(name)
+        if loaded[name] == nil then
+            local path = Z.SCRIPTS .. "/" .. name .. ".lua"
+            local chunk = assert(loadfile(path, "t", env))
+            loaded[name] = chunk(name) or true
+        end
+        return loaded[name]
+    end
+    sc.env = env
+    sc.require = env.require
+    return env.require("zkresp")
+end
+
+-- A new sidecar.  opts: config (host.config entries), mono_base and
+-- wall_base (where its clocks start), connect (default true: it connects
+-- and runs the "connected" event).
+function World:sidecar(opts)
+    opts = opts or {}
+    local id = #self.sidecars + 1
+    local sc = setmetatable({
+        world = self, id = id, logs = {}, faults = {}, pending = {},
+        mono_base = opts.mono_base or (id * 1000003),
+        wall_base = opts.wall_base or (1800000000000 + id * 7919),
+        connected = false,
+    }, Sidecar)
+    self.sidecars[id] = sc
+    sc.sid = self:new_session()
+    sc.zk = make_zk(sc)
+    sc.host = make_host(sc, opts)
+    sc.null = Z.null
+    -- Loading runs outside any task; it must not call zk or yield.
+    sc.M = load_scripts(sc)
+    sc.K = sc.require("keyspace")
+    if opts.connect ~= false then
+        sc.connected = true
+        sc:event("connected")
+    end
+    return sc
+end
+
+-- Runs M.on_session(event) in a task and waits for it.
+function Sidecar:event(event, sid)
+    local t = self.world:spawn(self, self.M.on_session, event, sid or self.sid)
+    self.world:run_until(function() return t.done end)
+end
+
+-- Starts a command; returns its task (task.done, task.result).
+function Sidecar:start(...)
+    local args = table.pack(...)
+    local list = {}
+    for i = 1, args.n do list[i] = args[i] end
+    local M = self.M
+    return self.world:spawn(self, function() return M.dispatch(list) end)
+end
+
+-- Runs a command to completion and returns its reply.
+function Sidecar:call(...)
+    local t = self:start(...)
+    self.world:run_until(function() return t.done end)
+    return t.result
+end
+
+-- Runs fn(...) in a task of this sidecar (with zk and host available) and
+-- returns what it returns.
+function Sidecar:run(fn, ...)
+    local t = self.world:spawn(self, fn, ...)
+    self.world:run_until(function() return t.done end)
+    return table.unpack(t.results, 2, t.results.n)
+end
+
+-- The next operation matching f.op (and f.path) fails with f.rc (default
+-- CONNECTIONLOSS), f.when = "before" (not applied, the default) or "after"
+-- (applied, reply lost).  f.hook runs when it fires.
+function Sidecar:fail_next(f)
+    self.faults[#self.faults + 1] = f
+end
+
+function Sidecar:disconnect()
+    self.connected = false
+    self:event("disconnected")
+end
+
+local function flush(sc)
+    local pending = sc.pending
+    sc.pending = {}
+    for _, p in ipairs(pending) do
+        p.timeout.cancel()
+        sc:issue(p.co, p.kind, p.path, p.apply)
+    end
+end
+
+function Sidecar:reconnect()
+    self.connected = true
+    flush(self)
+    self:event("connected")
+end
+
+-- The local lease deadline passed while disconnected: "lost", then a new
+-- session ("new").  The old session lives on in the server (its nodes stay)
+-- unless opts.expire_old.
+function Sidecar:lose(opts)
+    local old = self.sid
+    self:event("lost", old)
+    if opts and opts.expire_old then self.world:expire_session(old) end
+    self.sid = self.world:new_session()
+    self.connected = true
+    flush(self)
+    self:event("new", self.sid)
+    return old
+end
+
+-- The server expired our session; the bridge opens a new one ("new").
+function Sidecar:expire()
+    local old = self.sid
+    self.world:expire_session(old)
+    self.sid = self.world:new_session()
+    self.connected = true
+    flush(self)
+    self:event("new", self.sid)
+    return old
+end
+
+-- Shutting down: operations answer CLOSING, the session closes.
+function Sidecar:close()
+    self.closing = true
+    self.world:expire_session(self.sid)
+end
+
+-- The znode path of a key under the default policy.
+function Sidecar:path(key)
+    return self.config.root .. "/k/" .. Z.key_encode(key)
+end
+
+return Z
