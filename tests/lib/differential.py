@@ -11,6 +11,9 @@ line, so quotes work) or a list of str/bytes arguments, optionally wrapped:
     Raw(bytes)         send these bytes as they are and read one reply
     Ignore(step)       run it, do not compare (setup whose reply differs
                        for a known, legitimate reason)
+    Either(step, *alt) zkresp may answer like redis-server 7.0 or exactly
+                       one of alt (where Redis 7.2, whose version zkresp
+                       reports, changed a text)
 
 In arguments, a token "@name" is a key: it becomes a per-run prefix plus
 name, so runs never see each other's keys.  "{now_ms+N}" and "{now_s+N}"
@@ -45,6 +48,11 @@ class Ignore:
         self.step = step
 
 
+class Either:
+    def __init__(self, step, *alternatives):
+        self.step, self.alternatives = step, alternatives
+
+
 _NOW = re.compile(r"\{now_(ms|s)([+-]\d+)?\}")
 
 
@@ -64,7 +72,7 @@ def _subst(arg, prefix):
 
 
 def args_of(step):
-    if isinstance(step, (Tol, Ignore)):
+    if isinstance(step, (Tol, Ignore, Either)):
         return args_of(step.step)
     if isinstance(step, str):
         return shlex.split(step)
@@ -134,6 +142,8 @@ def compare(steps, ref, got):
                 if ok:
                     continue
         elif r == g:
+            continue
+        elif isinstance(step, Either) and g in step.alternatives:
             continue
         bad.append("step %d: %s\n    redis-server: %r\n    zkresp:       %r" % (i, describe(step), r, g))
     return bad

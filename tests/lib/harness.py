@@ -155,9 +155,13 @@ class Proc:
         self.returncode = None
 
     def start(self):
+        shown = list(self.argv)
+        for i, a in enumerate(shown[:-1]):
+            if a == "--requirepass":
+                shown[i + 1] = "<redacted>"
         with open(self.log_path, "ab") as log:
             log.write(b"\n=== start %s: %s\n" % (time.strftime("%H:%M:%S").encode(),
-                                                 " ".join(self.argv).encode()))
+                                                 " ".join(shown).encode()))
             log.flush()
             self.popen = subprocess.Popen(self.argv, cwd=self.workdir, env=self.env,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -434,6 +438,9 @@ class Zkresp:
         self.starts = 0
         self.scan_offset = 0
         self.proc = None
+        self.password = None
+        if "--requirepass" in self.extra:
+            self.password = self.extra[self.extra.index("--requirepass") + 1]
         ALL_ZKRESPS.append(self)
 
     def argv(self):
@@ -479,6 +486,8 @@ class Zkresp:
             if not self.proc.alive():
                 raise Fatal("zkresp exited with status %s before becoming ready" % self.proc.popen.returncode)
             with RawClient(self.port, timeout=2, connect_timeout=0.5) as c:
+                if self.password is not None and c.cmd("AUTH", self.password) != b"+OK\r\n":
+                    return False
                 if c.cmd("PING") != b"+PONG\r\n":
                     return False
                 if self.fake or not connected:
@@ -499,8 +508,17 @@ class Zkresp:
         kw.setdefault("socket_timeout", 10)
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
+    def admin(self, **kw):
+        """A RawClient, authenticated when a password is configured."""
+        c = RawClient(self.port, **kw)
+        if self.password is not None:
+            r = c.cmd("AUTH", self.password)
+            if r != b"+OK\r\n":
+                raise AssertionError("AUTH answered %r" % r)
+        return c
+
     def info(self, section=None):
-        with self.client() as c:
+        with self.admin() as c:
             raw = c.call("INFO", section) if section else c.call("INFO")
         if not isinstance(raw, bytes):
             raise AssertionError("INFO answered %r" % (raw,))

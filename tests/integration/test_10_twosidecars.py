@@ -1,0 +1,232 @@
+"""Tier 10: two zkresp processes on one ZooKeeper and one root behave as one
+Redis for the lock commands: mutual exclusion under concurrency from both
+sides (checked by the lock-history checker with fencing tokens), expiry seen
+from both, a lock taken through one refused, expired and released through
+the other, PTTL from the other, and the lifetime rule (a TTL key is an
+ephemeral node of its last writer's session)."""
+
+import random
+import threading
+import time
+import uuid
+
+import harness
+from harness import LockHistory, keyenc
+
+
+def _fence(kz, root, key, token):
+    """czxid of the key's node if it carries token, else None (gone, or
+    somebody else's: the checker then flags the overlap)."""
+    data, stat = harness.key_stat(kz, root, key)
+    if stat is None or token.encode() not in data:
+        return None
+    return stat.czxid
+
+
+def _contend(sidecars, kz, keys, threads_per_side, duration, px, release, hist, errors):
+    stop = time.monotonic() + duration
+
+    def worker(side, n):
+        r = sidecars[side].redis(socket_timeout=15)
+        holder = "%s-%d" % ("AB"[side], n)
+        rnd = random.Random(n * 7 + side)
+        try:
+            while time.monotonic() < stop:
+                key = rnd.choice(keys)
+                tok = "%s-%s" % (holder, uuid.uuid4().hex[:10])
+                t_sent = time.monotonic()
+                ok = r.set(key, tok, nx=True, px=px)
+                t_ok = time.monotonic()
+                if not ok:
+                    time.sleep(rnd.uniform(0.001, 0.01))
+                    continue
+                fence = _fence(kz, sidecars[0].root, key, tok)
+                h = hist.acquired(key, holder, tok, t_ok, fence=fence,
+                                  expires_at=t_sent + px / 1000.0)
+                if fence is None:
+                    hist.violation("%s: right after OK the node of %r does not carry its token" % (holder, key))
+                if release:
+                    time.sleep(rnd.uniform(0, 0.005))
+                    t_rel = time.monotonic()
+                    hist.released(h, t_rel)
+                    n_del = r.delete(key)
+                    if n_del != 1:
+                        hist.violation("%s: DEL of its own lock %r answered %r" % (holder, key, n_del))
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append("%s: %r" % (holder, e))
+        finally:
+            r.close()
+
+    ts = [threading.Thread(target=worker, args=(side, n))
+          for side in (0, 1) for n in range(threads_per_side)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(duration + 60)
+
+
+def test_mutual_exclusion_with_release(zkresp_pair, kz):
+    hist, errors = LockHistory(), []
+    _contend(zkresp_pair, kz, ["lock:a", "lock:b"], 6, 4.0, 30000, True, hist, errors)
+    assert not errors, errors[:5]
+    hist.check()
+    assert hist.count() >= 20, "too few acquisitions to prove anything: %d" % hist.count()
+    assert hist.count(holder_prefix="A") > 0 and hist.count(holder_prefix="B") > 0, \
+        "one side never acquired: A=%d B=%d" % (hist.count(holder_prefix="A"), hist.count(holder_prefix="B"))
+
+
+def test_mutual_exclusion_with_expiry(zkresp_pair, kz):
+    # Nobody releases: every lock must expire (PX 300) before the next one is
+    # granted on either side.
+    hist, errors = LockHistory(), []
+    _contend(zkresp_pair, kz, ["lock:x"], 4, 4.0, 300, False, hist, errors)
+    assert not errors, errors[:5]
+    hist.check()
+    assert hist.count() >= 6, "too few acquisitions: %d" % hist.count()
+    assert hist.count(holder_prefix="A") > 0 and hist.count(holder_prefix="B") > 0
+
+
+def test_expiry_seen_from_both(zkresp_pair, kz):
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    px = 1200
+    t_sent = time.monotonic()
+    assert ca.cmd("SET", "exp", "v", "NX", "PX", str(px)) == b"+OK\r\n"
+    t_ok = time.monotonic()
+    assert cb.cmd("GET", "exp") == b"$1\r\nv\r\n"
+    assert cb.cmd("EXISTS", "exp") == b":1\r\n"
+    pttl = int(cb.cmd("PTTL", "exp")[1:-2])
+    assert 0 < pttl <= px, pttl
+    # Still there on both sides shortly before the deadline...
+    time.sleep(max(0, t_sent + (px - 200) / 1000.0 - time.monotonic()))
+    assert ca.cmd("GET", "exp") == b"$1\r\nv\r\n"
+    assert cb.cmd("GET", "exp") == b"$1\r\nv\r\n"
+    # ...and absent on both sides just after it, even before the delete lands.
+    time.sleep(max(0, t_ok + (px + 100) / 1000.0 - time.monotonic()))
+    for c in (ca, cb):
+        assert c.cmd("GET", "exp") == b"$-1\r\n"
+        assert c.cmd("EXISTS", "exp") == b":0\r\n"
+        assert c.cmd("PTTL", "exp") == b":-2\r\n"
+    harness.wait_for(lambda: harness.key_stat(kz, a.root, "exp") == (None, None), 2.0,
+                     what="the expired node to be deleted")
+
+
+def test_lock_via_a_refused_and_released_via_b(zkresp_pair):
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    assert ca.cmd("SET", "lk", "tok-a", "NX", "PX", "30000") == b"+OK\r\n"
+    assert cb.cmd("SET", "lk", "tok-b", "NX", "PX", "30000") == b"$-1\r\n"
+    cb.cmd("HELLO", "3")
+    assert cb.cmd("SET", "lk", "tok-b", "NX", "PX", "30000") == b"_\r\n"
+    assert cb.cmd("GET", "lk") == b"$5\r\ntok-a\r\n"
+    assert cb.cmd("TYPE", "lk") == b"+string\r\n"
+    pttl = int(cb.cmd("PTTL", "lk")[1:-2])
+    assert 28500 <= pttl <= 30000, pttl
+    assert cb.cmd("DEL", "lk") == b":1\r\n"
+    assert ca.cmd("GET", "lk") == b"$-1\r\n"
+    assert ca.cmd("SET", "lk", "tok-a2", "NX", "PX", "30000") == b"+OK\r\n"
+    assert cb.cmd("GET", "lk") == b"$6\r\ntok-a2\r\n"
+    assert cb.cmd("DELIFEQ", "lk", "tok-a") == b":0\r\n"
+    assert cb.cmd("DELIFEQ", "lk", "tok-a2") == b":1\r\n"
+    assert ca.cmd("EXISTS", "lk") == b":0\r\n"
+
+
+def test_lock_expires_via_a_then_taken_via_b(zkresp_pair):
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    px = 600
+    t_sent = time.monotonic()
+    assert ca.cmd("SET", "lk2", "tok-a", "NX", "PX", str(px)) == b"+OK\r\n"
+    t_ok_a = time.monotonic()
+    while True:
+        r = cb.cmd("SET", "lk2", "tok-b", "NX", "PX", "30000")
+        if r == b"+OK\r\n":
+            t_ok_b = time.monotonic()
+            break
+        assert r == b"$-1\r\n", r
+        assert time.monotonic() < t_ok_a + px / 1000.0 + 3, "B never got the expired lock"
+        time.sleep(0.01)
+    assert t_ok_b >= t_sent + px / 1000.0 - 0.005, \
+        "B got the lock %.0f ms before A's could have expired" % ((t_sent + px / 1000.0 - t_ok_b) * 1000)
+    assert t_ok_b <= t_ok_a + px / 1000.0 + 1.0, "B got it %.0f ms late" % ((t_ok_b - t_ok_a) * 1000 - px)
+    assert ca.cmd("GET", "lk2") == b"$5\r\ntok-b\r\n"
+
+
+def test_pttl_from_b(zkresp_pair):
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    assert cb.cmd("PTTL", "p") == b":-2\r\n"
+    assert ca.cmd("SET", "p", "v", "PX", "5000") == b"+OK\r\n"
+    t0 = time.monotonic()
+    time.sleep(0.3)
+    pttl = int(cb.cmd("PTTL", "p")[1:-2])
+    elapsed = (time.monotonic() - t0) * 1000
+    assert 5000 - elapsed - 250 <= pttl <= 5000 - 300 + 50, (pttl, elapsed)
+    assert cb.cmd("TTL", "p") in (b":5\r\n", b":4\r\n")
+    assert ca.cmd("PEXPIRE", "p", "20000") == b":1\r\n"
+    pttl = int(cb.cmd("PTTL", "p")[1:-2])
+    assert 19000 <= pttl <= 20000, pttl
+    assert ca.cmd("PERSIST", "p") == b":1\r\n"
+    assert cb.cmd("PTTL", "p") == b":-1\r\n"
+    assert cb.cmd("EXPIRE", "p", "100") == b":1\r\n"
+    ttl = int(ca.cmd("TTL", "p")[1:-2])
+    assert 98 <= ttl <= 100, ttl
+
+
+def test_lifetime_follows_last_writer(zkresp_pair, kz):
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    sa, sb = a.session_id(), b.session_id()
+    assert sa != sb
+    assert ca.cmd("SET", "life", "v1", "PX", "30000") == b"+OK\r\n"
+    _, st = harness.key_stat(kz, a.root, "life")
+    assert st is not None and st.ephemeralOwner == sa, (st, hex(sa))
+    assert cb.cmd("SET", "life", "v2", "PX", "30000") == b"+OK\r\n"
+    data, st = harness.key_stat(kz, a.root, "life")
+    assert st.ephemeralOwner == sb and b"v2" in data, (st, hex(sb))
+    assert ca.cmd("SET", "life", "v3", "KEEPTTL") == b"+OK\r\n"
+    _, st = harness.key_stat(kz, a.root, "life")
+    assert st.ephemeralOwner == sa
+    assert 28000 <= int(cb.cmd("PTTL", "life")[1:-2]) <= 30000
+    # A key without TTL is persistent.
+    assert cb.cmd("SET", "perm", "v") == b"+OK\r\n"
+    _, st = harness.key_stat(kz, a.root, "perm")
+    assert st is not None and st.ephemeralOwner == 0
+    # PERSIST turns a TTL key into a persistent node; EXPIRE back into an
+    # ephemeral one of the writer.
+    assert cb.cmd("PERSIST", "life") == b":1\r\n"
+    _, st = harness.key_stat(kz, a.root, "life")
+    assert st.ephemeralOwner == 0
+    assert ca.cmd("PEXPIRE", "perm", "30000") == b":1\r\n"
+    _, st = harness.key_stat(kz, a.root, "perm")
+    assert st.ephemeralOwner == sa
+    # Every node lives under <root>/k.
+    assert sorted(kz.get_children(a.root + "/k")) == sorted([keyenc.encode("life"), keyenc.encode("perm")])
+
+
+def test_fencing_token_increases_on_every_acquire(zkresp_pair, kz):
+    """DESIGN: the fencing token (czxid) strictly increases for every lock,
+    plain SET NX ones included -- also when a lock is re-taken right after
+    it expired, before the owner's delete landed."""
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    fences = []
+
+    def take(c, tok, px):
+        deadline = time.monotonic() + 5
+        while c.cmd("SET", "fk", tok, "NX", "PX", str(px)) != b"+OK\r\n":
+            assert time.monotonic() < deadline, "never acquired"
+            time.sleep(0.002)
+        data, st = harness.key_stat(kz, a.root, "fk")
+        assert st is not None and tok.encode() in data
+        fences.append((tok, st.czxid))
+    take(ca, "t1", 200)      # expires...
+    take(ca, "t2", 200)      # ...re-taken on the same sidecar
+    take(cb, "t3", 200)      # ...then on the other one
+    take(ca, "t4", 30000)
+    assert ca.cmd("DEL", "fk") == b":1\r\n"
+    take(cb, "t5", 30000)
+    assert cb.cmd("DELIFEQ", "fk", "t5") == b":1\r\n"
+    take(cb, "t6", 30000)
+    tokens = [f for _, f in fences]
+    assert all(x < y for x, y in zip(tokens, tokens[1:])), "fencing tokens (czxid) not strictly increasing: %r" % fences
