@@ -1,0 +1,124 @@
+-- Dispatch: unknown commands, arity, the key and value caps.  Refused
+-- requests send nothing to ZooKeeper.
+
+local zkmodel = require "zkmodel"
+
+local function E(text) return { err = text } end
+
+describe("dispatch", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar({ config = { max_key_len = 8, max_value_len = 16 } })
+    end)
+
+    -- Runs a command and returns its reply and how many ZooKeeper operations
+    -- it issued.
+    local function call(...)
+        local before = #W.ops
+        local r = a:call(...)
+        return r, #W.ops - before
+    end
+
+    it("answers an unknown command exactly as Redis does", function()
+        local r, n = call("FOO", "a", "b")
+        assert.same(E("ERR unknown command 'FOO', with args beginning with: 'a' 'b' "), r)
+        assert.equal(0, n)
+        assert.same(E("ERR unknown command 'foo', with args beginning with: "), a:call("foo"))
+    end)
+
+    it("cuts the unknown command's text like Redis (checked against redis-server 7)", function()
+        assert.same(E("ERR unknown command 'FOO', with args beginning with: '" ..
+                      string.rep("a", 100) .. "' '" .. string.rep("b", 25) .. "' "),
+                    a:call("FOO", string.rep("a", 100), string.rep("b", 50), "c"))
+        assert.same(E("ERR unknown command 'FOO', with args beginning with: 'x' 'line  break' "),
+                    a:call("FOO", "x\0y", "line\r\nbreak"))
+        assert.same(E("ERR unknown command 'F OO" .. string.rep("z", 124) ..
+                      "', with args beginning with: 'a' "),
+                    a:call("F\nOO" .. string.rep("z", 200), "a"))
+    end)
+
+    it("finds commands in any case and checks arity with the declared name", function()
+        assert.same({ ok = "OK" }, a:call("sEt", "k", "v"))
+        assert.equal("v", a:call("Get", "k"))
+        local r, n = call("GET", "a", "b")
+        assert.same(E("ERR wrong number of arguments for 'get' command"), r)
+        assert.equal(0, n)
+        assert.same(E("ERR wrong number of arguments for 'set' command"), a:call("SET", "k"))
+        assert.same(E("ERR wrong number of arguments for 'del' command"), a:call("DEL"))
+        assert.same(E("ERR wrong number of arguments for 'pexpire' command"), a:call("PEXPIRE", "k"))
+        assert.same(E("ERR wrong number of arguments for 'delifeq' command"), a:call("DELIFEQ", "k"))
+        assert.same(E("ERR wrong number of arguments for 'dbsize' command"), a:call("DBSIZE", "x"))
+    end)
+
+    it("refuses a key over the cap before anything reaches ZooKeeper", function()
+        local long = string.rep("k", 9)
+        for _, cmd in ipairs({ { "GET", long }, { "SET", long, "v" }, { "DEL", "ok", long },
+                               { "EXISTS", long, "ok" }, { "PEXPIRE", long, "10" },
+                               { "DELIFEQ", long, "v" }, { "INCR", long } }) do
+            local r, n = call(table.unpack(cmd))
+            assert.same(E("ERR key too long"), r)
+            assert.equal(0, n)
+        end
+        assert.same({ ok = "OK" }, a:call("SET", string.rep("k", 8), "v"))
+    end)
+
+    it("refuses a value over the cap before anything reaches ZooKeeper", function()
+        local r, n = call("SET", "k", string.rep("v", 17))
+        assert.same(E("ERR value too large"), r)
+        assert.equal(0, n)
+        assert.same({ ok = "OK" }, a:call("SET", "k", string.rep("v", 16)))
+    end)
+
+    it("answers syntax errors before touching ZooKeeper", function()
+        local r, n = call("SET", "k", "v", "NX", "XX")
+        assert.same(E("ERR syntax error"), r)
+        assert.equal(0, n)
+        r, n = call("PEXPIRE", "k", "10", "NX", "GT")
+        assert.same(E("ERR NX and XX, GT or LT options at the same time are not compatible"), r)
+        assert.equal(0, n)
+    end)
+
+    it("lets a policy add commands", function()
+        local file = os.tmpname()
+        local f = assert(io.open(file, "w"))
+        f:write([[
+            local T = require "txn"
+            return { commands = { hello = { arity = 2, first = 1, last = 1, step = 1,
+                fn = function(args)
+                    return T.run({ args[2] }, function(t)
+                        local rec = t:read(args[2])
+                        return rec.live and ("hello " .. rec.value) or "nobody"
+                    end)
+                end } } }
+        ]])
+        f:close()
+        local b = W:sidecar({ config = { policy = file, max_key_len = 8 } })
+        b:call("SET", "n", "world")
+        assert.equal("hello world", b:call("HELLO", "n"))
+        assert.same(E("ERR wrong number of arguments for 'hello' command"), b:call("HELLO"))
+        assert.same(E("ERR key too long"), b:call("HELLO", string.rep("n", 9)))
+        os.remove(file)
+    end)
+
+    it("keeps the old policy when a reload fails", function()
+        local file = os.tmpname()
+        local f = assert(io.open(file, "w"))
+        f:write("return { ttl = function(key, ms) return math.min(ms, 5000) end }")
+        f:close()
+        local b = W:sidecar({ config = { policy = file } })
+        b:call("SET", "k", "v", "PX", "100000")
+        local pttl = b:call("PTTL", "k")
+        assert.is_true(pttl > 4990 and pttl <= 5000)
+        f = assert(io.open(file, "w"))
+        f:write("return { ttl = 'not a function' }")
+        f:close()
+        local ok, msg = b.M.reload_policy()
+        assert.is_nil(ok)
+        assert.matches("policy.ttl must be a function", msg)
+        b:call("SET", "k", "v", "PX", "100000")
+        pttl = b:call("PTTL", "k")
+        assert.is_true(pttl > 4990 and pttl <= 5000)
+        os.remove(file)
+    end)
+end)

@@ -1,0 +1,226 @@
+-- The key commands' replies and errors, as redis-server 7.0 answers them.
+
+local zkmodel = require "zkmodel"
+
+local null = zkmodel.null
+local OK = { ok = "OK" }
+local function E(text) return { err = text } end
+
+local function make_hash(W, sc, key)
+    local codec = sc.require("codec")
+    W:raw_create(sc:path(key), codec.encode({ type = codec.HASH, nonce = string.rep("h", 16),
+                                              payload = "field" }))
+end
+
+describe("DEL, UNLINK, EXISTS, TYPE", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("DEL counts the distinct keys that existed", function()
+        a:call("SET", "a", "1")
+        a:call("SET", "b", "1")
+        assert.equal(2, a:call("DEL", "a", "a", "b", "c"))
+        assert.equal(0, a:call("DEL", "a", "b"))
+        assert.same({}, W:children("/zkresp/k"))
+        a:call("SET", "u", "1")
+        assert.equal(1, a:call("UNLINK", "u", "v"))
+    end)
+
+    it("DEL of several keys is one multi of versioned deletes", function()
+        a:call("SET", "a", "1")
+        a:call("SET", "b", "1")
+        local before = #W.ops
+        a:call("DEL", "a", "b")
+        local last = W.ops[#W.ops]
+        assert.equal("multi", last.kind)
+        assert.equal("delete " .. a:path("a") .. ", delete " .. a:path("b"), last.path)
+        local writes = 0
+        for i = before + 1, #W.ops do
+            if W.ops[i].kind ~= "get" then writes = writes + 1 end
+        end
+        assert.equal(1, writes)
+    end)
+
+    it("DEL re-reads when a key changed under it, and never deletes the newer value blindly", function()
+        a:call("SET", "a", "1")
+        a:call("SET", "b", "1")
+        -- Another client rewrites b after our reads, before our multi.
+        a:fail_next({ op = "multi", when = "before", rc = zkmodel.codes.BADVERSION,
+                      hook = function() W:raw_set(a:path("b"), "raw") end })
+        assert.equal(2, a:call("DEL", "a", "b"))
+        assert.same({}, W:children("/zkresp/k"))
+    end)
+
+    it("EXISTS counts a key named twice twice", function()
+        a:call("SET", "a", "1")
+        assert.equal(2, a:call("EXISTS", "a", "a", "b"))
+        assert.equal(0, a:call("EXISTS", "nokey"))
+    end)
+
+    it("TYPE answers a status reply", function()
+        a:call("SET", "s", "v")
+        make_hash(W, a, "h")
+        assert.same({ ok = "string" }, a:call("TYPE", "s"))
+        assert.same({ ok = "hash" }, a:call("TYPE", "h"))
+        assert.same({ ok = "none" }, a:call("TYPE", "nokey"))
+    end)
+end)
+
+describe("PEXPIRE, EXPIRE, PEXPIREAT, EXPIREAT", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("answer 0 for a missing key, 1 when the TTL is set", function()
+        assert.equal(0, a:call("PEXPIRE", "nokey", "1000"))
+        a:call("SET", "k", "v")
+        assert.equal(1, a:call("PEXPIRE", "k", "1500"))
+        assert.equal(1499, a:call("PTTL", "k"))
+        assert.equal(1, a:call("EXPIRE", "k", "100"))
+        assert.equal(100, a:call("TTL", "k"))
+        assert.equal("v", a:call("GET", "k"))
+    end)
+
+    it("*AT take a wall-clock time", function()
+        a:call("SET", "k", "v")
+        local wall = math.floor(a.host.wall())
+        assert.equal(1, a:call("PEXPIREAT", "k", tostring(wall + 3000)))
+        local left = a:call("PTTL", "k")
+        assert.is_true(left > 2990 and left <= 3000, tostring(left))
+        assert.equal(1, a:call("EXPIREAT", "k", tostring(wall // 1000 + 100)))
+        local ttl = a:call("TTL", "k")
+        assert.is_true(ttl >= 99 and ttl <= 100)
+    end)
+
+    it("delete the key for a time in the past", function()
+        a:call("SET", "k", "v")
+        assert.equal(1, a:call("PEXPIRE", "k", "0"))
+        assert.equal(0, a:call("EXISTS", "k"))
+        assert.is_nil(W:node(a:path("k")))
+        a:call("SET", "k", "v")
+        assert.equal(1, a:call("EXPIRE", "k", "-5"))
+        assert.equal(0, a:call("EXISTS", "k"))
+        a:call("SET", "k", "v")
+        assert.equal(1, a:call("EXPIREAT", "k", "1"))
+        assert.equal(0, a:call("EXISTS", "k"))
+    end)
+
+    it("honour NX, XX, GT and LT", function()
+        a:call("SET", "e", "v")
+        assert.equal(0, a:call("EXPIRE", "e", "10", "XX"))
+        assert.equal(0, a:call("EXPIRE", "e", "10", "GT"))
+        assert.equal(1, a:call("EXPIRE", "e", "10", "LT"))
+        assert.equal(10, a:call("TTL", "e"))
+        assert.equal(0, a:call("EXPIRE", "e", "5", "GT"))
+        assert.equal(1, a:call("EXPIRE", "e", "20", "gt"))
+        assert.equal(20, a:call("TTL", "e"))
+        assert.equal(0, a:call("EXPIRE", "e", "30", "LT"))
+        assert.equal(1, a:call("EXPIRE", "e", "15", "LT", "XX"))
+        assert.equal(0, a:call("EXPIRE", "e", "30", "NX"))
+        assert.equal(1, a:call("PERSIST", "e"))
+        assert.equal(0, a:call("EXPIRE", "e", "30", "XX"))
+        assert.equal(1, a:call("EXPIRE", "e", "30", "NX"))
+    end)
+
+    it("reject bad options and times with Redis's texts", function()
+        a:call("SET", "k", "v")
+        assert.same(E("ERR NX and XX, GT or LT options at the same time are not compatible"),
+                    a:call("EXPIRE", "k", "10", "NX", "XX"))
+        assert.same(E("ERR NX and XX, GT or LT options at the same time are not compatible"),
+                    a:call("EXPIRE", "k", "10", "lt", "nx"))
+        assert.same(E("ERR GT and LT options at the same time are not compatible"),
+                    a:call("EXPIRE", "k", "10", "GT", "LT"))
+        assert.same(E("ERR Unsupported option foo"), a:call("EXPIRE", "k", "10", "foo"))
+        assert.same(E("ERR Unsupported option f"), a:call("EXPIRE", "k", "10", "f\0oo"))
+        assert.same(E("ERR value is not an integer or out of range"), a:call("EXPIRE", "k", "abc"))
+        assert.same(E("ERR invalid expire time in 'expire' command"),
+                    a:call("EXPIRE", "k", "9223372036854775807"))
+        assert.same(E("ERR invalid expire time in 'pexpire' command"),
+                    a:call("PEXPIRE", "k", "9223372036854775807"))
+        assert.same(E("ERR invalid expire time in 'expireat' command"),
+                    a:call("EXPIREAT", "k", "9223372036854775807"))
+        assert.equal(1, a:call("PEXPIREAT", "k", "9223372036854775807"))
+        -- The option is checked before the key is looked up.
+        assert.same(E("ERR Unsupported option foo"), a:call("EXPIRE", "nokey", "10", "foo"))
+    end)
+
+    it("work on other types too, keeping the value", function()
+        make_hash(W, a, "h")
+        assert.equal(1, a:call("PEXPIRE", "h", "5000"))
+        assert.same({ ok = "hash" }, a:call("TYPE", "h"))
+        local codec = a.require("codec")
+        local v = codec.decode(W:node(a:path("h")).data)
+        assert.equal("field", v.payload)
+        assert.equal(5000, v.ttl)
+    end)
+end)
+
+describe("PTTL, TTL, PERSIST", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("answer -2 for a missing key and -1 for a key without TTL", function()
+        assert.equal(-2, a:call("PTTL", "nokey"))
+        assert.equal(-2, a:call("TTL", "nokey"))
+        a:call("SET", "k", "v")
+        assert.equal(-1, a:call("PTTL", "k"))
+        assert.equal(-1, a:call("TTL", "k"))
+    end)
+
+    it("TTL rounds to the nearest second like Redis", function()
+        a:call("SET", "k", "v", "PX", "1600")
+        assert.equal(2, a:call("TTL", "k"))  -- 1599 ms left: (1599 + 500) // 1000
+        a:call("SET", "k", "v", "PX", "1400")
+        assert.equal(1, a:call("TTL", "k"))  -- 1399 ms
+        W:advance(900)
+        assert.equal(0, a:call("TTL", "k"))  -- 498 ms
+        assert.equal(497, a:call("PTTL", "k"))
+    end)
+
+    it("PERSIST removes the TTL once", function()
+        assert.equal(0, a:call("PERSIST", "nokey"))
+        a:call("SET", "k", "v", "PX", "5000")
+        assert.equal(1, a:call("PERSIST", "k"))
+        assert.equal(-1, a:call("PTTL", "k"))
+        assert.equal(0, a:call("PERSIST", "k"))
+        assert.equal("v", a:call("GET", "k"))
+    end)
+end)
+
+describe("DBSIZE and KEYS", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("DBSIZE counts the nodes under <root>/k", function()
+        assert.equal(0, a:call("DBSIZE"))
+        a:call("SET", "a", "1")
+        a:call("SET", "b", "1", "PX", "100000")
+        assert.equal(2, a:call("DBSIZE"))
+    end)
+
+    it("KEYS matches the decoded names and skips expired keys", function()
+        for _, k in ipairs({ "hello", "hallo", "h/llo", "", "lock:1" }) do a:call("SET", k, "v") end
+        a:call("SET", "hexp", "v", "PX", "50")
+        W:raw_create("/zkresp/k/not.canonical", "x") -- no key encodes to it
+        local function sorted(t) table.sort(t) return t end
+        assert.same({ "", "h/llo", "hallo", "hello", "hexp", "lock:1" }, sorted(a:call("KEYS", "*")))
+        assert.same({ "h/llo", "hallo", "hello" }, sorted(a:call("KEYS", "h?llo")))
+        assert.same({ "lock:1" }, a:call("KEYS", "lock:*"))
+        -- hexp's owner has not deleted it yet: it still reads as absent.
+        a.K.expire_due = function() end
+        W:advance(60)
+        assert.same({ "hallo", "hello" }, sorted(a:call("KEYS", "h[ae]*")))
+        assert.same({}, a:call("KEYS", "hexp"))
+    end)
+end)
