@@ -486,8 +486,10 @@ function K.expire_one(path, e)
 end
 
 -- Runs from the expiry timer: deletes every owned key whose deadline passed
--- and re-arms the timer for the next one.
-function K.expire_due()
+-- and re-arms the timer for the next one.  With `all` (back from a
+-- disconnection) it looks at every owned key, not only those due by the
+-- heap, whose retries may be scheduled later.
+function K.expire_due(all)
     local now = host.now()
     local due, seen = {}, {}
     while heap[1] and heap[1].at <= now do
@@ -495,6 +497,14 @@ function K.expire_due()
         if owned[item.path] == item.entry and not seen[item.path] then
             seen[item.path] = true
             due[#due + 1] = item
+        end
+    end
+    if all then
+        for path, e in pairs(owned) do
+            if e.deadline and e.deadline <= now and not seen[path] then
+                seen[path] = true
+                due[#due + 1] = { at = e.deadline, path = path, entry = e }
+            end
         end
     end
     for _, item in ipairs(due) do
@@ -736,7 +746,7 @@ function K.on_session(event, sid)
         if not ok then
             host.log("warn", "init: " .. tostring(K.is_abort(err) and err.reply.err or err))
         end
-        K.expire_due()
+        K.expire_due(true)
     elseif event == "lost" then
         K.forget_session(sid or state.sid)
     end

@@ -578,7 +578,8 @@ local function make_host(sc, opts)
     for k, v in pairs(opts.config or {}) do host.config[k] = v end
     sc.config = host.config
     host.null = Z.null
-    host.instance = string.format("inst%012d", sc.id)
+    -- 16 bytes, unique per sidecar in its first 8 (the real one is random).
+    host.instance = string.format("%08dinstance", sc.id)
 
     local function task()
         local t = W.tasks[coroutine.running()]

@@ -1,0 +1,156 @@
+-- Expiry: the owner deletes its keys at the deadline on its monotonic
+-- clock; every sidecar reads an expired key as absent even before the
+-- delete lands; others compute PTTL from the node's mtime and the leader
+-- clock offset; wall-clock jumps change nothing.
+
+local zkmodel = require "zkmodel"
+
+local null = zkmodel.null
+local OK = { ok = "OK" }
+
+describe("expiry", function()
+    local W, a, b
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar({ mono_base = 987654321, wall_base = 1500000000000 })
+    end)
+
+    it("the owner deletes the node at the deadline, with a versioned delete", function()
+        a:call("SET", "k", "v", "PX", "1000")
+        local set_at = W.now
+        W:advance(990)
+        assert.is_not_nil(W:node(a:path("k")))
+        W:advance(20)
+        assert.is_nil(W:node(a:path("k")))
+        local del
+        for _, op in ipairs(W.ops) do if op.kind == "delete" then del = op end end
+        assert.equal(a:path("k"), del.path)
+        assert.is_true(W.now - set_at >= 1000)
+        assert.is_nil(next(a.K.owned))
+    end)
+
+    it("one timer serves many keys, earliest first", function()
+        local deadline = {}
+        for i = 1, 50 do
+            a:call("SET", "k" .. i, "v", "PX", tostring(100 * (51 - i)))
+            deadline[i] = W.now + 100 * (51 - i)
+        end
+        local gets = 0
+        for _, op in ipairs(W.ops) do if op.kind == "get" then gets = gets + 1 end end
+        W:advance(2600)
+        for i = 1, 50 do
+            if deadline[i] <= W.now - 5 then
+                assert.is_nil(W:node(a:path("k" .. i)), "k" .. i)
+            elseif deadline[i] > W.now then
+                assert.is_not_nil(W:node(a:path("k" .. i)), "k" .. i)
+            end
+        end
+        assert.is_not_nil(W:node(a:path("k1")))
+        assert.is_nil(W:node(a:path("k50")))
+        W:advance(2500)
+        assert.same({}, W:children("/zkresp/k"))
+    end)
+
+    it("a renewed key expires at its new deadline", function()
+        a:call("SET", "k", "v", "PX", "1000")
+        W:advance(800)
+        assert.equal(1, a:call("PEXPIRE", "k", "1000"))
+        W:advance(500)
+        assert.equal("v", b:call("GET", "k"))
+        W:advance(600)
+        assert.is_nil(W:node(a:path("k")))
+    end)
+
+    it("an expired key reads as absent everywhere before its delete lands", function()
+        a:call("SET", "k", "v", "PX", "1000")
+        a:disconnect() -- the owner cannot delete
+        W:advance(1100)
+        assert.is_not_nil(W:node(a:path("k")))
+        for _, sc in ipairs({ b }) do
+            assert.equal(null, sc:call("GET", "k"))
+            assert.equal(0, sc:call("EXISTS", "k"))
+            assert.equal(-2, sc:call("PTTL", "k"))
+            assert.same({ ok = "none" }, sc:call("TYPE", "k"))
+            assert.equal(0, sc:call("DEL", "k"))
+            assert.equal(0, sc:call("PEXPIRE", "k", "1000"))
+            assert.equal(0, sc:call("DELIFEQ", "k", "v"))
+            assert.equal(null, sc:call("SET", "k", "x", "XX"))
+        end
+        a:reconnect()
+        W:advance(10)
+        assert.is_nil(W:node(a:path("k")))
+        assert.equal(null, a:call("GET", "k"))
+    end)
+
+    it("the owner's own reads see it absent right at its deadline", function()
+        a:call("SET", "k", "v", "PX", "1000")
+        a.K.expire_due = function() end -- the timer does nothing
+        W:advance(998)
+        assert.equal("v", a:call("GET", "k")) -- read completes at +999
+        W:advance(1)
+        assert.equal(null, a:call("GET", "k"))
+        assert.equal(-2, a:call("PTTL", "k"))
+    end)
+
+    it("another sidecar computes PTTL from mtime, never shorter than the owner's", function()
+        b:call("SET", "warmup", "x") -- b learns the leader clock from its writes
+        a:call("SET", "k", "v", "PX", "10000")
+        W:advance(3000)
+        local mine = a:call("PTTL", "k")
+        local theirs = b:call("PTTL", "k")
+        assert.is_true(mine >= 6990 and mine <= 7000, tostring(mine))
+        assert.is_true(theirs >= mine - 1 and theirs <= mine + 5,
+                       ("owner %d, other %d"):format(mine, theirs))
+        assert.equal(7, b:call("TTL", "k"))
+    end)
+
+    it("does not move when a wall clock jumps", function()
+        a:call("SET", "k", "v", "PX", "10000")
+        b:call("SET", "warmup", "x")
+        a.wall_base = a.wall_base + 3600 * 1000
+        b.wall_base = b.wall_base - 3600 * 1000
+        W:advance(5000)
+        local mine, theirs = a:call("PTTL", "k"), b:call("PTTL", "k")
+        assert.is_true(mine > 4900 and mine <= 5000)
+        assert.is_true(theirs > 4900 and theirs <= 5010)
+        W:advance(5100)
+        assert.is_nil(W:node(a:path("k")))
+    end)
+
+    it("a leader clock far from every machine's clock changes nothing", function()
+        local W2 = zkmodel.world({ leader_offset = 42 })
+        local c = W2:sidecar()
+        local d = W2:sidecar({ mono_base = 5e12 })
+        c:call("SET", "k", "v", "PX", "2000")
+        W2:advance(1000)
+        local left = d:call("PTTL", "k")
+        assert.is_true(left > 990 and left <= 1005, tostring(left))
+    end)
+
+    it("a lock taken over after expiry waits for the owner's delete", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        local deadline = W.now + 1000
+        a:disconnect() -- a stalls: its delete cannot be sent
+        W:advance(1001)
+        local t = b:start("SET", "lock", "tb", "NX", "PX", "1000")
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+        -- b took over only after the grace period
+        assert.is_true(W.now >= deadline + a.K.GRACE_MS, tostring(W.now - deadline))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+        a:reconnect()
+        W:advance(100)
+        -- a looked before deleting and left b's lock alone
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.is_nil(next(a.K.owned))
+    end)
+
+    it("a lock is free for others as soon as its owner deletes it", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        W:advance(1003)
+        local t0 = W.now
+        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "1000"))
+        assert.is_true(W.now - t0 < 10)
+    end)
+end)

@@ -1,0 +1,137 @@
+-- Lifetime: a key with a TTL is an ephemeral znode owned by the session of
+-- its last writer; without a TTL it is persistent.
+
+local zkmodel = require "zkmodel"
+
+local null = zkmodel.null
+local OK = { ok = "OK" }
+
+local function kinds(W, from)
+    local out = {}
+    for i = from + 1, #W.ops do out[#out + 1] = W.ops[i].kind end
+    return out
+end
+
+describe("lifetime", function()
+    local W, a, b
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar()
+    end)
+
+    it("a key with a TTL is ephemeral, owned by the writer's session", function()
+        a:call("SET", "lock", "t", "NX", "PX", "30000")
+        local n = W:node(a:path("lock"))
+        assert.equal(a.sid, n.stat.ephemeralOwner)
+        a:call("SET", "plain", "v")
+        assert.equal(0, W:node(a:path("plain")).stat.ephemeralOwner)
+    end)
+
+    it("SET NX PX on a missing key is one create after the read", function()
+        local before = #W.ops
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        assert.same({ "get", "create" }, kinds(W, before))
+    end)
+
+    it("rewriting one's own ephemeral key is a versioned set in place", function()
+        a:call("SET", "lock", "t", "PX", "30000")
+        local czxid = W:node(a:path("lock")).stat.czxid
+        local before = #W.ops
+        assert.equal(1, a:call("PEXPIRE", "lock", "60000"))
+        assert.same({ "get", "set" }, kinds(W, before))
+        local n = W:node(a:path("lock"))
+        assert.equal(czxid, n.stat.czxid)
+        assert.equal(1, n.stat.version)
+        assert.equal(a.sid, n.stat.ephemeralOwner)
+    end)
+
+    it("another sidecar's write re-creates the node under its own session, in one multi", function()
+        a:call("SET", "lock", "t", "PX", "30000")
+        local czxid = W:node(a:path("lock")).stat.czxid
+        local before = #W.ops
+        assert.equal(1, b:call("PEXPIRE", "lock", "60000"))
+        assert.same({ "get", "multi" }, kinds(W, before))
+        assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock"), W.ops[#W.ops].path)
+        local n = W:node(a:path("lock"))
+        assert.equal(b.sid, n.stat.ephemeralOwner)
+        assert.is_true(n.stat.czxid > czxid)
+        assert.equal("t", a:call("GET", "lock"))
+        -- The key now lives and dies with b's session.
+        W:expire_session(b.sid)
+        assert.equal(null, a:call("GET", "lock"))
+    end)
+
+    it("the old owner's expiry never deletes the node another sidecar re-created", function()
+        a:call("SET", "lock", "ta", "PX", "1000")
+        b:call("SET", "lock", "tb", "PX", "5000") -- overwrite: b's node, version 0 again
+        W:advance(2000)                           -- a's deadline passes
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+        assert.is_nil(next(a.K.owned))
+    end)
+
+    it("PERSIST makes the node persistent, PEXPIRE ephemeral again", function()
+        a:call("SET", "k", "v", "PX", "30000")
+        assert.equal(1, a:call("PERSIST", "k"))
+        assert.equal(0, W:node(a:path("k")).stat.ephemeralOwner)
+        W:expire_session(a.sid)
+        assert.equal("v", b:call("GET", "k"))
+        assert.equal(1, b:call("PEXPIRE", "k", "30000"))
+        assert.equal(b.sid, W:node(a:path("k")).stat.ephemeralOwner)
+    end)
+
+    it("SET without KEEPTTL turns a TTL key persistent", function()
+        a:call("SET", "k", "v", "PX", "30000")
+        b:call("SET", "k", "w")
+        local n = W:node(a:path("k"))
+        assert.equal(0, n.stat.ephemeralOwner)
+        assert.equal(-1, a:call("PTTL", "k"))
+    end)
+
+    it("keys vanish with their sidecar's session (kill -9), others stay", function()
+        a:call("SET", "lock", "t", "PX", "30000")
+        a:call("SET", "data", "v")
+        W:expire_session(a.sid)
+        assert.equal(null, b:call("GET", "lock"))
+        assert.equal("v", b:call("GET", "data"))
+        assert.same(OK, b:call("SET", "lock", "t2", "NX", "PX", "30000"))
+    end)
+
+    it("closing the sidecar releases its locks at once", function()
+        a:call("SET", "lock", "t", "PX", "30000")
+        a:close()
+        assert.same({ err = "TRYAGAIN zkresp is shutting down" }, a:call("GET", "lock"))
+        assert.same(OK, b:call("SET", "lock", "t2", "NX", "PX", "30000"))
+    end)
+
+    it("follows the policy's lifetime and TTL clamp", function()
+        local file = os.tmpname()
+        local f = assert(io.open(file, "w"))
+        f:write([[
+            return {
+                lifetime = function(key, type, ttl)
+                    assert(type == "string")
+                    if key:find("^durable:") then return "persistent" end
+                    if key:find("^session:") then return "ephemeral" end
+                    return ttl and "ephemeral" or "persistent"
+                end,
+                ttl = function(key, ms) return math.min(ms, 10000) end,
+            }
+        ]])
+        f:close()
+        local c = W:sidecar({ config = { policy = file } })
+        c:call("SET", "durable:x", "v", "PX", "60000")
+        local n = W:node(c:path("durable:x"))
+        assert.equal(0, n.stat.ephemeralOwner)
+        assert.equal(10000, c.require("codec").decode(n.data).ttl)
+        c:call("SET", "session:y", "v")
+        assert.equal(c.sid, W:node(c:path("session:y")).stat.ephemeralOwner)
+        assert.equal(-1, c:call("PTTL", "session:y"))
+        -- A persistent key with a TTL still expires, by its writer and for all.
+        W:advance(10001)
+        assert.equal(null, b:call("GET", "durable:x"))
+        assert.is_nil(W:node(c:path("durable:x")))
+        os.remove(file)
+    end)
+end)
