@@ -1,0 +1,256 @@
+-- Faults: writes of unknown outcome are resolved before answering; nodes of
+-- our dead sessions are never re-adopted; TRYAGAIN when ZooKeeper stays
+-- away past the command's deadline or the sidecar is closing.
+
+local zkmodel = require "zkmodel"
+
+local null = zkmodel.null
+local OK = { ok = "OK" }
+local Z = zkmodel.codes
+local UNAVAILABLE = { err = "TRYAGAIN ZooKeeper unavailable" }
+
+local function count(W, kind, from)
+    local n = 0
+    for i = (from or 0) + 1, #W.ops do if W.ops[i].kind == kind then n = n + 1 end end
+    return n
+end
+
+describe("unknown outcomes", function()
+    local W, a, b
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar()
+    end)
+
+    it("a create that applied is recognised by its nonce and session: OK once", function()
+        a:fail_next({ op = "create", when = "after" })
+        local before = #W.ops
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        assert.equal(1, count(W, "create", before))
+        assert.equal(1, count(W, "sync", before))
+        assert.equal(a.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+        -- and it is owned: it expires on a's clock
+        W:advance(30010)
+        assert.is_nil(W:node(a:path("lock")))
+    end)
+
+    it("a create that did not apply is retried from the first read", function()
+        a:fail_next({ op = "create", when = "before" })
+        local before = #W.ops
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        assert.equal(2, count(W, "create", before))
+        assert.equal("t", b:call("GET", "lock"))
+    end)
+
+    it("a lost create that another sidecar beat is answered null, not OK", function()
+        a:fail_next({ op = "create", when = "before", hook = function()
+            W:raw_create(a:path("lock"), "theirs")
+        end })
+        assert.equal(null, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        assert.equal("theirs", b:call("GET", "lock"))
+    end)
+
+    it("a set that applied is not applied twice (INCR)", function()
+        a:call("SET", "n", "5")
+        a:fail_next({ op = "set", when = "after" })
+        assert.equal(6, a:call("INCR", "n"))
+        assert.equal("6", b:call("GET", "n"))
+    end)
+
+    it("a set that did not apply is applied once (INCR)", function()
+        a:call("SET", "n", "5")
+        a:fail_next({ op = "set", when = "before" })
+        assert.equal(6, a:call("INCR", "n"))
+        assert.equal("6", b:call("GET", "n"))
+    end)
+
+    it("a replacing multi that applied is recognised", function()
+        a:call("SET", "k", "v", "PX", "30000")
+        b:fail_next({ op = "multi", when = "after" })
+        assert.same(OK, b:call("SET", "k", "w", "PX", "30000"))
+        assert.equal(b.sid, W:node(a:path("k")).stat.ephemeralOwner)
+        assert.equal(1, count(W, "multi"))
+    end)
+
+    it("a delete that applied answers 1 once", function()
+        a:call("SET", "k", "v")
+        a:fail_next({ op = "delete", when = "after" })
+        assert.equal(1, a:call("DEL", "k"))
+        assert.is_nil(W:node(a:path("k")))
+    end)
+
+    it("a delete that did not apply is retried", function()
+        a:call("SET", "k", "v")
+        a:fail_next({ op = "delete", when = "before" })
+        local before = #W.ops
+        assert.equal(1, a:call("DEL", "k"))
+        assert.equal(2, count(W, "delete", before))
+        assert.is_nil(W:node(a:path("k")))
+    end)
+
+    it("a multi delete that did not apply is retried whole", function()
+        a:call("SET", "x", "1")
+        a:call("SET", "y", "1")
+        a:fail_next({ op = "multi", when = "before" })
+        assert.equal(2, a:call("DEL", "x", "y"))
+        assert.same({}, W:children("/zkresp/k"))
+    end)
+
+    it("a compare-and-delete retried after connection loss never deletes the new owner's lock", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "30000")
+        -- Our delete applies, the reply is lost, and b takes the lock before
+        -- we look again.
+        a:fail_next({ op = "delete", when = "after", hook = function()
+            W:post(function() end)
+        end })
+        local t = a:start("DELIFEQ", "lock", "ta")
+        W:run_until(function() return count(W, "sync") > 0 end)
+        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "30000"))
+        W:run_until(function() return t.done end)
+        assert.equal(1, t.result)
+        assert.equal("tb", b:call("GET", "lock"))
+    end)
+
+    it("a compare-and-delete that did not apply leaves the lock of its new owner alone", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "30000")
+        a:fail_next({ op = "delete", when = "before", hook = function()
+            -- our lock is taken from us (an overwrite by another client)
+            W:raw_delete(a:path("lock"))
+            W:raw_create(a:path("lock"), "tb")
+        end })
+        -- Indistinguishable from the case above (our delete applied, then
+        -- the key was re-created): the node we deleted is gone, so 1.
+        assert.equal(1, a:call("DELIFEQ", "lock", "ta"))
+        assert.equal("tb", b:call("GET", "lock"))
+    end)
+
+    it("a write whose session expired under it is re-run under the new session", function()
+        a:fail_next({ op = "create", when = "after", rc = Z.SESSIONEXPIRED, hook = function()
+            W:post(function() a:expire() end)
+        end })
+        local t = a:start("SET", "lock", "t", "NX", "PX", "30000")
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+        local n = W:node(a:path("lock"))
+        assert.equal(a.sid, n.stat.ephemeralOwner)
+    end)
+end)
+
+describe("dead sessions", function()
+    local W, a, b
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar()
+    end)
+
+    it("a node of our previous session is foreign: never re-adopted", function()
+        a:call("SET", "lock", "t", "NX", "PX", "30000")
+        local old = a:lose() -- lease lost locally; the server still has the old session
+        assert.is_true(W.sessions[old].alive)
+        assert.equal(old, W:node(a:path("lock")).stat.ephemeralOwner)
+        assert.equal(null, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        assert.equal(0, a:call("PEXPIRE", "lock", "30000"))
+        assert.equal(0, a:call("EXPIRE", "lock", "30"))
+        assert.equal(0, a:call("PEXPIREAT", "lock", tostring(math.floor(a.host.wall()) + 30000)))
+        assert.equal(0, a:call("EXPIREAT", "lock", tostring(math.floor(a.host.wall()) // 1000 + 30)))
+        assert.equal(0, a:call("PERSIST", "lock"))
+        assert.equal(old, W:node(a:path("lock")).stat.ephemeralOwner)
+        -- Still a live lock for everyone until the server expires the session.
+        assert.equal("t", a:call("GET", "lock"))
+        assert.equal(null, b:call("SET", "lock", "x", "NX", "PX", "30000"))
+        W:expire_session(old)
+        assert.same(OK, a:call("SET", "lock", "t2", "NX", "PX", "30000"))
+        assert.equal(a.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+
+    it("SET NX stays null on a dead-session node even after its TTL", function()
+        a:call("SET", "lock", "t", "NX", "PX", "1000")
+        a:lose()
+        W:advance(2000)
+        assert.is_not_nil(W:node(a:path("lock"))) -- a no longer owns it: no delete
+        assert.equal(null, a:call("SET", "lock", "t", "NX", "PX", "1000"))
+        -- For another sidecar it is just an expired key.
+        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "1000"))
+    end)
+
+    it("forgets every owned key when the session is lost", function()
+        a:call("SET", "k1", "v", "PX", "1000")
+        a:call("SET", "k2", "v", "PX", "2000")
+        assert.is_not_nil(next(a.K.owned))
+        a:lose()
+        assert.is_nil(next(a.K.owned))
+        W:advance(3000)
+        assert.is_not_nil(W:node(a:path("k1")))
+        assert.equal(null, b:call("GET", "k1"))
+    end)
+
+    it("after a session expiry the old ephemeral keys are gone and can be taken again", function()
+        a:call("SET", "lock", "t", "NX", "PX", "30000")
+        a:expire()
+        assert.equal(null, a:call("GET", "lock"))
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+    end)
+end)
+
+describe("ZooKeeper unavailable", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("answers TRYAGAIN at the command's deadline when still disconnected", function()
+        a:call("SET", "k", "v")
+        a:disconnect()
+        local t0 = W.now
+        assert.same(UNAVAILABLE, a:call("GET", "k"))
+        assert.equal(2000, W.now - t0)
+        assert.same(UNAVAILABLE, a:call("SET", "k", "w"))
+        a:reconnect()
+        assert.equal("v", a:call("GET", "k"))
+    end)
+
+    it("waits for a reconnection within the deadline", function()
+        a:disconnect()
+        local t = a:start("SET", "k", "v", "NX", "PX", "10000")
+        W:advance(500)
+        assert.is_nil(t.done)
+        a:reconnect()
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+    end)
+
+    it("answers TRYAGAIN when a lost write cannot be resolved, and removes the orphan later", function()
+        a:fail_next({ op = "create", when = "after", hook = function()
+            W:post(function() a.connected = false end)
+        end })
+        local t = a:start("SET", "lock", "t", "NX", "PX", "30000")
+        W:run_until(function() return t.done end)
+        assert.same(UNAVAILABLE, t.result)
+        assert.is_not_nil(W:node(a:path("lock"))) -- it did apply
+        a:reconnect()
+        W:advance(1000)
+        assert.is_nil(W:node(a:path("lock")))      -- and was removed: nobody holds it
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+    end)
+
+    it("answers TRYAGAIN while shutting down", function()
+        a:close()
+        assert.same({ err = "TRYAGAIN zkresp is shutting down" }, a:call("SET", "k", "v"))
+    end)
+
+    it("answers TRYAGAIN after too many conflicting writes", function()
+        a:call("SET", "n", "1")
+        for _ = 1, 10 do a:fail_next({ op = "set", rc = Z.BADVERSION }) end
+        assert.same({ err = "TRYAGAIN too many conflicting writes, try again" }, a:call("INCR", "n"))
+        assert.equal("1", a:call("GET", "n"))
+    end)
+
+    it("creates <root>/k when it is missing", function()
+        W:raw_delete("/zkresp/k")
+        assert.same(OK, a:call("SET", "k", "v"))
+        assert.equal("v", a:call("GET", "k"))
+    end)
+end)
