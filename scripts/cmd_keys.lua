@@ -39,11 +39,12 @@ local function del(args)
     end)
 end
 
-C.del = { fn = del, arity = -2, first = 1, last = -1, step = 1 }
-C.unlink = { fn = del, arity = -2, first = 1, last = -1, step = 1 }
+C.del = { fn = del, arity = -2, flags = "write", first_key = 1, last_key = -1, step = 1 }
+C.unlink = { fn = del, arity = -2, flags = "write fast", first_key = 1, last_key = -1, step = 1 }
 
 -- EXISTS key [key ...]: a key named twice counts twice.
-C.exists = { arity = -2, first = 1, last = -1, step = 1, fn = function(args)
+C.exists = { arity = -2, flags = "readonly fast", first_key = 1, last_key = -1, step = 1,
+             fn = function(args)
     local keys = key_args(args)
     return T.run(keys, function(t)
         local recs = t:read_all(keys)
@@ -55,7 +56,8 @@ C.exists = { arity = -2, first = 1, last = -1, step = 1, fn = function(args)
     end)
 end }
 
-C.type = { arity = 2, first = 1, last = 1, step = 1, fn = function(args)
+C.type = { arity = 2, flags = "readonly fast", first_key = 1, last_key = 1, step = 1,
+           fn = function(args)
     local key = args[2]
     return T.run({ key }, function(t)
         local rec = t:read(key)
@@ -111,13 +113,13 @@ local function expire_generic(args, name, seconds, absolute)
     end)
 end
 
-C.pexpire = { arity = -3, first = 1, last = 1, step = 1,
+C.pexpire = { arity = -3, flags = "write fast", first_key = 1, last_key = 1, step = 1,
               fn = function(args) return expire_generic(args, "pexpire", false, false) end }
-C.expire = { arity = -3, first = 1, last = 1, step = 1,
+C.expire = { arity = -3, flags = "write fast", first_key = 1, last_key = 1, step = 1,
              fn = function(args) return expire_generic(args, "expire", true, false) end }
-C.pexpireat = { arity = -3, first = 1, last = 1, step = 1,
+C.pexpireat = { arity = -3, flags = "write fast", first_key = 1, last_key = 1, step = 1,
                 fn = function(args) return expire_generic(args, "pexpireat", false, true) end }
-C.expireat = { arity = -3, first = 1, last = 1, step = 1,
+C.expireat = { arity = -3, flags = "write fast", first_key = 1, last_key = 1, step = 1,
                fn = function(args) return expire_generic(args, "expireat", true, true) end }
 
 ---------------------------------------------------------------------------
@@ -135,12 +137,13 @@ local function ttl_generic(key, ms)
     end)
 end
 
-C.pttl = { arity = 2, first = 1, last = 1, step = 1,
+C.pttl = { arity = 2, flags = "readonly fast", first_key = 1, last_key = 1, step = 1,
            fn = function(args) return ttl_generic(args[2], true) end }
-C.ttl = { arity = 2, first = 1, last = 1, step = 1,
+C.ttl = { arity = 2, flags = "readonly fast", first_key = 1, last_key = 1, step = 1,
           fn = function(args) return ttl_generic(args[2], false) end }
 
-C.persist = { arity = 2, first = 1, last = 1, step = 1, fn = function(args)
+C.persist = { arity = 2, flags = "write fast", first_key = 1, last_key = 1, step = 1,
+              fn = function(args)
     local key = args[2]
     return T.run({ key }, function(t)
         local rec = t:read(key)
@@ -154,7 +157,8 @@ end }
 ---------------------------------------------------------------------------
 -- DBSIZE: the children of <root>/k (expired nodes not yet deleted count).
 
-C.dbsize = { arity = 1, first = 0, last = 0, step = 0, fn = function()
+C.dbsize = { arity = 1, flags = "readonly fast", first_key = 0, last_key = 0, step = 0,
+             fn = function()
     return T.run({}, function()
         local rc, stat = K.stat(K.keys_dir())
         if rc == zk.NONODE then return 0 end
@@ -166,7 +170,8 @@ end }
 -- skipped; refused beyond KEYS_LIMIT matches (policy.keys_limit).
 local KEYS_LIMIT = 10000
 
-C.keys = { arity = 2, first = 0, last = 0, step = 0, fn = function(args)
+C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
+           fn = function(args)
     local pattern = args[2]
     local all = pattern == "*"
     return T.run({}, function()

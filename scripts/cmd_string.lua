@@ -1,10 +1,11 @@
 -- cmd_string.lua — the string commands: SET, GET, GETDEL, INCR, INCRBY,
 -- DECR, DECRBY, DELEX and DELIFEQ, with Redis's replies and errors.
 --
--- Each entry: name -> {fn = function(args) -> reply, arity, first, last,
--- step}; arity counts the name (positive: exact, negative: minimum) and
--- first/last/step say which arguments are keys, as in Redis's command
--- table.  args[1] is the name as sent.
+-- Each entry: name -> {fn = function(args) -> reply, arity, first_key,
+-- last_key, step, flags}; arity counts the name (positive: exact, negative:
+-- minimum), first_key/last_key/step say which arguments are keys and flags
+-- are COMMAND's flags, as in Redis's command table.  args[1] is the name
+-- as sent.
 
 local K = require "keyspace"
 local T = require "txn"
@@ -24,7 +25,8 @@ local function ok() return { ok = "OK" } end
 --               [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]
 
 -- Options in any order and case.  As in Redis, an option may repeat (the
--- last value wins) but two conditions or two kinds of expiry conflict.  Returns the options or nil and the error.
+-- last value wins) but two conditions or two kinds of expiry conflict.
+-- Returns the options, or nil and the error.
 local function parse_set(args)
     local o = {}
     local i = 4
@@ -125,7 +127,8 @@ local function set(args)
     end)
 end
 
-S.set = { fn = set, arity = -3, first = 1, last = 1, step = 1 }
+S.set = { fn = set, arity = -3, flags = "write denyoom",
+          first_key = 1, last_key = 1, step = 1 }
 
 ---------------------------------------------------------------------------
 -- GET key, GETDEL key
@@ -140,7 +143,8 @@ local function get(args)
     end)
 end
 
-S.get = { fn = get, arity = 2, first = 1, last = 1, step = 1 }
+S.get = { fn = get, arity = 2, flags = "readonly fast",
+          first_key = 1, last_key = 1, step = 1 }
 
 local function getdel(args)
     local key = args[2]
@@ -153,7 +157,8 @@ local function getdel(args)
     end)
 end
 
-S.getdel = { fn = getdel, arity = 2, first = 1, last = 1, step = 1 }
+S.getdel = { fn = getdel, arity = 2, flags = "write fast",
+             first_key = 1, last_key = 1, step = 1 }
 
 ---------------------------------------------------------------------------
 -- INCR, DECR, INCRBY, DECRBY: the TTL is kept.
@@ -176,18 +181,20 @@ local function incr_by(key, by)
     end)
 end
 
-S.incr = { fn = function(args) return incr_by(args[2], 1) end,
-           arity = 2, first = 1, last = 1, step = 1 }
-S.decr = { fn = function(args) return incr_by(args[2], -1) end,
-           arity = 2, first = 1, last = 1, step = 1 }
+S.incr = { fn = function(args) return incr_by(args[2], 1) end, arity = 2,
+           flags = "write denyoom fast", first_key = 1, last_key = 1, step = 1 }
+S.decr = { fn = function(args) return incr_by(args[2], -1) end, arity = 2,
+           flags = "write denyoom fast", first_key = 1, last_key = 1, step = 1 }
 
-S.incrby = { arity = 3, first = 1, last = 1, step = 1, fn = function(args)
+S.incrby = { arity = 3, flags = "write denyoom fast", first_key = 1, last_key = 1, step = 1,
+             fn = function(args)
     local by = U.to_int(args[3])
     if not by then return err(E.NOT_INTEGER) end
     return incr_by(args[2], by)
 end }
 
-S.decrby = { arity = 3, first = 1, last = 1, step = 1, fn = function(args)
+S.decrby = { arity = 3, flags = "write denyoom fast", first_key = 1, last_key = 1, step = 1,
+             fn = function(args)
     local by = U.to_int(args[3])
     if not by then return err(E.NOT_INTEGER) end
     if by == math.mininteger then return err(E.DECR_OVERFLOW) end
@@ -198,10 +205,11 @@ end }
 -- Compare-and-delete: DELIFEQ key value (Valkey 9) and DELEX key
 -- [IFEQ value | IFNE value] (Redis 8.4).
 --
--- The lock-release path.  On a key this sidecar owns, the first attempt
--- compares against the owned-key cache and sends one versioned delete; a
--- failed delete, or a value that does not match, is checked again with a
--- fresh read before answering.
+-- The lock-release path: a read, then a delete of exactly the version read.
+-- With the owned-key cache on (keyspace.lua, K.CACHE_WRITES), the first
+-- attempt on a key this sidecar owns compares against the cache and sends
+-- the versioned delete at once; a failed delete, or a value that does not
+-- match, is checked again with a fresh read before answering.
 
 local function compare_delete(key, value, equal)
     return T.run({ key }, function(t)
@@ -218,7 +226,7 @@ local function compare_delete(key, value, equal)
 end
 
 S.delifeq = { fn = function(args) return compare_delete(args[2], args[3], true) end,
-              arity = 3, first = 1, last = 1, step = 1 }
+              arity = 3, flags = "write fast", first_key = 1, last_key = 1, step = 1 }
 
 local function delete_one(key)
     return T.run({ key }, function(t)
@@ -229,7 +237,8 @@ local function delete_one(key)
     end)
 end
 
-S.delex = { arity = -2, first = 1, last = 1, step = 1, fn = function(args)
+S.delex = { arity = -2, flags = "write fast", first_key = 1, last_key = 1, step = 1,
+            fn = function(args)
     if #args == 2 then return delete_one(args[2]) end
     local cond = args[3]:lower()
     if #args == 4 and (cond == "ifdeq" or cond == "ifdne") then

@@ -52,7 +52,7 @@ end
 --   keys_limit         KEYS refuses to look at more matches (default 10000)
 --
 -- Extra commands (optional): commands = { name = {fn = function(args)
---   ... end, arity = n, first = 1, last = 1, step = 1} }, lower-case
+--   ... end, arity = n, first_key = 1, last_key = 1, step = 1} }, lower-case
 --   names, the same shape as the command tables in cmd_string.lua; they may
 --   use require "txn", "keyspace", "codec", "errors".
 

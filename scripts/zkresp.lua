@@ -1,13 +1,15 @@
 -- zkresp.lua — the system layer's entry point (see sidecar/lua_host.h).
 --
 --   M.dispatch(args)             one Redis command -> its reply value
---   M.on_session(event, id)      ZooKeeper session events
---   M.reload_policy()            loads the policy again (SIGHUP); on failure
---                                returns nil and the reason, the old policy
---                                stays
+--   M.on_session(event, id)      ZooKeeper session events, and "reload"
+--                                (SIGHUP: load the policy again; if it fails
+--                                the old policy stays)
+--   M.commands                   every command: lower-case name -> {fn,
+--                                arity, first_key, last_key, step, flags}
+--                                (cmd_string.lua, cmd_keys.lua, and the
+--                                policy's own `commands`); the host lists it
+--                                for COMMAND
 --
--- Commands live in tables, lower-case name -> {fn, arity, first, last,
--- step} (cmd_string.lua, cmd_keys.lua, and the policy's own `commands`).
 -- dispatch checks the name, the arity and the key length, then calls fn.
 
 local errors = require "errors"
@@ -24,7 +26,18 @@ for _, mod in ipairs({ "cmd_string", "cmd_keys" }) do
 end
 M.builtin = builtin
 
-local extra = {} -- the policy's commands
+-- Built-in commands and the policy's; the policy's win.  Rebuilt in place
+-- when the policy changes, so the host's reference stays good.
+M.commands = {}
+
+local function build_commands(extra)
+    for name in pairs(M.commands) do M.commands[name] = nil end
+    for name, spec in pairs(builtin) do M.commands[name] = spec end
+    for name, spec in pairs(extra) do
+        if builtin[name] then host.log("warn", "policy command " .. name .. " replaces the built-in one") end
+        M.commands[name] = spec
+    end
+end
 
 ---------------------------------------------------------------------------
 -- Policy
@@ -66,11 +79,12 @@ function M.load_policy(path)
             return nil, path .. ": policy.commands." .. tostring(name) ..
                         " needs a lower-case name, fn and an integer arity"
         end
-        cmds[name] = { fn = spec.fn, arity = spec.arity, first = spec.first or 0,
-                       last = spec.last or 0, step = spec.step or 0, name = name }
+        cmds[name] = { fn = spec.fn, arity = spec.arity, first_key = spec.first_key or 0,
+                       last_key = spec.last_key or 0, step = spec.step or 0,
+                       flags = spec.flags or "", name = name }
     end
     K.set_policy(p)
-    extra = cmds
+    build_commands(cmds)
     M.policy_path = path
     return true
 end
@@ -88,15 +102,15 @@ end
 -- Dispatch
 
 function M.command(name)
-    return extra[name] or builtin[name]
+    return M.commands[name]
 end
 
--- The key arguments of a command, as Redis's first/last/step say (Redis's
--- indexes count from the name, 0).
+-- The key arguments of a command, as Redis's first_key/last_key/step say
+-- (Redis's indexes count from the name, 0).
 local function check_keys(spec, args)
-    local first = spec.first or 0
+    local first = spec.first_key or 0
     if first <= 0 then return nil end
-    local last = spec.last or first
+    local last = spec.last_key or first
     if last < 0 then last = #args + last end
     local step = spec.step and spec.step > 0 and spec.step or 1
     for i = first, last, step do
@@ -121,7 +135,17 @@ function M.dispatch(args)
 end
 
 function M.on_session(event, session_id)
-    host.log("info", "session " .. tostring(event) .. " " .. string.format("0x%x", math.tointeger(session_id) or 0))
+    if event == "reload" then
+        local ok, e = M.reload_policy()
+        if ok then
+            host.log("info", "policy reloaded from " .. M.policy_path)
+        else
+            host.log("error", "policy not reloaded, the old one stays: " .. tostring(e))
+        end
+        return
+    end
+    host.log("info", string.format("session %s 0x%x", tostring(event),
+                                   math.tointeger(session_id) or 0))
     K.on_session(event, session_id)
 end
 

@@ -84,7 +84,7 @@ describe("dispatch", function()
         local f = assert(io.open(file, "w"))
         f:write([[
             local T = require "txn"
-            return { commands = { hello = { arity = 2, first = 1, last = 1, step = 1,
+            return { commands = { hello = { arity = 2, first_key = 1, last_key = 1, step = 1,
                 fn = function(args)
                     return T.run({ args[2] }, function(t)
                         local rec = t:read(args[2])
@@ -101,24 +101,57 @@ describe("dispatch", function()
         os.remove(file)
     end)
 
-    it("keeps the old policy when a reload fails", function()
+    it("lists every command for COMMAND, with Redis's key positions", function()
+        local cmds = a.M.commands
+        local names = {}
+        for name, spec in pairs(cmds) do
+            names[#names + 1] = name
+            assert.is_function(spec.fn)
+            assert.is_number(spec.arity)
+            assert.is_string(spec.flags)
+        end
+        table.sort(names)
+        assert.same({ "dbsize", "decr", "decrby", "del", "delex", "delifeq", "exists", "expire",
+                      "expireat", "get", "getdel", "incr", "incrby", "keys", "persist",
+                      "pexpire", "pexpireat", "pttl", "set", "ttl", "type", "unlink" }, names)
+        assert.same({ -3, 1, 1, 1, "write denyoom" },
+                    { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
+                      cmds.set.flags })
+        assert.same({ -2, 1, -1, 1 }, { cmds.del.arity, cmds.del.first_key, cmds.del.last_key,
+                                        cmds.del.step })
+        assert.same({ 2, 0, 0 }, { cmds.keys.arity, cmds.keys.first_key, cmds.keys.last_key })
+    end)
+
+    it("reloads the policy on the \"reload\" event, keeping the old one when it fails", function()
         local file = os.tmpname()
-        local f = assert(io.open(file, "w"))
-        f:write("return { ttl = function(key, ms) return math.min(ms, 5000) end }")
-        f:close()
+        local function write(text)
+            local f = assert(io.open(file, "w"))
+            f:write(text)
+            f:close()
+        end
+        local b_call
+        local function pttl_after_set()
+            b_call("SET", "k", "v", "PX", "100000")
+            return b_call("PTTL", "k")
+        end
+        write("return { ttl = function(key, ms) return math.min(ms, 5000) end }")
         local b = W:sidecar({ config = { policy = file } })
-        b:call("SET", "k", "v", "PX", "100000")
-        local pttl = b:call("PTTL", "k")
-        assert.is_true(pttl > 4990 and pttl <= 5000)
-        f = assert(io.open(file, "w"))
-        f:write("return { ttl = 'not a function' }")
-        f:close()
+        b_call = function(...) return b:call(...) end
+        local left = pttl_after_set()
+        assert.is_true(left > 4990 and left <= 5000)
+        write("return { ttl = function(key, ms) return math.min(ms, 3000) end }")
+        b:event("reload")
+        left = pttl_after_set()
+        assert.is_true(left > 2990 and left <= 3000)
+        write("return { ttl = 'not a function' }")
         local ok, msg = b.M.reload_policy()
         assert.is_nil(ok)
         assert.matches("policy.ttl must be a function", msg)
-        b:call("SET", "k", "v", "PX", "100000")
-        pttl = b:call("PTTL", "k")
-        assert.is_true(pttl > 4990 and pttl <= 5000)
+        write("syntax error here (")
+        b:event("reload")
+        assert.matches("policy not reloaded", b.logs[#b.logs])
+        left = pttl_after_set()
+        assert.is_true(left > 2990 and left <= 3000)
         os.remove(file)
     end)
 end)
