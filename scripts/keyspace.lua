@@ -24,9 +24,11 @@
 -- Lifetime: a key with a TTL is an EPHEMERAL znode owned by the session of
 -- the sidecar that last wrote it; a key without TTL is PERSISTENT (the
 -- policy may decide otherwise).  Writing a node whose lifetime or owner
--- differs from what we would create is one multi {delete(version),
--- create}, so the key's lifetime follows its last writer.  Otherwise it is a
--- versioned set; an absent key is a create.  Never an unconditional write.
+-- differs from what we would create, or a node whose key has expired, is
+-- one multi {delete(version), create}, so the key's lifetime follows its
+-- last writer and every new key gets a new czxid (the fencing token).
+-- Otherwise it is a versioned set; an absent key is a create.  Never an
+-- unconditional write.
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
 -- from the acknowledgment of its write and deletes the node itself (a
@@ -622,8 +624,11 @@ function K.put(rec, vtype, payload, ttl)
     local kind, rc, stat, results
     if node then
         local owner = node.ephemeralOwner or 0
-        if (lifetime == "persistent" and owner == 0) or
-           (lifetime == "ephemeral" and owner ~= 0 and owner == sid) then
+        -- In place only while the key lives: a key that expired is gone for
+        -- Redis, and writing it again makes a new node, so that its czxid
+        -- (the fencing token) grows with every acquisition.
+        if rec.live and ((lifetime == "persistent" and owner == 0) or
+                         (lifetime == "ephemeral" and owner ~= 0 and owner == sid)) then
             kind = "set"
             rc, stat = zk.set(path, data, node.version)
         else

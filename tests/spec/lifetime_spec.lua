@@ -135,3 +135,35 @@ describe("lifetime", function()
         os.remove(file)
     end)
 end)
+
+describe("fencing tokens", function()
+    it("the czxid grows with every acquisition, even before the old node is deleted", function()
+        local W = zkmodel.world()
+        local a, b = W:sidecar(), W:sidecar()
+        a.K.expire_due = function() end -- a never gets to delete its nodes
+        local last = -1
+        local function take(sc, tok)
+            assert.same(OK, sc:call("SET", "fk", tok, "NX", "PX", "200"))
+            local n = W:node(a:path("fk"))
+            assert.is_true(n.stat.czxid > last, tok)
+            last = n.stat.czxid
+            W:advance(201)
+        end
+        take(a, "t1")
+        take(a, "t2")   -- re-taken on the same sidecar: a new node
+        take(a, "t2b")
+        W:advance(200)  -- past the grace others give a's nodes
+        take(b, "t3")
+        take(b, "t3b")
+        take(a, "t4")
+    end)
+
+    it("a live key rewritten by its owner keeps its node", function()
+        local W = zkmodel.world()
+        local a = W:sidecar()
+        a:call("SET", "k", "v", "PX", "1000")
+        local czxid = W:node(a:path("k")).stat.czxid
+        a:call("SET", "k", "w", "XX", "PX", "1000")
+        assert.equal(czxid, W:node(a:path("k")).stat.czxid)
+    end)
+end)
