@@ -16,7 +16,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #define BENCH_MAX_PIDS 4
 
@@ -197,6 +201,62 @@ static inline void bench_pids_print(const struct bench_pids *p, FILE *out,
                 p->name[i], per_op, p->name[i], pct, p->name[i],
                 bench_proc_rss_kb(p->pid[i]));
     }
+}
+
+/* The value of `zk_packets_received` in a ZooKeeper server's `mntr` answer
+ * (every request of every client, pings included), or -1 when the server
+ * cannot be asked.  addr is "IPv4:port".  Blocks for one round trip. */
+static inline long long bench_zk_packets(const char *addr)
+{
+    char host[64], buf[8192];
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host))
+        return -1;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(colon + 1))};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return -1;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    size_t len = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        write(fd, "mntr", 4) == 4) {
+        ssize_t n;
+        while (len < sizeof(buf) - 1 &&
+               (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+            len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    const char *p = strstr(buf, "zk_packets_received\t");
+    if (p == NULL)
+        return -1;
+    return strtoll(p + strlen("zk_packets_received\t"), NULL, 10);
+}
+
+/* ZooKeeper requests per operation over the measured period, when the tool
+ * was given --zk-mntr: appended to the result line as zk_reqs_per_op. */
+struct bench_zkreqs {
+    const char *addr;
+    long long p0, p1;
+};
+
+static inline void bench_zkreqs_print(const struct bench_zkreqs *z, FILE *out,
+                                      uint64_t ops)
+{
+    if (z->addr == NULL)
+        return;
+    if (z->p0 < 0 || z->p1 < 0 || ops == 0)
+        fprintf(out, " zk_reqs_per_op=-1");
+    else
+        fprintf(out, " zk_reqs_per_op=%.2f",
+                (double)(z->p1 - z->p0) / (double)ops);
 }
 
 #endif

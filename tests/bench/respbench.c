@@ -332,7 +332,7 @@ static void usage(void)
             "pair|pair-del|get]\n"
             "                 [--conns N] [--seconds S] [--warmup S] "
             "[--prefix P]\n"
-            "                 [--pid NAME=PID]...\n"
+            "                 [--pid NAME=PID]... [--zk-mntr HOST:PORT]\n"
             "  --mode          pair: SET NX PX + DELIFEQ (default); pair-del: "
             "SET NX PX + DEL;\n"
             "                  get: GET of a held key\n"
@@ -341,7 +341,9 @@ static void usage(void)
             "  --warmup S      discarded warm-up period (default 1)\n"
             "  --prefix P      key prefix (default bench:)\n"
             "  --pid NAME=PID  charge PID's CPU time to the operations "
-            "(repeatable)\n");
+            "(repeatable)\n"
+            "  --zk-mntr ADDR  count a ZooKeeper server's requests per op "
+            "(mntr)\n");
     exit(2);
 }
 
@@ -351,6 +353,7 @@ int main(int argc, char **argv)
     int port = 0, nconn = 1;
     double seconds = 5, warmup = 1;
     struct bench_pids pids = {0};
+    struct bench_zkreqs zkreqs = {0};
 
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
@@ -378,6 +381,8 @@ int main(int argc, char **argv)
                 mode = MODE_GET;
             else
                 usage();
+        } else if (strcmp(a, "--zk-mntr") == 0) {
+            zkreqs.addr = v;
         } else if (strcmp(a, "--pid") == 0) {
             if (bench_pids_add(&pids, v) != 0)
                 usage();
@@ -443,12 +448,14 @@ int main(int argc, char **argv)
             m0_real = now;
             self0 = bench_self_cpu_us();
             bench_pids_start(&pids);
+            zkreqs.p0 = zkreqs.addr ? bench_zk_packets(zkreqs.addr) : -1;
         }
         if (phase == PHASE_MEASURE && now >= m1) {
             phase = PHASE_STOP;
             m1_real = now;
             self1 = bench_self_cpu_us();
             bench_pids_stop(&pids);
+            zkreqs.p1 = zkreqs.addr ? bench_zk_packets(zkreqs.addr) : -1;
             drain_end = now + 10000000000ull;
         }
         if (phase == PHASE_STOP) {
@@ -502,6 +509,7 @@ int main(int argc, char **argv)
            bench_samples_mean(&samples), bench_samples_pct(&samples, 100),
            (double)(self1 - self0) / 1e4 / secs);
     bench_pids_print(&pids, stdout, ops, secs);
+    bench_zkreqs_print(&zkreqs, stdout, ops);
     printf("\n");
 
     for (int i = 0; i < nconn; i++) {

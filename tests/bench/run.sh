@@ -215,10 +215,11 @@ measure() {
     printf '%s %s %s\n' "$name" "$round" "$line" >>"$tmp/results"
 }
 
-zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw)
+mntr=(--zk-mntr "127.0.0.1:$zk_port")
+zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw "${mntr[@]}")
 resp=("$out/respbench" --seconds "$SECS" --warmup "$WARMUP")
 zkresp_pair=("${resp[@]}" --port "$zkresp_port" --mode pair
-    --pid zkresp="$zkresp_pid" --pid zk="$zk_pid")
+    --pid zkresp="$zkresp_pid" --pid zk="$zk_pid" "${mntr[@]}")
 : >"$tmp/results"
 
 if [ "$JVM_WARMUP" != 0 ]; then
@@ -236,7 +237,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 for c in 1 64; do
     measure "zkresp-get-c$c" 1 "${resp[@]}" --port "$zkresp_port" --mode get \
-        --conns "$c" --pid zkresp="$zkresp_pid" --pid zk="$zk_pid"
+        --conns "$c" --pid zkresp="$zkresp_pid" --pid zk="$zk_pid" "${mntr[@]}"
     measure "redis-get-c$c" 1 "${resp[@]}" --port "$redis_port" --mode get \
         --conns "$c" --pid redis="$redis_pid"
 done
@@ -366,6 +367,10 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
             "$(awk -v p="$(med "zkresp-c$c" self_cpu_pct)" -v o="$(med "zkresp-c$c" ops_per_sec)" \
                 'BEGIN { if (o > 0) printf "%.1f", p * 1e4 / o; else print "n/a" }')"
     done
+    echo "  ZooKeeper requests per pair (server's mntr zk_packets_received):" \
+        "zkresp $(med zkresp-c1 zk_reqs_per_op %.2f) at C=1," \
+        "$(med zkresp-c64 zk_reqs_per_op %.2f) at C=64; raw" \
+        "$(med raw-c1 zk_reqs_per_op %.2f) / $(med raw-c64 zk_reqs_per_op %.2f)"
     echo "  zkresp CPU use at C=64: $(med zkresp-c64 zkresp_cpu_pct)% of one core;" \
         "RSS $(num %.0f "$rss_pairs") KiB (max over the C=64 pair runs)," \
         "$(med zkresp-get-c64 zkresp_rss_kb %.0f) KiB after the GET runs"
@@ -384,6 +389,10 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
             "$(med "redis-get-c$c" p50_us %.0f)/$(med "redis-get-c$c" p99_us %.0f)" \
             "$(med "zkresp-get-c$c" zkresp_cpu_us_per_op)"
     done
+    echo "  ZooKeeper requests per GET through zkresp:" \
+        "$(med zkresp-get-c1 zk_reqs_per_op %.2f) at C=1," \
+        "$(med zkresp-get-c64 zk_reqs_per_op %.2f) at C=64 (0 when served from" \
+        "a watch-backed cache)"
     echo "  load generator CPU at C=64: $(med zkresp-get-c64 self_cpu_pct)% (zkresp run)," \
         "$(med redis-get-c64 self_cpu_pct)% (redis-server run), of one core; near 100%" \
         "means the generator set the pace"

@@ -216,6 +216,7 @@ int main(int argc, char **argv)
     int conc = 1;
     double seconds = 5, warmup = 1;
     struct bench_pids pids = {0};
+    struct bench_zkreqs zkreqs = {0};
 
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
@@ -234,6 +235,8 @@ int main(int argc, char **argv)
             root = v;
         else if (strcmp(a, "--data-bytes") == 0)
             data_len = atoi(v);
+        else if (strcmp(a, "--zk-mntr") == 0)
+            zkreqs.addr = v;
         else if (strcmp(a, "--pid") == 0) {
             if (bench_pids_add(&pids, v) != 0)
                 usage();
@@ -290,6 +293,7 @@ int main(int argc, char **argv)
     uint64_t m0 = bench_now_ns();
     long long self0 = bench_self_cpu_us();
     bench_pids_start(&pids);
+    zkreqs.p0 = zkreqs.addr ? bench_zk_packets(zkreqs.addr) : -1;
     atomic_store(&phase, PHASE_MEASURE);
 
     sleep_until(m0 + (uint64_t)(seconds * 1e9));
@@ -297,6 +301,7 @@ int main(int argc, char **argv)
     uint64_t m1 = bench_now_ns();
     long long self1 = bench_self_cpu_us();
     bench_pids_stop(&pids);
+    zkreqs.p1 = zkreqs.addr ? bench_zk_packets(zkreqs.addr) : -1;
 
     /* Let the pairs in flight finish so that the sample set is complete and
      * the nodes are gone before the session closes. */
@@ -323,6 +328,7 @@ int main(int argc, char **argv)
            bench_samples_mean(&samples), bench_samples_pct(&samples, 100),
            pairs ? (double)(self1 - self0) / (double)pairs : -1.0);
     bench_pids_print(&pids, stdout, pairs, secs);
+    bench_zkreqs_print(&zkreqs, stdout, pairs);
     printf("\n");
     free(samples.v);
     free(workers);
