@@ -297,8 +297,30 @@ function K.read(key)
     return K.record(key, path, data, stat)
 end
 
--- Reads several keys at once (the gets run concurrently).  Returns a table
--- key -> rec.
+-- Reads several keys at once: the gets run concurrently, READ_BATCH at a
+-- time.  Returns a table key -> rec.
+K.READ_BATCH = 128
+
+-- zk.get of paths[first..last] in background coroutines; the results go to
+-- results[i] = {rc, data, stat}.
+local function get_concurrently(paths, first, last, results)
+    local pending = last - first + 1
+    local me = coroutine.running()
+    local waiting = true
+    -- Should this coroutine be closed while it waits, the workers must not
+    -- wake it.
+    local guard <close> = setmetatable({}, { __close = function() waiting = false end })
+    for i = first, last do
+        host.spawn(function()
+            local ok, rc, data, stat = pcall(zk.get, paths[i])
+            results[i] = ok and { rc, data, stat } or { false }
+            pending = pending - 1
+            if pending == 0 and waiting then host.wake(me) end
+        end)
+    end
+    while pending > 0 do host.suspend() end
+end
+
 function K.read_many(keys)
     local uniq, seen = {}, {}
     for _, k in ipairs(keys) do
@@ -312,33 +334,21 @@ function K.read_many(keys)
         for _, k in ipairs(uniq) do out[k] = K.read(k) end
         return out
     end
-    local paths = {}
+    local paths, results = {}, {}
     for i, k in ipairs(uniq) do paths[i] = K.path(k) end
-    local results, pending = {}, #uniq
-    local me = coroutine.running()
-    local waiting = true
-    -- Should this coroutine be closed while it waits, the workers must not
-    -- wake it.
-    local guard <close> = setmetatable({}, { __close = function() waiting = false end })
-    for i, path in ipairs(paths) do
-        host.spawn(function()
-            local ok, rc, data, stat = pcall(zk.get, path)
-            results[i] = ok and { rc, data, stat } or { zk.SYSTEMERROR or -1 }
-            pending = pending - 1
-            if pending == 0 and waiting then host.wake(me) end
-        end)
+    for first = 1, #uniq, K.READ_BATCH do
+        get_concurrently(paths, first, math.min(first + K.READ_BATCH - 1, #uniq), results)
     end
-    while pending > 0 do host.suspend() end
     for i, k in ipairs(uniq) do
-        local r = results[i]
-        if r[1] == zk.OK then
-            out[k] = K.record(k, paths[i], r[2], r[3])
-        elseif r[1] == zk.NONODE then
+        local rc, data, stat = table.unpack(results[i], 1, 3)
+        if rc == zk.OK then
+            out[k] = K.record(k, paths[i], data, stat)
+        elseif rc == zk.NONODE then
             out[k] = K.record(k, paths[i])
-        elseif unknown(r[1]) or r[1] == (zk.SYSTEMERROR or -1) then
-            out[k] = K.read(k)
+        elseif rc == false or unknown(rc) then
+            out[k] = K.read(k) -- one at a time, with its retries
         else
-            fail(r[1], "get")
+            fail(rc, "get")
         end
     end
     return out
@@ -693,9 +703,12 @@ function K.put(rec, vtype, payload, ttl)
     return true
 end
 
--- Deletes the nodes of `recs` (live keys just read), atomically.
-function K.delete(recs)
-    if #recs == 0 then return true end
+-- Deletes the nodes of `recs` (live keys just read), atomically up to
+-- MULTI_MAX nodes (one multi), in several multis beyond; done(recs) is
+-- called after each multi that applied.
+K.MULTI_MAX = 1000
+
+local function delete_some(recs)
     local rc, results
     if #recs == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version)
@@ -712,6 +725,14 @@ function K.delete(recs)
         fail(rc, "delete")
     end
     for _, rec in ipairs(recs) do forget(rec.path) end
+end
+
+function K.delete(recs, done)
+    for first = 1, #recs, K.MULTI_MAX do
+        local some = table.move(recs, first, math.min(first + K.MULTI_MAX - 1, #recs), 1, {})
+        delete_some(some)
+        if done then done(some) end
+    end
     return true
 end
 

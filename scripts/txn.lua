@@ -60,8 +60,8 @@ function Txn:put(rec, vtype, payload, ttl)
     self.recs[rec.key] = nil
 end
 
-function Txn:delete(recs)
-    K.delete(recs)
+function Txn:delete(recs, done)
+    K.delete(recs, done)
     for _, rec in ipairs(recs) do self.recs[rec.key] = nil end
 end
 

@@ -224,3 +224,25 @@ describe("DBSIZE and KEYS", function()
         assert.same({}, a:call("KEYS", "hexp"))
     end)
 end)
+
+describe("DEL of many keys", function()
+    it("deletes in several multis beyond MULTI_MAX and counts every key once", function()
+        local W = zkmodel.world()
+        local a = W:sidecar()
+        a.K.MULTI_MAX = 3
+        local keys = {}
+        for i = 1, 8 do
+            keys[i] = "k" .. i
+            a:call("SET", keys[i], "v")
+        end
+        -- The second multi finds a key changed and the command runs again:
+        -- the keys the first one deleted still count.
+        local multis = 0
+        a:fail_next({ op = "multi", skip = 1, when = "before", rc = zkmodel.codes.BADVERSION })
+        W.ops = {}
+        assert.equal(8, a:call("DEL", table.unpack(keys)))
+        assert.same({}, W:children("/zkresp/k"))
+        for _, op in ipairs(W.ops) do if op.kind == "multi" then multis = multis + 1 end end
+        assert.equal(4, multis)  -- 3 keys, 3 (refused), then 3 + 2
+    end)
+end)

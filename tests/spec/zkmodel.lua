@@ -548,7 +548,11 @@ function Sidecar:issue(co, kind, path, apply)
     local fault
     for i, f in ipairs(self.faults) do
         if (f.op == nil or f.op == kind) and (f.path == nil or f.path == path) then
-            fault = table.remove(self.faults, i)
+            if (f.skip or 0) > 0 then
+                f.skip = f.skip - 1
+            else
+                fault = table.remove(self.faults, i)
+            end
             break
         end
     end
@@ -729,7 +733,9 @@ end
 
 -- The next operation matching f.op (and f.path) fails with f.rc (default
 -- CONNECTIONLOSS), f.when = "before" (not applied, the default) or "after"
--- (applied, reply lost).  f.hook runs when it fires.
+-- (applied, reply lost); f.skip lets that many matching operations pass
+-- first; f.latency delays it instead of the world's latency.  f.hook runs
+-- when it fires.
 function Sidecar:fail_next(f)
     self.faults[#self.faults + 1] = f
 end
