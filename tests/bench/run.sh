@@ -25,6 +25,9 @@
 #   BENCH_PERF=1      after the measurements, profile zkresp with perf during
 #                     one more C=64 pair run (not counted) and save the report
 #                     in build/bench/perf-zkresp.txt
+#   BENCH_RAW_RESOLVE_DELAY  zkraw's zoo_set_servers_resolution_delay (default
+#                     -1: no getaddrinfo per IO-loop turn, as a tuned client
+#                     would do; 0 is the library's default)
 #   ZKRESP_BIN        the daemon to measure (default build/zkresp)
 #   BENCH_KEEP=1      keep the temp dir (logs) after the run
 set -euo pipefail
@@ -33,6 +36,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 SECS=${BENCH_SECONDS:-5}
+RAW_RESOLVE_DELAY=${BENCH_RAW_RESOLVE_DELAY:--1}
 WARMUP=${BENCH_WARMUP:-1}
 ROUNDS=${BENCH_ROUNDS:-3}
 JVM_WARMUP=${BENCH_JVM_WARMUP:-10}
@@ -216,7 +220,8 @@ measure() {
 }
 
 mntr=(--zk-mntr "127.0.0.1:$zk_port")
-zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw "${mntr[@]}")
+zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw "${mntr[@]}"
+    --resolve-delay "$RAW_RESOLVE_DELAY")
 resp=("$out/respbench" --seconds "$SECS" --warmup "$WARMUP")
 zkresp_pair=("${resp[@]}" --port "$zkresp_port" --mode pair
     --pid zkresp="$zkresp_pid" --pid zk="$zk_pid" "${mntr[@]}")
@@ -344,7 +349,7 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo
     echo "Lock pairs. zkresp: SET k tok NX PX 30000 + DELIFEQ k tok, C connections."
     echo "            raw: libzookeeper_mt, one session, C pairs in flight," \
-        "create EPHEMERAL + delete(version 0)."
+        "create EPHEMERAL + delete(version 0), resolution delay $RAW_RESOLVE_DELAY."
     printf '  %-3s %14s %12s %18s %18s %18s\n' C "zkresp pairs/s" \
         "raw pairs/s" "ratio (range)" "zkresp p50/p99 us" "raw p50/p99 us"
     for c in 1 64; do

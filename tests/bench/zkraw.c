@@ -8,6 +8,12 @@
  *     -> completion: delete <root>/<worker> at version 0
  *       -> completion: record the pair's latency, start the next pair
  *
+ * libzookeeper_mt's default is to re-resolve the server list (getaddrinfo,
+ * which on Linux also asks the kernel for the interface addresses) every time
+ * its IO thread polls; that doubles the client's CPU per pair.  A tuned
+ * client turns it off with zoo_set_servers_resolution_delay, which
+ * --resolve-delay exposes (run.sh passes -1).
+ *
  * This is what zkresp does for `SET k tok NX PX ms` + `DELIFEQ k tok` when
  * it is at its best (one create, one versioned delete, many operations in
  * flight on one session), without the RESP front end, the loop-thread hop
@@ -56,6 +62,7 @@ static atomic_int fatal;
 static atomic_ullong errors;
 static char data[4096];
 static int data_len = 32;
+static int resolve_delay_ms = 0;
 
 /* Written only by the completion thread while workers run; read by the main
  * thread after inflight dropped to zero. */
@@ -235,6 +242,8 @@ int main(int argc, char **argv)
             root = v;
         else if (strcmp(a, "--data-bytes") == 0)
             data_len = atoi(v);
+        else if (strcmp(a, "--resolve-delay") == 0)
+            resolve_delay_ms = atoi(v);
         else if (strcmp(a, "--zk-mntr") == 0)
             zkreqs.addr = v;
         else if (strcmp(a, "--pid") == 0) {
@@ -254,6 +263,11 @@ int main(int argc, char **argv)
     if (zh == NULL) {
         fprintf(stderr, "zkraw: zookeeper_init: %s\n", strerror(errno));
         return 1;
+    }
+    if (resolve_delay_ms != 0 &&
+        zoo_set_servers_resolution_delay(zh, resolve_delay_ms) != ZOK) {
+        fprintf(stderr, "zkraw: bad --resolve-delay %d\n", resolve_delay_ms);
+        return 2;
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
