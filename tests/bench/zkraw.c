@@ -202,18 +202,26 @@ static void sleep_until(uint64_t deadline_ns)
 
 static void usage(void)
 {
-    fprintf(
-        stderr,
-        "usage: zkraw --zk HOST:PORT [--conc N] [--seconds S] "
-        "[--warmup S]\n"
-        "             [--root PATH] [--data-bytes N] [--pid NAME=PID]...\n"
-        "  --conc N        concurrent pairs on one session (default 1)\n"
-        "  --seconds S     measured period (default 5)\n"
-        "  --warmup S      discarded warm-up period (default 1)\n"
-        "  --root PATH     parent of the worker nodes (default "
-        "/bench/raw)\n"
-        "  --data-bytes N  value stored in each node (default 32)\n"
-        "  --pid NAME=PID  charge PID's CPU time to the pairs (repeatable)\n");
+    fprintf(stderr,
+            "usage: zkraw --zk HOST:PORT [--conc N] [--seconds S] "
+            "[--warmup S]\n"
+            "             [--root PATH] [--data-bytes N] [--pid NAME=PID]...\n"
+            "             [--zk-mntr HOST:PORT] [--resolve-delay MS]\n"
+            "  --conc N        concurrent pairs on one session (default 1)\n"
+            "  --seconds S     measured period (default 5)\n"
+            "  --warmup S      discarded warm-up period (default 1)\n"
+            "  --root PATH     parent of the worker nodes (default "
+            "/bench/raw)\n"
+            "  --data-bytes N  value stored in each node (default 32)\n"
+            "  --pid NAME=PID  charge PID's CPU time to the pairs "
+            "(repeatable)\n"
+            "  --zk-mntr ADDR  count the server's requests per pair (mntr)\n"
+            "  --resolve-delay MS  zoo_set_servers_resolution_delay: 0 (the "
+            "library\n"
+            "                  default) resolves the server list on every "
+            "IO-loop turn,\n"
+            "                  -1 never in normal operation, >0 at most once "
+            "per window\n");
     exit(2);
 }
 
