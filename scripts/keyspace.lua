@@ -47,10 +47,6 @@ local queue = require "queue"
 
 local K = {}
 
--- Writers other than the owner take over an expired node only this long
--- after its deadline, so that the owner's own versioned delete lands first
--- (see put).  The policy may set takeover_grace_ms.
-K.GRACE_MS = 100
 -- How often the leader clock offset is refreshed by a write to <root>.
 K.CLOCK_REFRESH_MS = 30000
 -- Values up to this size are kept in the owned-key cache.
@@ -464,11 +460,11 @@ function K.expire_one(path, e)
         heap_push({ at = host.now() + 1000, path = path, entry = e })
         return
     end
-    -- Look before deleting: a node re-created by another sidecar (an
-    -- overwrite, or DEL then SET) starts again at version 0 and could carry
-    -- our version, so the version alone does not prove it is still ours.
-    -- The nonce does.  (The window left, one round trip, is covered by the
-    -- takeover grace other sidecars observe.)
+    -- Look before deleting: the node may have been replaced (an overwrite by
+    -- another sidecar, a takeover after expiry) or deleted and created
+    -- again, and only the nonce proves it is still the one we wrote.  A
+    -- replacement between this read and the delete does not carry our
+    -- version (see replace_ops), so the delete then fails harmlessly.
     local rc, data, stat = zk.get(path)
     if rc == zk.NONODE then return forget(path) end
     if rc ~= zk.OK then
@@ -604,8 +600,20 @@ local function first_error(rc, results)
     return rc
 end
 
-local function grace_ms()
-    return K.policy.takeover_grace_ms or K.GRACE_MS
+-- The ops that replace the node at `path` (now at `version`) by a new one
+-- holding `data`, and the new node's version.
+--
+-- ZooKeeper restarts versions at 0 in a new node, and versions are all a
+-- conditional write can check.  So a new node must never start at the
+-- version the old one had, or a writer that read the old node (its owner
+-- about to expire it, a compare-and-delete in flight) would hit the new one
+-- with a delete meant for the old.  A node at version 0 is therefore
+-- replaced by one at version 1: created empty and set, in the same multi.
+local function replace_ops(path, version, data, flags)
+    if version == 0 then
+        return { { "delete", path, 0 }, { "create", path, "", flags }, { "set", path, data, 0 } }, 1
+    end
+    return { { "delete", path, version }, { "create", path, data, flags } }, 0
 end
 
 -- Writes `payload` of codec type `vtype` to rec's key, to live `ttl` ms
@@ -632,6 +640,7 @@ function K.put(rec, vtype, payload, ttl)
     local flags = lifetime == "ephemeral" and zk.EPHEMERAL or 0
     local node = rec.node
     local kind, rc, stat, results
+    local new_version = 0
     if node then
         local owner = node.ephemeralOwner or 0
         -- In place only while the key lives: a key that expired is gone for
@@ -642,18 +651,12 @@ function K.put(rec, vtype, payload, ttl)
             kind = "set"
             rc, stat = zk.set(path, data, node.version)
         else
-            if not rec.live and not rec.mine and not rec.owned and rec.deadline then
-                -- Taking over an expired node of another writer: let its
-                -- owner's versioned delete land first.  (A node re-created
-                -- starts again at version 0, so a late delete of the owner
-                -- could otherwise hit our new node.)
-                local wait = rec.deadline + grace_ms() - host.now()
-                if wait > 0 then K.retry(math.ceil(wait)) end
-            end
             kind = "replace"
-            rc, results = zk.multi({ { "delete", path, node.version },
-                                     { "create", path, data, flags } })
+            local ops
+            ops, new_version = replace_ops(path, node.version, data, flags)
+            rc, results = zk.multi(ops)
             rc = first_error(rc, results)
+            if rc == zk.OK and results and results[3] then stat = results[3].stat end
         end
     else
         kind = "create"
@@ -685,19 +688,20 @@ function K.put(rec, vtype, payload, ttl)
         -- An in-place set reached a node of a session that has just gone
         -- away; the value would vanish with it.  Move it to a node of the
         -- current session.
-        local mrc, mres = zk.multi({ { "delete", path, stat.version },
-                                     { "create", path, data, flags } })
+        local ops
+        ops, new_version = replace_ops(path, stat.version, data, flags)
+        local mrc, mres = zk.multi(ops)
         if first_error(mrc, mres) ~= zk.OK then
             host.log("warn", "could not move " .. path .. " to the current session")
             forget(path)
             return true
         end
-        stat = nil
+        stat = mres[3] and mres[3].stat or nil
     end
     remember(path, {
         nonce = nonce, sid = owner_sid, lifetime = lifetime, vtype = vtype,
         payload = payload, ttl = ttl,
-        version = stat and stat.version or 0,
+        version = stat and stat.version or new_version,
         czxid = stat and stat.czxid or nil,
     })
     return true

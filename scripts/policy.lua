@@ -45,10 +45,7 @@ function policy.ttl(key, ttl_ms)
     return ttl_ms
 end
 
--- Optional settings (defaults in keyspace.lua and cmd_keys.lua):
---   takeover_grace_ms  how long after a key's deadline another sidecar
---                      waits before re-creating a node whose owner has not
---                      deleted it yet (default 100)
+-- Optional settings:
 --   keys_limit         KEYS refuses to look at more matches (default 10000)
 --
 -- Extra commands (optional): commands = { name = {fn = function(args)

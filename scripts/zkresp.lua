@@ -56,7 +56,7 @@ local function policy_file()
 end
 
 local HOOKS = { key_path = "function", lifetime = "function", ttl = "function",
-                takeover_grace_ms = "number", keys_limit = "number", commands = "table" }
+                keys_limit = "number", commands = "table" }
 
 -- Loads the policy from `path` (default: host.config.policy, else
 -- policy.lua next to this file).  Returns true, or nil and the reason.

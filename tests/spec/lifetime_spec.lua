@@ -52,9 +52,13 @@ describe("lifetime", function()
         local before = #W.ops
         assert.equal(1, b:call("PEXPIRE", "lock", "60000"))
         assert.same({ "get", "multi" }, kinds(W, before))
-        assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock"), W.ops[#W.ops].path)
+        -- a's node was at version 0: the new one is created and set, so it
+        -- starts at version 1, never at a version a knew.
+        assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock") ..
+                     ", set " .. a:path("lock"), W.ops[#W.ops].path)
         local n = W:node(a:path("lock"))
         assert.equal(b.sid, n.stat.ephemeralOwner)
+        assert.equal(1, n.stat.version)
         assert.is_true(n.stat.czxid > czxid)
         assert.equal("t", a:call("GET", "lock"))
         -- The key now lives and dies with b's session.
@@ -79,6 +83,16 @@ describe("lifetime", function()
         assert.equal("v", b:call("GET", "k"))
         assert.equal(1, b:call("PEXPIRE", "k", "30000"))
         assert.equal(b.sid, W:node(a:path("k")).stat.ephemeralOwner)
+    end)
+
+    it("a node past version 0 is replaced by a new one at version 0, in two ops", function()
+        a:call("SET", "lock", "t", "PX", "30000")
+        a:call("PEXPIRE", "lock", "30000") -- version 1
+        b:call("PEXPIRE", "lock", "30000")
+        assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock"), W.ops[#W.ops].path)
+        local n = W:node(a:path("lock"))
+        assert.equal(0, n.stat.version)
+        assert.equal(b.sid, n.stat.ephemeralOwner)
     end)
 
     it("SET without KEEPTTL turns a TTL key persistent", function()
@@ -152,7 +166,6 @@ describe("fencing tokens", function()
         take(a, "t1")
         take(a, "t2")   -- re-taken on the same sidecar: a new node
         take(a, "t2b")
-        W:advance(200)  -- past the grace others give a's nodes
         take(b, "t3")
         take(b, "t3b")
         take(a, "t4")

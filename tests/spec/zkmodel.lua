@@ -559,13 +559,13 @@ function Sidecar:issue(co, kind, path, apply)
     local sid = self.sid
     W:at(W.now + (fault and fault.latency or W.latency), function()
         local res
-        if fault and fault.when ~= "after" then
+        if fault and not fault.pass and fault.when ~= "after" then
             res = { fault.rc or C.CONNECTIONLOSS, n = 1 }
         elseif not W.sessions[sid].alive then
             res = { C.SESSIONEXPIRED, n = 1 }
         else
             res = table.pack(apply(sid))
-            if fault then res = { fault.rc or C.CONNECTIONLOSS, n = 1 } end
+            if fault and not fault.pass then res = { fault.rc or C.CONNECTIONLOSS, n = 1 } end
         end
         if fault and fault.hook then fault.hook() end
         W:resume(co, table.unpack(res, 1, res.n))
@@ -733,7 +733,8 @@ end
 
 -- The next operation matching f.op (and f.path) fails with f.rc (default
 -- CONNECTIONLOSS), f.when = "before" (not applied, the default) or "after"
--- (applied, reply lost); f.skip lets that many matching operations pass
+-- (applied, reply lost); f.pass = true does not fail it at all (with
+-- f.latency: only slow).  f.skip lets that many matching operations pass
 -- first; f.latency delays it instead of the world's latency.  f.hook runs
 -- when it fires.
 function Sidecar:fail_next(f)
