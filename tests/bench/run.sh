@@ -68,6 +68,8 @@ $CC $CFLAGS_BENCH $(pkg-config --cflags hiredis 2>/dev/null) \
     $(pkg-config --libs hiredis 2>/dev/null || echo -lhiredis) ||
     fail "building respbench"
 
+rm -f "$out/report.txt" "$out/perf-zkresp.txt" "$out/perf-zkresp-flat.txt"
+
 # ---------------------------------------------------------------- processes
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zkresp-bench.XXXXXX")
 started=() # PIDs of what this script started, stopped in reverse order
