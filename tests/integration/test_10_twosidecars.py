@@ -214,15 +214,17 @@ def test_fencing_token_increases_on_every_acquire(zkresp_pair, kz):
 
     def take(c, tok, px):
         deadline = time.monotonic() + 5
+        # Spin without pausing, so the re-take races the owner's delete.
         while c.cmd("SET", "fk", tok, "NX", "PX", str(px)) != b"+OK\r\n":
             assert time.monotonic() < deadline, "never acquired"
-            time.sleep(0.002)
         data, st = harness.key_stat(kz, a.root, "fk")
         assert st is not None and tok.encode() in data
         fences.append((tok, st.czxid))
     take(ca, "t1", 200)      # expires...
     take(ca, "t2", 200)      # ...re-taken on the same sidecar
+    take(ca, "t2b", 200)
     take(cb, "t3", 200)      # ...then on the other one
+    take(cb, "t3b", 200)
     take(ca, "t4", 30000)
     assert ca.cmd("DEL", "fk") == b":1\r\n"
     take(cb, "t5", 30000)

@@ -1,0 +1,428 @@
+"""Tier 30: the wire protocol and bad input (RELIABILITY 18, 19, 21, 22, 23).
+
+Redis's tests/unit/protocol.tcl cases over a raw socket, compared with
+redis-server byte for byte (an error reply, then close; the server keeps
+serving others); 1000 pipelined mixed commands; inline commands; POST and
+Host: lines; oversized keys and values refused with nothing reaching
+ZooKeeper; awkward keys that must round-trip and stay under <root>/k; slow
+and stuck clients; maxclients.
+"""
+
+import socket
+import threading
+import time
+
+import pytest
+
+import harness
+from harness import RawClient, ZkProxy, keyenc
+from resp import encode, decode_one
+from differential import assert_same, Raw
+
+
+def exchange(port, data, quiet=0.5, limit=5.0):
+    """Sends data, then collects bytes until the server closes or stays
+    quiet for `quiet` seconds.  Returns (bytes, closed)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(data)
+    out, closed = b"", False
+    end = time.monotonic() + limit
+    s.settimeout(quiet)
+    try:
+        while time.monotonic() < end:
+            c = s.recv(65536)
+            if not c:
+                closed = True
+                break
+            out += c
+    except socket.timeout:
+        pass
+    except ConnectionResetError:
+        closed = True
+    s.close()
+    return out, closed
+
+
+# (name, bytes): Redis answers an error and closes.  From protocol.tcl and
+# RELIABILITY 18.
+CLOSE_CASES = [
+    ("out_of_range_multibulk_length", b"*3000000000\r\n"),
+    ("non_numeric_multibulk_length", b"*blabla\r\n"),
+    ("wrong_multibulk_payload_header", b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n"),
+    ("negative_bulk_length", b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n"),
+    ("null_bulk_in_request", b"*1\r\n$-1\r\n"),
+    ("out_of_range_bulk_length", b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n"),
+    ("bulk_over_512MB", b"*1\r\n$536870913\r\n"),
+    ("non_numeric_bulk_length", b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n"),
+    ("multibulk_not_followed_by_bulk", b"*1\r\nfoo\r\n"),
+    ("nested_array", b"*1\r\n*1\r\n$4\r\nPING\r\n"),
+    ("integer_in_request", b"*1\r\n:1\r\n"),
+    ("unbalanced_quotes", b'set """test-key""" test-value\r\nping\r\n'),
+    ("unterminated_quote", b'ECHO "unterminated\r\n'),
+    ("quote_followed_by_char", b"ECHO 'it''s'\r\n"),
+]
+
+# Requests that must be answered normally, connection kept.
+REPLY_CASES = [
+    ("empty_query", b"\r\n*1\r\n$4\r\nPING\r\n"),
+    ("negative_multibulk_length", b"*-10\r\n*1\r\n$4\r\nPING\r\n"),
+    ("zero_multibulk_length", b"*0\r\n*1\r\n$4\r\nPING\r\n"),
+    ("blank_lines_between", b"*1\r\n$4\r\nPING\r\n\r\n\r\n*1\r\n$4\r\nPING\r\n"),
+    ("generic_wrong_number_of_args", b"PING x y z\r\n"),
+    ("empty_command_name", b"*1\r\n$0\r\n\r\n"),
+    ("inline_bare_newline", b"PING\n"),
+    ("inline_spaces", b"  PING  \r\n"),
+    ("inline_escapes", b'ECHO "a\\x41\\n\\t\\"z"\r\n'),
+    ("inline_single_quotes", b"ECHO 'a b\\'c'\r\n"),
+    ("inline_many", b"PING\r\nECHO one\r\nPING two\r\n"),
+    ("inline_then_multibulk", b"PING\r\n*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n"),
+    ("fragmented_header", b"*2\r\n$4\r\nEC"),
+]
+
+
+@pytest.mark.parametrize("name,data", CLOSE_CASES, ids=[c[0] for c in CLOSE_CASES])
+def test_protocol_error_then_close(zkresp, redis_ref, name, data):
+    bystander = zkresp.client()
+    assert bystander.cmd("PING") == b"+PONG\r\n"
+    ref = exchange(redis_ref.port, data)
+    got = exchange(zkresp.port, data)
+    assert ref[1] and ref[0].startswith(b"-ERR Protocol error"), ("reference", ref)
+    assert got == ref, "%s: expected %r then close, got %r (closed=%s)" % (name, ref[0], got[0], got[1])
+    # The server keeps serving: an existing connection and a new one.
+    assert bystander.cmd("PING") == b"+PONG\r\n"
+    assert zkresp.client().cmd("ECHO", "still") == b"$5\r\nstill\r\n"
+    assert zkresp.alive()
+
+
+@pytest.mark.parametrize("name,data", REPLY_CASES, ids=[c[0] for c in REPLY_CASES])
+def test_protocol_edge_replies(zkresp, redis_ref, name, data):
+    ref = exchange(redis_ref.port, data)
+    got = exchange(zkresp.port, data)
+    assert not ref[1]
+    assert got == ref, "%s: expected %r (open), got %r (closed=%s)" % (name, ref[0], got[0], got[1])
+
+
+def test_bulk_without_crlf_is_an_error(zkresp):
+    # Redis does not check the CRLF after a bulk; RELIABILITY 18 asks for an
+    # error reply and a close on missing CRLF.
+    out, closed = exchange(zkresp.port, b"*2\r\n$4\r\nECHO\r\n$3\r\nabcde\r\n")
+    assert closed and out.startswith(b"-ERR Protocol error"), (out, closed)
+
+
+def test_bulk_over_configured_cap(zkresp):
+    # zkresp's --max-bulk-len (8 MiB by default) is far below Redis's 512 MiB.
+    out, closed = exchange(zkresp.port, b"*2\r\n$3\r\nGET\r\n$%d\r\n" % (8 * 1024 * 1024 + 1))
+    assert closed and out.startswith(b"-ERR Protocol error"), (out, closed)
+
+
+@pytest.mark.parametrize("seq", [b"\x00", b"*\x00", b"$\x00"], ids=["nul", "star_nul", "dollar_nul"])
+def test_protocol_desync(zkresp, seq):
+    """protocol.tcl 'Protocol desync regression test': a request that never
+    ends is cut off with a protocol error, after a bounded number of bytes."""
+    s = socket.create_connection(("127.0.0.1", zkresp.port), timeout=5)
+    got = bytearray()
+    done = threading.Event()
+
+    def reader():
+        try:
+            while True:
+                c = s.recv(65536)
+                if not c:
+                    break
+                got.extend(c)
+        except OSError:
+            pass
+        done.set()
+    threading.Thread(target=reader, daemon=True).start()
+    s.sendall(seq)
+    sent = 0
+    chunk = b"payload" * 150
+    t_end = time.monotonic() + 15
+    try:
+        while not done.is_set() and time.monotonic() < t_end and sent < (64 << 20):
+            s.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        pass
+    done.wait(5)
+    s.close()
+    assert done.is_set(), "connection still open after %d bytes without a line end" % sent
+    assert b"Protocol error" in got, "closed without a protocol error (%d bytes sent): %r" % (sent, bytes(got[:200]))
+    assert sent <= 8 << 20, "accepted %d bytes of one unterminated request" % sent
+    assert zkresp.client().cmd("PING") == b"+PONG\r\n"
+
+
+def test_pipelining_1000_mixed(zkresp, redis_ref):
+    p = harness.unique("pipe") + ":"
+    reqs = []
+    for i in range(1000):
+        k = "%sk%d" % (p, i % 37)
+        op = i % 10
+        if op == 0:
+            reqs.append(("SET", k, "v%d" % i))
+        elif op == 1:
+            reqs.append(("GET", k))
+        elif op == 2:
+            reqs.append(("INCR", p + "ctr"))
+        elif op == 3:
+            reqs.append(("PING",))
+        elif op == 4:
+            reqs.append(("EXISTS", k, p + "k1", k))
+        elif op == 5:
+            reqs.append(("DEL", k))
+        elif op == 6:
+            reqs.append(("ECHO", "e%d" % i))
+        elif op == 7:
+            reqs.append(("SET", k, "n%d" % i, "NX"))
+        elif op == 8:
+            reqs.append(("PTTL", k))
+        else:
+            reqs.append(("GETDEL", k))
+    blob = b"".join(encode(*r) for r in reqs)
+
+    def run(port):
+        with RawClient(port, timeout=60) as c:
+            c.send(blob)
+            return [c.read_reply() for _ in reqs]
+    ref = run(redis_ref.port)
+    got = run(zkresp.port)
+    bad = [(i, reqs[i], ref[i], got[i]) for i in range(len(reqs)) if ref[i] != got[i]]
+    assert not bad, "pipelined replies differ (first 5 of %d): %r" % (len(bad), bad[:5])
+
+
+def test_inline_commands_match_redis(zkresp, redis_ref):
+    p = harness.unique("inl") + ":"
+    k = p.encode() + b"k"
+    steps = [
+        Raw(b"PING\r\n"), Raw(b"SET " + k + b" \"a b\"\r\n"), Raw(b"GET " + k + b"\r\n"),
+        Raw(b"set " + k + b" 'x\\'y'\r\n"), Raw(b"GET " + k + b"\r\n"),
+        Raw(b"EXISTS " + k + b" " + k + b"\r\n"), Raw(b"INCR " + k + b"\r\n"),
+        Raw(b"PTTL " + k + b"\r\n"), Raw(b"DEL " + k + b"\r\n"), Raw(b"ECHO \"\\xff\\x00\"\r\n"),
+        Raw(b"NOSUCH a b\r\n"),
+    ]
+    for proto in (2, 3):
+        assert_same(redis_ref.port, zkresp.port, steps, proto, p)
+
+
+# ---------------------------------------------------------------- POST / Host:
+
+@pytest.mark.parametrize("data", [
+    b"POST / HTTP/1.1\r\n",
+    b"Host: example.com\r\n",
+    b"*1\r\n$4\r\nPOST\r\n",
+    b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+], ids=["post", "host", "post_multibulk", "http_get_with_host"])
+def test_http_lines_close_at_once(zkresp, redis_ref, data):
+    ref = exchange(redis_ref.port, data, quiet=1.0)
+    t0 = time.monotonic()
+    got = exchange(zkresp.port, data, quiet=2.0)
+    assert got == (b"", True) == ref, "expected a silent close, got %r" % (got,)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_commands_after_post_not_executed(zkresp):
+    c = zkresp.client()
+    c.send(b"POST / HTTP/1.1\r\nSET smuggled 1\r\n*3\r\n$3\r\nSET\r\n$3\r\nsm2\r\n$1\r\n1\r\n")
+    assert c.is_closed(2.0) and c.buf == b""
+    assert zkresp.client().cmd("EXISTS", "smuggled", "sm2") == b":0\r\n"
+
+
+# ---------------------------------------------------------------- size caps
+
+@pytest.fixture
+def proxied(make_zkresp, make_proxy, zk):
+    """A zkresp behind a ZkProxy, so that every ZooKeeper request it makes
+    is counted."""
+    proxy = make_proxy(zk)
+    z = make_zkresp(zk_target=proxy)
+    return z, proxy
+
+
+def _quiet_requests(proxy, settle=0.2):
+    time.sleep(settle)
+    return proxy.command_requests()
+
+
+def test_oversized_key_and_value_refused_locally(proxied, kz, zk):
+    z, proxy = proxied
+    c = z.client()
+    long_key = b"k" * 1025
+    big = b"v" * 262145
+    assert c.cmd("SET", "warm", "up") == b"+OK\r\n"
+    before_req = _quiet_requests(proxy)
+    before_nodes = zk.mntr()["zk_znode_count"]
+    refused = [
+        (("SET", long_key, "v"), b"-ERR key too long\r\n"),
+        (("SET", long_key, "v", "NX", "PX", "30000"), b"-ERR key too long\r\n"),
+        (("GET", long_key), b"-ERR key too long\r\n"),
+        (("DEL", "ok", long_key), b"-ERR key too long\r\n"),
+        (("EXISTS", long_key), b"-ERR key too long\r\n"),
+        (("PEXPIRE", long_key, "100"), b"-ERR key too long\r\n"),
+        (("INCR", long_key), b"-ERR key too long\r\n"),
+        (("SET", "bigval", big), b"-ERR value too large\r\n"),
+        (("SET", "bigval", big, "NX", "PX", "30000"), b"-ERR value too large\r\n"),
+    ]
+    for args, want in refused:
+        got = c.cmd(*args)
+        assert got == want, (args[0], args[1][:20], got)
+    assert _quiet_requests(proxy) == before_req, \
+        "refused commands reached ZooKeeper: %r" % proxy.snapshot()["requests"]
+    assert zk.mntr()["zk_znode_count"] == before_nodes
+    assert kz.exists(keyenc.node_path(z.root, long_key)) is None
+    assert kz.exists(keyenc.node_path(z.root, "bigval")) is None
+    # The connection and other clients are unaffected; the caps are inclusive.
+    assert c.cmd("PING") == b"+PONG\r\n"
+    at_key, at_val = b"k" * 1024, b"v" * 262144
+    assert z.client().cmd("SET", at_key, at_val) == b"+OK\r\n"
+    assert c.cmd("GET", at_key) == b"$262144\r\n" + at_val + b"\r\n"
+    assert kz.exists(keyenc.node_path(z.root, at_key)) is not None
+
+
+def test_configured_caps(make_zkresp):
+    z = make_zkresp(extra=["--max-key-len", "16", "--max-value-len", "100"])
+    c = z.client()
+    assert c.cmd("SET", "k" * 16, "v" * 100) == b"+OK\r\n"
+    assert c.cmd("SET", "k" * 17, "v") == b"-ERR key too long\r\n"
+    assert c.cmd("SET", "k", "v" * 101) == b"-ERR value too large\r\n"
+    assert c.cmd("GET", "k" * 16) == b"$100\r\n" + b"v" * 100 + b"\r\n"
+
+
+# ---------------------------------------------------------------- awkward keys
+
+AWKWARD_KEYS = [
+    b"a/b", b"/", b"//", b"/a/../b", b".", b"..", b"../../escape", b"a\x00b", b"\x00", b"zookeeper",
+    b"/zookeeper", b"zookeeper/quota", b"\x01\x02\x1f\x7f", b"\xff\xfe", b"\xc3\x28", "é€".encode(),
+    b"%", b"%25", b"%2F", b"%%", b"a b", b"*", b"?", b"\r\n", b"\t", b"-_:{}@=+,!", b"", b"k",
+    b"K", b"x" * 1024, b"\x00" * 1024, b"/" * 1024,
+]
+
+
+def test_awkward_keys_round_trip_and_stay_under_root(zkresp, kz):
+    before = set(harness.all_paths(kz, "/"))
+    zk_tree_before = set(harness.all_paths(kz, "/zookeeper"))
+    c = zkresp.client()
+    for i, k in enumerate(AWKWARD_KEYS):
+        args = ("SET", k, b"value-%d" % i) + (("PX", "60000") if i % 3 == 0 else ())
+        assert c.cmd(*args) == b"+OK\r\n", k[:40]
+    for i, k in enumerate(AWKWARD_KEYS):
+        want = b"value-%d" % i
+        assert c.cmd("GET", k) == b"$%d\r\n%s\r\n" % (len(want), want), k[:40]
+        assert c.cmd("EXISTS", k) == b":1\r\n", k[:40]
+    assert c.cmd("DBSIZE") == b":%d\r\n" % len(AWKWARD_KEYS)
+    children = kz.get_children(zkresp.root + "/k")
+    assert sorted(children) == sorted(keyenc.encode(k) for k in AWKWARD_KEYS), \
+        "the key nodes are not exactly the encoded keys"
+    assert sorted(keyenc.decode(n) for n in children) == sorted(AWKWARD_KEYS)
+    new = set(harness.all_paths(kz, "/")) - before
+    outside = [p for p in new if p != zkresp.root and not p.startswith(zkresp.root + "/")]
+    assert not outside, "nodes created outside the root: %r" % outside[:10]
+    assert set(harness.all_paths(kz, "/zookeeper")) == zk_tree_before
+    # Every key node is a direct child of <root>/k (nothing deeper).
+    assert all(len(kz.get_children(zkresp.root + "/k/" + n)) == 0 for n in children)
+    for k in AWKWARD_KEYS:
+        assert c.cmd("DEL", k) == b":1\r\n", k[:40]
+    assert kz.get_children(zkresp.root + "/k") == []
+
+
+def test_keys_do_not_collide(zkresp):
+    c = zkresp.client()
+    keys = [b"", b"%", b"%25", b"%%25", b"a%2Fb", b"a/b", b".", b"%2E", b"\x00", b"%00", b"\x00\x00", b"0"]
+    for i, k in enumerate(keys):
+        assert c.cmd("SET", k, str(i)) == b"+OK\r\n"
+    for i, k in enumerate(keys):
+        assert decode_one(c.cmd("GET", k)) == str(i).encode(), k
+
+
+# ---------------------------------------------------------------- slow clients
+
+def test_idle_client_closed_by_timeout(make_zkresp):
+    z = make_zkresp(extra=["--timeout", "1"])
+    idle = z.client()
+    busy = z.client()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 2.0:
+        assert busy.cmd("PING") == b"+PONG\r\n"    # activity keeps a client alive
+        time.sleep(0.2)
+    assert idle.is_closed(3.0), "an idle client was not closed after --timeout 1"
+    assert time.monotonic() - t0 >= 0.9
+    assert busy.cmd("PING") == b"+PONG\r\n"
+
+
+def test_half_sent_command_cut_off(make_zkresp):
+    z = make_zkresp(extra=["--stall-timeout", "1000"])
+    c = z.client()
+    c.send(b"*2\r\n$3\r\nGET\r\n$5\r\nab")
+    t0 = time.monotonic()
+    other = z.client()
+    assert other.cmd("PING") == b"+PONG\r\n"
+    assert c.is_closed(5.0), "a half-sent command was not cut off"
+    elapsed = time.monotonic() - t0
+    assert 0.8 <= elapsed <= 4.0, elapsed
+    assert other.cmd("PING") == b"+PONG\r\n"
+
+
+def test_client_that_never_reads(make_zkresp):
+    z = make_zkresp(extra=["--max-output", "4m", "--stall-timeout", "2000"])
+    big = b"x" * 200000
+    assert z.client().cmd("SET", "big", big) == b"+OK\r\n"
+    rss0 = z.rss_kb()
+    s = socket.create_connection(("127.0.0.1", z.port))
+    s.setblocking(False)
+    req = encode("GET", "big") * 50
+    sent, stalled_since = 0, None
+    t_end = time.monotonic() + 20
+    while sent < 2000 and time.monotonic() < t_end:
+        try:
+            s.send(req)
+            sent += 50
+            stalled_since = None
+        except BlockingIOError:
+            stalled_since = stalled_since or time.monotonic()
+            if time.monotonic() - stalled_since > 1.0:
+                break
+            time.sleep(0.01)
+        except OSError:
+            break   # closed by the server
+    # Others are served meanwhile, promptly.
+    other = z.client(timeout=2)
+    t0 = time.monotonic()
+    assert other.cmd("PING") == b"+PONG\r\n"
+    assert other.cmd("GET", "big")[:10] == b"$200000\r\nx"
+    assert time.monotonic() - t0 < 1.0
+    rss = z.rss_kb()
+    limit = (450 if harness.is_sanitizer_build() else 150) * 1024
+    assert rss - rss0 < limit, "zkresp grew by %d KiB for a client that never reads" % (rss - rss0)
+    # The stuck client was cut off (output cap or stall timeout): what is
+    # left to read is bounded and ends with EOF.
+    s.setblocking(True)
+    s.settimeout(10)
+    drained = 0
+    try:
+        while True:
+            c = s.recv(1 << 20)
+            if not c:
+                break
+            drained += len(c)
+            assert drained < 16 << 20, "more than 16 MiB of replies queued for a client that never read"
+    except socket.timeout:
+        raise AssertionError("a client that never reads was never cut off (%d bytes drained)" % drained)
+    except ConnectionResetError:
+        pass
+    s.close()
+    assert z.client().cmd("PING") == b"+PONG\r\n"
+
+
+def test_maxclients(make_zkresp):
+    z = make_zkresp(extra=["--maxclients", "4"])
+    clients = [z.client() for _ in range(4)]
+    for c in clients:
+        assert c.cmd("PING") == b"+PONG\r\n"
+    extra = z.client()
+    assert extra.read_until_close(3) == b"-ERR max number of clients reached\r\n"
+    clients.pop().close()
+    def admitted():
+        with z.client(timeout=1) as c:
+            return c.cmd("PING") == b"+PONG\r\n"
+    harness.wait_for(admitted, 3, 0.05, "a slot to free up")
+    for c in clients:
+        assert c.cmd("PING") == b"+PONG\r\n"
