@@ -87,8 +87,11 @@ local function set(args)
     if not o then return err(e) end
     e = K.value_error(value)
     if e then return err(e) end
+    -- SET NX with a relative or no TTL (the lock acquire) first tries a
+    -- bare create: one round trip when the key is free.
+    local optimistic = o.nx and not o.get and not o.at and not o.keepttl
     return T.run({ key }, function(t)
-        local rec = t:read(key)
+        local rec = optimistic and t:presume_absent(key) or t:read(key)
         local old
         if o.get then
             if rec.live and rec.vtype ~= STRING then return err(E.WRONGTYPE) end

@@ -286,6 +286,13 @@ function K.record(key, path, data, stat)
     return rec
 end
 
+-- The record of a key presumed absent, without reading it: a write with it
+-- is a create, which fails (NODEEXISTS, a retry with a real read) if the
+-- node exists.
+function K.absent(key)
+    return K.record(key, K.path(key))
+end
+
 function K.read(key)
     local path = K.path(key)
     local rc, data, stat = zget(path)

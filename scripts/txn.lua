@@ -38,6 +38,17 @@ function Txn:read(key, cache_ok)
     return rec
 end
 
+-- On the first attempt only, the record of a key presumed absent (no
+-- read): for a write that only makes sense on a missing key (SET NX), so
+-- that it costs one create.  If the key exists the create fails and the
+-- command runs again with real reads.
+function Txn:presume_absent(key)
+    if self.attempt ~= 1 or self.recs[key] then return self:read(key) end
+    local rec = K.absent(key)
+    self.recs[key] = rec
+    return rec
+end
+
 -- Reads several keys concurrently; returns key -> rec.
 function Txn:read_all(keys)
     local missing = {}

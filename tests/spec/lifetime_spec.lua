@@ -28,10 +28,18 @@ describe("lifetime", function()
         assert.equal(0, W:node(a:path("plain")).stat.ephemeralOwner)
     end)
 
-    it("SET NX PX on a missing key is one create after the read", function()
+    it("SET NX PX on a missing key is one create", function()
         local before = #W.ops
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
-        assert.same({ "get", "create" }, kinds(W, before))
+        assert.same({ "create" }, kinds(W, before))
+    end)
+
+    it("SET NX PX on a held key: the create fails, a read decides", function()
+        a:call("SET", "lock", "t", "NX", "PX", "30000")
+        local before = #W.ops
+        assert.equal(null, b:call("SET", "lock", "t2", "NX", "PX", "30000"))
+        assert.same({ "create", "get" }, kinds(W, before))
+        assert.equal("t", b:call("GET", "lock"))
     end)
 
     it("rewriting one's own ephemeral key is a versioned set in place", function()
