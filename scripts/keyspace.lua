@@ -26,16 +26,19 @@
 -- policy may decide otherwise).  Writing a node whose lifetime or owner
 -- differs from what we would create, or a node whose key has expired, is
 -- one multi {delete(version), create}, so the key's lifetime follows its
--- last writer and every new key gets a new czxid (the fencing token).
--- Otherwise it is a versioned set; an absent key is a create.  Never an
+-- last writer and every new key gets a new czxid (the fencing token); the
+-- new node never starts at the old one's version (replace_ops).  Otherwise
+-- it is a versioned set; an absent key is a create.  Never an
 -- unconditional write.
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
--- from the acknowledgment of its write and deletes the node itself (a
--- versioned delete) when it passes.  Other sidecars map the node's mtime
--- (the ZooKeeper leader's clock) onto host.now() with an offset learned from
--- their own writes, so their deadline is never earlier than the real one.
--- host.wall() is never used for expiry.
+-- from the acknowledgment of its write and deletes the node itself when it
+-- passes (a read to check the nonce, then a versioned delete).  Other
+-- sidecars map the node's mtime (the ZooKeeper leader's clock) onto
+-- host.now() with an offset learned from their own writes; the offset errs
+-- by the write's reply latency, in the direction that makes their deadline
+-- later, never earlier, than the real one (clock drift aside).  host.wall()
+-- is never used for expiry.
 --
 -- Failures inside a command are raised as signals caught by txn.run:
 -- K.retry(delay) re-runs the command from its first read; K.abort(reply)
