@@ -5,7 +5,7 @@
 
 zk_ruok() {
     local port=$1 reply
-    reply=$(exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null && printf ruok >&3 && timeout 1 cat <&3 2>/dev/null) || return 1
+    reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf ruok >&3 && timeout 1 cat <&3) 2>/dev/null) || return 1
     [ "$reply" = imok ]
 }
 
