@@ -3,6 +3,7 @@
   zk            one ZooKeeper server for the whole session (tests isolate
                 themselves by a unique zkresp --root each)
   kz            a kazoo client on it, for inspecting znodes
+  kz_factory    factory: kazoo clients on dedicated servers
   make_zkresp   factory: zkresp processes stopped at the end of the test
   zkresp        one zkresp on the shared ZooKeeper
   zkresp_pair   two zkresp on the shared ZooKeeper (distinct roots are NOT
@@ -45,6 +46,20 @@ def kz(zk):
     client = harness.kazoo_client(zk)
     yield client
     client.close_quietly()
+
+
+@pytest.fixture
+def kz_factory():
+    """kazoo clients on other (dedicated) servers, stopped after the test."""
+    made = []
+
+    def make(target):
+        c = harness.kazoo_client(target)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close_quietly()
 
 
 @pytest.fixture

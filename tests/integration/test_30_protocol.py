@@ -230,7 +230,7 @@ def test_commands_after_post_not_executed(zkresp):
 # ---------------------------------------------------------------- size caps
 
 @pytest.fixture
-def proxied(make_zkresp, make_proxy, zk):
+def proxied(make_proxy, make_zkresp, zk):
     """A zkresp behind a ZkProxy, so that every ZooKeeper request it makes
     is counted."""
     proxy = make_proxy(zk)

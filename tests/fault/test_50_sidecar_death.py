@@ -1,0 +1,206 @@
+"""Fault tier 50: sidecar and application deaths, foreign nodes
+(RELIABILITY 5, 11, 12, 13).
+
+  kill -9 of the sidecar holding locks frees them within about one session
+  timeout; the restarted sidecar treats them as foreign.
+  SIGTERM: new acquisitions refused, in-flight work finishes, the session is
+  closed so the locks are free at once, exit 0.
+  kill -9 of the application: its locks live until their TTL, then free.
+  A node of an earlier session is foreign: SET NX answers null, never
+  claimed.
+"""
+
+import signal
+import socket
+import time
+
+import harness
+from harness import Proc, RawClient
+
+
+SESSION_MS = 2000
+
+
+def _owner(kz, root, key):
+    _, st = harness.key_stat(kz, root, key)
+    return None if st is None else st.ephemeralOwner
+
+
+def test_kill9_sidecar_frees_locks_within_session_timeout(make_zkresp, kz):
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    ca, cb = a.client(), b.client()
+    for k in ("l1", "l2", "l3"):
+        assert ca.cmd("SET", k, "tok-" + k, "NX", "PX", "60000") == b"+OK\r\n"
+    assert ca.cmd("SET", "perm", "v") == b"+OK\r\n"
+    sid = a.session_id()
+    t_kill = time.monotonic()
+    a.kill9()
+    # The restarted sidecar (same port and root) has a new session and does
+    # not think it holds the old locks: they are foreign until they vanish.
+    a.restart()
+    ca2 = a.client()
+    sid2 = a.session_id()
+    assert sid2 != sid
+    if _owner(kz, a.root, "l1") == sid:
+        assert ca2.cmd("SET", "l1", "mine", "NX", "PX", "60000") == b"$-1\r\n"
+        assert _owner(kz, a.root, "l1") == sid, "the restarted sidecar claimed a node of its old session"
+        assert ca2.cmd("GET", "l1") in (b"$6\r\ntok-l1\r\n", b"$-1\r\n")
+    harness.wait_for(lambda: all(_owner(kz, a.root, k) is None for k in ("l1", "l2", "l3")),
+                     SESSION_MS * 2 / 1000.0 + 2, 0.02, "the dead sidecar's locks to vanish")
+    elapsed = time.monotonic() - t_kill
+    assert elapsed <= SESSION_MS * 1.5 / 1000.0 + 1.0, "locks vanished only after %.2f s" % elapsed
+    # A persistent key survives its writer.
+    assert cb.cmd("GET", "perm") == b"$1\r\nv\r\n"
+    assert cb.cmd("SET", "l1", "tok-b", "NX", "PX", "60000") == b"+OK\r\n"
+    assert ca2.cmd("SET", "l2", "tok-a2", "NX", "PX", "60000") == b"+OK\r\n"
+    assert _owner(kz, a.root, "l2") == sid2
+
+
+def test_foreign_node_after_restart_never_claimed(make_zkresp, kz):
+    """RELIABILITY 5 (process restart): the node of the previous session is
+    foreign; only after it vanishes can the lock be taken."""
+    a = make_zkresp(session_timeout=4000)
+    assert a.client().cmd("SET", "lk", "old", "NX", "PX", "60000") == b"+OK\r\n"
+    sid = a.session_id()
+    a.kill9()
+    a.restart()
+    c = a.client()
+    t0 = time.monotonic()
+    got_it = None
+    while time.monotonic() - t0 < 10:
+        r = c.cmd("SET", "lk", "new", "NX", "PX", "60000")
+        owner = _owner(kz, a.root, "lk")
+        if r == b"+OK\r\n":
+            got_it = time.monotonic() - t0
+            assert owner == a.session_id()
+            break
+        assert r == b"$-1\r\n", r
+        assert owner in (sid, None), "node claimed by %r while foreign" % owner
+        time.sleep(0.05)
+    assert got_it is not None, "the lock never became free"
+    assert got_it >= 1.0, "the old session's node was taken after only %.2f s" % got_it
+
+
+def test_foreign_node_after_reconnect_in_process(make_proxy, make_zkresp, zk, kz_factory, kz):
+    """RELIABILITY 5 (same process): the sidecar loses its session locally
+    (partition past the lease) while the old session stays alive at the
+    server (a test client re-attaches to it).  After the partition heals
+    the sidecar has a new session; the old session's node is foreign."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=SESSION_MS, request_timeout=1000)
+    c = a.client()
+    assert c.cmd("SET", "lk", "old", "NX", "PX", "60000") == b"+OK\r\n"
+    sid = a.session_id()
+    creds = [s for s in proxy.sessions if s[0] == sid]
+    assert creds, "session handshake not seen by the proxy"
+    passwd = creds[-1][1]
+    proxy.blackhole(True)
+    # Keep the old session alive from outside (moves it to our client).
+    from kazoo.client import KazooClient
+    pin = KazooClient(hosts=zk.address, client_id=(sid, passwd), timeout=SESSION_MS / 1000.0)
+    pin.start(timeout=10)
+    harness.register_closer(lambda: (pin.stop(), pin.close()))
+    assert pin.client_id[0] == sid
+    time.sleep(SESSION_MS / 1000.0 + 1.0)       # the sidecar's lease is past
+    proxy.blackhole(False)
+    harness.wait_for(lambda: a.zk_state() == "connected" and a.session_id() != sid, 15, 0.1,
+                     "a new session after the lease was lost")
+    assert pin.connected and pin.client_id[0] == sid, "the sidecar took its old session back"
+    _, st = harness.key_stat(kz, a.root, "lk")
+    assert st is not None and st.ephemeralOwner == sid
+    r = c.cmd("SET", "lk", "new", "NX", "PX", "60000")
+    assert r == b"$-1\r\n", "SET NX on a node of the old session answered %r" % r
+    time.sleep(0.5)
+    data, st2 = harness.key_stat(kz, a.root, "lk")
+    assert st2.ephemeralOwner == sid and st2.mzxid == st.mzxid and b"old" in data, "the node was claimed"
+    pin.stop()
+    pin.close()
+    harness.wait_for(lambda: c.cmd("SET", "lk", "new", "NX", "PX", "60000") == b"+OK\r\n", 10, 0.05,
+                     "the lock to be free once the old session is gone")
+    assert _owner(kz, a.root, "lk") == a.session_id()
+
+
+def test_sigterm_releases_at_once(make_proxy, make_zkresp, zk, kz):
+    """RELIABILITY 12: SIGTERM refuses new acquisitions, lets in-flight work
+    finish, closes the session (locks free at once) and exits 0."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=10000, request_timeout=3000,
+                    extra=["--shutdown-grace", "5000"])
+    b = make_zkresp(root=a.root, session_timeout=10000)
+    c1 = a.client()
+    assert c1.cmd("SET", "held", "t1", "NX", "PX", "60000") == b"+OK\r\n"
+    proxy.delay(500)
+    c2 = a.client()
+    c2.send_cmd("SET", "inflight", "t2", "NX", "PX", "60000")
+    time.sleep(0.15)
+    t_term = time.monotonic()
+    a.proc.signal(signal.SIGTERM)
+    time.sleep(0.1)
+    # New acquisitions are refused: no new connection, or an error.
+    try:
+        with RawClient(a.port, timeout=3, connect_timeout=1) as n:
+            r = n.cmd("SET", "newconn", "t3", "NX", "PX", "60000")
+            assert r.startswith(b"-"), "a new connection acquired during shutdown: %r" % r
+    except (ConnectionRefusedError, ConnectionResetError, harness.ConnectionClosed, socket.timeout):
+        pass
+    try:
+        r = c1.cmd("SET", "existing", "t4", "NX", "PX", "60000", timeout=3)
+        assert r.startswith(b"-"), "an existing connection acquired during shutdown: %r" % r
+    except harness.ConnectionClosed:
+        pass
+    # In-flight work finished.
+    assert c2.read_reply(timeout=10) == b"+OK\r\n"
+    status = a.wait(15)
+    t_exit = time.monotonic()
+    assert status == 0, "exit status %r after SIGTERM" % status
+    assert t_exit - t_term < 6.0
+    # The session was closed: the locks are gone now, not after 10 s.
+    harness.wait_for(lambda: _owner(kz, a.root, "held") is None and _owner(kz, a.root, "inflight") is None,
+                     1.0, 0.02, "the locks to be released at exit")
+    for k in ("newconn", "existing"):
+        assert _owner(kz, a.root, k) is None, "%s was created during shutdown" % k
+    assert b.client().cmd("SET", "held", "tb", "NX", "PX", "60000") == b"+OK\r\n"
+
+
+APP = r"""
+import sys, time, redis
+r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]))
+t = time.monotonic()
+ok = r.set("applock", "app-tok", nx=True, px=int(sys.argv[2]))
+sys.stdout.write("ACQ %r %.6f %.6f\n" % (ok, t, time.monotonic()))
+sys.stdout.flush()
+time.sleep(120)
+"""
+
+
+def test_kill9_application_lock_lives_until_ttl(zkresp_pair):
+    """RELIABILITY 13: the application dies holding a lock; the lock is
+    neither released early (connection close is not a release) nor kept
+    past its TTL."""
+    a, b = zkresp_pair
+    px = 1500
+    d = harness.new_dir("app")
+    app = Proc("app", ["/usr/bin/python3", "-c", APP, str(a.port), str(px)], d).start()
+    def acquired():
+        for line in app.output().splitlines():
+            if line.startswith(b"ACQ ") and line.count(b" ") == 3:
+                return line
+    line = harness.wait_for(acquired, 15, 0.01, "the application to report its SET")
+    _, ok, t_sent, t_ok = line.split()
+    assert ok == b"True", "the application could not take the lock: %r" % line
+    t_sent, t_ok = float(t_sent), float(t_ok)
+    app.kill9()
+    cb, ca = b.client(), a.client()
+    assert cb.cmd("SET", "applock", "b-tok", "NX", "PX", "30000") == b"$-1\r\n"
+    assert ca.cmd("GET", "applock") == b"$7\r\napp-tok\r\n"
+    while True:
+        r = cb.cmd("SET", "applock", "b-tok", "NX", "PX", "30000")
+        if r == b"+OK\r\n":
+            t_b = time.monotonic()
+            break
+        assert r == b"$-1\r\n", r
+        assert time.monotonic() < t_ok + px / 1000.0 + 3, "the dead application's lock never expired"
+        time.sleep(0.01)
+    assert t_b >= t_sent + px / 1000.0 - 0.005, "freed %.0f ms before its TTL" % ((t_sent + px / 1000.0 - t_b) * 1000)
+    assert t_b <= t_ok + px / 1000.0 + 1.0, "freed %.0f ms after its TTL" % ((t_b - t_ok) * 1000 - px)

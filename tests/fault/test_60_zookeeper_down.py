@@ -1,0 +1,131 @@
+"""Fault tier 60: the (one-server) ZooKeeper ensemble goes away
+(RELIABILITY 15) or restarts.
+
+While it is down, keyed requests fail within --zk-request-timeout with
+-TRYAGAIN, liveness (PING) stays, readiness (INFO zk_state) goes; service
+resumes by itself.  Down for less than the session timeout: the session and
+its locks survive.  Down for longer: the sidecar counts its locks lost,
+takes a new session and never resurrects them.
+"""
+
+import threading
+import time
+
+import harness
+
+REQ_MS = 1000
+
+
+def _tryagain_within(c, budget_ms, *args):
+    t0 = time.monotonic()
+    r = c.cmd(*args, timeout=budget_ms / 1000.0 + 5)
+    el = (time.monotonic() - t0) * 1000
+    assert r.startswith(b"-TRYAGAIN"), "%s while ZooKeeper is down answered %r" % (args[0], r)
+    assert el <= budget_ms + 750, "%s answered after %.0f ms (zk-request-timeout %d)" % (args[0], el, budget_ms)
+    return r
+
+
+def _liveness(c):
+    t0 = time.monotonic()
+    assert c.cmd("PING", timeout=2) == b"+PONG\r\n"
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_zookeeper_down_shorter_than_session(make_zk, kz_factory, make_zkresp):
+    zk2 = make_zk()
+    a = make_zkresp(zk_target=zk2, session_timeout=5000, request_timeout=REQ_MS)
+    c = a.client()
+    assert c.cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
+    sid = a.session_id()
+    zk2.kill9()
+    t_down = time.monotonic()
+    _liveness(c)
+    harness.wait_for(lambda: a.zk_state() != "connected", 3, 0.02, "INFO zk_state to leave 'connected'")
+    r = _tryagain_within(c, REQ_MS, "SET", "other", "v")
+    assert r == b"-TRYAGAIN ZooKeeper unavailable\r\n", r
+    _tryagain_within(c, REQ_MS, "SET", "lk", "x", "NX", "PX", "1000")
+    zk2.start()
+    down_s = time.monotonic() - t_down
+    assert down_s < 3.0, "the outage lasted %.1f s, longer than this test means" % down_s
+    a.wait_ready(15)
+    assert a.session_id() == sid, "a short outage cost the session"
+    kz2 = kz_factory(zk2)
+    data, st = harness.key_stat(kz2, a.root, "lk")
+    assert st is not None and st.ephemeralOwner == sid and b"tok" in data
+    assert c.cmd("GET", "lk") == b"$3\r\ntok\r\n"
+    assert 55000 <= int(c.cmd("PTTL", "lk")[1:-2]) <= 60000
+    assert c.cmd("SET", "other", "v") == b"+OK\r\n"
+    assert c.cmd("SET", "lk", "x", "NX", "PX", "1000") == b"$-1\r\n"
+
+
+def test_zookeeper_down_longer_than_session(make_zk, kz_factory, make_zkresp):
+    session_ms = 2000
+    zk2 = make_zk()
+    a = make_zkresp(zk_target=zk2, session_timeout=session_ms, request_timeout=REQ_MS)
+    c = a.client()
+    assert c.cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
+    sid = a.session_id()
+    zk2.kill9()
+    t_down = time.monotonic()
+    _liveness(c)
+    _tryagain_within(c, REQ_MS, "SET", "other", "v")
+    time.sleep(max(0, t_down + session_ms * 1.5 / 1000.0 - time.monotonic()))
+    _liveness(c)
+    assert a.zk_state() != "connected"
+    _tryagain_within(c, REQ_MS, "GET", "lk")
+    _tryagain_within(c, REQ_MS, "SET", "lk", "x", "NX", "PX", "1000")
+    zk2.start()
+    t_up = time.monotonic()
+    a.wait_ready(15)
+    sid2 = a.session_id()
+    assert sid2 != sid, "after an outage past the session timeout the old session was kept"
+    kz2 = kz_factory(zk2)
+    # The old lock is never resurrected: it vanishes (the old session expires
+    # on the restarted server) and never becomes the new session's.
+    def gone():
+        _, st = harness.key_stat(kz2, a.root, "lk")
+        assert st is None or st.ephemeralOwner != sid2, "the old lock was adopted by the new session"
+        return st is None
+    harness.wait_for(gone, session_ms * 2 / 1000.0 + 3, 0.05, "the old session's lock to vanish")
+    assert time.monotonic() - t_up < session_ms * 2 / 1000.0 + 3
+    assert c.cmd("GET", "lk") == b"$-1\r\n"
+    assert c.cmd("SET", "lk", "tok2", "NX", "PX", "60000") == b"+OK\r\n"
+    assert harness.key_stat(kz2, a.root, "lk")[1].ephemeralOwner == sid2
+
+
+def test_zookeeper_restart_survived(make_zk, kz_factory, make_zkresp):
+    zk2 = make_zk()
+    a = make_zkresp(zk_target=zk2, session_timeout=8000, request_timeout=5000)
+    b = make_zkresp(zk_target=zk2, root=a.root, session_timeout=8000, request_timeout=5000)
+    ca, cb = a.client(), b.client()
+    assert ca.cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
+    assert cb.cmd("SET", "perm", "v") == b"+OK\r\n"
+    sa, sb = a.session_id(), b.session_id()
+    result = {}
+
+    def during():
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        result["reply"] = ca.cmd("SET", "during", "v", timeout=30)
+        result["took"] = time.monotonic() - t0
+    t = threading.Thread(target=during)
+    t_restart = time.monotonic()
+    zk2.stop()
+    t.start()
+    zk2.start()
+    restart_s = time.monotonic() - t_restart
+    t.join(30)
+    a.wait_ready(15)
+    b.wait_ready(15)
+    assert (a.session_id(), b.session_id()) == (sa, sb), "a ZooKeeper restart cost a session"
+    if restart_s < 4.0:
+        assert result.get("reply") == b"+OK\r\n", \
+            "a SET during a %.1f s restart answered %r (zk-request-timeout 5000)" % (restart_s, result.get("reply"))
+    kz2 = kz_factory(zk2)
+    _, st = harness.key_stat(kz2, a.root, "lk")
+    assert st is not None and st.ephemeralOwner == sa
+    assert cb.cmd("GET", "lk") == b"$3\r\ntok\r\n"
+    assert cb.cmd("SET", "lk", "x", "NX", "PX", "60000") == b"$-1\r\n"
+    assert ca.cmd("GET", "perm") == b"$1\r\nv\r\n"
+    assert ca.cmd("DEL", "lk") == b":1\r\n"
+    assert cb.cmd("SET", "lk", "x", "NX", "PX", "60000") == b"+OK\r\n"
