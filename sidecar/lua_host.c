@@ -431,18 +431,21 @@ static int zk_call(lua_State *L, const char *fn, enum zk_op_type type,
 static int l_zk_get(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_GET, .path = luaL_checkstring(L, 1)};
+    op.watch = lua_toboolean(L, 2);
     return zk_call(L, "zk.get", ZK_OP_GET, &op, 1);
 }
 
 static int l_zk_exists(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_EXISTS, .path = luaL_checkstring(L, 1)};
+    op.watch = lua_toboolean(L, 2);
     return zk_call(L, "zk.exists", ZK_OP_EXISTS, &op, 1);
 }
 
 static int l_zk_children(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_CHILDREN, .path = luaL_checkstring(L, 1)};
+    op.watch = lua_toboolean(L, 2);
     return zk_call(L, "zk.children", ZK_OP_CHILDREN, &op, 1);
 }
 
@@ -951,13 +954,14 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t)
     h->running--;
 }
 
-void lua_host_session_event(struct lua_host *h, const char *event,
-                            long long session_id)
+/* Runs M[fn](event, arg) in a background coroutine, if M has fn. */
+static void call_hook(struct lua_host *h, const char *fn, const char *event,
+                      const char *sarg, long long iarg)
 {
     struct co *c = co_new(h, NULL);
     lua_State *L = c->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
-    lua_getfield(L, -1, "on_session");
+    lua_getfield(L, -1, fn);
     lua_remove(L, -2);
     if (!lua_isfunction(L, -1)) {
         lua_pop(L, 1);
@@ -965,8 +969,23 @@ void lua_host_session_event(struct lua_host *h, const char *event,
         return;
     }
     lua_pushstring(L, event);
-    lua_pushinteger(L, (lua_Integer)session_id);
+    if (sarg)
+        lua_pushstring(L, sarg);
+    else
+        lua_pushinteger(L, (lua_Integer)iarg);
     make_ready(h, c, 2);
+}
+
+void lua_host_session_event(struct lua_host *h, const char *event,
+                            long long session_id)
+{
+    call_hook(h, "on_session", event, NULL, session_id);
+}
+
+void lua_host_watch_event(struct lua_host *h, const char *event,
+                          const char *path)
+{
+    call_hook(h, "on_watch", event, path, 0);
 }
 
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)

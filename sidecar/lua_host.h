@@ -25,6 +25,9 @@
  *                           disconnected: every owned ephemeral key is lost;
  *                           the bridge then opens a new session),
  *                           "reload" (SIGHUP: reload the policy).
+ *     M.on_watch(event, path)
+ *                           runs in a fresh coroutine when a watch fires:
+ *                           "created", "deleted", "changed", "child".
  *
  *   Reply values (what M.dispatch returns):
  *     nil or host.null  -> null bulk ($-1 / _)     false -> null bulk
@@ -40,9 +43,11 @@
  *
  *   zk (every call except zk.session yields; rc is a ZooKeeper code or one of
  *   ours below):
- *     zk.get(path)                   -> rc, data, stat
- *     zk.exists(path)                -> rc, stat
- *     zk.children(path)              -> rc, {name, ...}
+ *     zk.get(path [, watch])         -> rc, data, stat
+ *     zk.exists(path [, watch])      -> rc, stat
+ *     zk.children(path [, watch])    -> rc, {name, ...}
+ *         watch = true leaves a one-shot watch (see M.on_watch); watches
+ *         survive reconnects within a session, not a new session.
  *     zk.create(path, data, flags)   -> rc, created_path, stat
  *     zk.set(path, data, version)    -> rc, stat
  *     zk.delete(path, version)       -> rc
@@ -59,6 +64,8 @@
  *   zk.SESSIONMOVED, zk.RUNTIMEINCONSISTENCY, zk.TIMEOUT (ours: the request's
  *   zk-request-timeout passed while disconnected), zk.CLOSING (ours: the
  *   sidecar is shutting down), zk.EPHEMERAL, zk.SEQUENCE (create flags).
+ *   An operation still waiting when the session is replaced returns
+ *   zk.SESSIONEXPIRED: it is never sent under a later session.
  *   While the session is not connected an operation waits, at most until the
  *   command's deadline (its start plus zk-request-timeout), then returns
  *   zk.TIMEOUT.  An operation in flight when the connection drops returns
@@ -133,6 +140,10 @@ typedef void (*lua_host_cmd_cb)(void *arg, const char *name, int arity,
                                 int first, int last, int step,
                                 const char *flags);
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg);
+
+/* A watch fired, forwarded to M.on_watch. */
+void lua_host_watch_event(struct lua_host *h, const char *event,
+                          const char *path);
 
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);

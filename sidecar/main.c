@@ -38,6 +38,13 @@ static void on_zk_event(const char *event, int64_t session_id, void *arg)
         lua_host_session_event(app.lua, event, (long long)session_id);
 }
 
+static void on_zk_watch(const char *event, const char *path, void *arg)
+{
+    (void)arg;
+    if (app.lua)
+        lua_host_watch_event(app.lua, event, path);
+}
+
 static void finish_shutdown(void)
 {
     uv_timer_stop(&app.drain);
@@ -106,6 +113,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "zkresp: %s\n", err);
         return 2;
     }
+    zk_set_watch_cb(app.zk, on_zk_watch, NULL);
     if (server_init(&app.srv, app.loop, &app.cfg, app.zk, app.lua, err,
                     sizeof err) < 0) {
         fprintf(stderr, "zkresp: %s\n", err);

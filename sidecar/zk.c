@@ -28,6 +28,7 @@
 #include <zookeeper/zookeeper.h>
 
 #define ZK_EV_SESSION (-1) /* a queued session event, not an operation */
+#define ZK_EV_WATCH (-2)   /* a queued watch event */
 #define TICK_MS 20
 
 struct zk_req {
@@ -46,7 +47,7 @@ struct zk_req {
     double deadline;
     double sent_at;
     uint64_t gen;  /* handle generation the request went to */
-    int ev_state;  /* ZK_EV_SESSION: the state */
+    int ev_state;  /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
 };
 
 /* The context a handle's watcher sees. */
@@ -87,6 +88,8 @@ struct zk {
     int session_timeout;
     zk_event_cb on_event;
     void *event_arg;
+    zk_watch_cb on_watch;
+    void *watch_arg;
 };
 
 double zk_now(void)
@@ -234,15 +237,21 @@ static void on_watch(zhandle_t *zh, int type, int state, const char *path,
                      void *ctx)
 {
     struct zk_handle_ctx *hc = ctx;
-    if (type != ZOO_SESSION_EVENT || hc == NULL)
+    if (hc == NULL)
         return;
     struct zk_req *r = calloc(1, sizeof *r);
     if (!r)
         return;
     r->z = hc->z;
-    r->kind = ZK_EV_SESSION;
     r->gen = hc->gen;
-    r->ev_state = state;
+    if (type == ZOO_SESSION_EVENT) {
+        r->kind = ZK_EV_SESSION;
+        r->ev_state = state;
+    } else {
+        r->kind = ZK_EV_WATCH;
+        r->ev_state = type;
+        r->res.path = strdup(path ? path : "");
+    }
     enqueue(r);
 }
 
@@ -307,16 +316,15 @@ static void send_req(struct zk *z, struct zk_req *r)
     struct zk_op *op = &r->ops[0];
     int rc;
     r->sent_at = zk_now();
-    r->gen = z->gen;
     switch (r->kind) {
     case ZK_OP_GET:
-        rc = zoo_aget(zh, op->path, 0, on_data, r);
+        rc = zoo_aget(zh, op->path, op->watch, on_data, r);
         break;
     case ZK_OP_EXISTS:
-        rc = zoo_aexists(zh, op->path, 0, on_stat, r);
+        rc = zoo_aexists(zh, op->path, op->watch, on_stat, r);
         break;
     case ZK_OP_CHILDREN:
-        rc = zoo_aget_children(zh, op->path, 0, on_strings, r);
+        rc = zoo_aget_children(zh, op->path, op->watch, on_strings, r);
         break;
     case ZK_OP_CREATE:
         rc = zoo_acreate2(zh, op->path, op->data, (int)op->datalen,
@@ -359,7 +367,10 @@ static void flush_parked(struct zk *z)
     z->parked_head = z->parked_tail = NULL;
     while (r) {
         struct zk_req *next = r->next;
-        send_req(z, r);
+        if (r->gen != z->gen)
+            fail_later(r, ZSESSIONEXPIRED);
+        else
+            send_req(z, r);
         r = next;
     }
 }
@@ -456,6 +467,7 @@ void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
         fail_later(r, ZK_CLOSING);
         return;
     }
+    r->gen = z->gen;
     if (z->connected && z->zh)
         send_req(z, r);
     else if (zk_now() >= deadline)
@@ -592,6 +604,19 @@ static void on_session_state(struct zk *z, int state)
     }
 }
 
+static const char *watch_name(int type)
+{
+    if (type == ZOO_CREATED_EVENT)
+        return "created";
+    if (type == ZOO_DELETED_EVENT)
+        return "deleted";
+    if (type == ZOO_CHANGED_EVENT)
+        return "changed";
+    if (type == ZOO_CHILD_EVENT)
+        return "child";
+    return "notwatching";
+}
+
 static void on_async(uv_async_t *h)
 {
     struct zk *z = h->data;
@@ -604,6 +629,12 @@ static void on_async(uv_async_t *h)
         if (r->kind == ZK_EV_SESSION) {
             if (r->gen == z->gen && z->zh && !z->closed)
                 on_session_state(z, r->ev_state);
+            free(r);
+        } else if (r->kind == ZK_EV_WATCH) {
+            if (r->gen == z->gen && !z->closed && z->on_watch)
+                z->on_watch(watch_name(r->ev_state), r->res.path,
+                            z->watch_arg);
+            free(r->res.path);
             free(r);
         } else {
             deliver(z, r);
@@ -723,6 +754,12 @@ void zk_free(struct zk *z)
     uv_timer_stop(&z->tick);
     uv_close((uv_handle_t *)&z->async, on_handle_closed);
     uv_close((uv_handle_t *)&z->tick, on_handle_closed);
+}
+
+void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg)
+{
+    z->on_watch = cb;
+    z->watch_arg = arg;
 }
 
 int64_t zk_session_id(const struct zk *z)

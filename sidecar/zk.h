@@ -49,6 +49,7 @@ struct zk_op {
     size_t datalen;
     int version; /* set, delete, check; -1: any */
     int flags;   /* create: ZOO_EPHEMERAL | ZOO_SEQUENCE */
+    int watch;   /* get, exists, children: leave a one-shot watch */
 };
 
 struct zk_stat {
@@ -79,16 +80,24 @@ typedef void (*zk_done_cb)(const struct zk_result *res, void *arg);
 /* Session events: "connected", "new", "disconnected", "lost". */
 typedef void (*zk_event_cb)(const char *event, int64_t session_id, void *arg);
 
+/* Watch events: "created", "deleted", "changed", "child" for a path on
+ * which a watch was left (zk_op.watch).  A watch fires once. */
+typedef void (*zk_watch_cb)(const char *event, const char *path, void *arg);
+
 struct zk;
 
 struct zk *zk_create(struct uv_loop_s *loop, const struct config *cfg,
                      zk_event_cb on_event, void *arg, char *err,
                      size_t errlen);
 
+void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
+
 /* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
  * otherwise nops is 1.  `deadline` (ms, zk_now() clock) bounds how long it
  * may wait for a connection.  cb is always called exactly once, on the loop
- * thread, and never before zk_submit returns. */
+ * thread, and never before zk_submit returns.  An operation parked while
+ * the session was being replaced (expiry, lost lease) is never sent under
+ * the new session: it completes with ZSESSIONEXPIRED. */
 void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
                int nops, double deadline, zk_done_cb cb, void *arg);
 
