@@ -388,7 +388,9 @@ def test_client_that_never_reads(make_zkresp):
     t0 = time.monotonic()
     assert other.cmd("PING") == b"+PONG\r\n"
     assert other.cmd("GET", "big")[:10] == b"$200000\r\nx"
-    assert time.monotonic() - t0 < 1.0
+    waited = time.monotonic() - t0
+    assert waited < (3.0 if harness.is_sanitizer_build() else 1.0), \
+        "another client waited %.2f s behind a client that never reads" % waited
     rss = z.rss_kb()
     limit = (450 if harness.is_sanitizer_build() else 150) * 1024
     assert rss - rss0 < limit, "zkresp grew by %d KiB for a client that never reads" % (rss - rss0)
