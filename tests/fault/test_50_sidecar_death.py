@@ -204,3 +204,29 @@ def test_kill9_application_lock_lives_until_ttl(zkresp_pair):
         time.sleep(0.01)
     assert t_b >= t_sent + px / 1000.0 - 0.005, "freed %.0f ms before its TTL" % ((t_sent + px / 1000.0 - t_b) * 1000)
     assert t_b <= t_ok + px / 1000.0 + 1.0, "freed %.0f ms after its TTL" % ((t_b - t_ok) * 1000 - px)
+
+
+def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
+    """RELIABILITY 8: the sidecar is frozen past its session timeout; its
+    lock expires with the session and is taken through the other sidecar.
+    After SIGCONT, no stale answer: a token-checked renewal or release by
+    the old holder answers nil/0 and leaves the new holder's node alone."""
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    ca, cb = a.client(), b.client()
+    assert ca.cmd("SET", "lk", "tok-a", "NX", "PX", "60000") == b"+OK\r\n"
+    a.stop()
+    try:
+        harness.wait_for(lambda: cb.cmd("SET", "lk", "tok-b", "NX", "PX", "60000") == b"+OK\r\n",
+                         SESSION_MS * 2 / 1000.0 + 3, 0.05, "the frozen sidecar's lock to expire")
+    finally:
+        a.cont()
+    _, st_b = harness.key_stat(kz, a.root, "lk")
+    r1 = ca.cmd("SET", "lk", "tok-a", "IFEQ", "tok-a", "PX", "60000", timeout=10)
+    assert r1 == b"$-1\r\n" or r1.startswith(b"-TRYAGAIN"), "stale renewal answered %r" % r1
+    r2 = ca.cmd("DELIFEQ", "lk", "tok-a", timeout=10)
+    assert r2 == b":0\r\n" or r2.startswith(b"-TRYAGAIN"), "stale release answered %r" % r2
+    data, st = harness.key_stat(kz, a.root, "lk")
+    assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
+    a.wait_ready(15)
+    assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"

@@ -129,3 +129,27 @@ def test_zookeeper_restart_survived(make_zk, kz_factory, make_zkresp):
     assert ca.cmd("GET", "perm") == b"$1\r\nv\r\n"
     assert ca.cmd("DEL", "lk") == b":1\r\n"
     assert cb.cmd("SET", "lk", "x", "NX", "PX", "60000") == b"+OK\r\n"
+
+
+def test_zookeeper_frozen_briefly(make_zk, kz_factory, make_zkresp):
+    """SIGSTOP the server for less than the session timeout: a request made
+    meanwhile waits (inside --zk-request-timeout) and succeeds after
+    SIGCONT; the session and its lock survive."""
+    zk2 = make_zk()
+    a = make_zkresp(zk_target=zk2, session_timeout=8000, request_timeout=4000)
+    c = a.client()
+    assert c.cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
+    sid = a.session_id()
+    zk2.sigstop()
+    try:
+        c.send_cmd("SET", "during", "v")
+        time.sleep(1.0)
+        _liveness(a.client())
+    finally:
+        zk2.sigcont()
+    assert c.read_reply(timeout=10) == b"+OK\r\n"
+    a.wait_ready(10)
+    assert a.session_id() == sid
+    kz2 = kz_factory(zk2)
+    assert harness.key_stat(kz2, a.root, "lk")[1].ephemeralOwner == sid
+    assert c.cmd("GET", "during") == b"$1\r\nv\r\n"
