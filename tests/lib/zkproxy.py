@@ -148,6 +148,8 @@ class _Conn:
                     xid, op = struct.unpack(">ii", frame[4:12])
                     name = OPS.get(op, str(op))
                     p._count_req(name)
+                    if name not in HOUSEKEEPING_OPS:
+                        p.frames.append((name, frame))
                     with p.lock:
                         armed = p._drop_ops
                         if armed is not None and xid > 0 and name in armed:
@@ -230,6 +232,7 @@ class ZkProxy:
         self.counters = collections.Counter()
         self.requests = collections.Counter()
         self.sessions = []
+        self.frames = collections.deque(maxlen=20000)   # (op name, request frame)
         self._delay = 0.0
         self._blackhole = False
         self._refuse = False
@@ -309,6 +312,12 @@ class ZkProxy:
     def write_requests(self):
         with self.lock:
             return sum(n for op, n in self.requests.items() if op in WRITE_OPS)
+
+    def requests_containing(self, needle):
+        """(op, frame) of every logged request whose bytes contain needle
+        (e.g. a node name): what reached ZooKeeper about a key."""
+        with self.lock:
+            return [(op, f) for op, f in self.frames if needle in f]
 
     def open_connections(self):
         with self.lock:
