@@ -150,12 +150,19 @@ def test_command_count_docs_info(zkresp, redis_ref):
         "COMMAND COUNT is %r but zkresp answers at least the %d commands %s" % (n, len(names), names)
     listed = decode_one(c.cmd("COMMAND"))
     assert isinstance(listed, list) and len(listed) == n, "COMMAND lists %d entries, COUNT says %d" % (len(listed), n)
+
+
+def test_command_docs(zkresp):
+    """COMMAND DOCS <name> answers the command's doc map, as Redis 7 does
+    (RESP2: a flat [name, doc] array; RESP3: a map)."""
+    c = zkresp.client()
     docs = decode_one(c.cmd("COMMAND", "DOCS", "get"))
-    # RESP2: a flat [name, doc, ...] array; the doc describes GET.
-    assert isinstance(docs, list) and len(docs) == 2 and docs[0] == b"get", docs
+    assert isinstance(docs, list) and len(docs) == 2 and docs[0] == b"get", \
+        "COMMAND DOCS get answered %r" % (docs,)
     c.cmd("HELLO", "3")
     docs3 = c.cmd("COMMAND", "DOCS", "set")
     assert docs3.startswith(b"%1\r\n$3\r\nset\r\n"), docs3[:80]
+    assert c.cmd("COMMAND", "DOCS", "nosuchcommand") == b"%0\r\n"
 
 
 def test_wait_waitaof(zkresp):
