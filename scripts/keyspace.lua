@@ -396,32 +396,60 @@ end
 ---------------------------------------------------------------------------
 -- Owned keys and their expiry
 
-local function heap_push(item)
-    heap[#heap + 1] = item
-    local i = #heap
+-- The heap is indexed (item.idx), so that forgetting a key takes its item
+-- out at once: nothing lingers until a deadline that no longer matters.
+local function heap_swap(i, j)
+    heap[i], heap[j] = heap[j], heap[i]
+    heap[i].idx, heap[j].idx = i, j
+end
+
+local function heap_up(i)
     while i > 1 do
         local p = i // 2
         if heap[p].at <= heap[i].at then break end
-        heap[p], heap[i] = heap[i], heap[p]
+        heap_swap(p, i)
         i = p
     end
 end
 
+local function heap_down(i)
+    local n = #heap
+    while true do
+        local l, r, m = 2 * i, 2 * i + 1, i
+        if l <= n and heap[l].at < heap[m].at then m = l end
+        if r <= n and heap[r].at < heap[m].at then m = r end
+        if m == i then return end
+        heap_swap(m, i)
+        i = m
+    end
+end
+
+local function heap_push(item)
+    heap[#heap + 1] = item
+    item.idx = #heap
+    heap_up(item.idx)
+    if item.entry then item.entry.item = item end
+end
+
+local function heap_remove(item)
+    local i = item.idx
+    if not i or heap[i] ~= item then return end
+    local n = #heap
+    item.idx = nil
+    if i == n then
+        heap[n] = nil
+        return
+    end
+    heap[i] = heap[n]
+    heap[i].idx = i
+    heap[n] = nil
+    heap_up(i)
+    heap_down(heap[i] and heap[i].idx or i)
+end
+
 local function heap_pop()
     local top = heap[1]
-    local last = table.remove(heap)
-    if #heap > 0 then
-        heap[1] = last
-        local i, n = 1, #heap
-        while true do
-            local l, r, m = 2 * i, 2 * i + 1, i
-            if l <= n and heap[l].at < heap[m].at then m = l end
-            if r <= n and heap[r].at < heap[m].at then m = r end
-            if m == i then break end
-            heap[m], heap[i] = heap[i], heap[m]
-            i = m
-        end
-    end
+    heap_remove(top)
     return top
 end
 
@@ -435,6 +463,8 @@ local function arm()
 end
 
 local function forget(path)
+    local e = owned[path]
+    if e and e.item then heap_remove(e.item) end
     owned[path] = nil
 end
 
@@ -448,13 +478,14 @@ local function remember(path, w)
             value = #w.payload <= K.CACHE_VALUE_MAX and w.payload or nil,
             deadline = w.ttl > 0 and host.now() + w.ttl or nil,
         }
+        forget(path)
         owned[path] = e
         if e.deadline then
             heap_push({ at = e.deadline, path = path, entry = e })
             arm()
         end
     else
-        owned[path] = nil
+        forget(path)
     end
 end
 

@@ -30,6 +30,7 @@
 #define ZK_EV_SESSION (-1) /* a queued session event, not an operation */
 #define ZK_EV_WATCH (-2)   /* a queued watch event */
 #define TICK_MS 20
+#define RESOLVE_DELAY_MS 10000
 
 struct zk_req {
     struct zk_req *next;
@@ -495,6 +496,11 @@ static int open_handle(struct zk *z, char *err, size_t errlen)
                      z->hosts, strerror(errno));
         return ZR_EZK;
     }
+    /* By default the client resolves the host list again every time it
+     * polls its socket (getaddrinfo per operation); once every few seconds
+     * still follows DNS changes of the ensemble, and a connection loss
+     * always resolves anew. */
+    zoo_set_servers_resolution_delay(z->zh, RESOLVE_DELAY_MS);
     log_info("zk.connecting", "zk=%s session_timeout=%d", z->hosts,
              z->session_timeout);
     return 0;
