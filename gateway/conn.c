@@ -44,6 +44,17 @@ static void req_free(struct req *r)
     free(r);
 }
 
+void conn_req_finish(struct req *r)
+{
+    r->c_pending = 0;
+    if (r->orphan) {
+        req_free(r);
+        return;
+    }
+    r->done = 1;
+    process(r->c);
+}
+
 /* The Lua host finished r's command. */
 static void req_done(struct lua_task *t)
 {
@@ -208,6 +219,7 @@ static void process(struct conn *c)
         }
     } while (c->again && !c->closing);
     c->in_process = 0;
+    pop_done(c); /* what the last turn completed, e.g. a protocol error */
     if (c->closing)
         return;
     write_out(c);
@@ -267,7 +279,10 @@ static void on_closed(uv_handle_t *h)
     struct req *r = c->head;
     while (r) {
         struct req *next = r->next;
-        req_free(r);
+        if (r->c_pending)
+            r->orphan = 1; /* its completion frees it */
+        else
+            req_free(r);
         r = next;
     }
     if (c->prev)

@@ -29,6 +29,9 @@ struct req {
     struct lua_task task;
     int done;
     int close_after; /* close the connection once this reply has left */
+    int c_pending;   /* answered later by C code, see conn_req_finish */
+    int orphan;      /* the connection closed while c_pending */
+    unsigned info_sections; /* INFO waiting for ZooKeeper: what to print */
 };
 
 struct conn {
@@ -58,6 +61,11 @@ struct conn {
 
 /* Accepts a pending connection on the listener. */
 void conn_accept(struct server *s);
+
+/* For a request answered later by C code rather than Lua: dispatch sets
+ * r->c_pending and returns; once the reply is in r->reply, the completion
+ * calls this.  If the connection closed meanwhile, it only frees r. */
+void conn_req_finish(struct req *r);
 
 /* Closes the connection: in-flight commands finish without a reply. */
 void conn_close(struct conn *c, const char *why);

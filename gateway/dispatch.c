@@ -488,28 +488,49 @@ static void cmd_cluster_disabled(struct cmd_ctx *x)
     reply_error(x->out, "ERR This instance has cluster support disabled");
 }
 
-static int section_wanted(struct cmd_ctx *x, const char *name, int dflt)
+enum info_section {
+    INFO_SERVER = 1 << 0,
+    INFO_CLIENTS = 1 << 1,
+    INFO_PERSISTENCE = 1 << 2,
+    INFO_STATS = 1 << 3,
+    INFO_REPLICATION = 1 << 4,
+    INFO_KEYSPACE = 1 << 5,
+    INFO_ZOOKEEPER = 1 << 6,
+    INFO_ALL = (1 << 7) - 1,
+};
+
+static const char *const info_names[] = {
+    "server", "clients", "persistence", "stats",
+    "replication", "keyspace", "zookeeper",
+};
+
+static unsigned info_parse(struct cmd_ctx *x)
 {
     if (x->argc < 2)
-        return dflt;
-    for (int i = 1; i < x->argc; i++)
-        if (arg_is(&x->argv[i], name) || arg_is(&x->argv[i], "all") ||
-            arg_is(&x->argv[i], "everything") ||
-            (dflt && arg_is(&x->argv[i], "default")))
-            return 1;
-    return 0;
+        return INFO_ALL;
+    unsigned m = 0;
+    for (int i = 1; i < x->argc; i++) {
+        if (arg_is(&x->argv[i], "all") || arg_is(&x->argv[i], "everything") ||
+            arg_is(&x->argv[i], "default"))
+            m |= INFO_ALL;
+        for (unsigned k = 0; k < sizeof info_names / sizeof info_names[0]; k++)
+            if (arg_is(&x->argv[i], info_names[k]))
+                m |= 1u << k;
+    }
+    return m;
 }
 
-static void cmd_info(struct cmd_ctx *x)
+/* Writes the INFO text for `sections`; keys < 0: the key count is unknown. */
+static void info_write(struct server *s, unsigned sections, long long keys,
+                       int proto, struct buf *out)
 {
-    struct server *s = x->c->srv;
     struct buf b;
     buf_init(&b);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     double now = (double)tv.tv_sec * 1000 + tv.tv_usec / 1000.0;
     long long up = (long long)((now - s->started_ms) / 1000);
-    if (section_wanted(x, "server", 1))
+    if (sections & INFO_SERVER)
         buf_printf(&b,
                    "# Server\r\nredis_version:%s\r\nzkresp_version:%s\r\n"
                    "redis_mode:standalone\r\nos:Linux\r\narch_bits:%d\r\n"
@@ -519,33 +540,37 @@ static void cmd_info(struct cmd_ctx *x)
                    REDIS_COMPAT_VERSION, ZKRESP_VERSION,
                    (int)(sizeof(void *) * 8), (int)getpid(), s->run_id,
                    s->tcp_port, up, up / 86400);
-    if (section_wanted(x, "clients", 1))
+    if (sections & INFO_CLIENTS)
         buf_printf(&b,
                    "# Clients\r\nconnected_clients:%zu\r\nmaxclients:%d\r\n"
                    "blocked_clients:0\r\n\r\n",
                    s->nconns, s->cfg->maxclients);
-    if (section_wanted(x, "persistence", 1))
+    if (sections & INFO_PERSISTENCE)
         buf_printf(&b, "# Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n");
-    if (section_wanted(x, "stats", 1))
+    if (sections & INFO_STATS)
         buf_printf(&b,
                    "# Stats\r\ntotal_connections_received:%llu\r\n"
                    "total_commands_processed:%llu\r\n"
                    "total_net_input_bytes:%llu\r\n"
                    "total_net_output_bytes:%llu\r\n"
                    "rejected_connections:%llu\r\n"
-                   "total_error_replies:0\r\nprotocol_errors:%llu\r\n\r\n",
+                   "protocol_errors:%llu\r\n\r\n",
                    (unsigned long long)s->stats.connections_received,
                    (unsigned long long)s->stats.commands_processed,
                    (unsigned long long)s->stats.net_input_bytes,
                    (unsigned long long)s->stats.net_output_bytes,
                    (unsigned long long)s->stats.rejected_connections,
                    (unsigned long long)s->stats.protocol_errors);
-    if (section_wanted(x, "replication", 1))
+    if (sections & INFO_REPLICATION)
         buf_printf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"
                        "\r\n");
-    if (section_wanted(x, "keyspace", 1))
-        buf_printf(&b, "# Keyspace\r\n\r\n");
-    if (section_wanted(x, "zookeeper", 1))
+    if (sections & INFO_KEYSPACE) {
+        buf_printf(&b, "# Keyspace\r\n");
+        if (keys > 0)
+            buf_printf(&b, "db0:keys=%lld,expires=0,avg_ttl=0\r\n", keys);
+        buf_printf(&b, "\r\n");
+    }
+    if (sections & INFO_ZOOKEEPER)
         buf_printf(&b,
                    "# Zookeeper\r\nzk_state:%s\r\nzk_session_id:0x%llx\r\n"
                    "zk_session_timeout:%d\r\nzk_server:%s\r\nzk_connect:%s\r\n"
@@ -559,8 +584,42 @@ static void cmd_info(struct cmd_ctx *x)
                    lua_host_running(s->lua));
     if (b.len >= 2)
         b.len -= 2; /* no blank line after the last section */
-    reply_verbatim(x->out, x->c->resp, b.data ? b.data : "", b.len);
+    reply_verbatim(out, proto, b.data ? b.data : "", b.len);
     buf_free(&b);
+}
+
+/* The key count arrived (numChildren of <root>/k). */
+static void info_keys_done(const struct zk_result *res, void *arg)
+{
+    struct req *r = arg;
+    if (!r->orphan) {
+        long long keys = res->rc == 0 && res->has_stat
+                             ? res->stat.num_children
+                             : -1;
+        info_write(r->c->srv, r->info_sections, keys, r->task.proto,
+                   &r->reply);
+    }
+    conn_req_finish(r);
+}
+
+static void cmd_info(struct cmd_ctx *x)
+{
+    struct server *s = x->c->srv;
+    unsigned sections = info_parse(x);
+    if (!(sections & INFO_KEYSPACE) || !zk_connected(s->zk)) {
+        info_write(s, sections, -1, x->c->resp, x->out);
+        return;
+    }
+    /* The key count needs ZooKeeper: ask with a short deadline and answer
+     * from the completion. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/k", s->cfg->root);
+    struct zk_op op = {.type = ZK_OP_EXISTS, .path = path};
+    x->r->info_sections = sections;
+    x->r->task.proto = x->c->resp;
+    x->r->c_pending = 1;
+    zk_submit(s->zk, ZK_OP_EXISTS, &op, 1, zk_now() + 500, info_keys_done,
+              x->r);
 }
 
 /* --- COMMAND ------------------------------------------------------------- */
@@ -632,6 +691,77 @@ static void list_lua_cmd(void *arg, const char *name, int arity, int first,
 
 static const struct ccmd *ccmd_find(const struct proto_arg *name);
 
+/* One COMMAND DOCS entry: the name, then a small doc map. */
+static void doc_reply(struct buf *out, int proto, const char *name,
+                      const char *group)
+{
+    reply_bulk_str(out, name);
+    reply_map(out, proto, 2);
+    reply_bulk_str(out, "summary");
+    reply_bulk_str(out, "");
+    reply_bulk_str(out, "group");
+    reply_bulk_str(out, group);
+}
+
+struct doc_list {
+    struct buf *out;
+    int proto;
+    long n;
+};
+
+static void doc_lua_cmd(void *arg, const char *name, int arity, int first,
+                        int last, int step, const char *flags)
+{
+    struct doc_list *d = arg;
+    d->n++;
+    if (d->out)
+        doc_reply(d->out, d->proto, name, first > 0 ? "keyspace" : "server");
+}
+
+/* COMMAND DOCS [name ...]: a map from each known command to its docs. */
+static void cmd_docs(struct cmd_ctx *x)
+{
+    struct lua_host *lua = x->c->srv->lua;
+    int p = x->c->resp;
+    if (x->argc == 2) {
+        struct doc_list d = {NULL, p, 0};
+        lua_host_commands(lua, doc_lua_cmd, &d);
+        reply_map(x->out, p, (long)(d.n + (long)nccmds));
+        for (size_t i = 0; i < nccmds; i++)
+            doc_reply(x->out, p, ccmds[i].name, "connection");
+        d.out = x->out;
+        lua_host_commands(lua, doc_lua_cmd, &d);
+        return;
+    }
+    /* Count the known names first: the map header comes before them. */
+    long known = 0;
+    char names[64][64];
+    int kinds[64];
+    for (int i = 2; i < x->argc && i - 2 < 64; i++) {
+        const struct proto_arg *a = &x->argv[i];
+        kinds[i - 2] = 0;
+        if (a->len >= sizeof names[0])
+            continue;
+        memcpy(names[i - 2], a->ptr, a->len);
+        names[i - 2][a->len] = 0;
+        for (char *q = names[i - 2]; *q; q++)
+            *q = (char)tolower((unsigned char)*q);
+        if (ccmd_find(a)) {
+            kinds[i - 2] = 1;
+        } else {
+            struct cmd_list l = {.only = names[i - 2]};
+            lua_host_commands(lua, list_lua_cmd, &l);
+            kinds[i - 2] = l.count ? 2 : 0;
+        }
+        known += kinds[i - 2] != 0;
+    }
+    reply_map(x->out, p, known);
+    for (int i = 2; i < x->argc && i - 2 < 64; i++)
+        if (kinds[i - 2])
+            doc_reply(x->out, p, names[i - 2],
+                      kinds[i - 2] == 1 ? "connection" : "keyspace");
+}
+
 static void cmd_command(struct cmd_ctx *x)
 {
     struct lua_host *lua = x->c->srv->lua;
@@ -639,7 +769,7 @@ static void cmd_command(struct cmd_ctx *x)
     if (x->argc >= 2 && arg_is(&x->argv[1], "COUNT")) {
         reply_int(x->out, (long long)(nlua + nccmds));
     } else if (x->argc >= 2 && arg_is(&x->argv[1], "DOCS")) {
-        reply_map(x->out, x->c->resp, 0);
+        cmd_docs(x);
     } else if (x->argc >= 2 && arg_is(&x->argv[1], "INFO")) {
         reply_array(x->out, x->argc - 2);
         for (int i = 2; i < x->argc; i++) {
@@ -740,7 +870,8 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
             err_arity(&r->reply, cc->name);
         else
             cc->fn(&x);
-        r->done = 1;
+        if (!r->c_pending)
+            r->done = 1;
         return;
     }
     if (c->srv->stopping) {

@@ -755,8 +755,17 @@ void zk_free(struct zk *z)
     if (!z)
         return;
     zk_close(z);
-    /* Deliver what the close completed, then free the rest. */
-    on_async(&z->async);
+    /* Deliver what the close completed.  A delivery may resume Lua code
+     * that submits again (answered ZK_CLOSING through the queue), so drain
+     * until the queue stays empty. */
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&z->mu);
+        int empty = z->qhead == NULL;
+        pthread_mutex_unlock(&z->mu);
+        if (empty)
+            break;
+        on_async(&z->async);
+    }
     uv_timer_stop(&z->tick);
     uv_close((uv_handle_t *)&z->async, on_handle_closed);
     uv_close((uv_handle_t *)&z->tick, on_handle_closed);
