@@ -364,20 +364,23 @@ end
 -- Good only to try a versioned write: a failed one must be followed by a
 -- fresh read, and so must any answer that depends on a mismatch.
 --
--- Off unless K.CACHE_WRITES: a version does not identify a node.  When
--- another sidecar overwrites our key (delete + create) or deletes it and
--- a third creates it again, the new node starts at version 0 and may carry
--- the version we cached, so a versioned delete from the cache would remove
--- someone else's lock.  A fresh read compares the nonce first and leaves a
--- window of one round trip.  The cache becomes safe once a watch on each
--- owned node invalidates it (a host API extension, see the report).
-K.CACHE_WRITES = false
+-- A version does not identify a node: when another sidecar deletes our key
+-- and someone creates it again, the new node starts at version 0 and may
+-- carry the version we cached, so a versioned delete from a stale cache
+-- would remove someone else's lock.  An entry therefore stands in for a
+-- read only while a watch on its node is armed and has not fired
+-- (e.watched): arm_watch leaves one right after each of our writes, and any
+-- event on the node (K.on_watch) drops the entry's claim.  ZooKeeper
+-- delivers a watch event before it answers anything sent after the change,
+-- so the cache is as fresh as a read would be, give or take the one round
+-- trip in which both travel.
+K.CACHE_WRITES = true
 
 function K.cached(key)
     if not K.CACHE_WRITES then return nil end
     local path = K.path(key)
     local o = owned[path]
-    if not o or o.value == nil or o.sid ~= session() then return nil end
+    if not o or not o.watched or o.value == nil or o.sid ~= session() then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
     return {
         key = key, path = path, cached = true, live = true, owned = o,
@@ -468,6 +471,25 @@ local function forget(path)
     owned[path] = nil
 end
 
+-- Leaves a watch on the node of entry e, in the background; the entry
+-- becomes usable as a cache once the node is confirmed to be the one we
+-- wrote.
+local function arm_watch(path, e)
+    host.spawn(function()
+        local rc, stat = zk.exists(path, true)
+        if owned[path] == e and rc == zk.OK and stat.czxid == e.czxid and
+           stat.version == e.version then
+            e.watched = true
+        end
+    end)
+end
+
+-- A watch fired: whatever we cached for path no longer stands for a read.
+function K.on_watch(event, path)
+    local e = owned[path]
+    if e then e.watched = false end
+end
+
 -- Records the node we just wrote.  Entries exist for the nodes with a TTL
 -- and the ephemeral nodes written in our current session.
 local function remember(path, w)
@@ -480,6 +502,9 @@ local function remember(path, w)
         }
         forget(path)
         owned[path] = e
+        if K.CACHE_WRITES and e.value ~= nil and e.czxid and e.sid == session() then
+            arm_watch(path, e)
+        end
         if e.deadline then
             heap_push({ at = e.deadline, path = path, entry = e })
             arm()

@@ -134,6 +134,11 @@ function M.dispatch(args)
     return spec.fn(args)
 end
 
+-- A watch left by keyspace.lua fired (see sidecar/lua_host.h).
+function M.on_watch(event, path)
+    K.on_watch(event, path)
+end
+
 function M.on_session(event, session_id)
     if event == "reload" then
         local ok, e = M.reload_policy()

@@ -37,12 +37,12 @@ enum co_wait { WAIT_NONE, WAIT_ZK, WAIT_SLEEP, WAIT_WAKE, WAIT_READY };
 
 struct co {
     struct lua_host *h;
-    lua_State *L;   /* the coroutine */
-    int ref;        /* registry anchor of the thread */
+    lua_State *L;          /* the coroutine */
+    int ref;               /* registry anchor of the thread */
     struct lua_task *task; /* NULL: background, or the requester left */
     double deadline;
     enum co_wait wait;
-    int nargs;      /* values waiting on the stack for the next resume */
+    int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
 };
 
@@ -63,12 +63,13 @@ struct lua_host {
     uv_loop_t *loop;
     struct zk *zk;
     const struct config *cfg;
-    int ref_module;   /* the table scripts/zkresp.lua returned */
-    size_t running;   /* coroutines with a task */
+    int ref_module; /* the table scripts/zkresp.lua returned */
+    size_t running; /* coroutines with a task */
     size_t coroutines;
     struct co *ready_head, *ready_tail;
     uv_idle_t idle;
     int idle_on;
+    int stopped; /* lua_host_stop: nothing runs any more */
     char instance[16];
 };
 
@@ -123,8 +124,7 @@ static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
 }
 
 /* Appends the reply for the Lua value at idx (see lua_host.h). */
-static void encode(lua_State *L, int idx, struct buf *out, int proto,
-                   int depth)
+static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
 {
     if (depth > REPLY_MAX_DEPTH) {
         reply_error(out, "ERR reached lua stack limit");
@@ -254,6 +254,8 @@ static void co_deliver(struct co *c, int status, int nres)
 /* Resumes c with the nargs values on its stack. */
 static void co_resume(struct co *c, int nargs)
 {
+    if (c->h->stopped)
+        return;
     int nres = 0;
     c->wait = WAIT_NONE;
     int status = lua_resume(c->L, c->h->L, nargs, &nres);
@@ -493,7 +495,8 @@ static int l_zk_multi(lua_State *L)
         lua_rawgeti(L, 1, i + 1);
         if (!lua_istable(L, -1)) {
             free(ops);
-            return luaL_error(L, "zk.multi: operation %d is not a table", i + 1);
+            return luaL_error(L, "zk.multi: operation %d is not a table",
+                              i + 1);
         }
         int t = lua_gettop(L);
         lua_rawgeti(L, t, 1);
@@ -502,8 +505,8 @@ static int l_zk_multi(lua_State *L)
         ops[i].path = lua_tostring(L, -1);
         if (!kind || !ops[i].path) {
             free(ops);
-            return luaL_error(L, "zk.multi: operation %d needs a kind and a path",
-                              i + 1);
+            return luaL_error(
+                L, "zk.multi: operation %d needs a kind and a path", i + 1);
         }
         if (strcmp(kind, "create") == 0) {
             ops[i].type = ZK_OP_CREATE;
@@ -520,11 +523,13 @@ static int l_zk_multi(lua_State *L)
             if (!ops[i].data)
                 ops[i].data = "";
             lua_rawgeti(L, t, 4);
-            ops[i].version = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+            ops[i].version =
+                lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
         } else if (strcmp(kind, "delete") == 0 || strcmp(kind, "check") == 0) {
             ops[i].type = kind[0] == 'd' ? ZK_OP_DELETE : ZK_OP_CHECK;
             lua_rawgeti(L, t, 3);
-            ops[i].version = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+            ops[i].version =
+                lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
         } else {
             free(ops);
             return luaL_error(L, "zk.multi: unknown operation '%s'", kind);
@@ -542,8 +547,8 @@ static int l_zk_multi(lua_State *L)
 
 static int l_zk_session(lua_State *L)
 {
-    struct lua_host *h = *(struct lua_host **)lua_touserdata(
-        L, lua_upvalueindex(1));
+    struct lua_host *h =
+        *(struct lua_host **)lua_touserdata(L, lua_upvalueindex(1));
     lua_pushinteger(L, (lua_Integer)zk_session_id(h->zk));
     lua_pushboolean(L, zk_connected(h->zk));
     return 2;
@@ -773,18 +778,23 @@ static void open_bindings(struct lua_host *h)
 {
     lua_State *L = h->L;
     static const luaL_Reg zk_fns[] = {
-        {"get", l_zk_get},         {"exists", l_zk_exists},
+        {"get", l_zk_get},           {"exists", l_zk_exists},
         {"children", l_zk_children}, {"create", l_zk_create},
-        {"set", l_zk_set},         {"delete", l_zk_delete},
-        {"sync", l_zk_sync},       {"multi", l_zk_multi},
-        {"session", l_zk_session}, {NULL, NULL}};
-    static const luaL_Reg host_fns[] = {
-        {"now", l_host_now},           {"wall", l_host_wall},
-        {"sleep", l_host_sleep},       {"suspend", l_host_suspend},
-        {"wake", l_host_wake},         {"spawn", l_host_spawn},
-        {"timer", l_host_timer},       {"deadline", l_host_deadline},
-        {"log", l_host_log},           {"key_encode", l_host_key_encode},
-        {"key_decode", l_host_key_decode}, {NULL, NULL}};
+        {"set", l_zk_set},           {"delete", l_zk_delete},
+        {"sync", l_zk_sync},         {"multi", l_zk_multi},
+        {"session", l_zk_session},   {NULL, NULL}};
+    static const luaL_Reg host_fns[] = {{"now", l_host_now},
+                                        {"wall", l_host_wall},
+                                        {"sleep", l_host_sleep},
+                                        {"suspend", l_host_suspend},
+                                        {"wake", l_host_wake},
+                                        {"spawn", l_host_spawn},
+                                        {"timer", l_host_timer},
+                                        {"deadline", l_host_deadline},
+                                        {"log", l_host_log},
+                                        {"key_encode", l_host_key_encode},
+                                        {"key_decode", l_host_key_decode},
+                                        {NULL, NULL}};
 
     luaL_newmetatable(L, "zkresp.timer");
     lua_pushcfunction(L, l_timer_gc);
@@ -894,10 +904,8 @@ struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
     lua_setfield(L, -2, "path");
     lua_pop(L, 1);
     snprintf(path, sizeof path, "%s/zkresp.lua", cfg->scripts);
-    if (luaL_loadfile(L, path) != LUA_OK ||
-        lua_pcall(L, 0, 1, -2) != LUA_OK) {
-        snprintf(err, errlen, "cannot load %s: %s", path,
-                 lua_tostring(L, -1));
+    if (luaL_loadfile(L, path) != LUA_OK || lua_pcall(L, 0, 1, -2) != LUA_OK) {
+        snprintf(err, errlen, "cannot load %s: %s", path, lua_tostring(L, -1));
         lua_host_free(h);
         return NULL;
     }
@@ -918,6 +926,16 @@ struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
     h->ref_module = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pop(L, 1); /* msgh */
     return h;
+}
+
+void lua_host_stop(struct lua_host *h)
+{
+    h->stopped = 1;
+    if (h->idle_on) {
+        uv_idle_stop(&h->idle);
+        h->idle_on = 0;
+    }
+    h->ready_head = h->ready_tail = NULL;
 }
 
 void lua_host_free(struct lua_host *h)
@@ -958,7 +976,9 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t)
     h->running--;
 }
 
-/* Runs M[fn](event, arg) in a background coroutine, if M has fn. */
+/* Runs M[fn](event, arg) in a background coroutine, if M has fn, at once:
+ * ZooKeeper orders its events before the completions that follow them, and
+ * the hooks must see them in that order too. */
 static void call_hook(struct lua_host *h, const char *fn, const char *event,
                       const char *sarg, long long iarg)
 {
@@ -977,7 +997,7 @@ static void call_hook(struct lua_host *h, const char *fn, const char *event,
         lua_pushstring(L, sarg);
     else
         lua_pushinteger(L, (lua_Integer)iarg);
-    make_ready(h, c, 2);
+    co_resume(c, 2);
 }
 
 void lua_host_session_event(struct lua_host *h, const char *event,

@@ -6,9 +6,13 @@ local zkmodel = require "zkmodel"
 local null = zkmodel.null
 local OK = { ok = "OK" }
 
+-- The operations since `from`, without the background exists that arms a
+-- watch on each node we write (keyspace.lua's owned-key cache).
 local function kinds(W, from)
     local out = {}
-    for i = from + 1, #W.ops do out[#out + 1] = W.ops[i].kind end
+    for i = from + 1, #W.ops do
+        if W.ops[i].kind ~= "exists" then out[#out + 1] = W.ops[i].kind end
+    end
     return out
 end
 

@@ -291,12 +291,14 @@ describe("DELIFEQ and DELEX", function()
                     a:call("DELEX", "k", "IFDEQ", "1234"))
     end)
 
-    it("compares against a fresh read, then deletes that version", function()
+    it("before the watch on a new lock is armed, compares against a fresh read", function()
         a:call("SET", "lock", "tok", "NX", "PX", "30000")
         local before = #W.ops
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
         local kinds = {}
-        for i = before + 1, #W.ops do kinds[#kinds + 1] = W.ops[i].kind end
+        for i = before + 1, #W.ops do
+            if W.ops[i].kind ~= "exists" then kinds[#kinds + 1] = W.ops[i].kind end
+        end
         assert.same({ "get", "delete" }, kinds)
     end)
 
@@ -309,6 +311,7 @@ describe("DELIFEQ and DELEX", function()
 
         it("releases an owned lock with one versioned delete", function()
             a:call("SET", "lock", "tok", "NX", "PX", "30000")
+            W:advance(5) -- the watch on the node is armed
             local before = #W.ops
             assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
             assert.same({ { sc = a.id, kind = "delete", path = a:path("lock") } },
@@ -317,14 +320,45 @@ describe("DELIFEQ and DELEX", function()
 
         it("falls back to a fresh read when the cached version is stale", function()
             a:call("SET", "lock", "tok", "NX", "PX", "30000")
+            W:advance(5)
             local n = W:node(a:path("lock"))
             W:raw_set(a:path("lock"), n.data) -- same value, version 1
             assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
             assert.is_nil(W:node(a:path("lock")))
         end)
 
+        it("a lock deleted elsewhere and re-created at version 0 is not ours to delete", function()
+            a:call("SET", "lock", "tok", "NX", "PX", "30000")
+            W:advance(5) -- armed
+            -- b deletes it (an operator's DEL) and takes it with the same
+            -- token text: a fresh node at version 0, the version a cached.
+            assert.equal(1, b:call("DEL", "lock"))
+            assert.same(OK, b:call("SET", "lock", "tok", "NX", "PX", "30000"))
+            local n = W:node(a:path("lock"))
+            assert.equal(0, n.stat.version)
+            assert.equal(b.sid, n.stat.ephemeralOwner)
+            -- a's DELIFEQ must not use its cache: the watch fired.
+            local before = #W.ops
+            assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
+            local first
+            for i = before + 1, #W.ops do
+                if W.ops[i].sc == a.id and W.ops[i].kind ~= "exists" then
+                    first = W.ops[i].kind
+                    break
+                end
+            end
+            assert.equal("get", first)
+            -- (it deleted b's node after reading it: equal tokens, as Redis)
+            W:advance(5)
+            assert.same(OK, b:call("SET", "lock", "tok2", "NX", "PX", "30000"))
+            W:advance(5)
+            assert.equal(0, a:call("DELIFEQ", "lock", "tok"))
+            assert.equal("tok2", b:call("GET", "lock"))
+        end)
+
         it("confirms a cached mismatch with a fresh read", function()
             a:call("SET", "lock", "tok", "NX", "PX", "30000")
+            W:advance(5)
             local before = #W.ops
             assert.equal(0, a:call("DELIFEQ", "lock", "wrong"))
             assert.equal("get", W.ops[#W.ops].kind)
@@ -335,6 +369,7 @@ describe("DELIFEQ and DELEX", function()
 
     it("never deletes a lock that another sidecar re-created", function()
         a:call("SET", "lock", "tokA", "NX", "PX", "30000")
+        W:advance(5) -- a's cache entry is armed: only the watch can save it
         -- b overwrites it (a plain SET): the node is now b's, version 0.
         assert.same(OK, b:call("SET", "lock", "tokB", "PX", "30000"))
         assert.equal(0, a:call("DELIFEQ", "lock", "tokA"))

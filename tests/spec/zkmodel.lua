@@ -111,7 +111,7 @@ function Z.world(opts)
         nodes = {}, zxid = 0, sessions = {}, next_sid = 0x10000,
         runq = {}, rq_head = 1, rq_tail = 0,
         timers = {}, seq = 0, tasks = setmetatable({}, { __mode = "k" }),
-        sidecars = {}, ops = {},
+        sidecars = {}, ops = {}, watches = {},
     }, World)
     local tx = { zxid = 0, time = W:leader_now() }
     W.nodes["/"] = newnode(tx, nil)
@@ -269,6 +269,41 @@ local function split(path)
     return p, name
 end
 
+-- Watches: a one-shot watch left by zk.get/zk.exists(path, true) fires once
+-- on the next change of path, delivered to the sidecar's M.on_watch ahead
+-- of anything scheduled later, as ZooKeeper delivers a watch event before
+-- the replies that follow the change.
+function World:watch(sc, path)
+    local ws = self.watches[path]
+    if not ws then
+        ws = {}
+        self.watches[path] = ws
+    end
+    ws[sc] = true
+end
+
+function World:note(tx, path, event)
+    tx.events = tx.events or {}
+    tx.events[#tx.events + 1] = { path, event }
+end
+
+-- Delivers the watch events of a committed transaction.
+function World:fire(tx)
+    for _, e in ipairs(tx.events or {}) do
+        local path, event = e[1], e[2]
+        local ws = self.watches[path]
+        if ws then
+            self.watches[path] = nil
+            for sc in pairs(ws) do
+                if sc.M and sc.M.on_watch and not sc.closing then
+                    self:post(function() self:spawn(sc, sc.M.on_watch, event, path) end)
+                end
+            end
+        end
+    end
+    tx.events = nil
+end
+
 function World:begin(journal)
     self.zxid = self.zxid + 1
     return { zxid = self.zxid, time = self:leader_now(), journal = journal and {} or nil }
@@ -312,6 +347,7 @@ function World:op_create(tx, sid, path, data, flags)
     parent.stat.cversion = parent.stat.cversion + 1
     parent.stat.numChildren = parent.stat.numChildren + 1
     parent.stat.pzxid = tx.zxid
+    self:note(tx, path, "created")
     return C.OK, path, copy(node.stat)
 end
 
@@ -330,6 +366,7 @@ function World:op_delete(tx, path, version)
     parent.stat.cversion = parent.stat.cversion + 1
     parent.stat.numChildren = parent.stat.numChildren - 1
     parent.stat.pzxid = tx.zxid
+    self:note(tx, path, "deleted")
     return C.OK
 end
 
@@ -344,6 +381,7 @@ function World:op_set(tx, path, data, version)
     node.stat.mzxid = tx.zxid
     node.stat.mtime = tx.time
     node.stat.dataLength = data and #data or 0
+    self:note(tx, path, "changed")
     return C.OK, copy(node.stat)
 end
 
@@ -377,6 +415,7 @@ function World:op_multi(sid, ops)
             results[i] = { rc = rc }
         end
         if rc ~= C.OK then
+            tx.events = nil
             self:rollback(tx)
             for j = 1, #ops do
                 if j < i then results[j] = { rc = C.OK }
@@ -385,6 +424,7 @@ function World:op_multi(sid, ops)
             return rc, results
         end
     end
+    self:fire(tx)
     return C.OK, results
 end
 
@@ -406,6 +446,7 @@ function World:expire_session(sid)
         if node.stat.ephemeralOwner == sid then doomed[#doomed + 1] = path end
     end
     for _, path in ipairs(doomed) do self:op_delete(tx, path, -1) end
+    self:fire(tx)
 end
 
 -- Test helpers: read the tree directly (no scheduler).
@@ -430,18 +471,21 @@ function World:raw_create(path, data, owner)
     local tx = self:begin(false)
     local rc = self:op_create(tx, owner or 0, path, data, owner and C.EPHEMERAL or 0)
     assert(rc == C.OK, "raw_create " .. path .. ": " .. rc)
+    self:fire(tx)
 end
 
 function World:raw_set(path, data)
     local tx = self:begin(false)
     local rc = self:op_set(tx, path, data, -1)
     assert(rc == C.OK, "raw_set " .. path .. ": " .. rc)
+    self:fire(tx)
 end
 
 function World:raw_delete(path)
     local tx = self:begin(false)
     local rc = self:op_delete(tx, path, -1)
     assert(rc == C.OK, "raw_delete " .. path .. ": " .. rc)
+    self:fire(tx)
 end
 
 ---------------------------------------------------------------------------
@@ -481,18 +525,20 @@ local function make_zk(sc)
         return coroutine.yield()
     end
 
-    function zk.get(path)
+    function zk.get(path, watch)
         return op("get", path, function()
             local n = W.nodes[path]
             if not valid_path(path) then return C.BADARGUMENTS end
+            if watch and n then W:watch(sc, path) end
             if not n then return C.NONODE end
             return C.OK, n.data, copy(n.stat)
         end)
     end
 
-    function zk.exists(path)
+    function zk.exists(path, watch)
         return op("exists", path, function()
             local n = W.nodes[path]
+            if watch then W:watch(sc, path) end
             if not n then return C.NONODE end
             return C.OK, copy(n.stat)
         end)
@@ -508,19 +554,28 @@ local function make_zk(sc)
 
     function zk.create(path, data, flags)
         return op("create", path, function(sid)
-            return W:op_create(W:begin(false), sid, path, data, flags)
+            local tx = W:begin(false)
+            local res = table.pack(W:op_create(tx, sid, path, data, flags))
+            W:fire(tx)
+            return table.unpack(res, 1, res.n)
         end)
     end
 
     function zk.set(path, data, version)
         return op("set", path, function()
-            return W:op_set(W:begin(false), path, data, version)
+            local tx = W:begin(false)
+            local res = table.pack(W:op_set(tx, path, data, version))
+            W:fire(tx)
+            return table.unpack(res, 1, res.n)
         end)
     end
 
     function zk.delete(path, version)
         return op("delete", path, function()
-            return W:op_delete(W:begin(false), path, version)
+            local tx = W:begin(false)
+            local res = table.pack(W:op_delete(tx, path, version))
+            W:fire(tx)
+            return table.unpack(res, 1, res.n)
         end)
     end
 
