@@ -30,7 +30,7 @@ all: $(BUILD)/zkresp
 # missing, so `make test` on a prepared machine does not touch apt.
 DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 libzookeeper-mt-dev \
             libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
-            redis-tools python3-redis python3-pytest python3-kazoo clang-format nodejs npm
+            redis-tools python3-redis python3-pytest python3-kazoo clang-format
 
 deps:
 	@tests/lib/deps.sh $(DEB_PKGS)
@@ -59,7 +59,7 @@ $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 run: deps $(BUILD)/zkresp
 	@tests/lib/run-local.sh
 
-test: deps $(BUILD)/zkresp $(BUILD)/zkresp-asan $(BUILD)/unit
+test: deps format-check $(BUILD)/zkresp $(BUILD)/zkresp-asan $(BUILD)/unit
 	@tests/run.sh
 
 test-unit: $(BUILD)/unit
@@ -74,11 +74,17 @@ test-integration: $(BUILD)/zkresp
 bench: deps $(BUILD)/zkresp
 	@tests/bench/run.sh
 
+FMT_SRCS := $(SRCS) $(HDRS) $(UNIT_SRCS) $(wildcard tests/unit/*.h) \
+            $(wildcard tests/fuzz/*.c) $(wildcard tests/bench/*.c) $(wildcard tests/bench/*.h)
+
+fuzz:
+	@tests/fuzz/run.sh
+
 format:
-	clang-format -i $(SRCS) $(HDRS) $(UNIT_SRCS)
+	clang-format -i $(FMT_SRCS)
 
 format-check:
-	@clang-format --dry-run --Werror $(SRCS) $(HDRS) $(UNIT_SRCS)
+	@clang-format --dry-run --Werror $(FMT_SRCS)
 
 clean:
 	rm -rf $(BUILD)

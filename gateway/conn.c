@@ -378,7 +378,7 @@ void conn_accept(struct server *s)
     }
     c->id = ++s->next_client_id;
     c->resp = 2;
-    c->authed = s->cfg->requirepass == NULL;
+    conn_set_authed(c, s->cfg->requirepass == NULL);
     c->created_ms = c->last_io_ms = c->last_cmd_ms = uv_now(s->loop);
     buf_init(&c->out);
     c->next = s->conns;
@@ -390,6 +390,12 @@ void conn_accept(struct server *s)
         c->reading = 1;
     log_debug("client.accepted", "id=%llu addr=%s", (unsigned long long)c->id,
               c->addr);
+}
+
+void conn_set_authed(struct conn *c, int authed)
+{
+    c->authed = authed;
+    proto_set_authenticated(c->proto, authed);
 }
 
 void conn_cron(struct conn *c, uint64_t now)

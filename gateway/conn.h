@@ -28,9 +28,9 @@ struct req {
     struct buf reply;
     struct lua_task task;
     int done;
-    int close_after; /* close the connection once this reply has left */
-    int c_pending;   /* answered later by C code, see conn_req_finish */
-    int orphan;      /* the connection closed while c_pending */
+    int close_after;        /* close the connection once this reply has left */
+    int c_pending;          /* answered later by C code, see conn_req_finish */
+    int orphan;             /* the connection closed while c_pending */
     unsigned info_sections; /* INFO waiting for ZooKeeper: what to print */
 };
 
@@ -40,16 +40,16 @@ struct conn {
     struct conn *prev, *next; /* server's list */
     uint64_t id;
     struct proto *proto;
-    int resp;          /* 2 or 3 */
+    int resp; /* 2 or 3 */
     int authed;
-    char *name;        /* CLIENT SETNAME */
+    char *name; /* CLIENT SETNAME */
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];
     struct req *head, *tail;
-    size_t inflight;   /* requests in the FIFO */
-    struct buf out;    /* replies ready, not yet handed to the socket */
-    size_t writing;    /* bytes handed to uv_write, not yet completed */
-    int reading;       /* uv_read_start is active */
+    size_t inflight; /* requests in the FIFO */
+    struct buf out;  /* replies ready, not yet handed to the socket */
+    size_t writing;  /* bytes handed to uv_write, not yet completed */
+    int reading;     /* uv_read_start is active */
     int closing;
     int close_when_flushed;
     uint64_t created_ms, last_io_ms, last_cmd_ms;
@@ -69,6 +69,10 @@ void conn_req_finish(struct req *r);
 
 /* Closes the connection: in-flight commands finish without a reply. */
 void conn_close(struct conn *c, const char *why);
+
+/* Records whether the client has authenticated; until it has, the request
+ * reader applies Redis's tight pre-authentication limits. */
+void conn_set_authed(struct conn *c, int authed);
 
 /* Called once a second: idle and stall timeouts. */
 void conn_cron(struct conn *c, uint64_t now_ms);

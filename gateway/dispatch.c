@@ -175,7 +175,7 @@ static void cmd_auth(struct cmd_ctx *x)
     const struct proto_arg *user = x->argc == 3 ? &x->argv[1] : NULL;
     const struct proto_arg *pass = &x->argv[x->argc - 1];
     if (check_auth(c, user, pass)) {
-        c->authed = 1;
+        conn_set_authed(c, 1);
         reply_status(x->out, "OK");
     } else {
         log_info("client.auth_failed", "id=%llu addr=%s",
@@ -228,7 +228,7 @@ static void cmd_hello(struct cmd_ctx *x)
                                 "user is disabled.");
             return;
         }
-        c->authed = 1;
+        conn_set_authed(c, 1);
     }
     if (!c->authed) {
         reply_error(x->out,
@@ -273,7 +273,7 @@ static void cmd_reset(struct cmd_ctx *x)
     c->resp = 2;
     free(c->name);
     c->name = NULL;
-    c->authed = c->srv->cfg->requirepass == NULL;
+    conn_set_authed(c, c->srv->cfg->requirepass == NULL);
     reply_status(x->out, "RESET");
 }
 
@@ -288,24 +288,21 @@ static void cmd_client(struct cmd_ctx *x)
         *p = (char)tolower((unsigned char)*p);
 
     if (arg_is(sub, "SETNAME")) {
-        if (x->argc != 3)
-            {
+        if (x->argc != 3) {
             err_arity(x->out, full);
             return;
         }
-        if (!valid_name(&x->argv[2]))
-            {
+        if (!valid_name(&x->argv[2])) {
             reply_error(x->out, "ERR Client names cannot contain "
-                                       "spaces, newlines or special "
-                                       "characters.");
+                                "spaces, newlines or special "
+                                "characters.");
             return;
         }
         free(c->name);
         c->name = x->argv[2].len ? arg_dup(&x->argv[2]) : NULL;
         reply_status(x->out, "OK");
     } else if (arg_is(sub, "GETNAME")) {
-        if (x->argc != 2)
-            {
+        if (x->argc != 2) {
             err_arity(x->out, full);
             return;
         }
@@ -314,15 +311,13 @@ static void cmd_client(struct cmd_ctx *x)
         else
             reply_null(x->out, c->resp);
     } else if (arg_is(sub, "ID")) {
-        if (x->argc != 2)
-            {
+        if (x->argc != 2) {
             err_arity(x->out, full);
             return;
         }
         reply_int(x->out, (long long)c->id);
     } else if (arg_is(sub, "SETINFO")) {
-        if (x->argc != 4)
-            {
+        if (x->argc != 4) {
             err_arity(x->out, full);
             return;
         }
@@ -337,26 +332,24 @@ static void cmd_client(struct cmd_ctx *x)
             label = "lib-ver";
         } else {
             {
-            reply_errorf(x->out, "ERR Unrecognized option '%.*s'",
-                                (int)(attr->len > 128 ? 128 : attr->len),
-                                attr->ptr);
-            return;
+                reply_errorf(x->out, "ERR Unrecognized option '%.*s'",
+                             (int)(attr->len > 128 ? 128 : attr->len),
+                             attr->ptr);
+                return;
+            }
         }
-        }
-        if (!valid_name(val))
-            {
+        if (!valid_name(val)) {
             reply_errorf(x->out,
-                                "ERR %s cannot contain spaces, newlines or "
-                                "special characters.",
-                                label);
+                         "ERR %s cannot contain spaces, newlines or "
+                         "special characters.",
+                         label);
             return;
         }
         free(*slot);
         *slot = val->len ? arg_dup(val) : NULL;
         reply_status(x->out, "OK");
     } else if (arg_is(sub, "INFO")) {
-        if (x->argc != 2)
-            {
+        if (x->argc != 2) {
             err_arity(x->out, full);
             return;
         }
@@ -381,19 +374,17 @@ static void cmd_client(struct cmd_ctx *x)
             for (struct conn *o = c->srv->conns; o; o = o->next)
                 if (!o->closing && arg_is(&x->argv[2], o->addr))
                     victim = o;
-            if (!victim)
-                {
-            reply_error(x->out, "ERR No such client");
-            return;
-        }
+            if (!victim) {
+                reply_error(x->out, "ERR No such client");
+                return;
+            }
         } else if (x->argc == 4 && arg_is(&x->argv[2], "ID")) {
             long long id;
-            if (arg_ll(&x->argv[3], &id) < 0)
-                {
-            reply_error(x->out, "ERR client-id should be greater "
-                                           "than 0");
-            return;
-        }
+            if (arg_ll(&x->argv[3], &id) < 0) {
+                reply_error(x->out, "ERR client-id should be greater "
+                                    "than 0");
+                return;
+            }
             for (struct conn *o = c->srv->conns; o; o = o->next)
                 if (!o->closing && o->id == (uint64_t)id)
                     victim = o;
@@ -403,9 +394,9 @@ static void cmd_client(struct cmd_ctx *x)
                     victim = o;
         } else {
             {
-            reply_error(x->out, "ERR syntax error");
-            return;
-        }
+                reply_error(x->out, "ERR syntax error");
+                return;
+            }
         }
         if (!filters) {
             reply_status(x->out, "OK");
@@ -418,8 +409,7 @@ static void cmd_client(struct cmd_ctx *x)
             conn_close(victim, "client kill");
     } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH") ||
                arg_is(sub, "REPLY")) {
-        if (x->argc != 3)
-            {
+        if (x->argc != 3) {
             err_arity(x->out, full);
             return;
         }
@@ -445,16 +435,14 @@ static void cmd_time(struct cmd_ctx *x)
 static void cmd_wait(struct cmd_ctx *x)
 {
     long long n, timeout;
-    if (arg_ll(&x->argv[1], &n) < 0 || arg_ll(&x->argv[2], &timeout) < 0)
-        {
-            err_not_int(x->out);
-            return;
-        }
-    if (timeout < 0)
-        {
-            reply_error(x->out, "ERR timeout is negative");
-            return;
-        }
+    if (arg_ll(&x->argv[1], &n) < 0 || arg_ll(&x->argv[2], &timeout) < 0) {
+        err_not_int(x->out);
+        return;
+    }
+    if (timeout < 0) {
+        reply_error(x->out, "ERR timeout is negative");
+        return;
+    }
     reply_int(x->out, 0);
 }
 
@@ -462,22 +450,19 @@ static void cmd_waitaof(struct cmd_ctx *x)
 {
     long long local, replicas, timeout;
     if (arg_ll(&x->argv[1], &local) < 0 || arg_ll(&x->argv[2], &replicas) < 0 ||
-        arg_ll(&x->argv[3], &timeout) < 0)
-        {
-            err_not_int(x->out);
-            return;
-        }
-    if (timeout < 0)
-        {
-            reply_error(x->out, "ERR timeout is negative");
-            return;
-        }
-    if (local > 0)
-        {
-            reply_error(x->out, "ERR WAITAOF cannot be used when numlocal "
-                                   "is set but appendonly is disabled.");
-            return;
-        }
+        arg_ll(&x->argv[3], &timeout) < 0) {
+        err_not_int(x->out);
+        return;
+    }
+    if (timeout < 0) {
+        reply_error(x->out, "ERR timeout is negative");
+        return;
+    }
+    if (local > 0) {
+        reply_error(x->out, "ERR WAITAOF cannot be used when numlocal "
+                            "is set but appendonly is disabled.");
+        return;
+    }
     reply_array(x->out, 2);
     reply_int(x->out, 0);
     reply_int(x->out, 0);
@@ -500,7 +485,7 @@ enum info_section {
 };
 
 static const char *const info_names[] = {
-    "server", "clients", "persistence", "stats",
+    "server",      "clients",  "persistence", "stats",
     "replication", "keyspace", "zookeeper",
 };
 
@@ -593,11 +578,9 @@ static void info_keys_done(const struct zk_result *res, void *arg)
 {
     struct req *r = arg;
     if (!r->orphan) {
-        long long keys = res->rc == 0 && res->has_stat
-                             ? res->stat.num_children
-                             : -1;
-        info_write(r->c->srv, r->info_sections, keys, r->task.proto,
-                   &r->reply);
+        long long keys =
+            res->rc == 0 && res->has_stat ? res->stat.num_children : -1;
+        info_write(r->c->srv, r->info_sections, keys, r->task.proto, &r->reply);
     }
     conn_req_finish(r);
 }
@@ -802,8 +785,7 @@ static void cmd_command(struct cmd_ctx *x)
         struct cmd_list l = {.out = x->out};
         lua_host_commands(lua, list_lua_cmd, &l);
     } else {
-        reply_errorf(x->out,
-                     "ERR unknown subcommand '%.*s'. Try COMMAND HELP.",
+        reply_errorf(x->out, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.",
                      (int)(x->argv[1].len > 128 ? 128 : x->argv[1].len),
                      x->argv[1].ptr);
     }

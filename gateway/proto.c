@@ -76,6 +76,7 @@ enum proto_state {
 
 struct proto {
     struct proto_limits lim;
+    int unauth; /* before AUTH: Redis's tight limits apply */
     redisReader *reader;
     enum proto_state state;
 
@@ -359,6 +360,10 @@ static int mb_complete(struct proto *p)
     return 0;
 }
 
+/* Before authentication, Redis accepts only small requests. */
+#define UNAUTH_MAX_ARGS 10
+#define UNAUTH_MAX_BULK 16384
+
 /* ---- header lines ------------------------------------------------------- */
 
 /* The "*N" line is complete: hdr holds "*N" (at least the '*'); lf_ok says
@@ -367,6 +372,10 @@ static int mb_count_done(struct proto *p, int lf_ok)
 {
     long long n;
     size_t max = p->lim.max_args < INT_MAX ? p->lim.max_args : INT_MAX;
+    if (p->unauth && lf_ok && p->hdr_len <= HDR_KEEP &&
+        parse_ll(p->hdr + 1, p->hdr_len - 1, &n) && n > UNAUTH_MAX_ARGS)
+        return set_error(p, ZR_EPROTO,
+                         "Protocol error: unauthenticated multibulk length");
     if (!lf_ok || p->hdr_len > HDR_KEEP ||
         !parse_ll(p->hdr + 1, p->hdr_len - 1, &n) ||
         (n > 0 && (unsigned long long)n > max))
@@ -400,6 +409,9 @@ static int bulk_hdr_done(struct proto *p, int lf_ok)
         !parse_ll(p->hdr + 1, p->hdr_len - 1, &n) || n < 0 ||
         (unsigned long long)n > p->lim.max_bulk)
         return set_error(p, ZR_EPROTO, "Protocol error: invalid bulk length");
+    if (p->unauth && n > UNAUTH_MAX_BULK)
+        return set_error(p, ZR_EPROTO,
+                         "Protocol error: unauthenticated bulk length");
     int rc = hiredis_feed_hdr(p);
     if (rc)
         return rc;
@@ -743,6 +755,11 @@ static long step(struct proto *p, const char *b, size_t n)
 }
 
 /* ---- public ------------------------------------------------------------- */
+
+void proto_set_authenticated(struct proto *p, int authenticated)
+{
+    p->unauth = !authenticated;
+}
 
 struct proto *proto_create(const struct proto_limits *lim)
 {

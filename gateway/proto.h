@@ -17,14 +17,14 @@
 #include <stddef.h>
 
 struct proto_limits {
-    size_t max_args;     /* most arguments in one request (Redis: 1024*1024) */
-    size_t max_bulk;     /* longest bulk string (Redis: proto-max-bulk-len) */
-    size_t max_inline;   /* longest inline line (Redis: 64 KiB) */
-    size_t max_query;    /* most bytes buffered for one unfinished request */
+    size_t max_args;   /* most arguments in one request (Redis: 1024*1024) */
+    size_t max_bulk;   /* longest bulk string (Redis: proto-max-bulk-len) */
+    size_t max_inline; /* longest inline line (Redis: 64 KiB) */
+    size_t max_query;  /* most bytes buffered for one unfinished request */
 };
 
 struct proto_arg {
-    char *ptr;           /* NUL-terminated for convenience; may contain NULs */
+    char *ptr; /* NUL-terminated for convenience; may contain NULs */
     size_t len;
 };
 
@@ -33,7 +33,7 @@ struct proto_arg {
 struct proto_req {
     int argc;
     struct proto_arg *argv;
-    size_t bytes;        /* wire size of the request, for statistics */
+    size_t bytes; /* wire size of the request, for statistics */
 };
 
 enum proto_status {
@@ -44,9 +44,16 @@ enum proto_status {
 
 struct proto;
 
-/* Creates a reader; the limits are copied. Returns NULL on allocation failure. */
+/* Creates a reader; the limits are copied. Returns NULL on allocation failure.
+ */
 struct proto *proto_create(const struct proto_limits *lim);
 void proto_free(struct proto *p);
+
+/* Until a client authenticates, Redis's tight limits apply: at most 10
+ * arguments ("Protocol error: unauthenticated multibulk length") of at most
+ * 16 KiB each ("... unauthenticated bulk length").  Readers start
+ * authenticated. */
+void proto_set_authenticated(struct proto *p, int authenticated);
 
 /* Appends bytes received from the client.  Returns 0, or ZR_ELIMIT /
  * ZR_EPROTO (then proto_errstr() says why) when the buffered, unfinished

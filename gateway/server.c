@@ -68,8 +68,8 @@ int server_init(struct server *s, uv_loop_t *loop, const struct config *cfg,
         return ZR_EINVAL;
     }
     struct sockaddr_storage ss;
-    const char *bind = strcmp(cfg->bind, "localhost") == 0 ? "127.0.0.1"
-                                                           : cfg->bind;
+    const char *bind =
+        strcmp(cfg->bind, "localhost") == 0 ? "127.0.0.1" : cfg->bind;
     int rc = strchr(bind, ':')
                  ? uv_ip6_addr(bind, cfg->port, (struct sockaddr_in6 *)&ss)
                  : uv_ip4_addr(bind, cfg->port, (struct sockaddr_in *)&ss);

@@ -28,15 +28,15 @@ struct server {
     struct zk *zk;
     struct lua_host *lua;
     uv_tcp_t listener;
-    uv_timer_t cron;     /* timeouts, once a second */
-    struct conn *conns;  /* doubly linked list of live connections */
+    uv_timer_t cron;    /* timeouts, once a second */
+    struct conn *conns; /* doubly linked list of live connections */
     size_t nconns;
     uint64_t next_client_id;
-    double started_ms;   /* wall clock, for uptime */
-    int stopping;        /* SIGTERM received: accept nothing new */
+    double started_ms; /* wall clock, for uptime */
+    int stopping;      /* SIGTERM received: accept nothing new */
     struct server_stats stats;
     char run_id[41];
-    int tcp_port;        /* the port actually bound */
+    int tcp_port; /* the port actually bound */
 };
 
 /* Binds and listens.  Returns 0 or a negative error with the reason in err. */

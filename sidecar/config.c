@@ -41,11 +41,12 @@ static const struct opt opts[] = {
     {"port", OPT_INT, OFF(port), "6379", 0, 65535, "TCP port (0: any)"},
     {"zk", OPT_STR, OFF(zk), "127.0.0.1:2181", 0, 0,
      "ZooKeeper connect string host:port[,host:port...]"},
-    {"root", OPT_STR, OFF(root), "/zkresp", 0, 0, "znode under which keys live"},
+    {"root", OPT_STR, OFF(root), "/zkresp", 0, 0,
+     "znode under which keys live"},
     {"session-timeout", OPT_INT, OFF(session_timeout), "10000", 100, 3600000,
      "ZooKeeper session timeout to request, ms"},
-    {"zk-request-timeout", OPT_INT, OFF(zk_request_timeout), "2000", 1,
-     3600000, "how long a request waits while ZooKeeper is unreachable, ms"},
+    {"zk-request-timeout", OPT_INT, OFF(zk_request_timeout), "2000", 1, 3600000,
+     "how long a request waits while ZooKeeper is unreachable, ms"},
     {"policy", OPT_STR, OFF(policy), "", 0, 0,
      "policy file (default: <scripts>/policy.lua)"},
     {"scripts", OPT_STR, OFF(scripts), "", 0, 0,
@@ -60,10 +61,10 @@ static const struct opt opts[] = {
      "longest key, bytes"},
     {"max-value-len", OPT_SIZE, OFF(max_value_len), "262144", 1, 900 << 10,
      "largest value, bytes"},
-    {"max-bulk-len", OPT_SIZE, OFF(max_bulk_len), "8388608", 1024,
-     512LL << 20, "longest single argument accepted, bytes"},
-    {"max-query-len", OPT_SIZE, OFF(max_query_len), "67108864", 1024,
-     1LL << 30, "query buffer per client, bytes"},
+    {"max-bulk-len", OPT_SIZE, OFF(max_bulk_len), "8388608", 1024, 512LL << 20,
+     "longest single argument accepted, bytes"},
+    {"max-query-len", OPT_SIZE, OFF(max_query_len), "67108864", 1024, 1LL << 30,
+     "query buffer per client, bytes"},
     {"max-output", OPT_SIZE, OFF(max_output), "67108864", 1024, 1LL << 34,
      "unsent reply bytes per client before it is closed"},
     {"max-inflight", OPT_INT, OFF(max_inflight), "1024", 1, 1 << 20,
@@ -106,10 +107,17 @@ static int parse_num(const char *s, int sizes, long long *out)
     if (sizes && *end) {
         long long mul = 1;
         switch (tolower((unsigned char)*end)) {
-        case 'k': mul = 1024; break;
-        case 'm': mul = 1024 * 1024; break;
-        case 'g': mul = 1024LL * 1024 * 1024; break;
-        default: return ZR_EINVAL;
+        case 'k':
+            mul = 1024;
+            break;
+        case 'm':
+            mul = 1024 * 1024;
+            break;
+        case 'g':
+            mul = 1024LL * 1024 * 1024;
+            break;
+        default:
+            return ZR_EINVAL;
         }
         end++;
         if (*end == 'b' || *end == 'B')
@@ -236,8 +244,8 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
     memset(cfg, 0, sizeof *cfg);
     int rc;
     for (size_t i = 0; i < NOPTS; i++)
-        if ((rc = opt_set(cfg, &opts[i], opts[i].def, "default", err,
-                          errlen)) < 0)
+        if ((rc = opt_set(cfg, &opts[i], opts[i].def, "default", err, errlen)) <
+            0)
             return rc;
 
     /* The config file comes first so that environment and flags override
@@ -300,15 +308,16 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
             return rc;
     }
 
-    if (cfg->root[0] != '/' || (strlen(cfg->root) > 1 &&
-                                cfg->root[strlen(cfg->root) - 1] == '/')) {
+    if (cfg->root[0] != '/' ||
+        (strlen(cfg->root) > 1 && cfg->root[strlen(cfg->root) - 1] == '/')) {
         snprintf(err, errlen,
                  "--root must be an absolute znode path without a trailing "
                  "'/', got '%s'",
                  cfg->root);
         return ZR_EINVAL;
     }
-    if (strcmp(cfg->root, "/") == 0 || strncmp(cfg->root, "/zookeeper", 10) == 0) {
+    if (strcmp(cfg->root, "/") == 0 ||
+        strncmp(cfg->root, "/zookeeper", 10) == 0) {
         snprintf(err, errlen, "--root '%s' is reserved", cfg->root);
         return ZR_EINVAL;
     }
@@ -355,10 +364,10 @@ void config_usage(FILE *out)
         char env[64];
         env_name(&opts[i], env, sizeof env);
         fprintf(out, "  --%-20s %s\n  %22s default: %s%s%s   env: %s\n",
-                opts[i].name, opts[i].help, "",
-                opts[i].def[0] ? "" : "(", opts[i].def[0] ? opts[i].def : "none",
+                opts[i].name, opts[i].help, "", opts[i].def[0] ? "" : "(",
+                opts[i].def[0] ? opts[i].def : "none",
                 opts[i].def[0] ? "" : ")", env);
     }
     fprintf(out, "  --%-20s %s\n", "config FILE",
-             "read options from FILE first   env: ZKRESP_CONFIG");
+            "read options from FILE first   env: ZKRESP_CONFIG");
 }

@@ -12,14 +12,14 @@
 struct config {
     char *bind;
     int port;
-    char *zk;                /* ZooKeeper connect string */
-    char *root;              /* znode root, e.g. /zkresp */
-    int session_timeout;     /* ms, requested */
-    int zk_request_timeout;  /* ms a request waits while disconnected */
-    char *policy;            /* policy file */
-    char *scripts;           /* directory of the system Lua scripts */
+    char *zk;               /* ZooKeeper connect string */
+    char *root;             /* znode root, e.g. /zkresp */
+    int session_timeout;    /* ms, requested */
+    int zk_request_timeout; /* ms a request waits while disconnected */
+    char *policy;           /* policy file */
+    char *scripts;          /* directory of the system Lua scripts */
     int log_level;
-    char *requirepass;       /* NULL: no authentication */
+    char *requirepass; /* NULL: no authentication */
     int maxclients;
     long long max_key_len;   /* bytes */
     long long max_value_len; /* bytes */

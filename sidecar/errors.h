@@ -11,14 +11,14 @@
 
 enum zr_err {
     ZR_OK = 0,
-    ZR_ENOMEM = -1,     /* allocation failed */
-    ZR_EINVAL = -2,     /* bad argument or configuration */
-    ZR_EPROTO = -3,     /* malformed client request */
-    ZR_ELIMIT = -4,     /* a configured limit was exceeded */
-    ZR_EIO = -5,        /* socket or file error */
-    ZR_EZK = -6,        /* ZooKeeper client error */
-    ZR_ELUA = -7,       /* Lua error (load, runtime) */
-    ZR_ECLOSED = -8,    /* the object is closing or closed */
+    ZR_ENOMEM = -1,  /* allocation failed */
+    ZR_EINVAL = -2,  /* bad argument or configuration */
+    ZR_EPROTO = -3,  /* malformed client request */
+    ZR_ELIMIT = -4,  /* a configured limit was exceeded */
+    ZR_EIO = -5,     /* socket or file error */
+    ZR_EZK = -6,     /* ZooKeeper client error */
+    ZR_ELUA = -7,    /* Lua error (load, runtime) */
+    ZR_ECLOSED = -8, /* the object is closing or closed */
 };
 
 #endif

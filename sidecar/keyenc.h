@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 /* Upper bound of the encoded size of an n-byte key (without the NUL). */
-#define KEYENC_MAX(n) ((n) * 3 + 1)
+#define KEYENC_MAX(n) ((n)*3 + 1)
 
 /* Encodes key[0..n) into out (at least KEYENC_MAX(n) + 1 bytes), NUL
  * terminated.  Returns the encoded length. */

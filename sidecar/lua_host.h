@@ -105,7 +105,7 @@ struct buf;
  * connection goes away first it clears `done` (a tombstone) and the command
  * finishes without a reply. */
 struct lua_task {
-    void *priv;      /* the host's: the running coroutine's record */
+    void *priv; /* the host's: the running coroutine's record */
     /* Called once with the encoded reply appended to `out`; NULL after the
      * requester went away. */
     void (*done)(struct lua_task *t);
@@ -121,6 +121,10 @@ struct lua_host;
 struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
                                  char *err, size_t errlen);
 void lua_host_free(struct lua_host *h);
+
+/* From now on no Lua code runs: completions, timers and wake-ups that
+ * arrive are dropped.  For the exit, before the bridge goes. */
+void lua_host_stop(struct lua_host *h);
 
 /* Runs one command (argv borrowed for the duration of the call).  The reply
  * is delivered through t->done, possibly before this returns. */

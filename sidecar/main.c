@@ -136,6 +136,7 @@ int main(int argc, char **argv)
     uv_signal_stop(&app.sigterm);
     uv_signal_stop(&app.sigint);
     uv_signal_stop(&app.sighup);
+    lua_host_stop(app.lua);
     zk_free(app.zk);
     uv_run(app.loop, UV_RUN_NOWAIT);
     log_info("zkresp.exit", "");

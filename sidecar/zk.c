@@ -33,7 +33,8 @@
 #define RESOLVE_DELAY_MS 10000
 
 struct zk_req {
-    struct zk_req *next;
+    struct zk_req *next; /* in the completion queue or the parked list */
+    struct zk_req *all_prev, *all_next; /* every outstanding request */
     struct zk *z;
     int kind; /* enum zk_op_type, or ZK_EV_SESSION */
     int nops;
@@ -47,8 +48,8 @@ struct zk_req {
     void *arg;
     double deadline;
     double sent_at;
-    uint64_t gen;  /* handle generation the request went to */
-    int ev_state;  /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
+    uint64_t gen; /* handle generation the request went to */
+    int ev_state; /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
 };
 
 /* The context a handle's watcher sees. */
@@ -77,6 +78,7 @@ struct zk {
     char server[128];
 
     struct zk_req *parked_head, *parked_tail;
+    struct zk_req *all; /* outstanding operations, loop thread only */
     size_t inflight;
 
     double last_contact;   /* send time of the newest answered request */
@@ -289,8 +291,28 @@ static int is_connection_rc(int rc)
            rc == ZSESSIONEXPIRED;
 }
 
+static void all_add(struct zk *z, struct zk_req *r)
+{
+    r->all_prev = NULL;
+    r->all_next = z->all;
+    if (z->all)
+        z->all->all_prev = r;
+    z->all = r;
+}
+
+static void all_remove(struct zk *z, struct zk_req *r)
+{
+    if (r->all_prev)
+        r->all_prev->all_next = r->all_next;
+    else
+        z->all = r->all_next;
+    if (r->all_next)
+        r->all_next->all_prev = r->all_prev;
+}
+
 static void deliver(struct zk *z, struct zk_req *r)
 {
+    all_remove(z, r);
     z->inflight--;
     if (r->res.rc == ZCLOSING || r->res.rc == ZINVALIDSTATE)
         r->res.rc = z->closed ? ZK_CLOSING : ZCONNECTIONLOSS;
@@ -448,6 +470,7 @@ void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
     if (!r->ops)
         abort();
     z->inflight++;
+    all_add(z, r);
     for (int i = 0; i < r->nops; i++) {
         r->ops[i] = ops[i];
         r->ops[i].path = strdup(ops[i].path ? ops[i].path : "");
@@ -488,12 +511,12 @@ static int open_handle(struct zk *z, char *err, size_t errlen)
     hc->gen = ++z->gen;
     z->hctx = hc;
     z->connected = 0;
-    z->zh = zookeeper_init(z->hosts, on_watch, z->session_timeout, NULL, hc,
-                           0);
+    z->zh = zookeeper_init(z->hosts, on_watch, z->session_timeout, NULL, hc, 0);
     if (!z->zh) {
         if (err)
-            snprintf(err, errlen, "cannot start a ZooKeeper client for '%s': %s",
-                     z->hosts, strerror(errno));
+            snprintf(err, errlen,
+                     "cannot start a ZooKeeper client for '%s': %s", z->hosts,
+                     strerror(errno));
         return ZR_EZK;
     }
     /* By default the client resolves the host list again every time it
@@ -586,8 +609,7 @@ static void on_session_state(struct zk *z, int state)
             if (margin < 100)
                 margin = 100;
             z->lease_deadline = z->last_contact + z->negotiated - margin;
-            log_warn("zk.disconnected",
-                     "session=0x%llx lease_left_ms=%.0f",
+            log_warn("zk.disconnected", "session=0x%llx lease_left_ms=%.0f",
                      (unsigned long long)z->session_id,
                      z->lease_deadline - now);
             emit(z, "disconnected");
@@ -638,8 +660,7 @@ static void on_async(uv_async_t *h)
             free(r);
         } else if (r->kind == ZK_EV_WATCH) {
             if (r->gen == z->gen && !z->closed && z->on_watch)
-                z->on_watch(watch_name(r->ev_state), r->res.path,
-                            z->watch_arg);
+                z->on_watch(watch_name(r->ev_state), r->res.path, z->watch_arg);
             free(r->res.path);
             free(r);
         } else {
@@ -755,16 +776,23 @@ void zk_free(struct zk *z)
     if (!z)
         return;
     zk_close(z);
-    /* Deliver what the close completed.  A delivery may resume Lua code
-     * that submits again (answered ZK_CLOSING through the queue), so drain
-     * until the queue stays empty. */
+    /* Deliver what the close completed.  zookeeper_close hands the
+     * completions of requests still in flight to its completion thread
+     * after that thread has stopped, so those never come back: complete
+     * them here.  A delivery may resume Lua code that submits again
+     * (answered ZK_CLOSING through the queue), hence the loop. */
     for (int i = 0; i < 1000; i++) {
         pthread_mutex_lock(&z->mu);
         int empty = z->qhead == NULL;
         pthread_mutex_unlock(&z->mu);
-        if (empty)
+        if (!empty) {
+            on_async(&z->async);
+        } else if (z->all) {
+            z->all->res.rc = ZK_CLOSING;
+            deliver(z, z->all);
+        } else {
             break;
-        on_async(&z->async);
+        }
     }
     uv_timer_stop(&z->tick);
     uv_close((uv_handle_t *)&z->async, on_handle_closed);

@@ -87,8 +87,7 @@ typedef void (*zk_watch_cb)(const char *event, const char *path, void *arg);
 struct zk;
 
 struct zk *zk_create(struct uv_loop_s *loop, const struct config *cfg,
-                     zk_event_cb on_event, void *arg, char *err,
-                     size_t errlen);
+                     zk_event_cb on_event, void *arg, char *err, size_t errlen);
 
 void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
 

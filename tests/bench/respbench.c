@@ -6,7 +6,7 @@
  * one request outstanding (no pipelining), so C is the number of concurrent
  * clients:
  *
- *   mode pair      SET <prefix><i> <tok> NX PX 30000  -> +OK
+ *   mode pair      SET <prefix><i> <tok> NX PX 30000  -> +OK  (--px)
  *                  DELIFEQ <prefix><i> <tok>           -> :1
  *   mode pair-del  the same with a plain DEL (for redis-server, which has no
  *                  DELIFEQ)
@@ -72,6 +72,7 @@ static int mode = MODE_PAIR;
 static int phase = PHASE_WARMUP;
 static int epfd = -1;
 static const char *prefix = "bench:";
+static const char *px = "30000";
 static char held_key[128];
 static char held_tok[64];
 static uint64_t ops, errors, bad_replies_shown;
@@ -156,7 +157,7 @@ static void conn_start(struct conn *c)
     c->seq++;
     snprintf(c->tok, sizeof(c->tok), "tok-%d-%d-%llu", (int)getpid(), c->idx,
              (unsigned long long)c->seq);
-    const char *argv[] = {"SET", c->key, c->tok, "NX", "PX", "30000"};
+    const char *argv[] = {"SET", c->key, c->tok, "NX", "PX", px};
     c->state = ST_SET;
     conn_send(c, 6, argv);
 }
@@ -340,6 +341,7 @@ static void usage(void)
             "  --seconds S     measured period (default 5)\n"
             "  --warmup S      discarded warm-up period (default 1)\n"
             "  --prefix P      key prefix (default bench:)\n"
+            "  --px MS         the lock's TTL in pair modes (default 30000)\n"
             "  --pid NAME=PID  charge PID's CPU time to the operations "
             "(repeatable)\n"
             "  --zk-mntr ADDR  count a ZooKeeper server's requests per op "
@@ -372,6 +374,8 @@ int main(int argc, char **argv)
             warmup = atof(v);
         else if (strcmp(a, "--prefix") == 0)
             prefix = v;
+        else if (strcmp(a, "--px") == 0)
+            px = v;
         else if (strcmp(a, "--mode") == 0) {
             if (strcmp(v, "pair") == 0)
                 mode = MODE_PAIR;

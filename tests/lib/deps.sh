@@ -8,6 +8,12 @@ for p in "$@"; do
 done
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
+# Node.js may come from Debian or from elsewhere (NodeSource's nodejs ships
+# its own npm, which Debian's npm package conflicts with): only the commands
+# matter.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "deps: installing ${missing[*]}"
     $SUDO apt-get update -qq

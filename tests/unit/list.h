@@ -37,6 +37,7 @@ UNIT_TEST(proto_request_bytes)
 UNIT_TEST(proto_no_prealloc)
 UNIT_TEST(proto_big_bulk)
 UNIT_TEST(proto_random_roundtrip)
+UNIT_TEST(proto_unauthenticated_limits)
 /* gateway/reply.c */
 UNIT_TEST(buf_basics)
 UNIT_TEST(buf_growth_and_consume)

@@ -844,3 +844,43 @@ TEST(proto_random_roundtrip)
             return;
     }
 }
+
+/* Before AUTH, Redis's tight limits: 10 arguments, 16 KiB per argument;
+ * afterwards the configured ones. */
+TEST(proto_unauthenticated_limits)
+{
+    struct proto_limits lim = lim_redis();
+    struct proto *p = proto_create(&lim);
+    ASSERT(p != NULL);
+    proto_set_authenticated(p, 0);
+    const char ok[] = "*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n";
+    ASSERT_INT_EQ(proto_feed(p, ok, sizeof ok - 1), 0);
+    struct buf out;
+    buf_init(&out);
+    drain(p, &out);
+    buf_append(&out, "", 1);
+    ASSERT_STR_EQ(out.data, "[AUTH pw]");
+    const char many[] = "*11\r\n";
+    ASSERT(proto_feed(p, many, sizeof many - 1) != 0);
+    ASSERT_STR_EQ(proto_errstr(p),
+                  "Protocol error: unauthenticated multibulk length");
+    proto_free(p);
+
+    p = proto_create(&lim);
+    proto_set_authenticated(p, 0);
+    const char big[] = "*2\r\n$3\r\nSET\r\n$16385\r\n";
+    ASSERT(proto_feed(p, big, sizeof big - 1) != 0);
+    ASSERT_STR_EQ(proto_errstr(p),
+                  "Protocol error: unauthenticated bulk length");
+    proto_free(p);
+
+    /* Once authenticated, the same requests are fine. */
+    p = proto_create(&lim);
+    proto_set_authenticated(p, 0);
+    proto_set_authenticated(p, 1);
+    const char eleven[] = "*11\r\n";
+    ASSERT_INT_EQ(proto_feed(p, eleven, sizeof eleven - 1), 0);
+    ASSERT_INT_EQ(proto_feed(p, big + 4, sizeof big - 5), 0);
+    proto_free(p);
+    buf_free(&out);
+}
