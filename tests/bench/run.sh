@@ -222,6 +222,7 @@ measure() {
 }
 
 mntr=(--zk-mntr "127.0.0.1:$zk_port")
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw "${mntr[@]}"
     --resolve-delay "$RAW_RESOLVE_DELAY")
 resp=("$out/respbench" --seconds "$SECS" --warmup "$WARMUP")
@@ -268,6 +269,8 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
         log "perf: not installed, skipped"
     fi
 fi
+
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------- report
 # stat MODE A B KEY: over the rounds, "median min max" of KEY in run A
@@ -348,6 +351,8 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo "  $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1));" \
         "ZooKeeper ${zk_version:-?} standalone, forceSync=no;" \
         "$(redis-server --version | awk '{ print $1, $3 }'); zkresp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "  load average before/after: $load_before / $load_after (this run" \
+        "alone adds about 1.5; more means other work shared the CPUs)"
     echo
     echo "Lock pairs. zkresp: SET k tok NX PX 30000 + DELIFEQ k tok, C connections."
     echo "            raw: libzookeeper_mt, one session, C pairs in flight," \
