@@ -50,7 +50,7 @@
 
 enum { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
 enum { MODE_PAIR, MODE_PAIR_DEL, MODE_GET };
-enum { ST_IDLE, ST_SET, ST_DEL, ST_GET };
+enum { ST_IDLE, ST_SET, ST_HOLD, ST_DEL, ST_GET };
 
 struct conn {
     int fd;
@@ -60,6 +60,8 @@ struct conn {
     int want_out; /* EPOLLOUT is registered */
     redisReader *rd;
     uint64_t start_ns;
+    uint64_t held_ns; /* time spent holding the lock, excluded from latency */
+    uint64_t wake_ns; /* ST_HOLD: when to release */
     uint64_t seq;
     char key[128];
     char tok[64];
@@ -73,6 +75,7 @@ static int phase = PHASE_WARMUP;
 static int epfd = -1;
 static const char *prefix = "bench:";
 static const char *px = "30000";
+static uint64_t hold_ns;
 static char held_key[128];
 static char held_tok[64];
 static uint64_t ops, errors, bad_replies_shown;
@@ -147,6 +150,7 @@ static void conn_start(struct conn *c)
         return;
     }
     c->start_ns = bench_now_ns();
+    c->held_ns = 0;
     c->bad = 0;
     if (mode == MODE_GET) {
         const char *argv[] = {"GET", held_key};
@@ -190,9 +194,38 @@ static void op_done(struct conn *c)
         errors++;
     else if (phase == PHASE_MEASURE) {
         ops++;
-        bench_samples_add(&samples, bench_now_ns() - c->start_ns);
+        bench_samples_add(&samples, bench_now_ns() - c->start_ns - c->held_ns);
     }
     conn_start(c);
+}
+
+/* Sends the release of the pair.  It is sent even after a failed SET or
+ * once the run is over, so that no key is left behind. */
+static void conn_release(struct conn *c)
+{
+    const char *argv[] = {mode == MODE_PAIR ? "DELIFEQ" : "DEL", c->key,
+                          c->tok};
+    c->state = ST_DEL;
+    conn_send(c, mode == MODE_PAIR ? 3 : 2, argv);
+}
+
+/* Releases the locks whose hold time is over; returns the earliest pending
+ * release time, or UINT64_MAX when no connection holds a lock. */
+static uint64_t release_due(struct conn *conns, int n, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (int i = 0; i < n; i++) {
+        struct conn *c = &conns[i];
+        if (c->state != ST_HOLD)
+            continue;
+        if (c->wake_ns <= now) {
+            c->held_ns = now - (c->wake_ns - hold_ns);
+            conn_release(c);
+        } else if (c->wake_ns < next) {
+            next = c->wake_ns;
+        }
+    }
+    return next;
 }
 
 static void on_reply(struct conn *c, redisReply *r)
@@ -203,12 +236,12 @@ static void on_reply(struct conn *c, redisReply *r)
             show_bad(c, "SET", r);
             c->bad = 1;
         }
-        /* The release is sent even after a failed SET or once the run is
-         * over, so that no key is left behind. */
-        const char *argv[] = {mode == MODE_PAIR ? "DELIFEQ" : "DEL", c->key,
-                              c->tok};
-        c->state = ST_DEL;
-        conn_send(c, mode == MODE_PAIR ? 3 : 2, argv);
+        if (hold_ns > 0) {
+            c->state = ST_HOLD;
+            c->wake_ns = bench_now_ns() + hold_ns;
+            break;
+        }
+        conn_release(c);
         break;
     }
     case ST_DEL:
@@ -342,6 +375,9 @@ static void usage(void)
             "  --warmup S      discarded warm-up period (default 1)\n"
             "  --prefix P      key prefix (default bench:)\n"
             "  --px MS         the lock's TTL in pair modes (default 30000)\n"
+            "  --hold-us N     hold each lock at least N us before releasing "
+            "it (default 0);\n"
+            "                  the hold is not counted in the latency\n"
             "  --pid NAME=PID  charge PID's CPU time to the operations "
             "(repeatable)\n"
             "  --zk-mntr ADDR  count a ZooKeeper server's requests per op "
@@ -376,6 +412,8 @@ int main(int argc, char **argv)
             prefix = v;
         else if (strcmp(a, "--px") == 0)
             px = v;
+        else if (strcmp(a, "--hold-us") == 0)
+            hold_ns = (uint64_t)atoll(v) * 1000;
         else if (strcmp(a, "--mode") == 0) {
             if (strcmp(v, "pair") == 0)
                 mode = MODE_PAIR;
@@ -476,10 +514,13 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
+        uint64_t wake = release_due(conns, nconn, now);
         uint64_t next = phase == PHASE_WARMUP    ? m0
                         : phase == PHASE_MEASURE ? m1
                                                  : drain_end;
-        int timeout = next > now ? (int)((next - now) / 1000000) + 1 : 0;
+        if (wake < next)
+            next = wake;
+        int timeout = next > now ? (int)((next - now + 999999) / 1000000) : 0;
         int n = epoll_wait(epfd, evs, 256, timeout);
         if (n < 0) {
             if (errno == EINTR)

@@ -22,6 +22,9 @@
 #                     median and the range over rounds
 #   BENCH_JVM_WARMUP  seconds of raw load before the first measurement, so the
 #                     ZooKeeper JIT is warm for everyone (default 10)
+#   BENCH_HOLD_US     also measure zkresp pairs at C=64 with each lock held
+#                     this long before release (default 2000; 0: skip), for
+#                     the report's note on zkresp's owned-key cache
 #   BENCH_PERF=1      after the measurements, profile zkresp with perf during
 #                     one more C=64 pair run (not counted) and save the report
 #                     in build/bench/perf-zkresp.txt
@@ -222,7 +225,20 @@ measure() {
 }
 
 mntr=(--zk-mntr "127.0.0.1:$zk_port")
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# cpu_ticks: "machine-busy ours" in clock ticks, where ours is the CPU time
+# of ZooKeeper, zkresp, redis-server and this script's finished children
+# (the tools).  The difference over the run is what other work took.
+cpu_ticks() {
+    local busy ours=0 pid
+    busy=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat)
+    for pid in "$zk_pid" "$zkresp_pid" "$redis_pid"; do
+        ours=$((ours + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+    done
+    ours=$((ours + $(sed 's/.*) //' "/proc/$$/stat" | awk '{ print $14 + $15 }')))
+    echo "$busy $ours"
+}
+read -r busy0 ours0 <<<"$(cpu_ticks)"
+t_start=$(date +%s.%N)
 zkraw=("$out/zkraw" --zk "127.0.0.1:$zk_port" --root /bench/raw "${mntr[@]}"
     --resolve-delay "$RAW_RESOLVE_DELAY")
 resp=("$out/respbench" --seconds "$SECS" --warmup "$WARMUP")
@@ -243,6 +259,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
         measure "zkresp-c$c" "$r" "${zkresp_pair[@]}" --conns "$c"
     done
 done
+HOLD_US=${BENCH_HOLD_US:-2000}
+if [ "$HOLD_US" != 0 ]; then
+    measure zkresp-c64-hold 1 "${zkresp_pair[@]}" --conns 64 \
+        --hold-us "$HOLD_US"
+fi
 for c in 1 64; do
     measure "zkresp-get-c$c" 1 "${resp[@]}" --port "$zkresp_port" --mode get \
         --conns "$c" --pid zkresp="$zkresp_pid" --pid zk="$zk_pid" "${mntr[@]}"
@@ -270,7 +291,11 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
     fi
 fi
 
-load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+read -r busy1 ours1 <<<"$(cpu_ticks)"
+t_end=$(date +%s.%N)
+others_pct=$(awk -v b=$((busy1 - busy0)) -v o=$((ours1 - ours0)) \
+    -v t0="$t_start" -v t1="$t_end" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
+    'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
 
 # ---------------------------------------------------------------- report
 # stat MODE A B KEY: over the rounds, "median min max" of KEY in run A
@@ -351,8 +376,9 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo "  $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1));" \
         "ZooKeeper ${zk_version:-?} standalone, forceSync=no;" \
         "$(redis-server --version | awk '{ print $1, $3 }'); zkresp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
-    echo "  load average before/after: $load_before / $load_after (this run" \
-        "alone adds about 1.5; more means other work shared the CPUs)"
+    echo "  CPU time outside the measured processes during the run:" \
+        "${others_pct}% of the machine (other work, and kernel time not" \
+        "charged to a process; a large value makes the numbers noisy)"
     echo
     echo "Lock pairs. zkresp: SET k tok NX PX 30000 + DELIFEQ k tok, C connections."
     echo "            raw: libzookeeper_mt, one session, C pairs in flight," \
@@ -383,6 +409,13 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
         "zkresp $(med zkresp-c1 zk_reqs_per_op %.2f) at C=1," \
         "$(med zkresp-c64 zk_reqs_per_op %.2f) at C=64; raw" \
         "$(med raw-c1 zk_reqs_per_op %.2f) / $(med raw-c64 zk_reqs_per_op %.2f)"
+    if [ "$HOLD_US" != 0 ]; then
+        echo "  zkresp at C=64 with each lock held ${HOLD_US} us (hold not in" \
+            "the latency): $(med zkresp-c64-hold ops_per_sec %.0f) pairs/s," \
+            "p50/p99 $(med zkresp-c64-hold p50_us %.0f)/$(med zkresp-c64-hold p99_us %.0f) us," \
+            "$(med zkresp-c64-hold zk_reqs_per_op %.2f) ZooKeeper requests and" \
+            "$(med zkresp-c64-hold zkresp_cpu_us_per_op) us zkresp CPU per pair"
+    fi
     echo "  zkresp CPU use at C=64: $(med zkresp-c64 zkresp_cpu_pct)% of one core;" \
         "RSS $(num %.0f "$rss_pairs") KiB (max over the C=64 pair runs)," \
         "$(med zkresp-get-c64 zkresp_rss_kb %.0f) KiB after the GET runs"
