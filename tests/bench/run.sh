@@ -375,7 +375,7 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
         "pairs: median of $ROUNDS rounds"
     echo "  $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1));" \
         "ZooKeeper ${zk_version:-?} standalone, forceSync=no;" \
-        "$(redis-server --version | awk '{ print $1, $3 }'); zkresp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+        "$(redis-server --version | awk '{ print $1, $3 }'); repo at $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD -- sidecar gateway scripts 2>/dev/null || echo ' + local changes')"
     echo "  CPU time outside the measured processes during the run:" \
         "${others_pct}% of the machine (other work, and kernel time not" \
         "charged to a process; a large value makes the numbers noisy)"
