@@ -76,6 +76,7 @@ rm -f "$out/report.txt" "$out/perf-zkresp.txt" "$out/perf-zkresp-flat.txt"
 # ---------------------------------------------------------------- processes
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zkresp-bench.XXXXXX")
 started=() # PIDs of what this script started, stopped in reverse order
+tool_pid=  # the measuring tool while it runs
 
 stop_pid() {
     local pid=$1 i
@@ -92,6 +93,9 @@ stop_pid() {
 cleanup() {
     local rc=$? i
     trap - EXIT INT TERM
+    if [ -n "${tool_pid:-}" ]; then
+        stop_pid "$tool_pid"
+    fi
     for ((i = ${#started[@]} - 1; i >= 0; i--)); do
         stop_pid "${started[i]}"
     done
@@ -208,10 +212,17 @@ measure() {
     local name=$1 round=$2 line
     shift 2
     log "$name (round $round)"
-    if ! line=$("$@" 2>"$tmp/$name.err"); then
+    # In the background, so that a signal's trap runs at once (bash defers
+    # traps until a foreground command ends, but interrupts wait).
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    tool_pid=$!
+    if ! wait "$tool_pid"; then
+        tool_pid=
         cat "$tmp/$name.err" >&2
         fail "$name: $*"
     fi
+    tool_pid=
+    line=$(cat "$tmp/$name.out")
     if [ -s "$tmp/$name.err" ]; then
         sed "s/^/bench: $name: /" "$tmp/$name.err" >&2
     fi
