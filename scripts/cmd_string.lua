@@ -139,7 +139,7 @@ S.set = { fn = set, arity = -3, flags = "write denyoom",
 local function get(args)
     local key = args[2]
     return T.run({ key }, function(t)
-        local rec = t:read(key)
+        local rec = t:read(key, true)
         if not rec.live then return host.null end
         if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
         return rec.value

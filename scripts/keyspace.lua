@@ -380,6 +380,12 @@ function K.cached(key)
     if not K.CACHE_WRITES then return nil end
     local path = K.path(key)
     local o = owned[path]
+    if o and o.arming and not o.watched then
+        local waiters = o.arming
+        waiters[#waiters + 1] = coroutine.running()
+        host.suspend()
+        if owned[path] ~= o then return nil end
+    end
     if not o or not o.watched or o.value == nil or o.sid ~= session() then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
     return {
@@ -473,14 +479,20 @@ end
 
 -- Leaves a watch on the node of entry e, in the background; the entry
 -- becomes usable as a cache once the node is confirmed to be the one we
--- wrote.
+-- wrote.  While the exists is in flight, e.arming lists the commands
+-- waiting for it (see K.cached): it was sent before anything they could
+-- send, so its answer comes first anyway, and waiting costs no round trip.
 local function arm_watch(path, e)
+    e.arming = {}
     host.spawn(function()
-        local rc, stat = zk.exists(path, true)
-        if owned[path] == e and rc == zk.OK and stat.czxid == e.czxid and
+        local ok, rc, stat = pcall(zk.exists, path, true)
+        if ok and owned[path] == e and rc == zk.OK and stat.czxid == e.czxid and
            stat.version == e.version then
             e.watched = true
         end
+        local waiters = e.arming
+        e.arming = nil
+        for _, co in ipairs(waiters) do host.wake(co) end
     end)
 end
 

@@ -291,13 +291,23 @@ describe("DELIFEQ and DELEX", function()
                     a:call("DELEX", "k", "IFDEQ", "1234"))
     end)
 
-    it("before the watch on a new lock is armed, compares against a fresh read", function()
+    it("right after SET, waits for the watch being armed and deletes that version", function()
         a:call("SET", "lock", "tok", "NX", "PX", "30000")
         local before = #W.ops
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
         local kinds = {}
+        for i = before + 1, #W.ops do kinds[#kinds + 1] = W.ops[i].kind end
+        -- the arm's exists, already on its way, then the delete: no read
+        assert.same({ "exists", "delete" }, kinds)
+    end)
+
+    it("compares against a fresh read when the key is not in the cache", function()
+        b:call("SET", "lock", "tok", "NX", "PX", "30000")
+        local before = #W.ops
+        assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
+        local kinds = {}
         for i = before + 1, #W.ops do
-            if W.ops[i].kind ~= "exists" then kinds[#kinds + 1] = W.ops[i].kind end
+            if W.ops[i].sc == a.id then kinds[#kinds + 1] = W.ops[i].kind end
         end
         assert.same({ "get", "delete" }, kinds)
     end)
