@@ -905,7 +905,15 @@ struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
     lua_pop(L, 1);
     snprintf(path, sizeof path, "%s/zkresp.lua", cfg->scripts);
     if (luaL_loadfile(L, path) != LUA_OK || lua_pcall(L, 0, 1, -2) != LUA_OK) {
-        snprintf(err, errlen, "cannot load %s: %s", path, lua_tostring(L, -1));
+        /* One line for the operator; the traceback goes to the debug log. */
+        const char *msg = lua_tostring(L, -1);
+        if (!msg)
+            msg = "unknown error";
+        char q[2048];
+        log_debug("lua.load_failed", "traceback=%s",
+                  log_quote(msg, strlen(msg), q, sizeof q));
+        snprintf(err, errlen, "cannot load %s: %.*s", path,
+                 (int)strcspn(msg, "\n"), msg);
         lua_host_free(h);
         return NULL;
     }

@@ -119,6 +119,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "zkresp: %s\n", err);
         return 2;
     }
+    /* Only now, with the policy loaded and the port bound, reach out to
+     * ZooKeeper: a bad start-up fails before any session exists. */
+    if (zk_start(app.zk, err, sizeof err) < 0) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
     uv_signal_init(app.loop, &app.sigterm);
     uv_signal_start(&app.sigterm, on_terminate, SIGTERM);
     uv_signal_init(app.loop, &app.sigint);

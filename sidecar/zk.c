@@ -740,12 +740,13 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     uv_timer_init(loop, &z->tick);
     z->tick.data = z;
     z->handles_open = 2;
-    uv_timer_start(&z->tick, on_tick, TICK_MS, TICK_MS);
-    if (open_handle(z, err, errlen) < 0) {
-        zk_free(z);
-        return NULL;
-    }
     return z;
+}
+
+int zk_start(struct zk *z, char *err, size_t errlen)
+{
+    uv_timer_start(&z->tick, on_tick, TICK_MS, TICK_MS);
+    return open_handle(z, err, errlen);
 }
 
 void zk_close(struct zk *z)

@@ -89,6 +89,11 @@ struct zk;
 struct zk *zk_create(struct uv_loop_s *loop, const struct config *cfg,
                      zk_event_cb on_event, void *arg, char *err, size_t errlen);
 
+/* Starts connecting (and keeps retrying until the ensemble answers).
+ * Returns 0, or ZR_EZK with the reason in err when the client cannot even
+ * start (an unusable connect string). */
+int zk_start(struct zk *z, char *err, size_t errlen);
+
 void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
 
 /* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
