@@ -1,0 +1,162 @@
+-- cmd_hash.lua — the hash commands: HSET, HMSET, HGET, HMGET, HINCRBY,
+-- HEXISTS, HDEL, HLEN, HKEYS, HVALS, HGETALL, with Redis 7.0's replies and
+-- errors.  Same table shape as cmd_string.lua.
+--
+-- A hash is one znode of codec type HASH (payload.lua); fields keep their
+-- insertion order, as a small Redis hash (listpack) does.  Writes keep the
+-- key's TTL; removing the last field deletes the key.
+
+local T = require "txn"
+local E = require "errors"
+local U = require "util"
+local P = require "payload"
+local codec = require "codec"
+
+local HASH = codec.HASH
+
+local H = {}
+
+local function err(text) return { err = text } end
+
+local function spec(fn, arity, flags)
+    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
+end
+
+-- Reads the hash at key inside t: rec and the hash (nil when missing).
+local function load(t, key) return P.load(t, key, HASH) end
+
+local function store(t, rec, h)
+    P.store(t, rec, HASH, #h.keys, P.encode_hash(h))
+end
+
+---------------------------------------------------------------------------
+-- HSET key field value [field value ...]; HMSET the same, answering OK.
+
+local function hset_generic(args, name, reply_ok)
+    if #args % 2 ~= 0 then return err(E.wrong_arity(name)) end
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local rec, h = load(t, key)
+        h = h or P.new_hash()
+        local added = 0
+        for i = 3, #args, 2 do
+            if P.hash_set(h, args[i], args[i + 1]) then added = added + 1 end
+        end
+        store(t, rec, h)
+        if reply_ok then return { ok = "OK" } end
+        return added
+    end)
+end
+
+H.hset = spec(function(args) return hset_generic(args, "hset", false) end, -4,
+              "write denyoom fast")
+H.hmset = spec(function(args) return hset_generic(args, "hmset", true) end, -4,
+               "write denyoom fast")
+
+---------------------------------------------------------------------------
+-- Reads
+
+H.hget = spec(function(args)
+    local key, field = args[2], args[3]
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        return h and h.vals[field] or host.null
+    end)
+end, 3, "readonly fast")
+
+H.hmget = spec(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        local out = {}
+        for i = 3, #args do
+            out[#out + 1] = h and h.vals[args[i]] or host.null
+        end
+        return out
+    end)
+end, -3, "readonly fast")
+
+H.hexists = spec(function(args)
+    local key, field = args[2], args[3]
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        return (h and h.vals[field]) and 1 or 0
+    end)
+end, 3, "readonly fast")
+
+H.hlen = spec(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        return h and #h.keys or 0
+    end)
+end, 2, "readonly fast")
+
+local function listing(what)
+    return function(args)
+        local key = args[2]
+        return T.run({ key }, function(t)
+            local _, h = load(t, key)
+            local out = {}
+            for _, f in ipairs(h and h.keys or {}) do
+                if what ~= "vals" then out[#out + 1] = f end
+                if what ~= "keys" then out[#out + 1] = h.vals[f] end
+            end
+            if what == "all" then return { map = out } end
+            return out
+        end)
+    end
+end
+
+H.hkeys = spec(listing("keys"), 2, "readonly")
+H.hvals = spec(listing("vals"), 2, "readonly")
+H.hgetall = spec(listing("all"), 2, "readonly")
+
+---------------------------------------------------------------------------
+-- HINCRBY key field increment
+
+H.hincrby = spec(function(args)
+    local key, field = args[2], args[3]
+    local by = U.to_int(args[4])
+    if not by then return err(E.NOT_INTEGER) end
+    return T.run({ key }, function(t)
+        local rec, h = load(t, key)
+        h = h or P.new_hash()
+        local cur = 0
+        if h.vals[field] then
+            cur = U.to_int(h.vals[field])
+            if not cur then return err("ERR hash value is not an integer") end
+        end
+        local n = U.add_checked(cur, by)
+        if not n then return err(E.INCR_OVERFLOW) end
+        P.hash_set(h, field, tostring(n))
+        store(t, rec, h)
+        return n
+    end)
+end, 4, "write denyoom fast")
+
+---------------------------------------------------------------------------
+-- HDEL key field [field ...]
+
+H.hdel = spec(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local rec, h = load(t, key)
+        if not h then return 0 end
+        local del, n = {}, 0
+        for i = 3, #args do
+            local f = args[i]
+            if h.vals[f] and not del[f] then
+                del[f] = true
+                h.vals[f] = nil
+                n = n + 1
+            end
+        end
+        if n == 0 then return 0 end
+        P.drop_keys(h.keys, del)
+        store(t, rec, h)
+        return n
+    end)
+end, -3, "write fast")
+
+return H
