@@ -212,6 +212,20 @@ static void mb_free(struct mb *m)
     free(m);
 }
 
+/* Copies s[0..n) into a new NUL-terminated argument. */
+static int arg_copy(struct proto_arg *a, const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d == NULL)
+        return ZR_ENOMEM;
+    if (n)
+        memcpy(d, s, n);
+    d[n] = '\0';
+    a->ptr = d;
+    a->len = n;
+    return 0;
+}
+
 static void *refuse(const redisReadTask *task)
 {
     struct proto *p = task->privdata;
@@ -226,14 +240,8 @@ static void *obj_string(const redisReadTask *task, char *str, size_t len)
     struct mb *m = task->parent->obj;
     if (m == NULL || task->idx < 0 || task->idx >= m->argc)
         return refuse(task);
-    char *s = malloc(len + 1);
-    if (s == NULL)
+    if (arg_copy(&m->argv[task->idx], str, len) < 0)
         return NULL;
-    if (len)
-        memcpy(s, str, len);
-    s[len] = '\0';
-    m->argv[task->idx].ptr = s;
-    m->argv[task->idx].len = len;
     return m;
 }
 
@@ -489,14 +497,8 @@ static int argv_push(struct proto_req *req, size_t *cap, const char *s,
         req->argv = a;
         *cap = c;
     }
-    char *d = malloc(n + 1);
-    if (d == NULL)
+    if (arg_copy(&req->argv[req->argc], s, n) < 0)
         return ZR_ENOMEM;
-    if (n)
-        memcpy(d, s, n);
-    d[n] = '\0';
-    req->argv[req->argc].ptr = d;
-    req->argv[req->argc].len = n;
     req->argc++;
     return 0;
 }
