@@ -112,7 +112,8 @@ describe("dispatch", function()
         end
         table.sort(names)
         assert.same({ "dbsize", "decr", "decrby", "del", "delex", "delifeq", "exists", "expire",
-                      "expireat", "get", "getdel", "incr", "incrby", "keys", "persist",
+                      "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
+                      "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys", "persist",
                       "pexpire", "pexpireat", "pttl", "set", "ttl", "type", "unlink" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
