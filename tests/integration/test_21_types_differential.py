@@ -183,6 +183,55 @@ seq("hash_ttl", [
     "PTTL @t", "HKEYS @t",
 ])
 
+# ---------------------------------------------------------------- lists
+
+seq("list_push_range", [
+    "RPUSH @l a b", "LPUSH @l x y z", ["RPUSH", "@l", b"\x00\r\n"], "LRANGE @l 0 -1", "LLEN @l",
+    "LLEN @missing", "TYPE @l", "LRANGE @l 1 2", "LRANGE @l -2 100", "LRANGE @l -100 100",
+    "LRANGE @l 2 1", "LRANGE @l 6 10", "LRANGE @l -1 -2", "LRANGE @l -9223372036854775808 0",
+    "LRANGE @l 0 9223372036854775807", "LRANGE @missing 0 -1", "LRANGE @missing x 1", "LRANGE @l 0 1.0",
+    "LRANGE @l '' 1", "rpush @l q", "lrange @l -1 -1",
+])
+
+seq("list_pop", [
+    "RPUSH @l a b c", "LPOP @l", "RPOP @l", "LPOP @l", "EXISTS @l", "LPOP @l", "RPOP @l",
+    "RPUSH @l a b c d e", "LPOP @l 2", "RPOP @l 2", "LPOP @l 0", "RPOP @l 0", "RPOP @l 9223372036854775807",
+    "EXISTS @l", "LPOP @l -1", "LPOP @l x", "RPOP @l 1.5", "LPOP @l ''", "LPOP @l 9223372036854775808",
+    "LPOP @l 1 2", "RPOP @l 1 2", "LPOP", "RPUSH @m a", "LPOP @m 1", "EXISTS @m",
+    Gap("LPOP @l 0"), Gap("LPOP @l 3"), Gap("RPOP @l 1"),
+])
+
+seq("list_lindex", [
+    "RPUSH @l a b c", "LINDEX @l 0", "LINDEX @l -1", "LINDEX @l -3", "LINDEX @l -4", "LINDEX @l 3",
+    "LINDEX @l x", "LINDEX @missing x", "LINDEX @missing 0", "LINDEX @l 9223372036854775807",
+    "LINDEX @l -9223372036854775808", "LINDEX @l", "LINDEX @l 0 1",
+])
+
+seq("list_lrem", [
+    "RPUSH @l a b a c a d a", "LREM @l -2 a", "LRANGE @l 0 -1", "LREM @l 1 a", "LRANGE @l 0 -1",
+    "LREM @l 0 zz", "LREM @l 0 a", "LRANGE @l 0 -1", "LREM @missing 0 a", "LREM @missing x a",
+    "LREM @l x a", "RPUSH @m x x", "LREM @m 5 x", "EXISTS @m", "LREM @l", "LREM @l 1 a b",
+    "RPUSH @n a b a", "LREM @n -9223372036854775808 a", "LRANGE @n 0 -1",
+])
+
+seq("list_wrongtype", [
+    "SET @s v", "RPUSH @s a", "LPUSH @s a", "LPOP @s", "RPOP @s", "LPOP @s 0", "LPOP @s -1",
+    "LINDEX @s 0", "LINDEX @s x", "LRANGE @s 0 1", "LREM @s 0 a", "LREM @s x a", "LLEN @s",
+    "RPUSH @l a", "GET @l", "HGET @l a", "HSET @l a b", "INCR @l", "TYPE @l",
+    "HSET @h a b", "RPUSH @h a", "LLEN @h", "SET @l v", "TYPE @l",
+])
+
+seq("list_arity", [
+    "RPUSH", "RPUSH @l", "LPUSH @l", "LPOP", "RPOP", "LINDEX @l", "LRANGE @l 0", "LRANGE @l 0 1 2",
+    "LREM @l 0", "LLEN", "LLEN @l @m", "EXISTS @l",
+])
+
+seq("list_ttl", [
+    "RPUSH @l a b c", "PEXPIRE @l 100000", "RPUSH @l d", "LPOP @l", "LREM @l 0 b", Tol("PTTL @l", 1500),
+    "LPUSH @l z", Tol("PTTL @l", 1500), "LRANGE @l 0 -1",
+    "RPUSH @t a", "PEXPIRE @t 200", Sleep(400), "LLEN @t", "LPOP @t", "RPUSH @t b", "PTTL @t",
+])
+
 # ---------------------------------------------------------------- Redisson-style usage
 
 seq("redisson_hash_lock", [
@@ -190,6 +239,11 @@ seq("redisson_hash_lock", [
     "HEXISTS @lock uuid:1", "HINCRBY @lock uuid:1 1", "PEXPIRE @lock 30000", "HEXISTS @lock uuid:2",
     Tol("PTTL @lock", 1500), "HINCRBY @lock uuid:1 -1", "HINCRBY @lock uuid:1 -1", "HDEL @lock uuid:1",
     "EXISTS @lock", "HGETALL @lock",
+])
+
+seq("redisson_fair_lock_queue", [
+    "RPUSH @queue t1", "RPUSH @queue t2", "RPUSH @queue t3", "LINDEX @queue 0", "LRANGE @queue 0 -1",
+    "LREM @queue 0 t2", "LPOP @queue", "LINDEX @queue 0", "LLEN @queue", "LPOP @queue", "EXISTS @queue",
 ])
 
 

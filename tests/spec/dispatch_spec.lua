@@ -113,8 +113,9 @@ describe("dispatch", function()
         table.sort(names)
         assert.same({ "dbsize", "decr", "decrby", "del", "delex", "delifeq", "exists", "expire",
                       "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
-                      "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys", "persist",
-                      "pexpire", "pexpireat", "pttl", "set", "ttl", "type", "unlink" }, names)
+                      "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
+                      "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
+                      "pexpire", "pexpireat", "pttl", "rpop", "rpush", "set", "ttl", "type", "unlink" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })
