@@ -232,6 +232,32 @@ seq("list_ttl", [
     "RPUSH @t a", "PEXPIRE @t 200", Sleep(400), "LLEN @t", "LPOP @t", "RPUSH @t b", "PTTL @t",
 ])
 
+# ---------------------------------------------------------------- sets
+
+seq("set_basic", [
+    "SADD @s a b a", "SADD @s b c", "SADD @s c", ["SADD", "@s", b"\x00\r\n"], "SISMEMBER @s a",
+    ["SISMEMBER", "@s", b"\x00\r\n"], "SISMEMBER @s x", "SISMEMBER @missing x", U("SMEMBERS @s"),
+    "SMEMBERS @missing", "SCARD @s", "SCARD @missing", "TYPE @s", "sadd @s A", "SISMEMBER @s A",
+    "SADD @n 3 1 2", U("SMEMBERS @n"),
+])
+
+seq("set_srem", [
+    "SREM @missing a", "SADD @s a b c", "SREM @s x", "SREM @s a a x", U("SMEMBERS @s"), "SREM @s b c",
+    "EXISTS @s", "SCARD @s", "SMEMBERS @s", "TYPE @s",
+])
+
+seq("set_wrongtype_arity", [
+    "SET @str v", "SADD @str a", "SREM @str a", "SISMEMBER @str a", "SMEMBERS @str", "SCARD @str",
+    "SADD @s a", "GET @s", "HGET @s a", "RPUSH @s a", "LLEN @s", "HLEN @s",
+    "SADD", "SADD @s", "SREM @s", "SISMEMBER @s", "SISMEMBER @s a b", "SMEMBERS", "SMEMBERS @s x",
+    "SCARD", "SCARD @s x",
+])
+
+seq("set_ttl", [
+    "SADD @s a b", "PEXPIRE @s 100000", "SADD @s c", "SREM @s a", Tol("PTTL @s", 1500), U("SMEMBERS @s"),
+    "SADD @t a", "PEXPIRE @t 200", Sleep(400), "SCARD @t", "SISMEMBER @t a", "SADD @t b", "PTTL @t",
+])
+
 # ---------------------------------------------------------------- Redisson-style usage
 
 seq("redisson_hash_lock", [

@@ -115,7 +115,8 @@ describe("dispatch", function()
                       "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
                       "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
-                      "pexpire", "pexpireat", "pttl", "rpop", "rpush", "set", "ttl", "type", "unlink" }, names)
+                      "pexpire", "pexpireat", "pttl", "rpop", "rpush", "sadd", "scard", "set", "sismember",
+                      "smembers", "srem", "ttl", "type", "unlink" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })
