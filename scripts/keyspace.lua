@@ -698,34 +698,56 @@ end
 -- (0: no TTL).  Returns when the write is confirmed; raises a retry when
 -- the record is stale (someone wrote in between) or the write did not
 -- apply.
-function K.put(rec, vtype, payload, ttl)
+-- The TTL a write of `ttl` ms (0: none) to `key` gets after the policy's
+-- clamp.
+function K.effective_ttl(key, ttl)
     ttl = ttl or 0
     assert(math.type(ttl) == "integer" and ttl >= 0, "ttl must be a non-negative integer")
-    local key, path = rec.key, rec.path
-    local P = K.policy
     if ttl > 0 then
-        local t = P.ttl(key, ttl)
+        local t = K.policy.ttl(key, ttl)
         if math.type(t) ~= "integer" then t = math.tointeger(t) or math.ceil(t) end
         ttl = math.max(1, t)
     end
-    local lifetime = P.lifetime(key, codec.type_name(vtype), ttl > 0 and ttl or nil)
+    return ttl
+end
+
+-- What a write of rec's key stores: {ttl, lifetime, nonce, data, flags}.
+local function write_plan(rec, vtype, payload, ttl)
+    ttl = K.effective_ttl(rec.key, ttl)
+    local lifetime = K.policy.lifetime(rec.key, codec.type_name(vtype), ttl > 0 and ttl or nil)
     if lifetime ~= "ephemeral" and lifetime ~= "persistent" then
         error("policy lifetime must return \"ephemeral\" or \"persistent\"", 0)
     end
-    local sid = session()
     local nonce = K.nonce()
-    local data = codec.encode({ type = vtype, ttl = ttl, nonce = nonce, payload = payload })
-    local flags = lifetime == "ephemeral" and zk.EPHEMERAL or 0
+    return {
+        ttl = ttl, lifetime = lifetime, nonce = nonce, vtype = vtype, payload = payload,
+        data = codec.encode({ type = vtype, ttl = ttl, nonce = nonce, payload = payload }),
+        flags = lifetime == "ephemeral" and zk.EPHEMERAL or 0,
+    }
+end
+
+-- A write may change the node in place only while the key lives and the
+-- node already has the lifetime and owner the write would give it.
+local function in_place(rec, lifetime, sid)
+    local owner = rec.node.ephemeralOwner or 0
+    return rec.live and ((lifetime == "persistent" and owner == 0) or
+                         (lifetime == "ephemeral" and owner ~= 0 and owner == sid))
+end
+
+function K.put(rec, vtype, payload, ttl)
+    local path = rec.path
+    local w = write_plan(rec, vtype, payload, ttl)
+    ttl = w.ttl
+    local lifetime, nonce, data, flags = w.lifetime, w.nonce, w.data, w.flags
+    local sid = session()
     local node = rec.node
     local kind, rc, stat, results
     local new_version = 0
     if node then
-        local owner = node.ephemeralOwner or 0
         -- In place only while the key lives: a key that expired is gone for
         -- Redis, and writing it again makes a new node, so that its czxid
         -- (the fencing token) grows with every acquisition.
-        if rec.live and ((lifetime == "persistent" and owner == 0) or
-                         (lifetime == "ephemeral" and owner ~= 0 and owner == sid)) then
+        if in_place(rec, lifetime, sid) then
             kind = "set"
             rc, stat = zk.set(path, data, node.version)
         else
@@ -815,6 +837,118 @@ function K.delete(recs, done)
         delete_some(some)
         if done then done(some) end
     end
+    return true
+end
+
+---------------------------------------------------------------------------
+-- Committing a script's transaction (txn.lua's buffered mode)
+--
+-- t.base: key -> the record read from ZooKeeper (or the cache, or presumed
+-- absent); t.writes: key -> {kind = "put", vtype, payload, ttl} or
+-- {kind = "delete"}, the last write of each key.  One multi, keys in
+-- sorted order:
+--   a key read, not written     check(version), or, when it had no node,
+--                               create+delete (asserts it is still absent)
+--   a key deleted               delete(version); absent: asserted absent
+--   a key put                   set(version) / replace_ops / create, by
+--                               the same lifetime rule as K.put
+-- Each write is itself conditional on the version read, so a written key
+-- needs no check of its own.  A script that wrote nothing and read fewer
+-- than two keys sends nothing (its one read was current when made);
+-- with two or more keys read, the checks alone are sent, so that what it
+-- answers is one snapshot.
+--
+-- Returns true when committed (or nothing to commit); raises K.retry when
+-- a check or write failed or a write of unknown outcome did not apply.
+
+local function absent_ops(ops, path)
+    ops[#ops + 1] = { "create", path, "", 0 }
+    ops[#ops + 1] = { "delete", path, 0 }
+end
+
+function K.commit(t)
+    local keys = {}
+    for k in pairs(t.base) do keys[#keys + 1] = k end
+    table.sort(keys)
+    local sid = session()
+    local ops, puts, dels = {}, {}, {}
+    for _, key in ipairs(keys) do
+        local rec, w = t.base[key], t.writes[key]
+        if not w then
+            if rec.node then
+                ops[#ops + 1] = { "check", rec.path, rec.node.version }
+            else
+                absent_ops(ops, rec.path)
+            end
+        elseif w.kind == "delete" then
+            if rec.node then
+                ops[#ops + 1] = { "delete", rec.path, rec.node.version }
+                dels[#dels + 1] = rec
+            else
+                absent_ops(ops, rec.path)
+            end
+        else
+            local p = write_plan(rec, w.vtype, w.payload, w.ttl)
+            p.rec = rec
+            if not rec.node then
+                ops[#ops + 1] = { "create", rec.path, p.data, p.flags }
+                p.new_version = 0
+            elseif in_place(rec, p.lifetime, sid) then
+                ops[#ops + 1] = { "set", rec.path, p.data, rec.node.version }
+                p.new_version = rec.node.version + 1
+            else
+                local rops, nv = replace_ops(rec.path, rec.node.version, p.data, p.flags)
+                for _, o in ipairs(rops) do ops[#ops + 1] = o end
+                p.new_version = nv
+            end
+            p.op = #ops
+            puts[#puts + 1] = p
+        end
+    end
+    if #puts == 0 and #dels == 0 and #keys < 2 then return true end
+    local rc, results = zk.multi(ops)
+    local frc = first_error(rc, results)
+    local stats = {}
+    if frc == zk.OK then
+        for i, p in ipairs(puts) do
+            stats[i] = results and results[p.op] and results[p.op].stat or nil
+            if stats[i] then learn_offset(stats[i]) end
+        end
+    elseif frc == zk.NONODE or frc == zk.NODEEXISTS or frc == zk.BADVERSION then
+        for i, r in ipairs(type(results) == "table" and results or {}) do
+            if r.rc == zk.NONODE and ops[i][1] == "create" then
+                -- A missing parent (a fresh ensemble, or a policy path).
+                K.ensure_path(parent(ops[i][2]))
+                K.retry(0)
+            end
+        end
+        K.retry()
+    elseif unknown(frc) then
+        if #puts > 0 then
+            local p = puts[1]
+            local ok, applied, st = pcall(resolve_write, p.rec.path, p.nonce, p.lifetime)
+            if not ok then error(applied, 0) end
+            if not applied then K.retry() end
+            stats[1] = st
+        elseif #dels > 0 then
+            if not resolve_delete(dels) then K.retry() end
+        else
+            K.retry()
+        end
+    else
+        fail(frc, "multi")
+    end
+    local owner_sid = session()
+    for i, p in ipairs(puts) do
+        local st = stats[i]
+        remember(p.rec.path, {
+            nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
+            payload = p.payload, ttl = p.ttl,
+            version = st and st.version or p.new_version,
+            czxid = st and st.czxid or nil,
+        })
+    end
+    for _, rec in ipairs(dels) do forget(rec.path) end
     return true
 end
 

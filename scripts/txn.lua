@@ -13,6 +13,18 @@
 --
 -- A function that has nothing to write simply returns its reply; nothing is
 -- sent to ZooKeeper beyond its reads.
+--
+--   txn.script(keys, function(t) ... return reply [, false] end)
+--
+-- runs a client script (eval.lua) as ONE transaction in buffered mode:
+-- t:read records what it read (version, or absence) and serves the
+-- script's own earlier writes; t:put and t:delete only buffer; when the
+-- function returns, K.commit sends one multi (checks of every key read,
+-- then the writes) and only then is the reply released.  A second return
+-- value false means "do not commit" (a script that failed).  A failed
+-- check re-runs the whole function.  While it runs, txn.run called from
+-- the same coroutine (a command reached through redis.call) reuses this
+-- transaction, so every command works unchanged in both contexts.
 
 local K = require "keyspace"
 local queue = require "queue"
@@ -85,7 +97,132 @@ local function handler(e)
     return debug and debug.traceback and debug.traceback(tostring(e), 2) or tostring(e)
 end
 
+---------------------------------------------------------------------------
+-- Buffered mode (scripts)
+
+local Buf = {}
+Buf.__index = Buf
+
+-- coroutine -> the script transaction running in it
+local current = setmetatable({}, { __mode = "k" })
+T.current = current
+
+function Buf:base_read(key, cache_ok)
+    local rec = self.base[key]
+    if rec then return rec end
+    if cache_ok and self.attempt == 1 then rec = K.cached(key) end
+    rec = rec or K.read(key)
+    self.base[key] = rec
+    return rec
+end
+
+function Buf:read(key, cache_ok)
+    return self.view[key] or self:base_read(key, cache_ok)
+end
+
+function Buf:presume_absent(key)
+    if self.view[key] or self.base[key] or self.attempt ~= 1 then return self:read(key) end
+    local rec = K.absent(key)
+    self.base[key] = rec
+    return rec
+end
+
+function Buf:read_all(keys)
+    local missing, seen = {}, {}
+    for _, k in ipairs(keys) do
+        if not self.view[k] and not self.base[k] and not seen[k] then
+            seen[k] = true
+            missing[#missing + 1] = k
+        end
+    end
+    if #missing > 0 then
+        for k, rec in pairs(K.read_many(missing)) do self.base[k] = rec end
+    end
+    local out = {}
+    for _, k in ipairs(keys) do out[k] = self.view[k] or self.base[k] end
+    return out
+end
+
+Buf.confirm = Txn.confirm
+
+function Buf:put(rec, vtype, payload, ttl)
+    local key = rec.key
+    local base = self.base[key] or rec
+    self.base[key] = base
+    ttl = K.effective_ttl(key, ttl or 0)
+    self.writes[key] = { kind = "put", vtype = vtype, payload = payload, ttl = ttl }
+    self.view[key] = {
+        key = key, path = rec.path, live = true, buffered = true,
+        node = base.node, vtype = vtype, value = payload, ttl = ttl,
+        deadline = ttl > 0 and host.now() + ttl or nil,
+    }
+end
+
+function Buf:delete(recs, done)
+    for _, rec in ipairs(recs) do
+        local key = rec.key
+        self.base[key] = self.base[key] or rec
+        self.writes[key] = { kind = "delete" }
+        self.view[key] = { key = key, path = rec.path, live = false, buffered = true }
+    end
+    if done then done(recs) end
+end
+
+-- A command run inside the script: its retries are the script's.
+function Buf:nested(fn)
+    local ok, res = xpcall(fn, handler, self)
+    if ok then return res end
+    if K.is_abort(res) then return res.reply end
+    error(res, 0)
+end
+
+-- True when something is buffered.
+function Buf:dirty()
+    return next(self.writes) ~= nil
+end
+
+function T.script(keys, fn)
+    local co = coroutine.running()
+    local paths = {}
+    for i, k in ipairs(keys) do paths[i] = K.path(k) end
+    local held <close> = queue.hold(paths)
+    local attempt = 0
+    local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
+    while true do
+        attempt = attempt + 1
+        local t = setmetatable({ attempt = attempt, base = {}, view = {}, writes = {} }, Buf)
+        current[co] = t
+        local ok, res, commit = xpcall(fn, handler, t)
+        current[co] = nil
+        if ok then
+            if commit == false then return res end
+            local cok, cres = xpcall(K.commit, handler, t)
+            if cok then
+                T.stats.committed = T.stats.committed + 1
+                return res
+            end
+            res = cres
+        end
+        if K.is_abort(res) then return res.reply end
+        if not K.is_retry(res) then error(res, 0) end
+        T.stats.retries = T.stats.retries + 1
+        if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
+        local delay = res.delay or jitter(attempt)
+        if host.deadline and host.now() + delay >= host.deadline() then
+            return { err = errors.CONTENDED }
+        end
+        if delay > 0 then host.sleep(delay) end
+    end
+end
+
+-- Scripts committed and re-run (for INFO and the bench).
+T.stats = { committed = 0, retries = 0 }
+
+---------------------------------------------------------------------------
+
 function T.run(keys, fn)
+    local outer = current[coroutine.running()]
+    if outer then return outer:nested(fn) end
     local paths = {}
     for i, k in ipairs(keys) do paths[i] = K.path(k) end
     local held <close> = queue.hold(paths)

@@ -18,7 +18,7 @@ local K = require "keyspace"
 local M = {}
 
 local builtin = {}
-for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set" }) do
+for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "eval" }) do
     for name, spec in pairs(require(mod)) do
         spec.name = name
         builtin[name] = spec
@@ -28,7 +28,7 @@ M.builtin = builtin
 
 -- Built-in commands and the policy's; the policy's win.  Rebuilt in place
 -- when the policy changes, so the host's reference stays good.
-M.commands = {}
+M.commands = require "command_table"
 
 local function build_commands(extra)
     for name in pairs(M.commands) do M.commands[name] = nil end

@@ -111,11 +111,12 @@ describe("dispatch", function()
             assert.is_string(spec.flags)
         end
         table.sort(names)
-        assert.same({ "dbsize", "decr", "decrby", "del", "delex", "delifeq", "exists", "expire",
+        assert.same({ "dbsize", "decr", "decrby", "del", "delex", "delifeq", "eval", "eval_ro",
+                      "evalsha", "evalsha_ro", "exists", "expire",
                       "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
                       "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
-                      "pexpire", "pexpireat", "pttl", "rpop", "rpush", "sadd", "scard", "set", "sismember",
+                      "pexpire", "pexpireat", "pttl", "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
                       "smembers", "srem", "ttl", "type", "unlink" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,

@@ -1,0 +1,412 @@
+-- eval.lua — EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT LOAD|EXISTS|
+-- FLUSH|KILL, with Redis 7.0's replies, conversions and error texts.
+--
+--   EVAL body numkeys key... arg...
+--     -> compile (cached by SHA-1, shared by every connection)
+--     -> txn.script(KEYS): the keys' local queues, then the script runs in
+--        buffered mode (txn.lua): redis.call dispatches to the same command
+--        table as the top level, its reads recorded, its writes buffered
+--     -> the reply is converted, then ONE multi commits; a conflict re-runs
+--        the script from the start.  A script that fails, or runs past its
+--        time or memory cap (sandbox.lua), commits nothing.
+
+local K = require "keyspace"
+local T = require "txn"
+local E = require "errors"
+local U = require "util"
+local SB = require "sandbox"
+local sha1 = require "sha1"
+
+SB.add_signal(K.is_retry)
+SB.add_signal(K.is_abort)
+
+local V = {}
+
+local scripts = {}  -- sha -> body
+local compiled = {} -- sha -> function
+V.scripts = scripts
+
+local commands = require "command_table" -- zkresp.lua's M.commands
+
+local NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
+
+local function err(text) return { err = text } end
+
+local function clean(s)
+    return (s:gsub("[\r\n]", " "))
+end
+
+---------------------------------------------------------------------------
+-- Conversions
+
+-- A float as Redis turns it into a reply integer (truncated; out of range
+-- or NaN: the minimum, as the C cast gives on x86-64).
+local function to_integer(x)
+    if math.type(x) == "integer" then return x end
+    if x ~= x or x >= 2^63 or x < -2^63 then return math.mininteger end
+    return math.tointeger(x < 0 and math.ceil(x) or math.floor(x))
+end
+
+-- A script's value -> a reply (lua_host.h's reply values).
+local function to_reply(v, depth)
+    local tv = type(v)
+    if v == nil or v == false or v == host.null then return host.null end
+    if v == true then return 1 end
+    if tv == "number" then return to_integer(v) end
+    if tv == "string" then return v end
+    if tv ~= "table" then return host.null end
+    if depth > 1000 then error("reached lua stack limit", 0) end
+    if type(v.err) == "string" then return { err = clean(v.err) } end
+    if type(v.ok) == "string" then return { ok = clean(v.ok) } end
+    if type(v.double) == "number" then return { double = v.double } end
+    if type(v.map) == "table" then
+        local flat = {}
+        for k, val in pairs(v.map) do
+            flat[#flat + 1] = to_reply(k, depth + 1)
+            flat[#flat + 1] = to_reply(val, depth + 1)
+        end
+        return { map = flat }
+    end
+    if type(v.set) == "table" then
+        local list = {}
+        for k in pairs(v.set) do list[#list + 1] = to_reply(k, depth + 1) end
+        return { set = list }
+    end
+    local out, i = {}, 1
+    while v[i] ~= nil do
+        out[i] = to_reply(v[i], depth + 1)
+        i = i + 1
+    end
+    return out
+end
+V.to_reply = function(v) return to_reply(v, 0) end
+
+-- A command's reply -> the Lua value redis.call returns (resp: 2 or 3).
+-- Errors come back as {err = text}; the caller raises or returns them.
+local function to_lua(r, resp)
+    if r == nil or r == false or r == host.null then
+        if resp == 3 then return nil end
+        return false
+    end
+    if r == true then return 1 end
+    local tr = type(r)
+    if tr == "number" then return to_integer(r) end
+    if tr == "string" then return r end
+    if tr ~= "table" then return false end
+    if r.err then return { err = r.err } end
+    if r.ok then return { ok = r.ok } end
+    if r.double then
+        if resp == 3 then return { double = r.double } end
+        return string.format("%.17g", r.double)
+    end
+    if r.map then
+        if resp == 3 then
+            local m = {}
+            for i = 1, #r.map, 2 do m[to_lua(r.map[i], resp)] = to_lua(r.map[i + 1], resp) end
+            return { map = m }
+        end
+        r = r.map
+    elseif r.set then
+        if resp == 3 then
+            local s = {}
+            for _, m in ipairs(r.set) do s[to_lua(m, resp)] = true end
+            return { set = s }
+        end
+        r = r.set
+    end
+    local out, i = {}, 1
+    while r[i] ~= nil do
+        local v = to_lua(r[i], resp)
+        if v == nil then v = false end
+        out[i] = v
+        i = i + 1
+    end
+    return out
+end
+V.to_lua = to_lua
+
+---------------------------------------------------------------------------
+-- The redis table
+
+local function raise(text) error({ err = text }, 0) end
+
+-- redis.call's arguments: strings, or numbers formatted as Redis does.
+local function argument(v)
+    local tv = type(v)
+    if tv == "string" then return v end
+    if tv == "number" then
+        if math.type(v) == "integer" then return string.format("%d", v) end
+        return string.format("%.17g", v)
+    end
+    return nil
+end
+
+local function execute(...)
+    local n = select("#", ...)
+    if n == 0 then return err("ERR Please specify at least one argument for this redis lib call") end
+    local args = {}
+    for i = 1, n do
+        local a = argument((select(i, ...)))
+        if not a then return err("ERR Lua redis lib command arguments must be strings or integers") end
+        args[i] = a
+    end
+    local spec = commands and commands[args[1]:lower()]
+    if not spec then return err("ERR Unknown Redis command called from script") end
+    local arity = spec.arity
+    if (arity > 0 and n ~= arity) or (arity < 0 and n < -arity) then
+        return err("ERR Wrong number of args calling Redis command from script")
+    end
+    local flags = " " .. (spec.flags or "") .. " "
+    if flags:find(" noscript ", 1, true) then
+        return err("ERR This Redis command is not allowed from script")
+    end
+    local c = SB.context()
+    if c and c.ro and flags:find(" write ", 1, true) then
+        return err("ERR Write commands are not allowed from read-only scripts.")
+    end
+    local first = spec.first_key or 0
+    if first > 0 then
+        local last = spec.last_key or first
+        if last < 0 then last = n + last end
+        local step = spec.step and spec.step > 0 and spec.step or 1
+        for i = first, last, step do
+            local e = args[i + 1] and K.key_error(args[i + 1])
+            if e then return err(e) end
+        end
+    end
+    return spec.fn(args)
+end
+
+local function call(raising, ...)
+    SB.user(false)
+    local ok, r = pcall(execute, ...)
+    SB.user(true)
+    if not ok then
+        if SB.is_signal(r) then error(r, 0) end
+        error(r, 0)
+    end
+    local c = SB.context()
+    local v = to_lua(r, c and c.resp or 2)
+    if type(v) == "table" and v.err and raising then raise(v.err) end
+    return v
+end
+
+local LEVELS = { [0] = "debug", [1] = "info", [2] = "info", [3] = "warn" }
+
+local api = {
+    LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+    REPL_NONE = 0, REPL_SLAVE = 1, REPL_REPLICA = 1, REPL_AOF = 2, REPL_ALL = 3,
+    REDIS_VERSION = "7.0.15", REDIS_VERSION_NUM = 0x00070015,
+}
+api.call = function(...) return call(true, ...) end
+api.pcall = function(...) return call(false, ...) end
+
+api.error_reply = function(msg)
+    if type(msg) ~= "string" then raise("ERR wrong number or type of arguments") end
+    msg = msg:gsub("^%-", "")
+    if not msg:find(" ", 1, true) then msg = "ERR " .. msg end
+    return { err = msg }
+end
+
+api.status_reply = function(msg)
+    if type(msg) ~= "string" then raise("ERR wrong number or type of arguments") end
+    return { ok = msg }
+end
+
+api.sha1hex = function(...)
+    if select("#", ...) ~= 1 then raise("ERR wrong number of arguments") end
+    local s = ...
+    return sha1.hex(argument(s) or "")
+end
+
+api.log = function(level, ...)
+    if select("#", ...) < 1 then raise("ERR redis.log() requires two arguments or more.") end
+    if math.type(level) == "float" then level = math.tointeger(level) end
+    if not LEVELS[level] then raise("ERR Invalid debug level.") end
+    local parts = {}
+    for i = 1, select("#", ...) do
+        local v = select(i, ...)
+        parts[i] = argument(v) or tostring(v)
+    end
+    host.log(LEVELS[level], "script: " .. table.concat(parts, " "))
+end
+
+api.setresp = function(v)
+    if v ~= 2 and v ~= 3 then raise("ERR RESP version must be 2 or 3.") end
+    local c = SB.context()
+    if c then c.resp = math.tointeger(v) end
+end
+
+api.set_repl = function() end
+api.replicate_commands = function() return true end
+api.breakpoint = function() return false end
+api.debug = function() end
+
+local env
+local function environment()
+    if not env then
+        env = SB.env(api, require("compat_cjson").new(host.null), require "compat_bit")
+    end
+    return env
+end
+
+---------------------------------------------------------------------------
+-- Running a script
+
+-- The line of client code an error came from: the innermost frame of the
+-- script's chunk.
+local function user_line()
+    if not (debug and debug.getinfo) then return 1 end
+    for level = 2, 200 do
+        local info = debug.getinfo(level, "Sl")
+        if not info then break end
+        if info.source == "@user_script" then return info.currentline end
+    end
+    return 1
+end
+
+local function handler(e)
+    if K.is_retry(e) or K.is_abort(e) then return e end
+    return { failed = e, line = user_line() }
+end
+
+local function format_error(f, c)
+    local e = f.failed
+    local text
+    if getmetatable(e) == SB.Kill then
+        if e.why == "time" then
+            text = string.format("ERR Script ran past the time limit of %d ms and was aborted, " ..
+                                 "nothing was written", c.time_limit)
+        else
+            text = string.format("ERR Script exceeded the memory limit of %d KB and was aborted, " ..
+                                 "nothing was written", c.mem_limit_kb)
+        end
+    elseif type(e) == "table" and type(e.err) == "string" then
+        text = e.err
+    elseif type(e) == "string" then
+        text = "ERR " .. e
+    elseif math.type(e) then
+        text = "ERR " .. SB.num2str(e)
+    elseif e == nil then
+        text = "ERR nil"
+    else
+        text = "ERR unknown error"
+    end
+    return { err = clean(string.format("%s script: %s, on @user_script:%d.", text, c.sha, f.line)) }
+end
+
+local function limits()
+    local cfg = host.config or {}
+    local t = tonumber(cfg.script_time_limit)
+    if not t or t <= 0 then t = 5000 end
+    local m = tonumber(cfg.script_memory_limit)
+    if not m or m <= 0 then m = 64 * 1024 * 1024 end
+    return math.tointeger(t) or math.floor(t), math.max(1, m // 1024)
+end
+V.limits = limits
+
+-- Compiles body (cached by sha); returns the function or nil, the error.
+local function compile(sha, body)
+    local fn = compiled[sha]
+    if fn then return fn end
+    local f, e = load(body, "@user_script", "t", environment())
+    if not f then return nil, "ERR Error compiling script (new function): " .. clean(e) end
+    compiled[sha] = f
+    scripts[sha] = body
+    return f
+end
+V.compile = compile
+
+local function run(args, sha, body, ro)
+    local n = U.to_int(args[3])
+    if not n then return err(E.NOT_INTEGER) end
+    if n > #args - 3 then return err("ERR Number of keys can't be greater than number of args") end
+    if n < 0 then return err("ERR Number of keys can't be negative") end
+    local keys = {}
+    for i = 1, n do
+        keys[i] = args[3 + i]
+        local e = K.key_error(keys[i])
+        if e then return err(e) end
+    end
+    local fn, cerr = compile(sha, body)
+    if not fn then return err(cerr) end
+    local tl, ml = limits()
+    local c = { sha = sha, ro = ro, time_limit = tl, mem_limit_kb = ml }
+    local guard <close> = SB.enter(c)
+    return T.script(keys, function()
+        c.resp = 2
+        c.keys = table.move(args, 4, 3 + n, 1, {})
+        c.argv = table.move(args, 4 + n, #args, 1, {})
+        SB.user(true)
+        local ok, r = xpcall(fn, handler)
+        SB.user(false)
+        if not ok then
+            if K.is_retry(r) or K.is_abort(r) then error(r, 0) end
+            return format_error(r, c), false
+        end
+        local cok, reply = pcall(to_reply, r, 0)
+        if not cok then
+            return { err = clean("ERR " .. tostring(reply) .. " script: " .. sha .. ", on @user_script:1.") }, false
+        end
+        return reply
+    end)
+end
+V.run = run
+
+local function eval(ro)
+    return function(args)
+        local body = args[2]
+        return run(args, sha1.hex(body), body, ro)
+    end
+end
+
+local function evalsha(ro)
+    return function(args)
+        local sha = args[2]:lower()
+        local body = scripts[sha]
+        if not body then return err(NOSCRIPT) end
+        return run(args, sha, body, ro)
+    end
+end
+
+---------------------------------------------------------------------------
+-- SCRIPT
+
+local function script(args)
+    local sub = args[2]:lower()
+    if sub == "load" then
+        if #args ~= 3 then return err(E.wrong_arity("script|load")) end
+        local body = args[3]
+        local sha = sha1.hex(body)
+        local _, cerr = compile(sha, body)
+        if cerr then return err(cerr) end
+        return sha
+    elseif sub == "exists" then
+        if #args < 3 then return err(E.wrong_arity("script|exists")) end
+        local out = {}
+        for i = 3, #args do out[i - 2] = scripts[args[i]:lower()] and 1 or 0 end
+        return out
+    elseif sub == "flush" then
+        if #args > 3 then return err(E.wrong_arity("script|flush")) end
+        if #args == 3 and not (U.is(args[3], "sync") or U.is(args[3], "async")) then
+            return err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+        end
+        for k in pairs(scripts) do scripts[k] = nil end
+        for k in pairs(compiled) do compiled[k] = nil end
+        return { ok = "OK" }
+    elseif sub == "kill" then
+        if #args ~= 2 then return err(E.wrong_arity("script|kill")) end
+        return err("NOTBUSY No scripts in execution right now.")
+    end
+    return err("ERR unknown subcommand '" .. clean(args[2]):sub(1, 128) .. "'. Try SCRIPT HELP.")
+end
+
+local FLAGS = "noscript skip_monitor may_replicate no_mandatory_keys stale movablekeys"
+
+return {
+    eval = { fn = eval(false), arity = -3, flags = FLAGS, first_key = 0, last_key = 0, step = 0 },
+    evalsha = { fn = evalsha(false), arity = -3, flags = FLAGS, first_key = 0, last_key = 0, step = 0 },
+    eval_ro = { fn = eval(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
+    evalsha_ro = { fn = evalsha(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
+    script = { fn = script, arity = -2, flags = "noscript", first_key = 0, last_key = 0, step = 0 },
+}
