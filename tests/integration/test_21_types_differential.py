@@ -258,6 +258,115 @@ seq("set_ttl", [
     "SADD @t a", "PEXPIRE @t 200", Sleep(400), "SCARD @t", "SISMEMBER @t a", "SADD @t b", "PTTL @t",
 ])
 
+# ---------------------------------------------------------------- sorted sets
+
+seq("zset_zadd", [
+    "ZADD @z 1 a 2 c 2 b 3 d -1 e", "ZRANGE @z 0 -1", "ZADD @z 10 a", "ZRANGE @z 0 -1", "ZCARD @z",
+    "ZCARD @missing", "TYPE @z", ["ZADD", "@z", "0", b"\x00\r\n"], ["ZSCORE", "@z", b"\x00\r\n"],
+    "ZADD @z", "ZADD @z 1", "ZADD @z 1 a 2", "ZADD @z NX", "ZADD @z NX XX", "ZADD @z 1 a nx",
+    "ZADD @z NX XX 1 a", "ZADD @z XX NX 1 a", "ZADD @z GT LT 1 a", "ZADD @z NX GT 1 a", "ZADD @z LT NX 1 a",
+    "ZADD @z INCR 1 a 2 b", "ZADD @z NX XX INCR 1 a 2 b", "ZADD @z XX 1 nosuch", "ZADD @n XX 1 a",
+    "EXISTS @n", "ZADD @n XX INCR 1 a", "ZADD @n NX 1 a 2 b",
+    "ZADD @z NX 5 a 3 f", "ZSCORE @z a", "ZADD @z XX 5 a 3 g", "ZSCORE @z g",
+    "ZADD @z GT CH 100 a 0 b 7 h", "ZSCORE @z b", "ZADD @z lt ch 1 b 200 a", "ZADD @z CH 1 b",
+    "ZADD @z CH 1 b 1 b", "ZADD @z ch 2 b", "ZADD @z xx gt ch 3 b", "ZADD @z XX LT 5 b",
+    "ZADD @z GT INCR 1 a", "ZADD @z LT INCR 1 a", "ZADD @z NX INCR 1 a", "ZADD @z XX INCR 1 a",
+    "ZADD @z XX INCR 1 nope", "ZADD @z INCR 0 a", "ZADD @z INCR 4 new", "ZADD @z INCR 0.1 new",
+    "ZADD @z inf i", "ZADD @z INCR -inf i", "ZSCORE @z i", "ZRANGE @z 0 -1",
+    "zadd @z Gt Ch 1000 a", "ZSCORE @z a",
+])
+
+seq("zset_scores", [
+    "ZADD @z inf a -INF b +Infinity c 0x10 d 1e3 e", "ZADD @z .5 f 5. g -0 h 1e-310 i 0.1 j",
+    "ZADD @z 9007199254740993 k 1e20 l -1.5e-7 m 123456789.125 n", "ZSCORE @z a", "ZSCORE @z b",
+    "ZSCORE @z d", "ZSCORE @z e", "ZSCORE @z f", "ZSCORE @z g", "ZSCORE @z h", "ZSCORE @z i",
+    "ZSCORE @z j", "ZSCORE @z k", "ZSCORE @z l", "ZSCORE @z m", "ZSCORE @z n", "ZRANGE @z 0 -1",
+    "ZADD @z x m", "ZADD @z nan m", "ZADD @z NaN m", "ZADD @z ' 1' m", "ZADD @z '1 ' m", "ZADD @z '' m",
+    "ZADD @z 1e400 m", "ZADD @z -1e400 m", "ZADD @z 1e-400 m", "ZADD @z 1e m", "ZADD @z 0x m",
+    "ZADD @z . m", ["ZADD", "@z", b"1\x00", "m"], "ZADD @z --1 m", "ZADD @z inf1 m", "ZADD @z 1,5 m",
+    "ZINCRBY @z 0.1 j", "ZINCRBY @z 0.2 j", "ZINCRBY @z 1 a", "ZINCRBY @z -inf a", "ZINCRBY @z nan a",
+    "ZINCRBY @z x a", "ZSCORE @z a", "ZSCORE @z nope", "ZSCORE @missing a",
+])
+
+seq("zset_zincrby_zrem_zrank", [
+    "ZINCRBY @z 1.5 a", "ZINCRBY @z 0.1 a", "ZINCRBY @z 1 a b", "ZINCRBY @z 1", "ZADD @z 0 b 9 c",
+    "ZRANK @z b", "ZRANK @z a", "ZRANK @z c", "ZRANK @z x", "ZRANK @missing x", "ZRANK @z", "ZRANK @z a b",
+    "ZREM @missing a", "ZREM @z a a x b", "ZRANGE @z 0 -1", "ZREM @z c", "EXISTS @z", "ZREM @z",
+    "ZADD @r 1 b 1 a 1 c 0 z", "ZRANK @r a", "ZRANK @r z", "ZRANK @r c",
+])
+
+seq("zset_zrange_rank", [
+    "ZADD @z 1 a 2 b 2.5 c 3 d -1 e", "ZRANGE @z 0 -1", "ZRANGE @z -2 -1", "ZRANGE @z 3 1",
+    "ZRANGE @z -100 100", "ZRANGE @z 0 1 REV", "ZRANGE @z -2 -1 rev", "ZRANGE @z 5 10",
+    "ZRANGE @missing 0 -1", "ZRANGE @z x 1", "ZRANGE @missing 0 1.5", "ZRANGE @z 0 1 FOO",
+    "ZRANGE @z 0 1 REV REV", "ZRANGE @z 0 1 BYSCORE BYLEX", "ZRANGE @z 0 1 LIMIT 1", "ZRANGE @z 0 1 LIMIT 0 1",
+    "ZRANGE @z 0 9223372036854775807", "ZRANGE @z -9223372036854775808 0", "ZRANGE @z", "ZRANGE @z 0",
+    "ZRANGE @missing 0 1 FOO",
+])
+
+seq("zset_zrange_withscores_resp2", [
+    # RESP2 only: in RESP3 Redis answers pairs (see test_zrange_withscores_resp3).
+    "ZADD @z 1 a 2 b 2.5 c 3 d -1 e 0.1 f inf g", "ZRANGE @z 0 -1 WITHSCORES", "ZRANGE @z -2 -1 withscores",
+    "ZRANGE @z 0 1 REV WITHSCORES", "ZRANGE @z (1 3 BYSCORE WITHSCORES", "ZRANGEBYSCORE @z -inf +inf WITHSCORES",
+    "ZRANGEBYSCORE @z (1 (3 WITHSCORES", "ZRANGEBYSCORE @z 1 2 LIMIT 1 1 WITHSCORES LIMIT 0 5",
+    "ZRANGEBYSCORE @z 1 2 withscores withscores", "ZRANGE @z 1 1 WITHSCORES WITHSCORES",
+])
+
+seq("zset_zrange_byscore", [
+    "ZADD @z 1 a 2 b 2 c 3 d -1 e", "ZRANGE @z (1 3 BYSCORE", "ZRANGE @z 3 (1 BYSCORE REV",
+    "ZRANGE @z 3 (1 REV BYSCORE", "ZRANGE @z -inf +inf BYSCORE LIMIT 1 2", "ZRANGE @z +inf -inf BYSCORE REV LIMIT 1 2",
+    "ZRANGE @z -inf +inf BYSCORE LIMIT 1 -1", "ZRANGE @z -inf +inf BYSCORE LIMIT -1 2",
+    "ZRANGE @z -inf +inf BYSCORE LIMIT 1 0", "ZRANGE @z -inf +inf BYSCORE LIMIT 10 1",
+    "ZRANGE @z -inf +inf BYSCORE LIMIT 4 10", "ZRANGE @z -inf +inf BYSCORE LIMIT 5 10",
+    "ZRANGE @z -inf +inf BYSCORE LIMIT x 1", "ZRANGE @z -inf +inf BYSCORE LIMIT 1", "ZRANGE @z x y BYSCORE",
+    "ZRANGE @missing x y BYSCORE", "ZRANGE @missing 0 1 BYSCORE",
+    "ZRANGEBYSCORE @z -inf +inf", "ZRANGEBYSCORE @z '' 2", "ZRANGEBYSCORE @z ' 1' 2", "ZRANGEBYSCORE @z ( 2",
+    "ZRANGEBYSCORE @z '( 1' 2", "ZRANGEBYSCORE @z 1e400 inf", "ZRANGEBYSCORE @z 2 1", "ZRANGEBYSCORE @z (2 2",
+    "ZRANGEBYSCORE @z 2 (2", "ZRANGEBYSCORE @z 1 2 LIMIT 1 1", "ZRANGEBYSCORE @z 1 2 REV",
+    "ZRANGEBYSCORE @z 1 2 BYSCORE", "ZRANGEBYSCORE @z nan 2", "ZRANGEBYSCORE @z x 2", "ZRANGEBYSCORE @z '1 ' 2",
+    "ZRANGEBYSCORE @z ' ' 2", "ZRANGEBYSCORE @z (x 2", "ZRANGEBYSCORE @z 1) 2", "ZRANGEBYSCORE @missing x 1",
+    "ZRANGEBYSCORE @missing 0 1 foo", "ZRANGEBYSCORE @z 0x1 2", "ZRANGEBYSCORE @z -Infinity 2",
+    "ZRANGEBYSCORE @z +inf -inf", "ZRANGEBYSCORE @z -inf -inf", "ZRANGEBYSCORE @z 1 2 LIMIT",
+    "ZRANGEBYSCORE @z 1 2 LIMIT 0 9223372036854775807", "ZRANGEBYSCORE @z", "ZRANGEBYSCORE @z 1",
+    ["ZRANGEBYSCORE", "@z", b"2\x00junk", "3"],
+])
+
+seq("zset_zrange_bylex", [
+    "ZADD @z 0 a 0 b 0 c 0 d", "ZRANGE @z - + BYLEX", "ZRANGE @z (a [c BYLEX", "ZRANGE @z [c (a BYLEX REV",
+    "ZRANGE @z - + BYLEX LIMIT 1 1", "ZRANGE @z + - BYLEX", "ZRANGE @z (b [b BYLEX", "ZRANGE @z [b [b BYLEX",
+    "ZRANGE @z a b BYLEX", "ZRANGE @z - + BYLEX WITHSCORES", "ZRANGE @z -x + BYLEX", "ZRANGE @z [ + BYLEX",
+    "ZRANGE @z ( + BYLEX", "ZRANGE @z [bb [cc BYLEX", "ZRANGE @z + - BYLEX REV", "ZRANGE @z - + BYLEX REV LIMIT 1 2",
+    "ZADD @m 1 z 2 a 3 m", "ZRANGE @m - + BYLEX", "ZRANGE @m [b [z BYLEX", "ZRANGE @m [a [m BYLEX",
+    "ZRANGE @m [m [a BYLEX REV",
+])
+
+seq("zset_zremrangebyscore", [
+    "ZADD @z 1 a 2 b 2 c 3 d -1 e", "ZREMRANGEBYSCORE @z x 1", "ZREMRANGEBYSCORE @missing x 1",
+    "ZREMRANGEBYSCORE @missing 0 1", "ZREMRANGEBYSCORE @z 10 20", "ZREMRANGEBYSCORE @z (1 2", "ZRANGE @z 0 -1",
+    "ZREMRANGEBYSCORE @z 3 1", "ZREMRANGEBYSCORE @z -inf +inf", "EXISTS @z", "ZREMRANGEBYSCORE @z",
+    "ZREMRANGEBYSCORE @z 1 2 3",
+])
+
+seq("zset_wrongtype", [
+    "SET @s v", "ZADD @s 1 a", "ZINCRBY @s 1 a", "ZREM @s a", "ZSCORE @s a", "ZRANK @s a", "ZCARD @s",
+    "ZRANGE @s 0 1", "ZRANGEBYSCORE @s 0 1", "ZREMRANGEBYSCORE @s 0 1", "ZADD @s x a", "ZADD @s NX XX 1 a",
+    "ZINCRBY @s x a", "ZRANGE @s x 1", "ZREMRANGEBYSCORE @s x 1", "ZADD @z 1 a", "GET @z", "SADD @z a",
+    "HGET @z a", "LLEN @z", "INCR @z", "TYPE @z", "SET @z v", "TYPE @z",
+])
+
+seq("zset_ttl", [
+    "ZADD @z 1 a 2 b", "PEXPIRE @z 100000", "ZADD @z 3 c", "ZINCRBY @z 1 a", "ZREM @z b",
+    "ZREMRANGEBYSCORE @z 100 200", "ZADD @z XX CH 5 a", Tol("PTTL @z", 1500), "ZRANGE @z 0 -1",
+    "ZADD @t 1 a", "PEXPIRE @t 200", Sleep(400), "ZCARD @t", "ZSCORE @t a", "ZADD @t 2 b", "PTTL @t",
+])
+
+seq("semaphore_zset", [
+    # redis-semaphore: a zset of holders scored by acquire time.
+    "ZREMRANGEBYSCORE @sem -inf 1000", "ZCARD @sem", "ZADD @sem 2000 id1", "ZADD @sem 2001 id2",
+    "ZRANGE @sem 0 -1", "ZRANK @sem id2", "ZREMRANGEBYSCORE @sem -inf 2000", "ZCARD @sem",
+    "ZADD @sem 3000 id2", "ZSCORE @sem id2", "ZREM @sem id2", "EXISTS @sem",
+])
+
 # ---------------------------------------------------------------- Redisson-style usage
 
 seq("redisson_hash_lock", [
@@ -276,10 +385,28 @@ seq("redisson_fair_lock_queue", [
 NAMES = sorted(SEQUENCES)
 
 
+RESP2_ONLY = {"zset_zrange_withscores_resp2"}
+
+
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("name", NAMES)
 def test_same_as_redis(name, proto, zkr, redis_ref):
+    if proto == 3 and name in RESP2_ONLY:
+        pytest.skip("RESP2 only")
     check(redis_ref.port, zkr().port, SEQUENCES[name], proto, harness.unique(name) + ":")
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+def test_zrange_withscores(zkr, redis_ref, proto):
+    """WITHSCORES in RESP3: Redis sends [member, score] pairs, zkresp (Gap)
+    the same elements flat; in RESP2 both must be byte-exact."""
+    check(redis_ref.port, zkr().port, [
+        "ZADD @z 1 a 2 b 2.5 c 3 d -1 e 0.1 f inf g",
+        Gap("ZRANGE @z 0 -1 WITHSCORES"), Gap("ZRANGE @z -2 -1 WITHSCORES"), Gap("ZRANGE @z 0 1 REV WITHSCORES"),
+        Gap("ZRANGE @z (1 3 BYSCORE WITHSCORES"), Gap("ZRANGEBYSCORE @z -inf +inf WITHSCORES"),
+        Gap("ZRANGEBYSCORE @z (1 (3 WITHSCORES LIMIT 0 1"), Gap("ZRANGE @missing 0 -1 WITHSCORES"),
+        "ZRANGE @z 0 -1", "ZRANGEBYSCORE @z 1 2",
+    ], proto, harness.unique("zws") + ":")
 
 
 def test_unordered_and_gap_checks_can_fail():

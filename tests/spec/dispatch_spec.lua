@@ -117,7 +117,8 @@ describe("dispatch", function()
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
                       "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
                       "pexpire", "pexpireat", "pttl", "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
-                      "smembers", "srem", "ttl", "type", "unlink" }, names)
+                      "smembers", "srem", "ttl", "type", "unlink", "zadd", "zcard", "zincrby", "zrange",
+                      "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })

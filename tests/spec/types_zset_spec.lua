@@ -1,0 +1,235 @@
+-- The sorted set commands (cmd_zset.lua), as redis-server 7.0 answers them.
+
+local zkmodel = require "zkmodel"
+
+local null = zkmodel.null
+local function E(text) return { err = text } end
+local WRONGTYPE = E("WRONGTYPE Operation against a key holding the wrong kind of value")
+local SYNTAX = E("ERR syntax error")
+local NOT_INT = E("ERR value is not an integer or out of range")
+local NOT_FLOAT = E("ERR value is not a valid float")
+local RANGE = E("ERR min or max is not a float")
+local function D(x) return { double = x } end
+
+describe("sorted sets", function()
+    local W, a, b
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar()
+    end)
+
+    local function members(key, sc)
+        return (sc or a):call("ZRANGE", key, "0", "-1")
+    end
+
+    it("ZADD adds and updates; order is score, then member bytes", function()
+        assert.equal(5, a:call("ZADD", "z", "1", "a", "2", "c", "2", "b", "3", "d", "-1", "e"))
+        assert.same({ "e", "a", "b", "c", "d" }, members("z", b))
+        assert.equal(0, a:call("ZADD", "z", "10", "a"))
+        assert.same({ "e", "b", "c", "d", "a" }, members("z"))
+        assert.equal(5, b:call("ZCARD", "z"))
+        assert.equal(0, a:call("ZCARD", "missing"))
+        assert.same({ ok = "zset" }, a:call("TYPE", "z"))
+        assert.equal(1, a:call("ZADD", "z", "0", "\0\r\n"))
+        assert.same(D(0.0), a:call("ZSCORE", "z", "\0\r\n"))
+    end)
+
+    it("parses scores like Redis's getDoubleFromObject", function()
+        assert.equal(5, a:call("ZADD", "z", "inf", "a", "-INF", "b", "+Infinity", "c", "0x10", "d", ".5", "e"))
+        assert.same(D(math.huge), a:call("ZSCORE", "z", "a"))
+        assert.same(D(-math.huge), a:call("ZSCORE", "z", "b"))
+        assert.same(D(16.0), a:call("ZSCORE", "z", "d"))
+        assert.same(D(0.5), a:call("ZSCORE", "z", "e"))
+        assert.equal(2, a:call("ZADD", "z", "5.", "f", "1e-310", "g"))
+        assert.same(D(1e-310), a:call("ZSCORE", "z", "g"))
+        for _, s in ipairs({ "x", "nan", "NaN", " 1", "1 ", "", "1e400", "-1e400", "1e-400", "1e", "0x",
+                             ".", "1\0", "--1", "inf1" }) do
+            assert.same(NOT_FLOAT, a:call("ZADD", "z", s, "m"), s)
+        end
+        -- A negative zero is stored as zero, as a small Redis zset does.
+        a:call("ZADD", "z", "-0", "h")
+        assert.equal("0.0", string.format("%.1f", a:call("ZSCORE", "z", "h").double))
+        assert.equal(1 / 0, 1 / a:call("ZSCORE", "z", "h").double)
+    end)
+
+    it("ZADD's options and their errors", function()
+        assert.same(E("ERR wrong number of arguments for 'zadd' command"), a:call("ZADD", "z", "1"))
+        assert.same(SYNTAX, a:call("ZADD", "z", "1", "a", "2"))
+        assert.same(SYNTAX, a:call("ZADD", "z", "NX", "XX"))
+        assert.same(SYNTAX, a:call("ZADD", "z", "1", "a", "nx"))
+        assert.same(E("ERR XX and NX options at the same time are not compatible"),
+                    a:call("ZADD", "z", "NX", "XX", "1", "a"))
+        for _, o in ipairs({ { "GT", "LT" }, { "NX", "GT" }, { "LT", "NX" } }) do
+            assert.same(E("ERR GT, LT, and/or NX options at the same time are not compatible"),
+                        a:call("ZADD", "z", o[1], o[2], "1", "a"))
+        end
+        assert.same(E("ERR INCR option supports a single increment-element pair"),
+                    a:call("ZADD", "z", "INCR", "1", "a", "2", "b"))
+        assert.equal(0, a:call("EXISTS", "z"))
+        assert.equal(0, a:call("ZADD", "z", "XX", "1", "a"))
+        assert.equal(0, a:call("EXISTS", "z"))
+        assert.equal(null, a:call("ZADD", "z", "XX", "INCR", "1", "a"))
+
+        assert.equal(2, a:call("ZADD", "z", "1", "a", "2", "b"))
+        assert.equal(1, a:call("ZADD", "z", "NX", "5", "a", "3", "c"))
+        assert.same(D(1.0), a:call("ZSCORE", "z", "a"))
+        assert.equal(0, a:call("ZADD", "z", "XX", "5", "a", "3", "d"))
+        assert.same(D(5.0), a:call("ZSCORE", "z", "a"))
+        assert.equal(null, a:call("ZSCORE", "z", "d"))
+        -- GT/LT only move scores up/down; CH counts changes too.
+        assert.equal(2, a:call("ZADD", "z", "GT", "CH", "100", "a", "0", "b", "7", "n"))
+        assert.same(D(2.0), a:call("ZSCORE", "z", "b"))
+        assert.equal(1, a:call("ZADD", "z", "lt", "ch", "1", "b", "200", "a"))
+        assert.same(D(100.0), a:call("ZSCORE", "z", "a"))
+        assert.equal(0, a:call("ZADD", "z", "CH", "1", "b"))
+        assert.equal(1, a:call("ZADD", "z", "xx", "gt", "ch", "3", "b"))
+        -- INCR answers the new score, or null when nothing was done.
+        assert.same(D(101.0), a:call("ZADD", "z", "GT", "INCR", "1", "a"))
+        assert.equal(null, a:call("ZADD", "z", "LT", "INCR", "1", "a"))
+        assert.equal(null, a:call("ZADD", "z", "NX", "INCR", "1", "a"))
+        assert.same(D(101.0), a:call("ZADD", "z", "INCR", "0", "a"))
+        assert.same(D(4.0), a:call("ZADD", "z", "INCR", "4", "new"))
+        a:call("ZADD", "z", "inf", "i")
+        assert.same(E("ERR resulting score is not a number (NaN)"), a:call("ZADD", "z", "INCR", "-inf", "i"))
+        assert.same(D(math.huge), a:call("ZSCORE", "z", "i"))
+    end)
+
+    it("ZINCRBY, ZSCORE, ZRANK, ZREM", function()
+        assert.same(D(1.5), a:call("ZINCRBY", "z", "1.5", "a"))
+        assert.same(D(1.6), a:call("ZINCRBY", "z", "0.1", "a"))
+        assert.same(NOT_FLOAT, a:call("ZINCRBY", "z", "x", "a"))
+        assert.same(E("ERR wrong number of arguments for 'zincrby' command"), a:call("ZINCRBY", "z", "1", "a", "b"))
+        a:call("ZADD", "z", "0", "b", "9", "c")
+        assert.equal(0, a:call("ZRANK", "z", "b"))
+        assert.equal(1, a:call("ZRANK", "z", "a"))
+        assert.equal(2, b:call("ZRANK", "z", "c"))
+        assert.equal(null, a:call("ZRANK", "z", "x"))
+        assert.equal(null, a:call("ZRANK", "missing", "x"))
+        assert.equal(null, a:call("ZSCORE", "missing", "x"))
+        assert.equal(0, a:call("ZREM", "missing", "a"))
+        assert.equal(2, a:call("ZREM", "z", "a", "a", "x", "b"))
+        assert.same({ "c" }, members("z"))
+        assert.equal(1, b:call("ZREM", "z", "c"))
+        assert.equal(0, a:call("EXISTS", "z"))
+        assert.is_nil(W:node(a:path("z")))
+    end)
+
+    it("ZRANGE by index, with REV and WITHSCORES", function()
+        a:call("ZADD", "z", "1", "a", "2", "b", "2.5", "c", "3", "d", "-1", "e")
+        assert.same({ "c", D(2.5), "d", D(3.0) }, a:call("ZRANGE", "z", "-2", "-1", "WITHSCORES"))
+        assert.same({ "a", D(1.0) }, a:call("ZRANGE", "z", "1", "1", "withscores"))
+        assert.same({}, a:call("ZRANGE", "z", "3", "1"))
+        assert.same({ "e", "a", "b", "c", "d" }, a:call("ZRANGE", "z", "-100", "100"))
+        assert.same({ "d", "c" }, a:call("ZRANGE", "z", "0", "1", "REV"))
+        assert.same({ "a", "e" }, a:call("ZRANGE", "z", "-2", "-1", "REV"))
+        assert.same({}, a:call("ZRANGE", "missing", "0", "-1"))
+        assert.same(NOT_INT, a:call("ZRANGE", "z", "x", "1"))
+        assert.same(NOT_INT, a:call("ZRANGE", "missing", "0", "1.5"))
+        assert.same(SYNTAX, a:call("ZRANGE", "z", "0", "1", "FOO"))
+        assert.same(SYNTAX, a:call("ZRANGE", "z", "0", "1", "REV", "REV"))
+        assert.same(SYNTAX, a:call("ZRANGE", "z", "0", "1", "BYSCORE", "BYLEX"))
+        assert.same(SYNTAX, a:call("ZRANGE", "z", "0", "1", "LIMIT", "1"))
+        assert.same(E("ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"),
+                    a:call("ZRANGE", "z", "0", "1", "LIMIT", "0", "1"))
+    end)
+
+    it("ZRANGE BYSCORE and ZRANGEBYSCORE: bounds, exclusion, LIMIT", function()
+        a:call("ZADD", "z", "1", "a", "2", "b", "2", "c", "3", "d", "-1", "e")
+        assert.same({ "b", "c", "d" }, a:call("ZRANGE", "z", "(1", "3", "BYSCORE"))
+        assert.same({ "d", "c", "b" }, a:call("ZRANGE", "z", "3", "(1", "BYSCORE", "REV"))
+        assert.same({ "a", "b" }, a:call("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "1", "2"))
+        assert.same({ "b", D(2.0), "c" }, { table.unpack(a:call("ZRANGE", "z", "-inf", "+inf", "BYSCORE",
+                                                              "LIMIT", "2", "-1", "WITHSCORES"), 1, 3) })
+        assert.same({}, a:call("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "-1", "2"))
+        assert.same({}, a:call("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "1", "0"))
+        assert.same({}, a:call("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "10", "1"))
+        assert.same(NOT_INT, a:call("ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "x", "1"))
+        assert.same(RANGE, a:call("ZRANGE", "z", "x", "y", "BYSCORE"))
+
+        assert.same({ "e", "a", "b", "c", "d" }, a:call("ZRANGEBYSCORE", "z", "-inf", "+inf"))
+        assert.same({ "b", D(2.0), "c", D(2.0) }, a:call("ZRANGEBYSCORE", "z", "(1", "(3", "WITHSCORES"))
+        -- strtod's reading: empty is 0, leading spaces, overflow to inf, hex.
+        assert.same({ "a", "b", "c" }, a:call("ZRANGEBYSCORE", "z", "", "2"))
+        assert.same({ "a", "b", "c" }, a:call("ZRANGEBYSCORE", "z", "(", "2"))
+        assert.same({ "a", "b", "c" }, a:call("ZRANGEBYSCORE", "z", " 1", "2"))
+        assert.same({ "a", "b", "c" }, a:call("ZRANGEBYSCORE", "z", "0x1", "2"))
+        assert.same({}, a:call("ZRANGEBYSCORE", "z", "1e400", "inf"))
+        assert.same({ "e", "a", "b", "c" }, a:call("ZRANGEBYSCORE", "z", "-Infinity", "2"))
+        assert.same({}, a:call("ZRANGEBYSCORE", "z", "2", "1"))
+        assert.same({}, a:call("ZRANGEBYSCORE", "z", "(2", "2"))
+        assert.same({ "b" }, a:call("ZRANGEBYSCORE", "z", "1", "2", "LIMIT", "1", "1"))
+        assert.same({ "a", D(1.0), "b", D(2.0), "c", D(2.0) },
+                    a:call("ZRANGEBYSCORE", "z", "1", "2", "LIMIT", "1", "1", "WITHSCORES", "LIMIT", "0", "5"))
+        for _, bad in ipairs({ "nan", "x", "1 ", " ", "(x", "1)" }) do
+            assert.same(RANGE, a:call("ZRANGEBYSCORE", "z", bad, "2"), bad)
+        end
+        assert.same(SYNTAX, a:call("ZRANGEBYSCORE", "z", "1", "2", "REV"))
+        assert.same(SYNTAX, a:call("ZRANGEBYSCORE", "z", "1", "2", "BYSCORE"))
+        assert.same(RANGE, a:call("ZRANGEBYSCORE", "missing", "x", "1"))
+        assert.same({}, a:call("ZRANGEBYSCORE", "missing", "0", "1"))
+    end)
+
+    it("ZRANGE BYLEX", function()
+        a:call("ZADD", "z", "0", "a", "0", "b", "0", "c", "0", "d")
+        assert.same({ "a", "b", "c", "d" }, a:call("ZRANGE", "z", "-", "+", "BYLEX"))
+        assert.same({ "b", "c" }, a:call("ZRANGE", "z", "(a", "[c", "BYLEX"))
+        assert.same({ "c", "b" }, a:call("ZRANGE", "z", "[c", "(a", "BYLEX", "REV"))
+        assert.same({ "b" }, a:call("ZRANGE", "z", "-", "+", "BYLEX", "LIMIT", "1", "1"))
+        assert.same({}, a:call("ZRANGE", "z", "+", "-", "BYLEX"))
+        assert.same({}, a:call("ZRANGE", "z", "(b", "[b", "BYLEX"))
+        assert.same(E("ERR min or max not valid string range item"), a:call("ZRANGE", "z", "a", "b", "BYLEX"))
+        assert.same(E("ERR syntax error, WITHSCORES not supported in combination with BYLEX"),
+                    a:call("ZRANGE", "z", "-", "+", "BYLEX", "WITHSCORES"))
+    end)
+
+    it("ZREMRANGEBYSCORE removes a score range; the last member deletes the key", function()
+        a:call("ZADD", "z", "1", "a", "2", "b", "2", "c", "3", "d", "-1", "e")
+        assert.same(RANGE, a:call("ZREMRANGEBYSCORE", "z", "x", "1"))
+        assert.same(RANGE, a:call("ZREMRANGEBYSCORE", "missing", "x", "1"))
+        assert.equal(0, a:call("ZREMRANGEBYSCORE", "missing", "0", "1"))
+        assert.equal(0, a:call("ZREMRANGEBYSCORE", "z", "10", "20"))
+        assert.equal(2, a:call("ZREMRANGEBYSCORE", "z", "(1", "2"))
+        assert.same({ "e", "a", "d" }, members("z"))
+        assert.equal(3, b:call("ZREMRANGEBYSCORE", "z", "-inf", "+inf"))
+        assert.equal(0, a:call("EXISTS", "z"))
+    end)
+
+    it("answers WRONGTYPE on other types, after the arguments are checked", function()
+        a:call("SET", "s", "v")
+        for _, cmd in ipairs({ { "ZADD", "s", "1", "a" }, { "ZINCRBY", "s", "1", "a" }, { "ZREM", "s", "a" },
+                               { "ZSCORE", "s", "a" }, { "ZRANK", "s", "a" }, { "ZCARD", "s" },
+                               { "ZRANGE", "s", "0", "1" }, { "ZRANGEBYSCORE", "s", "0", "1" },
+                               { "ZREMRANGEBYSCORE", "s", "0", "1" } }) do
+            assert.same(WRONGTYPE, a:call(table.unpack(cmd)))
+        end
+        assert.same(NOT_FLOAT, a:call("ZADD", "s", "x", "a"))
+        assert.same(NOT_INT, a:call("ZRANGE", "s", "x", "1"))
+        assert.same(RANGE, a:call("ZREMRANGEBYSCORE", "s", "x", "1"))
+        a:call("ZADD", "z", "1", "a")
+        assert.same(WRONGTYPE, a:call("GET", "z"))
+        assert.same(WRONGTYPE, a:call("SADD", "z", "a"))
+        assert.same(WRONGTYPE, a:call("HGET", "z", "a"))
+        assert.same(WRONGTYPE, a:call("LLEN", "z"))
+    end)
+
+    it("keeps the TTL across writes; a semaphore's zset lives with its writer", function()
+        a:call("ZADD", "sem", "1000", "id1")
+        a:call("PEXPIRE", "sem", "10000")
+        W:advance(1000)
+        assert.equal(1, b:call("ZADD", "sem", "2000", "id2"))
+        assert.same(D(2001.0), b:call("ZINCRBY", "sem", "1", "id2"))
+        assert.equal(1, b:call("ZREMRANGEBYSCORE", "sem", "-inf", "1500"))
+        assert.equal(1, b:call("ZREM", "sem", "nope", "id2") - 0)
+        assert.equal(0, a:call("EXISTS", "sem"))
+        a:call("ZADD", "sem", "1", "x", "2", "y")
+        a:call("PEXPIRE", "sem", "10000")
+        W:advance(1000)
+        b:call("ZREM", "sem", "x")
+        local left = a:call("PTTL", "sem")
+        assert.is_true(left > 8900 and left <= 9000, tostring(left))
+        assert.equal(b.sid, W:node(a:path("sem")).stat.ephemeralOwner)
+        W:expire_session(b.sid)
+        assert.equal(0, a:call("ZCARD", "sem"))
+    end)
+end)
