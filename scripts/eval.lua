@@ -266,6 +266,7 @@ local function user_line()
 end
 
 local function handler(e)
+    SB.user(false)
     if K.is_retry(e) or K.is_abort(e) then return e end
     return { failed = e, line = user_line() }
 end
@@ -337,8 +338,13 @@ local function run(args, sha, body, ro)
         c.resp = 2
         c.keys = table.move(args, 4, 3 + n, 1, {})
         c.argv = table.move(args, 4 + n, #args, 1, {})
-        SB.user(true)
-        local ok, r = xpcall(fn, handler)
+        -- The caps interrupt client code only, and only inside this xpcall.
+        local ok, r = xpcall(function()
+            SB.user(true)
+            local res = fn()
+            SB.user(false)
+            return res
+        end, handler)
         SB.user(false)
         if not ok then
             if K.is_retry(r) or K.is_abort(r) then error(r, 0) end

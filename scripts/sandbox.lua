@@ -22,14 +22,16 @@
 -- other and the string metatable with the system layer.
 --
 -- The caps: a count hook on the script's coroutine checks, every
--- HOOK_COUNT instructions of client code, the time since the script
--- started and the growth of the VM's memory since then; past either it
--- raises a Kill, which pcall inside the script cannot catch.  Nothing is
+-- HOOK_COUNT instructions of client code, the growth of the VM's memory
+-- since the script started (and every TIME_EVERY checks the time since
+-- then); past either it raises a Kill, which pcall inside the script
+-- cannot catch.  The memory measure is the whole VM's, so it is
+-- approximate; a hard bound needs a limit in the host's allocator.  Nothing is
 -- committed before a script ends (txn.lua), so killing one writes nothing.
 
 local SB = {}
 
-SB.HOOK_COUNT = 1000
+SB.HOOK_COUNT = 8
 
 local Kill = {}
 SB.Kill = Kill
@@ -132,16 +134,29 @@ end
 
 -- The kill: a signal no script can catch.
 function SB.kill(c, why)
+    -- From here on the hook stays quiet: the error handlers that run next
+    -- are the system's.
+    if c then c.user = false end
     error(setmetatable({ why = why, ctx = c }, Kill), 0)
 end
+
+-- Memory is looked at on every call (cheap), so that a script doubling a
+-- string in a loop overshoots the cap by a few doublings at most; the
+-- clock every TIME_EVERY calls.
+SB.TIME_EVERY = 128
+local gccount = collectgarbage
 
 local function hook()
     local c = contexts[coroutine.running()]
     if not c or not c.user then return end
-    if host.now() > c.time_deadline then SB.kill(c, "time") end
-    if c.mem_limit_kb and collectgarbage("count") - c.mem0 > c.mem_limit_kb then
-        collectgarbage("collect")
-        if collectgarbage("count") - c.mem0 > c.mem_limit_kb then SB.kill(c, "memory") end
+    if c.mem_limit_kb and gccount("count") - c.mem0 > c.mem_limit_kb then
+        gccount("collect")
+        if gccount("count") - c.mem0 > c.mem_limit_kb then SB.kill(c, "memory") end
+    end
+    c.ticks = c.ticks + 1
+    if c.ticks >= SB.TIME_EVERY then
+        c.ticks = 0
+        if host.now() > c.time_deadline then SB.kill(c, "time") end
     end
 end
 
@@ -152,6 +167,7 @@ function SB.enter(c)
     c.time_deadline = c.start + (c.time_limit or 5000)
     c.mem0 = collectgarbage("count")
     c.user = false
+    c.ticks = 0
     contexts[co] = c
     if debug and debug.sethook then debug.sethook(hook, "", SB.HOOK_COUNT) end
     return setmetatable({}, { __close = function()
