@@ -1,0 +1,171 @@
+// clients.js — real Node.js lock clients against two zkresp sidecars.
+//
+//   node clients.js <scenario> <portA> <portB> <seconds>
+//
+// Workers, half on each sidecar, contend for one resource for the given
+// time.  Every hold is recorded with this process's monotonic clock; the
+// script prints a JSON summary and exits 1 if two holds of a mutex
+// overlapped (or more than `limit` holders of a semaphore coexisted), if a
+// client call failed unexpectedly, or if nobody ever acquired.
+'use strict';
+
+const path = require('path');
+const modules = path.join(__dirname, '..', '..', 'node_modules');
+const Redis = require(path.join(modules, 'ioredis'));
+const Redlock = require(path.join(modules, 'redlock')).default;
+const { Mutex, Semaphore } = require(path.join(modules, 'redis-semaphore'));
+
+const [scenario, portA, portB, seconds] = process.argv.slice(2);
+const WORKERS = 6;
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const holds = [];   // {start, end, worker}
+const errors = [];
+let attempts = 0;
+
+function client(i) {
+  return new Redis({ host: '127.0.0.1', port: Number(i % 2 ? portB : portA),
+                     maxRetriesPerRequest: 2, enableOfflineQueue: true });
+}
+
+async function hold(i, ms) {
+  const h = { start: now(), worker: i };
+  await sleep(ms);
+  h.end = now();
+  holds.push(h);
+}
+
+// A worker: repeatedly acquire, hold a little, release, until the deadline.
+async function loop(deadline, body) {
+  while (now() < deadline) {
+    attempts++;
+    try {
+      await body();
+    } catch (e) {
+      const msg = String(e && e.message || e);
+      // Losing a race is normal for these clients; anything else is not.
+      if (!/unable to achieve a quorum|acquire|Timeout|ExecutionError/i.test(msg)) errors.push(msg);
+    }
+    await sleep(Math.random() * 5);
+  }
+}
+
+async function ioredisScripts(deadline) {
+  const clients = [];
+  const run = [];
+  for (let i = 0; i < WORKERS; i++) {
+    const c = client(i);
+    clients.push(c);
+    c.defineCommand('lockAcquire', { numberOfKeys: 1,
+      lua: "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])" });
+    c.defineCommand('lockRelease', { numberOfKeys: 1,
+      lua: "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end" });
+    const token = 'w' + i + '-' + Math.random().toString(16).slice(2);
+    run.push(loop(deadline, async () => {
+      const got = await c.lockAcquire('node:ioredis', token, 2000);
+      if (got !== 'OK') return;
+      await hold(i, 3);
+      const released = await c.lockRelease('node:ioredis', token);
+      if (released !== 1) errors.push('release answered ' + JSON.stringify(released));
+    }));
+  }
+  await Promise.all(run);
+  return clients;
+}
+
+async function redlock(deadline) {
+  const clients = [];
+  const run = [];
+  for (let i = 0; i < WORKERS; i++) {
+    const c = client(i);
+    clients.push(c);
+    const rl = new Redlock([c], { retryCount: 0, automaticExtensionThreshold: 100 });
+    run.push(loop(deadline, async () => {
+      if (i % 3 === 0) {
+        // using(): held past the initial duration, kept by automatic extension.
+        await rl.using(['node:redlock'], 300, async (signal) => {
+          const h = { start: now(), worker: i };
+          await sleep(450);
+          if (signal.aborted) throw signal.error;
+          h.end = now();
+          holds.push(h);
+        });
+      } else {
+        let lock = await rl.acquire(['node:redlock'], 1000);
+        const h = { start: now(), worker: i };
+        await sleep(3);
+        lock = await lock.extend(1000);
+        await sleep(3);
+        h.end = now();
+        holds.push(h);
+        await lock.release();
+      }
+    }));
+  }
+  await Promise.all(run);
+  return clients;
+}
+
+async function semaphoreMutex(deadline) {
+  const clients = [];
+  const run = [];
+  for (let i = 0; i < WORKERS; i++) {
+    const c = client(i);
+    clients.push(c);
+    run.push(loop(deadline, async () => {
+      const m = new Mutex(c, 'node:mutex', { lockTimeout: 2000, acquireTimeout: 300,
+                                            retryInterval: 5, refreshInterval: 200 });
+      await m.acquire();
+      await hold(i, 3);
+      await m.release();
+    }));
+  }
+  await Promise.all(run);
+  return clients;
+}
+
+const LIMIT = 2;
+async function semaphore(deadline) {
+  const clients = [];
+  const run = [];
+  for (let i = 0; i < WORKERS; i++) {
+    const c = client(i);
+    clients.push(c);
+    run.push(loop(deadline, async () => {
+      const s = new Semaphore(c, 'node:sem', LIMIT, { lockTimeout: 2000, acquireTimeout: 300,
+                                                     retryInterval: 5, refreshInterval: 200 });
+      await s.acquire();
+      await hold(i, 5);
+      await s.release();
+    }));
+  }
+  await Promise.all(run);
+  return clients;
+}
+
+// The most holds that coexisted at any instant.
+function maxConcurrent() {
+  const ev = [];
+  for (const h of holds) { ev.push([h.start, 1]); ev.push([h.end, -1]); }
+  ev.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let cur = 0, max = 0;
+  for (const [, d] of ev) { cur += d; max = Math.max(max, cur); }
+  return max;
+}
+
+(async () => {
+  const scenarios = { 'ioredis-script': ioredisScripts, redlock, mutex: semaphoreMutex, semaphore };
+  const fn = scenarios[scenario];
+  if (!fn) { console.error('unknown scenario ' + scenario); process.exit(2); }
+  const limit = scenario === 'semaphore' ? LIMIT : 1;
+  const clients = await fn(now() + Number(seconds) * 1000);
+  const workers = new Set(holds.map((h) => h.worker % 2));
+  const summary = { scenario, holds: holds.length, attempts, max_concurrent: maxConcurrent(),
+                    limit, sidecars_that_held: workers.size, errors: errors.slice(0, 5) };
+  console.log(JSON.stringify(summary));
+  for (const c of clients) c.disconnect();
+  const ok = holds.length > 0 && summary.max_concurrent <= limit && errors.length === 0 &&
+             workers.size === 2;
+  process.exit(ok ? 0 : 1);
+})().catch((e) => { console.error(e); process.exit(1); });

@@ -1,0 +1,26 @@
+"""Real Node.js lock clients (ioredis 6 under its default RESP3, node-redlock,
+redis-semaphore), their workers split across two zkresp sidecars on one
+ZooKeeper, contending for one resource: no two holders overlap (a semaphore
+never exceeds its limit), and both sidecars' clients get to hold it."""
+import json
+import os
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "node", "clients.js")
+
+
+@pytest.mark.parametrize("scenario", ["ioredis-script", "redlock", "mutex", "semaphore"])
+def test_node_clients_two_sidecars(zkresp_pair, scenario):
+    a, b = zkresp_pair
+    proc = subprocess.run(["node", SCRIPT, scenario, str(a.port), str(b.port), "3"],
+                          capture_output=True, text=True, timeout=60)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert lines, "no summary from node: stdout=%r stderr=%r" % (proc.stdout, proc.stderr[-2000:])
+    summary = json.loads(lines[-1])
+    print(summary)
+    assert proc.returncode == 0, (summary, proc.stderr[-2000:])
+    assert summary["holds"] >= 5, summary
+    assert summary["max_concurrent"] <= summary["limit"], summary
