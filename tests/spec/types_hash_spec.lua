@@ -243,6 +243,26 @@ describe("hashes", function()
         assert.equal(0, b:call("EXISTS", "lock"))
     end)
 
+    it("concurrent writes from two sidecars are each applied once", function()
+        local tasks = {}
+        for i = 1, 40 do
+            local sc = i % 2 == 0 and a or b
+            tasks[#tasks + 1] = sc:start("HINCRBY", "h", "n", "1")
+            tasks[#tasks + 1] = sc:start("RPUSH", "l", tostring(i))
+            tasks[#tasks + 1] = sc:start("SADD", "s", tostring(i), "common")
+            tasks[#tasks + 1] = sc:start("ZINCRBY", "z", "1", "m")
+        end
+        W:run_until(function()
+            for _, t in ipairs(tasks) do if not t.done then return false end end
+            return true
+        end)
+        for _, t in ipairs(tasks) do assert.is_nil(type(t.result) == "table" and t.result.err or nil) end
+        assert.equal("40", a:call("HGET", "h", "n"))
+        assert.equal(40, b:call("LLEN", "l"))
+        assert.equal(41, a:call("SCARD", "s"))
+        assert.same({ double = 40.0 }, b:call("ZSCORE", "z", "m"))
+    end)
+
     it("refuses a hash grown over the value cap", function()
         local c = W:sidecar({ config = { max_value_len = 100 } })
         assert.equal(1, c:call("HSET", "h", "f", string.rep("x", 50)))
