@@ -15,6 +15,8 @@ or exactly the documented deviation computed from it (a null bulk `$-1`,
 the pairs flattened), nothing else.
 """
 
+import time
+
 import pytest
 
 import harness
@@ -423,3 +425,61 @@ def test_unordered_and_gap_checks_can_fail():
     pairs = b"*2\r\n*2\r\n$1\r\na\r\n,1\r\n*2\r\n$1\r\nb\r\n,2.5\r\n"
     assert _gap_alternative(pairs) == b"*4\r\n$1\r\na\r\n,1\r\n$1\r\nb\r\n,2.5\r\n"
     assert _gap_alternative(b"$1\r\na\r\n") is None
+
+
+# ---------------------------------------------------------------- lifetime on a real ZooKeeper
+
+
+def test_types_lifetime_follows_last_writer(zkresp_pair, kz):
+    """Every type is one znode; with a TTL it is ephemeral, owned by the
+    session of its last writer, and keeps its TTL across writes; without
+    one it is persistent."""
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    sa, sb = a.session_id(), b.session_id()
+    writes = {
+        "h": (["HSET", "h", "f", "1"], ["HINCRBY", "h", "f", "1"], ["HGET", "h", "f"], b"$1\r\n2\r\n"),
+        "l": (["RPUSH", "l", "a", "b"], ["LPOP", "l"], ["LRANGE", "l", "0", "-1"], b"*1\r\n$1\r\nb\r\n"),
+        "s": (["SADD", "s", "a"], ["SADD", "s", "b"], ["SCARD", "s"], b":2\r\n"),
+        "z": (["ZADD", "z", "1", "a"], ["ZINCRBY", "z", "1.5", "a"], ["ZSCORE", "z", "a"], b"$3\r\n2.5\r\n"),
+    }
+    for key, (first, second, read, want) in writes.items():
+        assert ca.cmd(*first).startswith(b":"), first
+        _, st = harness.key_stat(kz, a.root, key)
+        assert st is not None and st.ephemeralOwner == 0, (key, st)
+        assert ca.cmd("PEXPIRE", key, "30000") == b":1\r\n"
+        _, st = harness.key_stat(kz, a.root, key)
+        assert st.ephemeralOwner == sa, (key, st, hex(sa))
+        reply = cb.cmd(*second)
+        assert not reply.startswith(b"-"), (second, reply)
+        _, st = harness.key_stat(kz, a.root, key)
+        assert st.ephemeralOwner == sb, (key, st, hex(sb))
+        assert ca.cmd(*read) == want, (read, ca.cmd(*read))
+        pttl = int(ca.cmd("PTTL", key)[1:-2])
+        assert 25000 <= pttl <= 30000, (key, pttl)
+        assert ca.cmd("PERSIST", key) == b":1\r\n"
+        _, st = harness.key_stat(kz, a.root, key)
+        assert st.ephemeralOwner == 0, (key, st)
+        assert cb.cmd("PTTL", key) == b":-1\r\n"
+        assert cb.cmd("TYPE", key) == {"h": b"+hash\r\n", "l": b"+list\r\n", "s": b"+set\r\n",
+                                        "z": b"+zset\r\n"}[key]
+
+
+def test_types_vanish_with_their_sidecar(make_zkresp, kz):
+    """A collection with a TTL is lost with its owner's session (a killed
+    sidecar), as a lock must be."""
+    a = make_zkresp()
+    b = make_zkresp(root=a.root)
+    ca = a.client()
+    assert ca.cmd("HSET", "lock", "uuid:1", "1") == b":1\r\n"
+    assert ca.cmd("PEXPIRE", "lock", "60000") == b":1\r\n"
+    assert ca.cmd("ZADD", "sem", "1", "id1") == b":1\r\n"
+    assert ca.cmd("PEXPIRE", "sem", "60000") == b":1\r\n"
+    assert ca.cmd("RPUSH", "plain", "x") == b":1\r\n"
+    a.kill9()
+    cb = b.client()
+    deadline = time.time() + 20
+    while time.time() < deadline and cb.cmd("EXISTS", "lock", "sem") != b":0\r\n":
+        time.sleep(0.2)
+    assert cb.cmd("EXISTS", "lock", "sem") == b":0\r\n"
+    assert cb.cmd("LRANGE", "plain", "0", "-1") == b"*1\r\n$1\r\nx\r\n"
