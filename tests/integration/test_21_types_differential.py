@@ -455,8 +455,10 @@ def test_types_lifetime_follows_last_writer(zkresp_pair, kz):
         _, st = harness.key_stat(kz, a.root, key)
         assert st.ephemeralOwner == sb, (key, st, hex(sb))
         assert ca.cmd(*read) == want, (read, ca.cmd(*read))
+        # a reads b's node through the leader-clock offset, which errs late
+        # by up to a reply's latency (keyspace.lua): a few ms over 30000.
         pttl = int(ca.cmd("PTTL", key)[1:-2])
-        assert 25000 <= pttl <= 30000, (key, pttl)
+        assert 25000 <= pttl <= 30200, (key, pttl)
         assert ca.cmd("PERSIST", key) == b":1\r\n"
         _, st = harness.key_stat(kz, a.root, key)
         assert st.ephemeralOwner == 0, (key, st)
