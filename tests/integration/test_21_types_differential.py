@@ -485,3 +485,24 @@ def test_types_vanish_with_their_sidecar(make_zkresp, kz):
         time.sleep(0.2)
     assert cb.cmd("EXISTS", "lock", "sem") == b":0\r\n"
     assert cb.cmd("LRANGE", "plain", "0", "-1") == b"*1\r\n$1\r\nx\r\n"
+
+
+TYPE_COMMANDS = ["hset", "hmset", "hget", "hmget", "hincrby", "hexists", "hdel", "hlen", "hkeys", "hvals",
+                 "hgetall", "rpush", "lpush", "lpop", "rpop", "lindex", "lrange", "lrem", "llen", "sadd",
+                 "srem", "sismember", "smembers", "scard", "zadd", "zincrby", "zrem", "zscore", "zrank", "zcard",
+                 "zrange", "zrangebyscore", "zremrangebyscore"]
+
+
+def test_command_info_matches_redis(zkr, redis_ref):
+    """COMMAND INFO of every type command: name, arity, flags, first key,
+    last key, step as redis-server 7.0 lists them."""
+    from resp import decode_one
+    with zkr().client() as c:
+        got = decode_one(c.cmd("COMMAND", "INFO", *TYPE_COMMANDS))
+    with redis_ref.client() as r:
+        ref = decode_one(r.cmd("COMMAND", "INFO", *TYPE_COMMANDS))
+    assert len(got) == len(TYPE_COMMANDS)
+    for name, g, e in zip(TYPE_COMMANDS, got, ref):
+        assert g is not None, "COMMAND INFO %s: zkresp does not know it" % name
+        assert [g[0], g[1], sorted(g[2]), g[3], g[4], g[5]] == [e[0], e[1], sorted(e[2]), e[3], e[4], e[5]], \
+            (name, g[:6], e[:6])
