@@ -48,8 +48,12 @@ local function to_integer(x)
 end
 
 -- A script's value -> a reply (lua_host.h's reply values).
-local function to_reply(v, depth)
+local function to_reply(v, depth, resp)
     local tv = type(v)
+    -- After redis.setresp(3) a boolean is a RESP3 boolean, which RESP2
+    -- writes as :1/:0.  (The host has no boolean reply value: RESP3
+    -- clients get :1/:0 too, not #t/#f.)
+    if v == false and resp == 3 then return 0 end
     if v == nil or v == false or v == host.null then return host.null end
     if v == true then return 1 end
     if tv == "number" then return to_integer(v) end
@@ -62,24 +66,24 @@ local function to_reply(v, depth)
     if type(v.map) == "table" then
         local flat = {}
         for k, val in pairs(v.map) do
-            flat[#flat + 1] = to_reply(k, depth + 1)
-            flat[#flat + 1] = to_reply(val, depth + 1)
+            flat[#flat + 1] = to_reply(k, depth + 1, resp)
+            flat[#flat + 1] = to_reply(val, depth + 1, resp)
         end
         return { map = flat }
     end
     if type(v.set) == "table" then
         local list = {}
-        for k in pairs(v.set) do list[#list + 1] = to_reply(k, depth + 1) end
+        for k in pairs(v.set) do list[#list + 1] = to_reply(k, depth + 1, resp) end
         return { set = list }
     end
     local out, i = {}, 1
     while v[i] ~= nil do
-        out[i] = to_reply(v[i], depth + 1)
+        out[i] = to_reply(v[i], depth + 1, resp)
         i = i + 1
     end
     return out
 end
-V.to_reply = function(v) return to_reply(v, 0) end
+V.to_reply = function(v, resp) return to_reply(v, 0, resp) end
 
 -- A command's reply -> the Lua value redis.call returns (resp: 2 or 3).
 -- Errors come back as {err = text}; the caller raises or returns them.
@@ -350,7 +354,7 @@ local function run(args, sha, body, ro)
             if K.is_retry(r) or K.is_abort(r) then error(r, 0) end
             return format_error(r, c), false
         end
-        local cok, reply = pcall(to_reply, r, 0)
+        local cok, reply = pcall(to_reply, r, 0, c.resp)
         if not cok then
             return { err = clean("ERR " .. tostring(reply) .. " script: " .. sha .. ", on @user_script:1.") }, false
         end
