@@ -482,13 +482,26 @@ end
 -- wrote.  While the exists is in flight, e.arming lists the commands
 -- waiting for it (see K.cached): it was sent before anything they could
 -- send, so its answer comes first anyway, and waiting costs no round trip.
+--
+-- A node created inside a multi (a script's commit) comes back without its
+-- stat, so its czxid is unknown: then the watch is left by a get, and the
+-- node is ours when it carries our nonce at our version.
 local function arm_watch(path, e)
     e.arming = {}
     host.spawn(function()
-        local ok, rc, stat = pcall(zk.exists, path, true)
-        if ok and owned[path] == e and rc == zk.OK and stat.czxid == e.czxid and
-           stat.version == e.version then
-            e.watched = true
+        if e.czxid then
+            local ok, rc, stat = pcall(zk.exists, path, true)
+            if ok and owned[path] == e and rc == zk.OK and stat.czxid == e.czxid and
+               stat.version == e.version then
+                e.watched = true
+            end
+        else
+            local ok, rc, data, stat = pcall(zk.get, path, true)
+            if ok and owned[path] == e and rc == zk.OK and stat.version == e.version and
+               codec.decode(data).nonce == e.nonce then
+                e.czxid = stat.czxid
+                e.watched = true
+            end
         end
         local waiters = e.arming
         e.arming = nil
@@ -514,7 +527,7 @@ local function remember(path, w)
         }
         forget(path)
         owned[path] = e
-        if K.CACHE_WRITES and e.value ~= nil and e.czxid and e.sid == session() then
+        if K.CACHE_WRITES and e.value ~= nil and e.sid == session() then
             arm_watch(path, e)
         end
         if e.deadline then

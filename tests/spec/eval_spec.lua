@@ -229,6 +229,29 @@ describe("script transactions", function()
         assert.equal("w", b:call("GET", "u2"))
     end)
 
+    it("releases a lock a script took in one ZooKeeper request (the owned-key cache)", function()
+        local acquire = "if redis.call('exists', KEYS[1]) == 1 then return 0 end " ..
+                        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1"
+        local release = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+        assert.equal(1, a:call("EVAL", acquire, "1", "L", "tok", "10000"))
+        W:advance(10) -- the background watch is armed
+        W.ops = {}
+        assert.equal(1, a:call("EVAL", release, "1", "L", "tok"))
+        assert.same({ "multi" }, (function()
+            local kinds = {}
+            for _, op in ipairs(W.ops) do kinds[#kinds + 1] = op.kind end
+            return kinds
+        end)())
+        assert.is_nil(W:node(a:path("L")))
+        -- A stale cache is never trusted for a write: b takes the key over,
+        -- a's compare-and-delete reads again and fails.
+        assert.equal(1, a:call("EVAL", acquire, "1", "L", "tok", "10000"))
+        W:advance(10)
+        assert.same({ ok = "OK" }, b:call("SET", "L", "other"))
+        assert.equal(0, a:call("EVAL", release, "1", "L", "tok"))
+        assert.equal("other", b:call("GET", "L"))
+    end)
+
     it("keeps the lifetime rule: a key with a TTL is ephemeral", function()
         a:call("EVAL", "redis.call('set', KEYS[1], 'v', 'PX', 10000) redis.call('set', KEYS[2], 'p') return 1", "2", "e", "p")
         assert.is_true(W:node(a:path("e")).stat.ephemeralOwner ~= 0)
