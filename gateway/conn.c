@@ -16,6 +16,7 @@
 #include "dispatch.h"
 #include "errors.h"
 #include "log.h"
+#include "metrics.h"
 #include "proto.h"
 #include "server.h"
 
@@ -133,6 +134,13 @@ static void pop_done(struct conn *c)
         if (!c->head)
             c->tail = NULL;
         c->inflight--;
+        /* Metrics: the reply is ready to leave; an error reply starts with
+         * '-' (simple error) or '!' (RESP3 blob error). */
+        if (r->metric_cmd >= 0)
+            metrics_cmd_done(r->metric_cmd,
+                             r->reply.len > 0 && (r->reply.data[0] == '-' ||
+                                                  r->reply.data[0] == '!'),
+                             uv_hrtime() - r->start_ns);
         if (!c->close_when_flushed)
             buf_append(&c->out, r->reply.data, r->reply.len);
         if (r->close_after)
@@ -155,6 +163,8 @@ static struct req *req_append(struct conn *c)
     if (!r)
         return NULL;
     r->c = c;
+    r->metric_cmd = -1; /* dispatch() names it */
+    r->start_ns = uv_hrtime();
     buf_init(&r->reply);
     r->task.done = req_done;
     r->task.data = r;

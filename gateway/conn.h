@@ -32,6 +32,8 @@ struct req {
     int c_pending;          /* answered later by C code, see conn_req_finish */
     int orphan;             /* the connection closed while c_pending */
     unsigned info_sections; /* INFO waiting for ZooKeeper: what to print */
+    int metric_cmd;         /* metrics.h command index; -1: not counted */
+    uint64_t start_ns;      /* uv_hrtime() when read, for the latency */
 };
 
 struct conn {

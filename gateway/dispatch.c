@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "log.h"
 #include "lua_host.h"
+#include "metrics.h"
 #include "proto.h"
 #include "reply.h"
 #include "server.h"
@@ -841,6 +842,10 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
 
     const struct ccmd *cc = ccmd_find(name);
     c->last_cmd = cc ? cc->name : "lua";
+    /* Metrics label: C commands are a fixed table, Lua's were registered at
+     * start; any other name counts as "unknown". */
+    r->metric_cmd = cc ? metrics_cmd_register(cc->name, strlen(cc->name))
+                       : metrics_cmd_find(name->ptr, name->len);
     if (!c->authed && !noauth_allowed(cc)) {
         reply_error(&r->reply, "NOAUTH Authentication required.");
         r->done = 1;

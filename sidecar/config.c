@@ -76,6 +76,10 @@ static const struct opt opts[] = {
      "progress for this long, ms"},
     {"shutdown-grace", OPT_INT, OFF(shutdown_grace), "5000", 0, 3600000,
      "on SIGTERM, time to finish in-flight work, ms"},
+    {"metrics-port", OPT_INT, OFF(metrics_port), "0", 0, 65535,
+     "HTTP port for /metrics, /healthz, /readyz (0: off)"},
+    {"metrics-bind", OPT_STR, OFF(metrics_bind), "127.0.0.1", 0, 0,
+     "address of the metrics port (0.0.0.0 in a pod, for the kubelet)"},
 };
 
 #define NOPTS (sizeof opts / sizeof opts[0])

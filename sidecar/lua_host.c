@@ -1059,3 +1059,41 @@ size_t lua_host_running(const struct lua_host *h)
 {
     return h->running;
 }
+
+/* Metrics only: a plain call on the main state, no coroutine, no task, so it
+ * never yields and never touches the command counters. */
+size_t lua_host_stats(struct lua_host *h, lua_host_stat_cb cb, void *arg)
+{
+    lua_State *L = h->L;
+    if (h->stopped)
+        return 0;
+    int top = lua_gettop(L);
+    size_t n = 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    if (lua_getfield(L, -1, "stats") != LUA_TFUNCTION) {
+        lua_settop(L, top);
+        return 0;
+    }
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+        size_t elen = 0;
+        const char *e = lua_isstring(L, -1) ? lua_tolstring(L, -1, &elen) : "";
+        char q[256];
+        log_debug("lua.stats_failed", "err=%s",
+                  log_quote(e, elen, q, sizeof q));
+        lua_settop(L, top);
+        return 0;
+    }
+    if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            if (lua_type(L, -2) == LUA_TSTRING && lua_isnumber(L, -1) &&
+                lua_type(L, -1) == LUA_TNUMBER) {
+                cb(arg, lua_tostring(L, -2), lua_tonumber(L, -1));
+                n++;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, top);
+    return n;
+}

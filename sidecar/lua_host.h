@@ -152,4 +152,13 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);
 
+/* For /metrics: calls M.stats() if the module has it, on the main state
+ * under lua_pcall (it cannot yield: zk.* and host.sleep refuse outside a
+ * command coroutine), and passes each numeric field of the table it returns
+ * to cb (name borrowed; valid only during the call).  Returns the number of
+ * fields passed; 0 when there is no M.stats, it fails (logged at debug) or
+ * the host is stopped. */
+typedef void (*lua_host_stat_cb)(void *arg, const char *name, double value);
+size_t lua_host_stats(struct lua_host *h, lua_host_stat_cb cb, void *arg);
+
 #endif

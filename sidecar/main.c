@@ -4,12 +4,15 @@
  *
  *   SIGTERM/SIGINT: stop accepting; refuse new commands; let in-flight work
  *   finish within --shutdown-grace; close the ZooKeeper session so that our
- *   ephemeral keys vanish at once; exit 0.
+ *   ephemeral keys vanish at once; exit 0.  Meanwhile /readyz answers 503
+ *   "shutting down" and /healthz keeps answering 200.
  */
 #include "config.h"
 #include "errors.h"
+#include "http.h"
 #include "log.h"
 #include "lua_host.h"
+#include "metrics.h"
 #include "server.h"
 #include "zk.h"
 
@@ -25,6 +28,7 @@ static struct {
     struct zk *zk;
     struct lua_host *lua;
     struct server srv;
+    struct http http; /* --metrics-port; closed last, after the drain */
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t drain;
     double shutdown_deadline;
@@ -34,6 +38,7 @@ static struct {
 static void on_zk_event(const char *event, int64_t session_id, void *arg)
 {
     (void)arg;
+    metrics_session_event(event, session_id);
     if (app.lua)
         lua_host_session_event(app.lua, event, (long long)session_id);
 }
@@ -45,11 +50,19 @@ static void on_zk_watch(const char *event, const char *path, void *arg)
         lua_host_watch_event(app.lua, event, path);
 }
 
+static void register_command(void *arg, const char *name, int arity, int first,
+                             int last, int step, const char *flags)
+{
+    (void)arg, (void)arity, (void)first, (void)last, (void)step, (void)flags;
+    metrics_cmd_register(name, strlen(name));
+}
+
 static void finish_shutdown(void)
 {
     uv_timer_stop(&app.drain);
     server_close(&app.srv);
     zk_close(app.zk);
+    http_close(&app.http);
     log_info("shutdown.done", "");
     uv_stop(app.loop);
 }
@@ -74,6 +87,7 @@ static void on_terminate(uv_signal_t *h, int signum)
         return;
     }
     app.shutting_down = 1;
+    metrics_set_shutting_down();
     log_info("shutdown.begin", "signal=%d inflight=%zu grace_ms=%d", signum,
              lua_host_running(app.lua), app.cfg.shutdown_grace);
     server_stop_accepting(&app.srv);
@@ -116,6 +130,16 @@ int main(int argc, char **argv)
     zk_set_watch_cb(app.zk, on_zk_watch, NULL);
     if (server_init(&app.srv, app.loop, &app.cfg, app.zk, app.lua, err,
                     sizeof err) < 0) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
+    /* Commands are counted by name: the Lua command table is the closed set
+     * of names (C commands add theirs as dispatched). */
+    lua_host_commands(app.lua, register_command, NULL);
+    metrics_set_sources(&(struct metrics_sources){&app.srv, app.zk, app.lua});
+    if (app.cfg.metrics_port > 0 &&
+        http_init(&app.http, app.loop, app.cfg.metrics_bind,
+                  app.cfg.metrics_port, err, sizeof err) < 0) {
         fprintf(stderr, "zkresp: %s\n", err);
         return 2;
     }

@@ -1,0 +1,303 @@
+/*
+ * metrics.c — command counters and latency histograms, and the Prometheus
+ * text exposition of them and of the gauges their owners keep.
+ *
+ *   conn.c: read ──► dispatch ──► ... ──► reply ready ──► metrics_cmd_done()
+ *   http.c: GET /metrics ──► metrics_render() ──► reads server, zk, lua host
+ */
+#include "metrics.h"
+
+#include "lua_host.h"
+#include "reply.h"
+#include "server.h"
+#include "zk.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#define MAX_CMDS 512
+#define NAME_MAX_LEN 32
+#define NBUCKETS 16
+
+/* Upper bounds in seconds, 50 us .. 5 s; +Inf is implicit. */
+static const double bucket_le[NBUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,
+};
+
+struct cmd_stat {
+    char name[NAME_MAX_LEN + 1];
+    uint64_t ok, err;
+    uint64_t buckets[NBUCKETS]; /* not cumulative; summed when rendered */
+    double sum;                 /* seconds */
+};
+
+static struct {
+    struct cmd_stat cmds[MAX_CMDS]; /* [0] is "unknown" */
+    int ncmds;
+    struct metrics_sources src;
+    int64_t session_id;
+    double session_started; /* wall clock, seconds */
+    int shutting_down;
+} m = {.cmds = {{.name = "unknown"}}, .ncmds = 1};
+
+static double wall_seconds(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+void metrics_set_sources(const struct metrics_sources *src)
+{
+    m.src = *src;
+}
+
+static int name_eq(const char *known, const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (known[i] == 0 || known[i] != (char)tolower((unsigned char)name[i]))
+            return 0;
+    return known[len] == 0;
+}
+
+int metrics_cmd_find(const char *name, size_t len)
+{
+    if (len == 0 || len > NAME_MAX_LEN)
+        return 0;
+    for (int i = 1; i < m.ncmds; i++)
+        if (name_eq(m.cmds[i].name, name, len))
+            return i;
+    return 0;
+}
+
+int metrics_cmd_register(const char *name, size_t len)
+{
+    int i = metrics_cmd_find(name, len);
+    if (i > 0 || len == 0 || len > NAME_MAX_LEN || m.ncmds == MAX_CMDS)
+        return i;
+    /* Label values are printed unescaped: keep them to [a-z0-9_|-]. */
+    for (size_t k = 0; k < len; k++) {
+        char ch = (char)tolower((unsigned char)name[k]);
+        if (!(islower((unsigned char)ch) || isdigit((unsigned char)ch) ||
+              ch == '_' || ch == '|' || ch == '-'))
+            return 0;
+        m.cmds[m.ncmds].name[k] = ch;
+    }
+    m.cmds[m.ncmds].name[len] = 0;
+    return m.ncmds++;
+}
+
+void metrics_cmd_done(int idx, int error, uint64_t ns)
+{
+    if (idx < 0 || idx >= m.ncmds)
+        return;
+    struct cmd_stat *c = &m.cmds[idx];
+    double s = (double)ns / 1e9;
+    if (error)
+        c->err++;
+    else
+        c->ok++;
+    c->sum += s;
+    for (int b = 0; b < NBUCKETS; b++)
+        if (s <= bucket_le[b]) {
+            c->buckets[b]++;
+            break;
+        }
+}
+
+void metrics_session_event(const char *event, int64_t session_id)
+{
+    if (session_id != 0 && session_id != m.session_id &&
+        (strcmp(event, "connected") == 0 || strcmp(event, "new") == 0)) {
+        m.session_id = session_id;
+        m.session_started = wall_seconds();
+    }
+}
+
+void metrics_set_shutting_down(void)
+{
+    m.shutting_down = 1;
+}
+
+int metrics_ready(char *why, size_t cap)
+{
+    if (m.shutting_down) {
+        snprintf(why, cap, "shutting down");
+        return 0;
+    }
+    if (!m.src.lua) {
+        snprintf(why, cap, "policy not loaded");
+        return 0;
+    }
+    if (!m.src.zk || !zk_connected(m.src.zk)) {
+        snprintf(why, cap, "zookeeper session %s",
+                 m.src.zk ? zk_state_name(m.src.zk) : "not started");
+        return 0;
+    }
+    snprintf(why, cap, "ok");
+    return 1;
+}
+
+/* --- rendering ----------------------------------------------------------- */
+
+static void head(struct buf *out, const char *name, const char *type,
+                 const char *help)
+{
+    buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void gauge(struct buf *out, const char *name, const char *help, double v)
+{
+    head(out, name, "gauge", help);
+    buf_printf(out, "%s %.17g\n", name, v);
+}
+
+static void counter(struct buf *out, const char *name, const char *help,
+                    uint64_t v)
+{
+    head(out, name, "counter", help);
+    buf_printf(out, "%s %llu\n", name, (unsigned long long)v);
+}
+
+/* What M.stats() returned, collected before rendering. */
+#define MAX_LUA_STATS 32
+struct lua_stats {
+    int n;
+    double owned_keys;
+    struct {
+        char name[64];
+        double v;
+    } extra[MAX_LUA_STATS];
+};
+
+static void lua_stat_cb(void *arg, const char *name, double v)
+{
+    struct lua_stats *ls = arg;
+    if (strcmp(name, "owned_keys") == 0) {
+        ls->owned_keys = v;
+        return;
+    }
+    size_t len = strlen(name);
+    if (ls->n == MAX_LUA_STATS || len == 0 || len >= sizeof ls->extra[0].name)
+        return;
+    for (size_t k = 0; k < len; k++)
+        if (!(islower((unsigned char)name[k]) ||
+              isdigit((unsigned char)name[k]) || name[k] == '_'))
+            return; /* not a valid metric name part: skipped */
+    memcpy(ls->extra[ls->n].name, name, len + 1);
+    ls->extra[ls->n].v = v;
+    ls->n++;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+void metrics_render(struct buf *out)
+{
+    head(out, "zkresp_commands_total", "counter",
+         "Commands answered, by command name and result (ok or error).");
+    for (int i = 0; i < m.ncmds; i++) {
+        const struct cmd_stat *c = &m.cmds[i];
+        if (c->ok)
+            buf_printf(out,
+                       "zkresp_commands_total{command=\"%s\",result=\"ok\"} "
+                       "%llu\n",
+                       c->name, (unsigned long long)c->ok);
+        if (c->err)
+            buf_printf(out,
+                       "zkresp_commands_total{command=\"%s\",result=\"error\"}"
+                       " %llu\n",
+                       c->name, (unsigned long long)c->err);
+    }
+
+    head(out, "zkresp_command_duration_seconds", "histogram",
+         "Time from reading a command to its reply being ready.");
+    for (int i = 0; i < m.ncmds; i++) {
+        const struct cmd_stat *c = &m.cmds[i];
+        uint64_t total = c->ok + c->err, cum = 0;
+        if (total == 0)
+            continue;
+        for (int b = 0; b < NBUCKETS; b++) {
+            cum += c->buckets[b];
+            buf_printf(out,
+                       "zkresp_command_duration_seconds_bucket{command=\"%s\","
+                       "le=\"%g\"} %llu\n",
+                       c->name, bucket_le[b], (unsigned long long)cum);
+        }
+        buf_printf(out,
+                   "zkresp_command_duration_seconds_bucket{command=\"%s\","
+                   "le=\"+Inf\"} %llu\n",
+                   c->name, (unsigned long long)total);
+        buf_printf(out,
+                   "zkresp_command_duration_seconds_sum{command=\"%s\"} "
+                   "%.9f\n",
+                   c->name, c->sum);
+        buf_printf(out,
+                   "zkresp_command_duration_seconds_count{command=\"%s\"} "
+                   "%llu\n",
+                   c->name, (unsigned long long)total);
+    }
+
+    struct zk *z = m.src.zk;
+    int connected = z && zk_connected(z);
+    gauge(out, "zkresp_zookeeper_connected",
+          "1 while the ZooKeeper session is connected.", connected);
+    gauge(out, "zkresp_zookeeper_session_age_seconds",
+          "Age of the current ZooKeeper session (0: none).",
+          z && m.session_id && zk_session_id(z) == m.session_id
+              ? wall_seconds() - m.session_started
+              : 0);
+    counter(out, "zkresp_zookeeper_sessions_total",
+            "ZooKeeper sessions started since the daemon started.",
+            z ? zk_sessions_started(z) : 0);
+    gauge(out, "zkresp_zookeeper_inflight_requests",
+          "ZooKeeper operations submitted and not completed.",
+          z ? (double)zk_inflight(z) : 0);
+
+    struct lua_stats ls = {0};
+    if (m.src.lua)
+        lua_host_stats(m.src.lua, lua_stat_cb, &ls);
+    gauge(out, "zkresp_owned_keys",
+          "Keys held by this sidecar's ZooKeeper session (M.stats).",
+          ls.owned_keys);
+    for (int i = 0; i < ls.n; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "zkresp_lua_%s", ls.extra[i].name);
+        if (ends_with(name, "_total")) {
+            head(out, name, "counter", "Reported by the Lua layer (M.stats).");
+            buf_printf(out, "%s %.17g\n", name, ls.extra[i].v);
+        } else {
+            gauge(out, name, "Reported by the Lua layer (M.stats).",
+                  ls.extra[i].v);
+        }
+    }
+    gauge(out, "zkresp_running_commands", "Commands running in the Lua host.",
+          m.src.lua ? (double)lua_host_running(m.src.lua) : 0);
+
+    struct server *s = m.src.srv;
+    struct server_stats st = {0};
+    if (s)
+        st = s->stats;
+    gauge(out, "zkresp_connected_clients", "Client connections open.",
+          s ? (double)s->nconns : 0);
+    counter(out, "zkresp_connections_total", "Client connections accepted.",
+            st.connections_received);
+    counter(out, "zkresp_rejected_connections_total",
+            "Client connections refused (maxclients, shutting down).",
+            st.rejected_connections);
+    counter(out, "zkresp_protocol_errors_total",
+            "Malformed client requests (the connection is closed).",
+            st.protocol_errors);
+    counter(out, "zkresp_net_input_bytes_total", "Bytes read from clients.",
+            st.net_input_bytes);
+    counter(out, "zkresp_net_output_bytes_total", "Bytes written to clients.",
+            st.net_output_bytes);
+    gauge(out, "zkresp_ready", "1 when /readyz answers 200.",
+          metrics_ready((char[64]){0}, 64));
+}

@@ -1,0 +1,310 @@
+"""Tier 80: operating zkresp (DESIGN "Operating it", issue 6).
+
+  /metrics      Prometheus text format, valid for `promtool check metrics`,
+                scraped while traffic runs; its counters move with the traffic
+  /healthz      200 whenever the loop runs, ZooKeeper up or down
+  /readyz       503 while the ZooKeeper session is down, 200 when it is back;
+                503 "shutting down" during the SIGTERM grace period
+  the HTTP port GET only, one response per connection, 404 / 405 / 431,
+                a silent client does not block the others
+
+SIGTERM's release of held locks at once (exit 0, a client on another sidecar
+acquires immediately) is tests/fault/test_50_sidecar_death.py
+::test_sigterm_releases_at_once; the SIGTERM test here adds the readiness
+side and checks the release again from the other sidecar, briefly.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+import harness
+from harness import free_port
+
+PROMTOOL = "/usr/bin/promtool"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
+
+
+def http(port, path="/", method="GET", raw=None, timeout=5.0):
+    """One HTTP/1.1 exchange on a fresh connection; returns (status, headers
+    as a lowercase dict, body bytes).  The server closes after answering."""
+    req = raw if raw is not None else (
+        "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % (method, path)).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(req)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    assert int(headers["content-length"]) == len(body), "Content-Length disagrees with the body"
+    return status, headers, body
+
+
+def scrape(port):
+    status, headers, body = http(port, "/metrics")
+    assert status == 200
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
+    return body.decode()
+
+
+def parse(text):
+    """{(name, frozenset(labels.items())): value}"""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE_RE.match(line)
+        assert m, "unparsable sample line %r" % line
+        labels = {}
+        if m.group(2):
+            for part in re.findall(r'(\w+)="([^"]*)"', m.group(2)):
+                labels[part[0]] = part[1]
+        out[(m.group(1), frozenset(labels.items()))] = float(m.group(3))
+    return out
+
+
+def val(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def promtool_check(text):
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    assert p.returncode == 0, "promtool check metrics failed:\n%s\n--- input:\n%s" % (
+        p.stdout.decode(errors="replace"), text[:4000])
+
+
+def lua_has_stats():
+    with open(os.path.join(ROOT, "scripts", "zkresp.lua")) as f:
+        return re.search(r"^function M\.stats\b|^M\.stats\s*=", f.read(), re.M) is not None
+
+
+def with_metrics(make_zkresp, **kw):
+    mport = free_port()
+    extra = list(kw.pop("extra", [])) + ["--metrics-port", mport]
+    z = make_zkresp(extra=extra, **kw)
+    z.mport = mport
+    return z
+
+
+# ------------------------------------------------------------------ metrics
+
+@pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK), reason="needs promtool (Debian prometheus)")
+def test_metrics_valid_and_move_with_traffic(make_zkresp):
+    z = with_metrics(make_zkresp)
+    before = parse(scrape(z.mport))
+    assert val(before, "zkresp_zookeeper_connected") == 1
+    assert val(before, "zkresp_zookeeper_sessions_total") >= 1
+
+    nset, nget = 40, 15
+    scrapes = []
+    stop = threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            scrapes.append(scrape(z.mport))
+            time.sleep(0.01)
+    t = threading.Thread(target=scraper)
+    t.start()
+    try:
+        with z.client() as c:
+            for i in range(nset):
+                assert c.cmd("SET", "m%d" % i, "v", "NX", "PX", "60000") == b"+OK\r\n"
+            for i in range(nget):
+                assert c.cmd("GET", "m%d" % i) == b"$1\r\nv\r\n"
+            assert c.cmd("SET", "onlykey").startswith(b"-ERR wrong number of arguments")
+            assert c.cmd("NOSUCHCOMMAND", "x").startswith(b"-ERR unknown command")
+            assert c.cmd("PING") == b"+PONG\r\n"
+    finally:
+        stop.set()
+        t.join(10)
+    assert len(scrapes) >= 2, "no scrape completed during the traffic"
+    for text in scrapes[:1] + scrapes[-1:]:
+        promtool_check(text)
+
+    after_text = scrape(z.mport)
+    promtool_check(after_text)
+    after = parse(after_text)
+
+    def delta(name, **labels):
+        return val(after, name, **labels) - val(before, name, **labels)
+
+    assert delta("zkresp_commands_total", command="set", result="ok") == nset
+    assert delta("zkresp_commands_total", command="set", result="error") == 1
+    assert delta("zkresp_commands_total", command="get", result="ok") == nget
+    assert delta("zkresp_commands_total", command="unknown", result="error") == 1
+    assert delta("zkresp_commands_total", command="ping", result="ok") >= 1
+    # The histogram counts every SET, in cumulative buckets.
+    assert delta("zkresp_command_duration_seconds_count", command="set") == nset + 1
+    assert val(after, "zkresp_command_duration_seconds_bucket", command="set", le="+Inf") == \
+        val(after, "zkresp_command_duration_seconds_count", command="set")
+    assert val(after, "zkresp_command_duration_seconds_bucket", command="set", le="0.0001") <= \
+        val(after, "zkresp_command_duration_seconds_bucket", command="set", le="5")
+    assert val(after, "zkresp_command_duration_seconds_sum", command="set") > 0
+    assert delta("zkresp_connections_total") >= 1
+    assert delta("zkresp_net_input_bytes_total") > nset * 20
+    assert delta("zkresp_net_output_bytes_total") >= nset * 5
+    assert val(after, "zkresp_zookeeper_session_age_seconds") > 0
+    assert val(after, "zkresp_zookeeper_connected") == 1
+    assert val(after, "zkresp_ready") == 1
+    if lua_has_stats():
+        assert val(after, "zkresp_owned_keys") >= nset
+    else:
+        assert val(after, "zkresp_owned_keys") == 0
+    # Label values stay a closed set: the unknown command is not a label.
+    assert "nosuchcommand" not in after_text.lower()
+
+    # Gauges follow clients.
+    with z.client() as c1, z.client() as c2:
+        assert c1.cmd("PING") == b"+PONG\r\n" and c2.cmd("PING") == b"+PONG\r\n"
+        during = parse(scrape(z.mport))
+        assert val(during, "zkresp_connected_clients") >= 2
+
+
+def test_protocol_errors_and_rejections_counted(make_zkresp):
+    z = with_metrics(make_zkresp, extra=["--maxclients", "1"])
+    # The harness's readiness probe may still hold the only slot.
+    harness.wait_for(lambda: val(parse(scrape(z.mport)), "zkresp_connected_clients") == 0,
+                     5, 0.02, "the start-up probe connection to close")
+    before = parse(scrape(z.mport))
+    with z.client() as c:
+        assert c.cmd("PING") == b"+PONG\r\n"
+        with z.client() as refused:
+            assert refused.read_reply(timeout=5).startswith(b"-ERR max number of clients")
+    with z.client() as bad:
+        bad.send(b"*1\r\n$x\r\n")
+        assert bad.read_reply(timeout=5).startswith(b"-ERR Protocol error")
+    after = parse(scrape(z.mport))
+    assert val(after, "zkresp_rejected_connections_total") - val(before, "zkresp_rejected_connections_total") == 1
+    assert val(after, "zkresp_protocol_errors_total") - val(before, "zkresp_protocol_errors_total") == 1
+
+
+def test_metrics_port_off_by_default(make_zkresp):
+    port = free_port()
+    z = make_zkresp()
+    assert "--metrics-port" not in z.argv()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert "http.listening" not in z.log_tail(400)
+
+
+# ------------------------------------------------------------------ the HTTP server
+
+def test_http_routes_and_limits(make_zkresp):
+    z = with_metrics(make_zkresp)
+    assert http(z.mport, "/healthz")[0::2] == (200, b"ok\n")
+    assert http(z.mport, "/readyz")[0::2] == (200, b"ok\n")
+    assert http(z.mport, "/readyz?verbose=1")[0] == 200
+    st, hd, _ = http(z.mport, "/nope")
+    assert st == 404 and hd["connection"] == "close"
+    assert http(z.mport, "/metrics", method="POST")[0] == 405
+    assert http(z.mport, "/metrics", method="HEAD")[0] == 405
+    assert http(z.mport, raw=b"garbage\r\n\r\n")[0] == 400
+    big = b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n"
+    try:
+        assert http(z.mport, raw=big)[0] == 431
+    except (ConnectionResetError, BrokenPipeError):
+        pass  # closed while we were still sending: also a refusal
+    # A client that sends nothing does not hold up the others.
+    silent = socket.create_connection(("127.0.0.1", z.mport), timeout=5)
+    try:
+        half = socket.create_connection(("127.0.0.1", z.mport), timeout=5)
+        half.sendall(b"GET /healthz HTTP/1.1\r\n")
+        assert http(z.mport, "/healthz")[0] == 200
+        half.close()
+    finally:
+        silent.close()
+    # The Redis port still works and knows nothing of HTTP.
+    with z.client() as c:
+        assert c.cmd("PING") == b"+PONG\r\n"
+
+
+# ------------------------------------------------------------------ readiness
+
+def test_readyz_follows_zookeeper_healthz_does_not(make_zk, make_zkresp):
+    zk = make_zk()
+    z = with_metrics(make_zkresp, zk_target=zk)
+    assert http(z.mport, "/readyz")[0] == 200
+    health = []
+    stop = threading.Event()
+
+    def prober():
+        while not stop.is_set():
+            try:
+                health.append(http(z.mport, "/healthz", timeout=2)[0])
+            except OSError as e:
+                health.append(repr(e))
+            time.sleep(0.05)
+    t = threading.Thread(target=prober)
+    t.start()
+    try:
+        zk.stop()
+        harness.wait_for(lambda: http(z.mport, "/readyz")[0] == 503, 15, 0.05,
+                         "/readyz to answer 503 with ZooKeeper stopped")
+        st, _, body = http(z.mport, "/readyz")
+        assert st == 503 and b"zookeeper" in body, body
+        m = parse(scrape(z.mport))
+        assert val(m, "zkresp_zookeeper_connected") == 0
+        assert val(m, "zkresp_ready") == 0
+        time.sleep(1.0)  # down for a while: healthz keeps answering
+        zk.start()
+        harness.wait_for(lambda: http(z.mport, "/readyz")[0] == 200, 30, 0.05,
+                         "/readyz to answer 200 with ZooKeeper back")
+        assert val(parse(scrape(z.mport)), "zkresp_zookeeper_connected") == 1
+    finally:
+        stop.set()
+        t.join(10)
+    assert len(health) >= 10
+    assert all(h == 200 for h in health), "healthz failed while ZooKeeper was down: %r" % (
+        [h for h in health if h != 200][:5],)
+    with z.client() as c:
+        assert c.cmd("SET", "after", "1") == b"+OK\r\n"
+
+
+def test_sigterm_not_ready_during_grace_and_lock_released(make_proxy, make_zkresp, zk, kz):
+    """SIGTERM with a lock held and a slow command in flight: during the
+    grace period /readyz is 503 "shutting down" and /healthz 200; at exit (0)
+    the lock is free at once for a client on another sidecar."""
+    proxy = make_proxy(zk)
+    a = with_metrics(make_zkresp, zk_target=proxy, session_timeout=10000,
+                     request_timeout=5000, extra=["--shutdown-grace", "8000"])
+    b = make_zkresp(root=a.root, session_timeout=10000)
+    c1 = a.client()
+    assert c1.cmd("SET", "lock", "tok-a", "NX", "PX", "60000") == b"+OK\r\n"
+    assert b.client().cmd("SET", "lock", "tok-b", "NX", "PX", "60000") == b"$-1\r\n"
+    proxy.delay(1500)
+    c2 = a.client()
+    c2.send_cmd("SET", "slow", "t", "NX", "PX", "60000")
+    time.sleep(0.2)
+    a.proc.signal(signal.SIGTERM)
+    harness.wait_for(lambda: http(a.mport, "/readyz")[0] == 503, 2, 0.02,
+                     "/readyz to answer 503 after SIGTERM")
+    st, _, body = http(a.mport, "/readyz")
+    assert (st, body) == (503, b"shutting down\n")
+    assert http(a.mport, "/healthz")[0] == 200
+    assert a.alive(), "exited before the in-flight command finished"
+    assert c2.read_reply(timeout=15) == b"+OK\r\n"
+    proxy.delay(0)
+    assert a.wait(15) == 0
+    t_exit = time.monotonic()
+    with b.client() as cb:
+        harness.wait_for(lambda: cb.cmd("SET", "lock", "tok-b", "NX", "PX", "60000") == b"+OK\r\n",
+                         2.0, 0.02, "the lock to be free on the other sidecar")
+    assert time.monotonic() - t_exit < 2.0
