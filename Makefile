@@ -30,7 +30,12 @@ all: $(BUILD)/zkresp
 # missing, so `make test` on a prepared machine does not touch apt.
 DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 libzookeeper-mt-dev \
             libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
-            redis-tools python3-redis python3-pytest python3-kazoo clang-format
+            redis-tools python3-redis python3-pytest python3-kazoo clang-format \
+            prometheus python3-yaml
+# kubectl (for `kubectl kustomize docker/k8s`): Debian's kubernetes-client,
+# unless a kubectl is already installed (Google Cloud SDK's kubectl package
+# owns /usr/bin/kubectl and the two cannot be installed together).
+DEB_PKGS += $(if $(shell command -v kubectl 2>/dev/null),,kubernetes-client)
 
 deps:
 	@tests/lib/deps.sh $(DEB_PKGS)
