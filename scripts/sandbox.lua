@@ -137,6 +137,7 @@ function SB.kill(c, why)
     -- From here on the hook stays quiet: the error handlers that run next
     -- are the system's.
     if c then c.user = false end
+    if debug and debug.sethook then debug.sethook() end
     error(setmetatable({ why = why, ctx = c }, Kill), 0)
 end
 
@@ -169,16 +170,30 @@ function SB.enter(c)
     c.user = false
     c.ticks = 0
     contexts[co] = c
-    if debug and debug.sethook then debug.sethook(hook, "", SB.HOOK_COUNT) end
     return setmetatable({}, { __close = function()
         if contexts[co] == c then contexts[co] = nil end
         if debug and debug.sethook then debug.sethook() end
     end })
 end
 
+-- The hook is set only while client code runs: the system code under
+-- redis.call and the commit run at full speed.
 function SB.user(on)
     local c = ctx()
-    if c then c.user = on end
+    if not c then return end
+    c.user = on
+    if debug and debug.sethook then
+        if on then debug.sethook(hook, "", SB.HOOK_COUNT) else debug.sethook() end
+    end
+    -- Back from redis.call: the count restarts with each call, so a loop
+    -- of calls is looked at here.
+    if on and c.start then
+        if host.now() > c.time_deadline then SB.kill(c, "time") end
+        if c.mem_limit_kb and gccount("count") - c.mem0 > c.mem_limit_kb then
+            gccount("collect")
+            if gccount("count") - c.mem0 > c.mem_limit_kb then SB.kill(c, "memory") end
+        end
+    end
 end
 
 function SB.env(redis_api, cjson_lib, bit_lib)

@@ -110,6 +110,13 @@ describe("sandbox", function()
         r = errtext(eval("while true do pcall(function() while true do end end) end", "0"))
         a.host.now = fake
         assert.truthy(r:find("time limit", 1, true))
+        -- Nor a loop of redis.call (a cached GET does not even yield).
+        a:call("SET", "k", "v", "PX", "100000")
+        t0 = os.clock()
+        a.host.now = function() return fake() + (os.clock() - t0) * 1000 end
+        r = errtext(eval("while true do redis.call('get', KEYS[1]) end", "1", "k"))
+        a.host.now = fake
+        assert.truthy(r:find("time limit", 1, true))
         assert.equal("ok", eval("return 'ok'", "0"))
     end)
 
