@@ -99,6 +99,24 @@ local function to_lua(r, resp)
     if tr ~= "table" then return false end
     if r.err then return { err = r.err } end
     if r.ok then return { ok = r.ok } end
+    if r.null_array then
+        if resp == 3 then return nil end
+        return false
+    end
+    if r.bool ~= nil then
+        if resp == 3 then return r.bool end
+        return r.bool and 1 or false
+    end
+    if r.pairs then
+        if resp == 3 then
+            local out = {}
+            for i = 1, #r.pairs - 1, 2 do
+                out[#out + 1] = { to_lua(r.pairs[i], resp), to_lua(r.pairs[i + 1], resp) }
+            end
+            return out
+        end
+        r = r.pairs
+    end
     if r.double then
         if resp == 3 then return { double = r.double } end
         return string.format("%.17g", r.double)
@@ -185,10 +203,8 @@ local function call(raising, ...)
     SB.user(false)
     local ok, r = pcall(execute, ...)
     SB.user(true)
-    if not ok then
-        if SB.is_signal(r) then error(r, 0) end
-        error(r, 0)
-    end
+    -- A retry of the whole script, an abort, or a bug: on up.
+    if not ok then error(r, 0) end
     local c = SB.context()
     local v = to_lua(r, c and c.resp or 2)
     if type(v) == "table" and v.err and raising then raise(v.err) end

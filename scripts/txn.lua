@@ -176,11 +176,6 @@ function Buf:nested(fn)
     error(res, 0)
 end
 
--- True when something is buffered.
-function Buf:dirty()
-    return next(self.writes) ~= nil
-end
-
 function T.script(keys, fn)
     local co = coroutine.running()
     local paths = {}
