@@ -97,6 +97,10 @@ local function to_lua(r, resp)
     if tr == "number" then return to_integer(r) end
     if tr == "string" then return r end
     if tr ~= "table" then return false end
+    if r.null_array then -- a null array (*-1) is a null too
+        if resp == 3 then return nil end
+        return false
+    end
     if r.err then return { err = r.err } end
     if r.ok then return { ok = r.ok } end
     if r.null_array then
