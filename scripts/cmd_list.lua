@@ -56,8 +56,7 @@ L.lpush = spec(function(args) return push(args, true) end, -3, "write denyoom fa
 -- Without count: the element, or null.  With count (a positive integer,
 -- else "value is out of range, must be positive"): an array of up to count
 -- elements, an empty array for count 0 on an existing list, and a null
--- reply when the key is missing (Redis sends a null array there, `*-1` in
--- RESP2; the host has no form for it and sends a null bulk).
+-- array when the key is missing (`*-1` in RESP2, `_` in RESP3).
 
 local POSITIVE = "ERR value is out of range, must be positive"
 
@@ -71,7 +70,7 @@ local function pop(args, name, left)
     end
     return T.run({ key }, function(t)
         local rec, list = load(t, key)
-        if not list then return host.null end
+        if not list then return count and { null_array = true } or host.null end
         if count == 0 then return {} end
         local n = math.min(count or 1, #list)
         local out = {}

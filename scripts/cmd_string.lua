@@ -136,10 +136,14 @@ S.set = { fn = set, arity = -3, flags = "write denyoom",
 ---------------------------------------------------------------------------
 -- GET key, GETDEL key
 
+-- GET always reads ZooKeeper: after another sidecar's DEL returns, this
+-- sidecar must not answer from its owned-key cache before the watch event
+-- arrives (redis-py's Lock.owned() is a GET).  The cache only serves
+-- conditional writes, whose versions catch anything stale.
 local function get(args)
     local key = args[2]
     return T.run({ key }, function(t)
-        local rec = t:read(key, true)
+        local rec = t:read(key)
         if not rec.live then return host.null end
         if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
         return rec.value

@@ -6,10 +6,9 @@
 -- A sorted set is one znode of codec type ZSET (payload.lua), ordered by
 -- score, then member bytes.  Writes keep the key's TTL; removing the last
 -- member deletes the key.  Scores are replied as {double = x}: a bulk
--- string in RESP2 ("%.17g", inf, -inf), a double in RESP3.  Redis's RESP3
--- reply to WITHSCORES is an array of [member, score] pairs; the host has no
--- form for that, so zkresp sends the RESP2 shape (a flat array) with
--- RESP3 doubles.
+-- string in RESP2 ("%.17g", inf, -inf), a double in RESP3.  WITHSCORES
+-- replies are {pairs = ...}: [member, score] pairs in RESP3, the flat array
+-- in RESP2, as Redis.
 
 local T = require "txn"
 local E = require "errors"
@@ -384,6 +383,7 @@ local function reply_range(z, idx, withscores)
         out[#out + 1] = z[i][1]
         if withscores then out[#out + 1] = { double = z[i][2] } end
     end
+    if withscores then return { pairs = out } end
     return out
 end
 

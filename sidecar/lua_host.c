@@ -108,15 +108,19 @@ static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
         n++;
     }
     lua_pop(L, 1);
+    if (kind == 'm' || kind == 'p')
+        n -= n % 2;
     if (kind == 'm')
         reply_map(out, proto, n / 2);
     else if (kind == 's')
         reply_set(out, proto, n);
+    else if (kind == 'p' && proto >= 3)
+        reply_array(out, n / 2);
     else
         reply_array(out, n);
-    if (kind == 'm')
-        n -= n % 2;
     for (long i = 1; i <= n; i++) {
+        if (kind == 'p' && proto >= 3 && i % 2 == 1)
+            reply_array(out, 2);
         lua_rawgeti(L, tidx, i);
         encode(L, lua_gettop(L), out, proto, depth + 1);
         lua_pop(L, 1);
@@ -174,6 +178,24 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
         lua_pop(L, 1);
         if (lua_getfield(L, idx, "ok") == LUA_TSTRING) {
             reply_status(out, lua_tostring(L, -1));
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "bool") == LUA_TBOOLEAN) {
+            reply_bool(out, proto, lua_toboolean(L, -1));
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "null_array") == LUA_TBOOLEAN) {
+            reply_null_array(out, proto);
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "pairs") == LUA_TTABLE) {
+            encode_seq(L, lua_gettop(L), out, proto, depth, 'p');
             lua_pop(L, 1);
             return;
         }

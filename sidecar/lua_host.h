@@ -37,6 +37,10 @@
  *     {double = x}      -> ,x in RESP3, bulk in RESP2
  *     {map = {k1, v1, ...}} -> map in RESP3, flat array in RESP2
  *     {set = {...}}     -> set in RESP3, array in RESP2
+ *     {pairs = {a1, b1, a2, b2, ...}} -> [[a1, b1], [a2, b2], ...] in RESP3,
+ *                          the flat array in RESP2 (ZRANGE ... WITHSCORES)
+ *     {bool = b}        -> #t/#f in RESP3, :1/:0 in RESP2
+ *     {null_array = true} -> *-1 in RESP2, _ in RESP3
  *     {a, b, c}         -> array (ends at the first nil; use host.null inside)
  *   A Lua error raised by a command answers "-ERR internal error: <msg>"
  *   and is logged.

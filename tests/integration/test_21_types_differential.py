@@ -7,12 +7,9 @@ may keep as a hashtable) a step is wrapped in Unordered: the reply's header
 must be equal and its elements (pairs, for a map or a flat field/value
 array) the same multiset.  Everything else is byte-exact.
 
-Gap(step) marks the two replies zkresp cannot shape yet because the Lua
-host (sidecar/lua_host.c) has no form for them: a null ARRAY (`*-1`, LPOP
-with a count on a missing key, RESP2) and RESP3's array of [member, score]
-pairs (ZRANGE ... WITHSCORES).  Such a step must equal redis-server's reply
-or exactly the documented deviation computed from it (a null bulk `$-1`,
-the pairs flattened), nothing else.
+Null arrays (LPOP with a count on a missing key) and RESP3's [member,
+score] pairs (ZRANGE ... WITHSCORES) are compared byte for byte like the
+rest.
 """
 
 import time
@@ -34,8 +31,6 @@ class Unordered(Ignore):
         self.pairs = pairs
 
 
-class Gap(Ignore):
-    """redis-server's reply, or the known deviation (see the docstring)."""
 
 
 @pytest.fixture(scope="module")
@@ -81,35 +76,16 @@ def _canon(raw, pairs):
     return head + b"".join(sorted(els))
 
 
-def _gap_alternative(raw):
-    """The deviation zkresp is allowed at a Gap step."""
-    if raw == b"*-1\r\n":
-        return b"$-1\r\n"
-    parsed = _elements(raw)
-    if parsed is None or raw[:1] != b"*":
-        return None
-    _, els = parsed
-    flat = []
-    for e in els:
-        sub = _elements(e)
-        if sub is None or len(sub[1]) != 2:
-            return None
-        flat += sub[1]
-    return b"*%d\r\n" % len(flat) + b"".join(flat)
-
 
 def check(ref_port, port, steps, proto, prefix):
     ref, got = run_both(ref_port, port, steps, proto, prefix)
     bad = compare(steps, ref, got)
     for i, step in enumerate(steps):
-        if not isinstance(step, (Unordered, Gap)):
+        if not isinstance(step, Unordered):
             continue
         r = ref[i] if i < len(ref) else b"<no reply>"
         g = got[i] if i < len(got) else b"<no reply>"
-        if isinstance(step, Unordered):
-            ok = _canon(r, step.pairs) == _canon(g, step.pairs)
-        else:
-            ok = g == r or g == _gap_alternative(r)
+        ok = _canon(r, step.pairs) == _canon(g, step.pairs)
         if not ok:
             bad.append("step %d: %s\n    redis-server: %r\n    zkresp:       %r" % (i, describe(step), r, g))
     assert not bad, "RESP%d replies differ from redis-server:\n%s" % (proto, "\n".join(bad))
@@ -200,7 +176,7 @@ seq("list_pop", [
     "RPUSH @l a b c d e", "LPOP @l 2", "RPOP @l 2", "LPOP @l 0", "RPOP @l 0", "RPOP @l 9223372036854775807",
     "EXISTS @l", "LPOP @l -1", "LPOP @l x", "RPOP @l 1.5", "LPOP @l ''", "LPOP @l 9223372036854775808",
     "LPOP @l 1 2", "RPOP @l 1 2", "LPOP", "RPUSH @m a", "LPOP @m 1", "EXISTS @m",
-    Gap("LPOP @l 0"), Gap("LPOP @l 3"), Gap("RPOP @l 1"),
+    "LPOP @l 0", "LPOP @l 3", "RPOP @l 1",
 ])
 
 seq("list_lindex", [
@@ -306,7 +282,7 @@ seq("zset_zrange_rank", [
     "ZRANGE @missing 0 1 FOO",
 ])
 
-seq("zset_zrange_withscores_resp2", [
+seq("zset_zrange_withscores", [
     # RESP2 only: in RESP3 Redis answers pairs (see test_zrange_withscores_resp3).
     "ZADD @z 1 a 2 b 2.5 c 3 d -1 e 0.1 f inf g", "ZRANGE @z 0 -1 WITHSCORES", "ZRANGE @z -2 -1 withscores",
     "ZRANGE @z 0 1 REV WITHSCORES", "ZRANGE @z (1 3 BYSCORE WITHSCORES", "ZRANGEBYSCORE @z -inf +inf WITHSCORES",
@@ -387,31 +363,25 @@ seq("redisson_fair_lock_queue", [
 NAMES = sorted(SEQUENCES)
 
 
-RESP2_ONLY = {"zset_zrange_withscores_resp2"}
-
-
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("name", NAMES)
 def test_same_as_redis(name, proto, zkr, redis_ref):
-    if proto == 3 and name in RESP2_ONLY:
-        pytest.skip("RESP2 only")
     check(redis_ref.port, zkr().port, SEQUENCES[name], proto, harness.unique(name) + ":")
 
 
 @pytest.mark.parametrize("proto", [2, 3])
 def test_zrange_withscores(zkr, redis_ref, proto):
-    """WITHSCORES in RESP3: Redis sends [member, score] pairs, zkresp (Gap)
-    the same elements flat; in RESP2 both must be byte-exact."""
+    """WITHSCORES: a flat array in RESP2, [member, score] pairs in RESP3."""
     check(redis_ref.port, zkr().port, [
         "ZADD @z 1 a 2 b 2.5 c 3 d -1 e 0.1 f inf g",
-        Gap("ZRANGE @z 0 -1 WITHSCORES"), Gap("ZRANGE @z -2 -1 WITHSCORES"), Gap("ZRANGE @z 0 1 REV WITHSCORES"),
-        Gap("ZRANGE @z (1 3 BYSCORE WITHSCORES"), Gap("ZRANGEBYSCORE @z -inf +inf WITHSCORES"),
-        Gap("ZRANGEBYSCORE @z (1 (3 WITHSCORES LIMIT 0 1"), Gap("ZRANGE @missing 0 -1 WITHSCORES"),
+        "ZRANGE @z 0 -1 WITHSCORES", "ZRANGE @z -2 -1 WITHSCORES", "ZRANGE @z 0 1 REV WITHSCORES",
+        "ZRANGE @z (1 3 BYSCORE WITHSCORES", "ZRANGEBYSCORE @z -inf +inf WITHSCORES",
+        "ZRANGEBYSCORE @z (1 (3 WITHSCORES LIMIT 0 1", "ZRANGE @missing 0 -1 WITHSCORES",
         "ZRANGE @z 0 -1", "ZRANGEBYSCORE @z 1 2",
     ], proto, harness.unique("zws") + ":")
 
 
-def test_unordered_and_gap_checks_can_fail():
+def test_unordered_checks_can_fail():
     """The comparison helpers themselves reject what they must."""
     assert _canon(b"*2\r\n$1\r\na\r\n$1\r\nb\r\n", False) == _canon(b"*2\r\n$1\r\nb\r\n$1\r\na\r\n", False)
     assert _canon(b"*2\r\n$1\r\na\r\n$1\r\nb\r\n", False) != _canon(b"*2\r\n$1\r\na\r\n$1\r\nc\r\n", False)
@@ -421,10 +391,6 @@ def test_unordered_and_gap_checks_can_fail():
     m3 = b"%2\r\n$1\r\na\r\n$1\r\n2\r\n$1\r\nb\r\n$1\r\n1\r\n"
     assert _canon(m1, True) == _canon(m2, True)
     assert _canon(m1, True) != _canon(m3, True)
-    assert _gap_alternative(b"*-1\r\n") == b"$-1\r\n"
-    pairs = b"*2\r\n*2\r\n$1\r\na\r\n,1\r\n*2\r\n$1\r\nb\r\n,2.5\r\n"
-    assert _gap_alternative(pairs) == b"*4\r\n$1\r\na\r\n,1\r\n$1\r\nb\r\n,2.5\r\n"
-    assert _gap_alternative(b"$1\r\na\r\n") is None
 
 
 # ---------------------------------------------------------------- lifetime on a real ZooKeeper

@@ -377,6 +377,14 @@ describe("DELIFEQ and DELEX", function()
         end)
     end)
 
+    it("GET after another sidecar's DEL never answers from the owner's cache", function()
+        a:call("SET", "lock", "tok", "NX", "PX", "30000")
+        W:advance(5) -- armed
+        assert.equal(1, b:call("DEL", "lock"))
+        -- no time passes: a's watch event is still on its way
+        assert.equal(null, a:call("GET", "lock"))
+    end)
+
     it("never deletes a lock that another sidecar re-created", function()
         a:call("SET", "lock", "tokA", "NX", "PX", "30000")
         W:advance(5) -- a's cache entry is armed: only the watch can save it
