@@ -176,14 +176,19 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
 
 def test_protocol_errors_and_rejections_counted(make_zkresp):
     z = with_metrics(make_zkresp, extra=["--maxclients", "1"])
-    # The harness's readiness probe may still hold the only slot.
-    harness.wait_for(lambda: val(parse(scrape(z.mport)), "zkresp_connected_clients") == 0,
-                     5, 0.02, "the start-up probe connection to close")
+
+    def slot_free():
+        # A client closed on our side is gone only once the server has seen
+        # the close; until then it holds the only slot.
+        harness.wait_for(lambda: val(parse(scrape(z.mport)), "zkresp_connected_clients") == 0,
+                         5, 0.02, "the previous connection to close")
+    slot_free()  # the harness's start-up probe
     before = parse(scrape(z.mport))
     with z.client() as c:
         assert c.cmd("PING") == b"+PONG\r\n"
         with z.client() as refused:
             assert refused.read_reply(timeout=5).startswith(b"-ERR max number of clients")
+    slot_free()
     with z.client() as bad:
         bad.send(b"*1\r\n$x\r\n")
         assert bad.read_reply(timeout=5).startswith(b"-ERR Protocol error")
@@ -285,7 +290,7 @@ def test_sigterm_not_ready_during_grace_and_lock_released(make_proxy, make_zkres
     c1 = a.client()
     assert c1.cmd("SET", "lock", "tok-a", "NX", "PX", "60000") == b"+OK\r\n"
     assert b.client().cmd("SET", "lock", "tok-b", "NX", "PX", "60000") == b"$-1\r\n"
-    proxy.delay(1500)
+    proxy.delay(800)
     c2 = a.client()
     c2.send_cmd("SET", "slow", "t", "NX", "PX", "60000")
     time.sleep(0.2)
