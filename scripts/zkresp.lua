@@ -18,7 +18,7 @@ local K = require "keyspace"
 local M = {}
 
 local builtin = {}
-for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "eval" }) do
+for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval" }) do
     for name, spec in pairs(require(mod)) do
         spec.name = name
         builtin[name] = spec
