@@ -867,9 +867,10 @@ end
 --                               the same lifetime rule as K.put
 -- Each write is itself conditional on the version read, so a written key
 -- needs no check of its own.  A script that wrote nothing and read fewer
--- than two keys sends nothing (its one read was current when made);
--- with two or more keys read, the checks alone are sent, so that what it
--- answers is one snapshot.
+-- than two keys from ZooKeeper sends nothing (its one read was current
+-- when made); with two or more keys read, or any read served by the
+-- owned-key cache, the checks alone are sent, so that what it answers is
+-- one current snapshot.
 --
 -- Returns true when committed (or nothing to commit); raises K.retry when
 -- a check or write failed or a write of unknown outcome did not apply.
@@ -918,7 +919,11 @@ function K.commit(t)
             puts[#puts + 1] = p
         end
     end
-    if #puts == 0 and #dels == 0 and #keys < 2 then return true end
+    local from_cache = false
+    for _, key in ipairs(keys) do
+        if t.base[key].cached then from_cache = true end
+    end
+    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache then return true end
     local rc, results = zk.multi(ops)
     local frc = first_error(rc, results)
     local stats = {}

@@ -252,6 +252,24 @@ describe("script transactions", function()
         assert.equal("other", b:call("GET", "L"))
     end)
 
+    it("validates a read-only script's cached read with a check", function()
+        a:call("SET", "C", "mine", "PX", "10000")
+        W:advance(10)
+        W.ops = {}
+        assert.equal("mine", a:call("EVAL", "return redis.call('get', KEYS[1])", "1", "C"))
+        assert.same({ "multi" }, (function()
+            local kinds = {}
+            for _, op in ipairs(W.ops) do kinds[#kinds + 1] = op.kind end
+            return kinds
+        end)())
+        -- A key read from ZooKeeper needs nothing more.
+        b:call("SET", "P", "x")
+        W.ops = {}
+        assert.equal("x", a:call("EVAL", "return redis.call('get', KEYS[1])", "1", "P"))
+        assert.equal(1, #W.ops)
+        assert.equal("get", W.ops[1].kind)
+    end)
+
     it("keeps the lifetime rule: a key with a TTL is ephemeral", function()
         a:call("EVAL", "redis.call('set', KEYS[1], 'v', 'PX', 10000) redis.call('set', KEYS[2], 'p') return 1", "2", "e", "p")
         assert.is_true(W:node(a:path("e")).stat.ephemeralOwner ~= 0)
