@@ -14,6 +14,23 @@
  *                  the key is set (NX PX 60000) before the run and deleted
  *                  after it
  *
+ * Script modes (each script SCRIPT LOADed once before the run, then sent as
+ * EVALSHA, as redis-py and Redisson do):
+ *
+ *   mode script-pair    redis-py's Lock: SET <prefix><i> <tok> NX PX 30000
+ *                       -> +OK, then its release script (GET, compare, DEL)
+ *                       -> :1
+ *   mode redisson-pair  Redisson's RLock: the hash lock acquire script
+ *                       (EXISTS/HEXISTS, HINCRBY, PEXPIRE) -> null, then the
+ *                       unlock script (HEXISTS, HINCRBY -1, DEL, PUBLISH)
+ *                       -> :1
+ *   mode redisson-renew the acquire script (reentrant: the hold count grows)
+ *                       -> null, then the watchdog's renewal script (HEXISTS,
+ *                       PEXPIRE) -> :1; the keys are deleted after the run
+ *   mode counter        every connection runs one read-modify-write script
+ *                       (GET, +1, SET) on the same key <prefix>counter ->
+ *                       an integer: scripts contending for one key
+ *
  * An operation is a pair (both replies as expected) or a GET; its latency is
  * from writing the first request to reading the last reply.  A warm-up period
  * is run and discarded; operations completed during the measured period are
@@ -49,7 +66,47 @@
 #include "bench.h"
 
 enum { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
-enum { MODE_PAIR, MODE_PAIR_DEL, MODE_GET };
+enum {
+    MODE_PAIR,
+    MODE_PAIR_DEL,
+    MODE_GET,
+    MODE_SCRIPT_PAIR,
+    MODE_REDISSON_PAIR,
+    MODE_REDISSON_RENEW,
+    MODE_COUNTER
+};
+
+/* redis-py's Lock release script. */
+static const char script_release[] =
+    "local token = redis.call('get', KEYS[1]) "
+    "if not token or token ~= ARGV[1] then return 0 end "
+    "redis.call('del', KEYS[1]) return 1";
+/* Redisson's hash lock, in its shape: ARGV lease ms, "<uuid>:<thread>". */
+static const char script_acquire[] =
+    "if (redis.call('exists', KEYS[1]) == 0) or "
+    "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+/* KEYS lock, channel; ARGV message, lease, holder. */
+static const char script_unlock[] =
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
+    "if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); "
+    "return 0; end; "
+    "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); "
+    "return 1;";
+/* ARGV lease, holder. */
+static const char script_renew[] =
+    "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;";
+static const char script_counter[] =
+    "local v = tonumber(redis.call('get', KEYS[1]) or '0') "
+    "redis.call('set', KEYS[1], v + 1) return v + 1";
+
+/* The SHA1s SCRIPT LOAD answered. */
+static char sha_release[41], sha_acquire[41], sha_unlock[41], sha_renew[41],
+    sha_counter[41];
 enum { ST_IDLE, ST_SET, ST_HOLD, ST_DEL, ST_GET };
 
 struct conn {
@@ -64,8 +121,9 @@ struct conn {
     uint64_t wake_ns; /* ST_HOLD: when to release */
     uint64_t seq;
     char key[128];
+    char chan[160];
     char tok[64];
-    char out[512];
+    char out[1024];
     size_t out_len;
     size_t out_off;
 };
@@ -158,6 +216,18 @@ static void conn_start(struct conn *c)
         conn_send(c, 2, argv);
         return;
     }
+    if (mode == MODE_COUNTER) {
+        const char *argv[] = {"EVALSHA", sha_counter, "1", held_key};
+        c->state = ST_GET;
+        conn_send(c, 4, argv);
+        return;
+    }
+    if (mode == MODE_REDISSON_PAIR || mode == MODE_REDISSON_RENEW) {
+        const char *argv[] = {"EVALSHA", sha_acquire, "1", c->key, px, c->tok};
+        c->state = ST_SET;
+        conn_send(c, 6, argv);
+        return;
+    }
     c->seq++;
     snprintf(c->tok, sizeof(c->tok), "tok-%d-%d-%llu", (int)getpid(), c->idx,
              (unsigned long long)c->seq);
@@ -203,10 +273,45 @@ static void op_done(struct conn *c)
  * once the run is over, so that no key is left behind. */
 static void conn_release(struct conn *c)
 {
-    const char *argv[] = {mode == MODE_PAIR ? "DELIFEQ" : "DEL", c->key,
-                          c->tok};
     c->state = ST_DEL;
-    conn_send(c, mode == MODE_PAIR ? 3 : 2, argv);
+    if (mode == MODE_SCRIPT_PAIR) {
+        const char *argv[] = {"EVALSHA", sha_release, "1", c->key, c->tok};
+        conn_send(c, 5, argv);
+    } else if (mode == MODE_REDISSON_PAIR) {
+        const char *argv[] = {"EVALSHA", sha_unlock, "2", c->key,
+                              c->chan,   "0",        px,  c->tok};
+        conn_send(c, 8, argv);
+    } else if (mode == MODE_REDISSON_RENEW) {
+        const char *argv[] = {"EVALSHA", sha_renew, "1", c->key, px, c->tok};
+        conn_send(c, 6, argv);
+    } else {
+        const char *argv[] = {mode == MODE_PAIR ? "DELIFEQ" : "DEL", c->key,
+                              c->tok};
+        conn_send(c, mode == MODE_PAIR ? 3 : 2, argv);
+    }
+}
+
+static const char *first_cmd(void)
+{
+    return mode == MODE_REDISSON_PAIR || mode == MODE_REDISSON_RENEW
+               ? "acquire script"
+               : "SET";
+}
+
+static const char *second_cmd(void)
+{
+    switch (mode) {
+    case MODE_PAIR:
+        return "DELIFEQ";
+    case MODE_SCRIPT_PAIR:
+        return "release script";
+    case MODE_REDISSON_PAIR:
+        return "unlock script";
+    case MODE_REDISSON_RENEW:
+        return "renewal script";
+    default:
+        return "DEL";
+    }
 }
 
 /* Releases the locks whose hold time is over; returns the earliest pending
@@ -232,8 +337,12 @@ static void on_reply(struct conn *c, redisReply *r)
 {
     switch (c->state) {
     case ST_SET: {
-        if (!(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)) {
-            show_bad(c, "SET", r);
+        int ok =
+            mode == MODE_REDISSON_PAIR || mode == MODE_REDISSON_RENEW
+                ? r->type == REDIS_REPLY_NIL
+                : r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+        if (!ok) {
+            show_bad(c, first_cmd(), r);
             c->bad = 1;
         }
         if (hold_ns > 0) {
@@ -246,15 +355,17 @@ static void on_reply(struct conn *c, redisReply *r)
     }
     case ST_DEL:
         if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1)) {
-            show_bad(c, mode == MODE_PAIR ? "DELIFEQ" : "DEL", r);
+            show_bad(c, second_cmd(), r);
             c->bad = 1;
         }
         op_done(c);
         break;
     case ST_GET:
-        if (!(r->type == REDIS_REPLY_STRING && r->len == strlen(held_tok) &&
-              memcmp(r->str, held_tok, r->len) == 0)) {
-            show_bad(c, "GET", r);
+        if (mode == MODE_COUNTER ? r->type != REDIS_REPLY_INTEGER
+                                 : !(r->type == REDIS_REPLY_STRING &&
+                                     r->len == strlen(held_tok) &&
+                                     memcmp(r->str, held_tok, r->len) == 0)) {
+            show_bad(c, mode == MODE_COUNTER ? "counter script" : "GET", r);
             c->bad = 1;
         }
         op_done(c);
@@ -359,17 +470,34 @@ static void set_blocking(int fd, int blocking)
         die("fcntl");
 }
 
+/* SCRIPT LOADs body on c (setup, blocking) into sha; exits unless the reply
+ * is a 40-character bulk string. */
+static void load_script(struct conn *c, const char *body, char *sha)
+{
+    const char *argv[] = {"SCRIPT", "LOAD", body};
+    redisReply *r = conn_call(c, 3, argv);
+    if (!(r->type == REDIS_REPLY_STRING && r->len == 40)) {
+        show_bad(c, "SCRIPT LOAD", r);
+        exit(1);
+    }
+    memcpy(sha, r->str, 40);
+    sha[40] = '\0';
+    freeReplyObject(r);
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: respbench --port P [--host 127.0.0.1] [--mode "
-            "pair|pair-del|get]\n"
+            "pair|pair-del|get|script-pair|\n"
+            "                 redisson-pair|redisson-renew|counter]\n"
             "                 [--conns N] [--seconds S] [--warmup S] "
             "[--prefix P]\n"
             "                 [--pid NAME=PID]... [--zk-mntr HOST:PORT]\n"
             "  --mode          pair: SET NX PX + DELIFEQ (default); pair-del: "
             "SET NX PX + DEL;\n"
-            "                  get: GET of a held key\n"
+            "                  get: GET of a held key; the script modes: see "
+            "the source\n"
             "  --conns N       concurrent connections (default 1)\n"
             "  --seconds S     measured period (default 5)\n"
             "  --warmup S      discarded warm-up period (default 1)\n"
@@ -421,6 +549,14 @@ int main(int argc, char **argv)
                 mode = MODE_PAIR_DEL;
             else if (strcmp(v, "get") == 0)
                 mode = MODE_GET;
+            else if (strcmp(v, "script-pair") == 0)
+                mode = MODE_SCRIPT_PAIR;
+            else if (strcmp(v, "redisson-pair") == 0)
+                mode = MODE_REDISSON_PAIR;
+            else if (strcmp(v, "redisson-renew") == 0)
+                mode = MODE_REDISSON_RENEW;
+            else if (strcmp(v, "counter") == 0)
+                mode = MODE_COUNTER;
             else
                 usage();
         } else if (strcmp(a, "--zk-mntr") == 0) {
@@ -442,6 +578,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < nconn; i++) {
         conns[i].idx = i;
         snprintf(conns[i].key, sizeof(conns[i].key), "%s%d", prefix, i);
+        snprintf(conns[i].chan, sizeof(conns[i].chan),
+                 "redisson_lock__channel:{%s}", conns[i].key);
+        /* Redisson's holder: "<client uuid>:<thread id>". */
+        snprintf(conns[i].tok, sizeof(conns[i].tok), "bench-%d:%d",
+                 (int)getpid(), i);
         if (conn_connect(&conns[i], host, port) != 0) {
             fprintf(stderr, "respbench: connect %s:%d: %s\n", host, port,
                     strerror(errno));
@@ -461,6 +602,29 @@ int main(int argc, char **argv)
             return 1;
         }
         freeReplyObject(r);
+    }
+
+    switch (mode) {
+    case MODE_SCRIPT_PAIR:
+        load_script(&conns[0], script_release, sha_release);
+        break;
+    case MODE_REDISSON_PAIR:
+        load_script(&conns[0], script_acquire, sha_acquire);
+        load_script(&conns[0], script_unlock, sha_unlock);
+        break;
+    case MODE_REDISSON_RENEW:
+        load_script(&conns[0], script_acquire, sha_acquire);
+        load_script(&conns[0], script_renew, sha_renew);
+        break;
+    case MODE_COUNTER: {
+        load_script(&conns[0], script_counter, sha_counter);
+        snprintf(held_key, sizeof(held_key), "%scounter", prefix);
+        const char *del[] = {"DEL", held_key};
+        freeReplyObject(conn_call(&conns[0], 2, del));
+        break;
+    }
+    default:
+        break;
     }
 
     epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -536,15 +700,24 @@ int main(int argc, char **argv)
         }
     }
 
-    if (mode == MODE_GET) {
+    if (mode == MODE_GET || mode == MODE_COUNTER) {
         set_blocking(conns[0].fd, 1);
         const char *del[] = {"DEL", held_key};
         freeReplyObject(conn_call(&conns[0], 2, del));
     }
+    if (mode == MODE_REDISSON_RENEW) {
+        set_blocking(conns[0].fd, 1);
+        for (int i = 0; i < nconn; i++) {
+            const char *del[] = {"DEL", conns[i].key};
+            freeReplyObject(conn_call(&conns[0], 2, del));
+        }
+    }
 
     double secs = (double)(m1_real - m0_real) / 1e9;
     bench_samples_sort(&samples);
-    static const char *mode_names[] = {"pair", "pair-del", "get"};
+    static const char *mode_names[] = {
+        "pair",          "pair-del",       "get",    "script-pair",
+        "redisson-pair", "redisson-renew", "counter"};
     printf("respbench mode=%s conc=%d secs=%.3f ops=%llu errors=%llu "
            "ops_per_sec=%.1f p50_us=%.1f p99_us=%.1f mean_us=%.1f "
            "max_us=%.1f self_cpu_pct=%.1f",

@@ -9,6 +9,13 @@
 #                                 vs raw libzookeeper_mt (zkraw: create
 #                                 EPHEMERAL + delete at version 0)
 #   GET of a held lock, C=1, 64   zkresp vs redis-server
+#   script pairs at C=1 and C=64  zkresp (respbench script modes, EVALSHA
+#                                 after SCRIPT LOAD): redis-py's SET NX PX +
+#                                 release script, Redisson's acquire + unlock
+#                                 scripts (measured in each round next to the
+#                                 plain pair), Redisson's acquire + renewal
+#                                 scripts, and a read-modify-write script on
+#                                 one shared key (contention)
 #
 # and prints a table with the targets marked met / not met.  Exit status 0
 # whenever every measurement ran (a missed target is not a failure); non-zero
@@ -268,7 +275,17 @@ for ((r = 1; r <= ROUNDS; r++)); do
         measure "raw-c$c" "$r" "${zkraw[@]}" --conc "$c" --seconds "$SECS" \
             --warmup "$WARMUP" --pid zk="$zk_pid"
         measure "zkresp-c$c" "$r" "${zkresp_pair[@]}" --conns "$c"
+        measure "script-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
+            --mode script-pair --prefix bench:sp:
+        measure "redisson-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
+            --mode redisson-pair --prefix bench:rp:
     done
+done
+for c in 1 64; do
+    measure "renew-c$c" 1 "${zkresp_pair[@]}" --conns "$c" \
+        --mode redisson-renew --prefix bench:rr:
+    measure "counter-c$c" 1 "${zkresp_pair[@]}" --conns "$c" \
+        --mode counter --prefix bench:ctr:
 done
 HOLD_US=${BENCH_HOLD_US:-2000}
 if [ "$HOLD_US" != 0 ]; then
@@ -375,6 +392,8 @@ met() {
 }
 
 read -r ratio64 ratio64_lo ratio64_hi <<<"$(stat ratio zkresp-c64 raw-c64 ops_per_sec)"
+read -r sratio64 sratio64_lo sratio64_hi <<<"$(stat ratio script-c64 zkresp-c64 ops_per_sec)"
+read -r rratio64 rratio64_lo rratio64_hi <<<"$(stat ratio redisson-c64 zkresp-c64 ops_per_sec)"
 read -r over1 over1_lo over1_hi <<<"$(stat diff zkresp-c1 raw-c1 p50_us)"
 errs=$(awk '{ for (i = 3; i <= NF; i++) if ($i ~ /^errors=/) { split($i, e, "="); s += e[2] } }
     END { print s + 0 }' "$tmp/results")
@@ -453,11 +472,63 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
         "$(med redis-get-c64 self_cpu_pct)% (redis-server run), of one core; near 100%" \
         "means the generator set the pace"
     echo
+    echo "Script pairs through zkresp (EVALSHA after SCRIPT LOAD), each op two"
+    echo "requests; ratio = script pairs/s / plain pairs/s (SET NX PX + DELIFEQ)"
+    echo "in the same round."
+    printf '  %-46s %-3s %10s %18s %18s %14s\n' "pair" C "pairs/s" \
+        "ratio (range)" "p50/p99 us" "ZK reqs/pair"
+    for c in 1 64; do
+        for row in "zkresp|SET NX PX + DELIFEQ (plain)" \
+            "script|SET NX PX + release script (redis-py)" \
+            "redisson|acquire + unlock scripts (Redisson)"; do
+            name=${row%%|*}
+            if [ "$name" = zkresp ]; then
+                q=1 lo=1 hi=1
+            else
+                read -r q lo hi <<<"$(stat ratio "$name-c$c" "zkresp-c$c" ops_per_sec)"
+            fi
+            printf '  %-46s %-3s %10s %18s %18s %14s\n' "${row#*|}" "$c" \
+                "$(med "$name-c$c" ops_per_sec %.0f)" \
+                "$(num %.2f "$q") ($(num %.2f "$lo")-$(num %.2f "$hi"))" \
+                "$(med "$name-c$c" p50_us %.0f)/$(med "$name-c$c" p99_us %.0f)" \
+                "$(med "$name-c$c" zk_reqs_per_op %.2f)"
+        done
+    done
+    for c in 1 64; do
+        printf '  %-46s %-3s %10s %18s %18s %14s\n' \
+            "acquire + renewal scripts (Redisson watchdog)" "$c" \
+            "$(med "renew-c$c" ops_per_sec %.0f)" "1 run" \
+            "$(med "renew-c$c" p50_us %.0f)/$(med "renew-c$c" p99_us %.0f)" \
+            "$(med "renew-c$c" zk_reqs_per_op %.2f)"
+    done
+    echo
+    echo "Contention: C connections run one read-modify-write script (GET, +1,"
+    echo "SET) on ONE shared key; every script commits (a conflict re-runs it)."
+    printf '  %-3s %12s %18s %22s\n' C "scripts/s" "p50/p99 us" "ZK reqs/committed"
+    for c in 1 64; do
+        printf '  %-3s %12s %18s %22s\n' "$c" "$(med "counter-c$c" ops_per_sec %.0f)" \
+            "$(med "counter-c$c" p50_us %.0f)/$(med "counter-c$c" p99_us %.0f)" \
+            "$(med "counter-c$c" zk_reqs_per_op %.2f)"
+    done
+    echo "  Retries per committed script: not reported. Neither INFO nor"
+    echo "  /metrics exposes txn.lua's T.stats (committed, retries) yet; the"
+    echo "  ZooKeeper requests per committed script above, C=64 against C=1,"
+    echo "  is the closest measure (a re-run costs at least one more multi, but"
+    echo "  the local per-key queue keeps one sidecar's scripts from conflicting)."
+    echo
     echo "Targets"
     printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
         "pairs ratio zkresp/raw at C=64 >= 0.85" "$(num %.2f "$ratio64")" \
         "$(met "$ratio64" ">=" 0.85)" "$(num %.2f "$ratio64_lo")" \
         "$(num %.2f "$ratio64_hi")"
+    printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
+        "script pair/plain pair at C=64 >= 0.75" "$(num %.2f "$sratio64")" \
+        "$(met "$sratio64" ">=" 0.75)" "$(num %.2f "$sratio64_lo")" \
+        "$(num %.2f "$sratio64_hi")"
+    printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
+        "Redisson pair/plain pair at C=64 >= 0.75" "$(num %.2f "$rratio64")" \
+        "$(met "$rratio64" ">=" 0.75)" "$(num %.2f "$rratio64_lo")" \
+        "$(num %.2f "$rratio64_hi")"
     printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
         "p50 overhead at C=1 < 150 us" "$(num %.0f "$over1") us" \
         "$(met "$over1" "<" 150)" "$(num %.0f "$over1_lo")" \
