@@ -134,6 +134,24 @@ function M.dispatch(args)
     return spec.fn(args)
 end
 
+-- Numbers for the metrics endpoint (sidecar/metrics.c), called on every
+-- scrape outside any command: cheap, and never a zk.* call.  owned_keys is
+-- exported as zkresp_owned_keys; names ending in _total become counters
+-- zkresp_lua_<name>, the others gauges.
+function M.stats()
+    local T = require "txn"
+    local sid = zk.session()
+    local owned = 0
+    for _, e in pairs(K.owned) do
+        if e.lifetime == "ephemeral" and e.sid == sid then owned = owned + 1 end
+    end
+    return {
+        owned_keys = owned,
+        script_commits_total = T.stats.committed,
+        script_retries_total = T.stats.retries,
+    }
+end
+
 -- A watch left by keyspace.lua fired (see sidecar/lua_host.h).
 function M.on_watch(event, path)
     K.on_watch(event, path)
