@@ -65,9 +65,29 @@ def _contend(sidecars, kz, keys, threads_per_side, duration, px, release, hist, 
         t.join(duration + 60)
 
 
-def test_mutual_exclusion_with_release(zkresp_pair, kz):
+def _steady_pair(make_zkresp):
+    """Two sidecars whose sessions survive a loaded machine: the safety
+    property under test holds while the holder's sidecar keeps its session
+    (a sidecar stalled past its session loses its ephemeral locks by design,
+    RELIABILITY case 8), so these tests give the sessions room and check
+    that neither was replaced."""
+    a = make_zkresp(session_timeout=10000, request_timeout=5000)
+    b = make_zkresp(root=a.root, session_timeout=10000, request_timeout=5000)
+    return a, b
+
+
+def _same_sessions(pair, before):
+    after = [z.session_id() for z in pair]
+    assert after == before, "a sidecar's ZooKeeper session was replaced during the run " \
+        "(the machine stalled it past its session timeout): %r -> %r" % (before, after)
+
+
+def test_mutual_exclusion_with_release(make_zkresp, kz):
+    pair = _steady_pair(make_zkresp)
+    sessions = [z.session_id() for z in pair]
     hist, errors = LockHistory(), []
-    _contend(zkresp_pair, kz, ["lock:a", "lock:b"], 6, 4.0, 30000, True, hist, errors)
+    _contend(pair, kz, ["lock:a", "lock:b"], 6, 4.0, 30000, True, hist, errors)
+    _same_sessions(pair, sessions)
     assert not errors, errors[:5]
     hist.check()
     assert hist.count() >= 20, "too few acquisitions to prove anything: %d" % hist.count()
@@ -75,11 +95,14 @@ def test_mutual_exclusion_with_release(zkresp_pair, kz):
         "one side never acquired: A=%d B=%d" % (hist.count(holder_prefix="A"), hist.count(holder_prefix="B"))
 
 
-def test_mutual_exclusion_with_expiry(zkresp_pair, kz):
+def test_mutual_exclusion_with_expiry(make_zkresp, kz):
     # Nobody releases: every lock must expire (PX 300) before the next one is
     # granted on either side.
+    pair = _steady_pair(make_zkresp)
+    sessions = [z.session_id() for z in pair]
     hist, errors = LockHistory(), []
-    _contend(zkresp_pair, kz, ["lock:x"], 4, 4.0, 300, False, hist, errors)
+    _contend(pair, kz, ["lock:x"], 4, 4.0, 300, False, hist, errors)
+    _same_sessions(pair, sessions)
     assert not errors, errors[:5]
     hist.check()
     assert hist.count() >= 6, "too few acquisitions: %d" % hist.count()
