@@ -15,7 +15,12 @@
 #                                 scripts (measured in each round next to the
 #                                 plain pair), Redisson's acquire + renewal
 #                                 scripts, and a read-modify-write script on
-#                                 one shared key (contention)
+#                                 one shared key (contention: at C=64 a second
+#                                 zkresp on the same root runs 64 more
+#                                 connections on that key; retries per
+#                                 committed script from both sidecars'
+#                                 /metrics, zkresp_lua_script_retries_total
+#                                 and zkresp_lua_script_commits_total)
 #
 # and prints a table with the targets marked met / not met.  Exit status 0
 # whenever every measurement ran (a missed target is not a failure); non-zero
@@ -189,11 +194,22 @@ started+=("$redis_pid")
 log "redis-server pid $redis_pid on 127.0.0.1:$redis_port"
 
 zkresp_port=$(free_port)
+metrics_port=$(free_port)
 "$ZKRESP" --port "$zkresp_port" --zk "127.0.0.1:$zk_port" --root /bench \
+    --metrics-port "$metrics_port" \
     --log-level warn >"$tmp/zkresp.log" 2>&1 </dev/null &
 zkresp_pid=$!
 started+=("$zkresp_pid")
 log "zkresp pid $zkresp_pid on 127.0.0.1:$zkresp_port"
+# A second sidecar on the same root, used only for the contention runs.
+zkresp2_port=$(free_port)
+metrics2_port=$(free_port)
+"$ZKRESP" --port "$zkresp2_port" --zk "127.0.0.1:$zk_port" --root /bench \
+    --metrics-port "$metrics2_port" \
+    --log-level warn >"$tmp/zkresp2.log" 2>&1 </dev/null &
+zkresp2_pid=$!
+started+=("$zkresp2_pid")
+log "zkresp (second) pid $zkresp2_pid on 127.0.0.1:$zkresp2_port"
 
 for i in $(seq 100); do
     [ "$(redis-cli -p "$redis_port" PING 2>/dev/null)" = PONG ] && break
@@ -211,6 +227,31 @@ for i in $(seq 300); do
     [ "$i" -lt 300 ] || fail "zkresp not connected to ZooKeeper after 30 s"
     sleep 0.1
 done
+for i in $(seq 300); do
+    if redis-cli -p "$zkresp2_port" INFO zookeeper 2>/dev/null |
+        tr -d '\r' | grep -qx 'zk_state:connected'; then
+        break
+    fi
+    kill -0 "$zkresp2_pid" 2>/dev/null || fail "second zkresp exited (see $tmp/zkresp2.log)"
+    [ "$i" -lt 300 ] || fail "second zkresp not connected to ZooKeeper after 30 s"
+    sleep 0.1
+done
+
+# script_stats: "commits retries" summed over both sidecars' /metrics, or
+# "n/a n/a" when a sidecar does not export them.
+script_stats() {
+    local c=0 r=0 port m
+    for port in "$metrics_port" "$metrics2_port"; do
+        m=$(curl -s --max-time 5 "http://127.0.0.1:$port/metrics") || m=
+        if ! grep -q '^zkresp_lua_script_retries_total ' <<<"$m"; then
+            echo "n/a n/a"
+            return
+        fi
+        c=$((c + $(awk '$1 == "zkresp_lua_script_commits_total" { printf "%d", $2 }' <<<"$m")))
+        r=$((r + $(awk '$1 == "zkresp_lua_script_retries_total" { printf "%d", $2 }' <<<"$m")))
+    done
+    echo "$c $r"
+}
 
 # ---------------------------------------------------------------- measure
 # measure NAME ROUND CMD...: runs one tool, checks that every process
@@ -287,6 +328,26 @@ for c in 1 64; do
     measure "counter-c$c" 1 "${zkresp_pair[@]}" --conns "$c" \
         --mode counter --prefix bench:ctr:
 done
+# Contention across sidecars: 64 connections on each of the two sidecars
+# run the counter script on the same key; the measured tool is the first
+# sidecar's, the second's runs alongside it (its result is kept in
+# counter2.out).  Commits and retries are counted over the whole window.
+read -r commits0 retries0 <<<"$(script_stats)"
+"${resp[@]}" --port "$zkresp2_port" --mode counter --conns 64 \
+    --prefix bench:ctr2: --pid zkresp2="$zkresp2_pid" \
+    >"$tmp/counter2.out" 2>"$tmp/counter2.err" &
+counter2_pid=$!
+started+=("$counter2_pid")
+measure counter2-c64 1 "${zkresp_pair[@]}" --conns 64 --mode counter \
+    --prefix bench:ctr2:
+wait "$counter2_pid" || fail "second counter run: $(cat "$tmp/counter2.err")"
+read -r commits1 retries1 <<<"$(script_stats)"
+counter2_other=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^ops_per_sec=/) { split($i, e, "="); print e[2] } }' "$tmp/counter2.out")
+# "ratio re-runs commits", or "n/a n/a n/a" without the metrics.
+read -r retry_ratio retry_n commit_n <<<"$(awk -v c0="$commits0" -v c1="$commits1" \
+    -v r0="$retries0" -v r1="$retries1" 'BEGIN {
+        if (c0 == "n/a" || c1 == "n/a" || c1 - c0 <= 0) print "n/a n/a n/a"
+        else printf "%.2f %d %d\n", (r1 - r0) / (c1 - c0), r1 - r0, c1 - c0 }')"
 HOLD_US=${BENCH_HOLD_US:-2000}
 if [ "$HOLD_US" != 0 ]; then
     measure zkresp-c64-hold 1 "${zkresp_pair[@]}" --conns 64 \
@@ -504,17 +565,21 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo
     echo "Contention: C connections run one read-modify-write script (GET, +1,"
     echo "SET) on ONE shared key; every script commits (a conflict re-runs it)."
-    printf '  %-3s %12s %18s %22s\n' C "scripts/s" "p50/p99 us" "ZK reqs/committed"
+    printf '  %-18s %12s %18s %22s\n' C "scripts/s" "p50/p99 us" "ZK reqs/committed"
     for c in 1 64; do
-        printf '  %-3s %12s %18s %22s\n' "$c" "$(med "counter-c$c" ops_per_sec %.0f)" \
+        printf '  %-18s %12s %18s %22s\n' "$c, one sidecar" "$(med "counter-c$c" ops_per_sec %.0f)" \
             "$(med "counter-c$c" p50_us %.0f)/$(med "counter-c$c" p99_us %.0f)" \
             "$(med "counter-c$c" zk_reqs_per_op %.2f)"
     done
-    echo "  Retries per committed script: not reported. Neither INFO nor"
-    echo "  /metrics exposes txn.lua's T.stats (committed, retries) yet; the"
-    echo "  ZooKeeper requests per committed script above, C=64 against C=1,"
-    echo "  is the closest measure (a re-run costs at least one more multi, but"
-    echo "  the local per-key queue keeps one sidecar's scripts from conflicting)."
+    printf '  %-18s %12s %18s %22s\n' "64 + 64, two" \
+        "$(med counter2-c64 ops_per_sec %.0f)+$(num %.0f "${counter2_other:-n/a}")" \
+        "$(med counter2-c64 p50_us %.0f)/$(med counter2-c64 p99_us %.0f)" \
+        "-"
+    echo "  Retries per committed script with 64 connections on each of two"
+    echo "  sidecars: $retry_ratio ($retry_n re-runs over $commit_n commits" \
+        "of every command, both sidecars'"
+    echo "  zkresp_lua_script_retries_total / _commits_total). One sidecar's"
+    echo "  scripts on a key wait in its local queue and do not conflict."
     echo
     echo "Targets"
     printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
