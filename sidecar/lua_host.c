@@ -502,64 +502,83 @@ static int l_zk_delete(lua_State *L)
     return zk_call(L, "zk.delete", ZK_OP_DELETE, &op, 1);
 }
 
+/* Field k of the table at index t if it is a string, else NULL.  The value
+ * is popped: the pointer stays valid because the table still references the
+ * string (and Lua strings never move). */
+static const char *field_string(lua_State *L, int t, int k, size_t *len)
+{
+    const char *s = NULL;
+    if (lua_rawgeti(L, t, k) == LUA_TSTRING)
+        s = lua_tolstring(L, -1, len);
+    lua_pop(L, 1);
+    return s;
+}
+
+static int field_int(lua_State *L, int t, int k, int dflt)
+{
+    int v = dflt;
+    if (lua_rawgeti(L, t, k) == LUA_TNUMBER && lua_isinteger(L, -1))
+        v = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
 /* zk.multi({{"create", path, data, flags}, {"delete", path, version},
- *           {"set", path, data, version}, {"check", path, version}}) */
+ *           {"set", path, data, version}, {"check", path, version}})
+ * Each operation's table is popped once read, so the stack stays small
+ * whatever the number of operations; the strings stay referenced through
+ * the list at index 1 until zk_submit has copied them. */
 static int l_zk_multi(lua_State *L)
 {
+    struct co *c = co_check(L, "zk.multi");
     luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
     int n = (int)luaL_len(L, 1);
     if (n < 1 || n > 10000)
         return luaL_error(L, "zk.multi needs 1 to 10000 operations");
     struct zk_op *ops = calloc((size_t)n, sizeof *ops);
     if (!ops)
         return luaL_error(L, "out of memory");
-    for (int i = 0; i < n; i++) {
-        lua_rawgeti(L, 1, i + 1);
-        if (!lua_istable(L, -1)) {
-            free(ops);
-            return luaL_error(L, "zk.multi: operation %d is not a table",
-                              i + 1);
+    const char *bad = NULL;
+    int bad_at = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        bad_at = i + 1;
+        if (lua_rawgeti(L, 1, i + 1) != LUA_TTABLE) {
+            bad = "is not a table";
+            break;
         }
-        int t = lua_gettop(L);
-        lua_rawgeti(L, t, 1);
-        const char *kind = lua_tostring(L, -1);
-        lua_rawgeti(L, t, 2);
-        ops[i].path = lua_tostring(L, -1);
+        const char *kind = field_string(L, 2, 1, NULL);
+        ops[i].path = field_string(L, 2, 2, NULL);
         if (!kind || !ops[i].path) {
-            free(ops);
-            return luaL_error(
-                L, "zk.multi: operation %d needs a kind and a path", i + 1);
-        }
-        if (strcmp(kind, "create") == 0) {
-            ops[i].type = ZK_OP_CREATE;
-            lua_rawgeti(L, t, 3);
-            ops[i].data = lua_tolstring(L, -1, &ops[i].datalen);
-            if (!ops[i].data)
+            bad = "needs a kind and a path (strings)";
+        } else if (strcmp(kind, "create") == 0 || strcmp(kind, "set") == 0) {
+            ops[i].type = kind[0] == 'c' ? ZK_OP_CREATE : ZK_OP_SET;
+            ops[i].data = field_string(L, 2, 3, &ops[i].datalen);
+            if (!ops[i].data) {
+                lua_rawgeti(L, 2, 3);
+                if (!lua_isnil(L, -1))
+                    bad = "has data that is not a string";
+                lua_pop(L, 1);
                 ops[i].data = "";
-            lua_rawgeti(L, t, 4);
-            ops[i].flags = (int)lua_tointeger(L, -1);
-        } else if (strcmp(kind, "set") == 0) {
-            ops[i].type = ZK_OP_SET;
-            lua_rawgeti(L, t, 3);
-            ops[i].data = lua_tolstring(L, -1, &ops[i].datalen);
-            if (!ops[i].data)
-                ops[i].data = "";
-            lua_rawgeti(L, t, 4);
-            ops[i].version =
-                lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+                ops[i].datalen = 0;
+            }
+            if (ops[i].type == ZK_OP_CREATE)
+                ops[i].flags = field_int(L, 2, 4, 0);
+            else
+                ops[i].version = field_int(L, 2, 4, -1);
         } else if (strcmp(kind, "delete") == 0 || strcmp(kind, "check") == 0) {
             ops[i].type = kind[0] == 'd' ? ZK_OP_DELETE : ZK_OP_CHECK;
-            lua_rawgeti(L, t, 3);
-            ops[i].version =
-                lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
+            ops[i].version = field_int(L, 2, 3, -1);
         } else {
-            free(ops);
-            return luaL_error(L, "zk.multi: unknown operation '%s'", kind);
+            bad = "has an unknown kind";
         }
-        /* The strings stay referenced by the table at index 1 until
-         * zk_submit copies them below. */
+        if (!bad)
+            lua_pop(L, 1); /* the operation's table */
     }
-    struct co *c = co_check(L, "zk.multi");
+    if (bad) {
+        free(ops);
+        return luaL_error(L, "zk.multi: operation %d %s", bad_at, bad);
+    }
     c->wait = WAIT_ZK;
     zk_submit(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline, on_zk_done, c);
     free(ops);
