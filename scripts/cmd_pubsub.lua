@@ -16,6 +16,7 @@
 -- is re-run.
 
 local SB = require "sandbox"
+local counters = require "counters"
 
 local C = {}
 
@@ -26,6 +27,7 @@ local function publish(args)
     local _ = args
     local c = SB.context()
     if c and c.ro then return { err = "ERR Write commands are not allowed from read-only scripts." } end
+    counters.published = counters.published + 1
     return 0
 end
 

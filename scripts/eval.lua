@@ -50,10 +50,9 @@ end
 -- A script's value -> a reply (lua_host.h's reply values).
 local function to_reply(v, depth, resp)
     local tv = type(v)
-    -- After redis.setresp(3) a boolean is a RESP3 boolean, which RESP2
-    -- writes as :1/:0.  (The host has no boolean reply value: RESP3
-    -- clients get :1/:0 too, not #t/#f.)
-    if v == false and resp == 3 then return 0 end
+    -- After redis.setresp(3) a boolean is a RESP3 boolean: #t/#f to a RESP3
+    -- client, :1/:0 to a RESP2 one.
+    if (v == true or v == false) and resp == 3 then return { bool = v } end
     if v == nil or v == false or v == host.null then return host.null end
     if v == true then return 1 end
     if tv == "number" then return to_integer(v) end

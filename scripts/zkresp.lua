@@ -149,6 +149,7 @@ function M.stats()
         owned_keys = owned,
         script_commits_total = T.stats.committed,
         script_retries_total = T.stats.retries,
+        pubsub_published_total = require("counters").published,
     }
 end
 

@@ -31,8 +31,10 @@ struct config {
     int stall_timeout;       /* ms without progress on a half-sent request or
                                 unsent reply before the client is closed */
     int shutdown_grace;      /* ms to finish in-flight work on SIGTERM */
-    int metrics_port;        /* HTTP /metrics, /healthz, /readyz; 0 = off */
-    char *metrics_bind;      /* its address */
+    int script_time_limit;   /* ms an EVAL script may run */
+    long long script_memory_limit; /* bytes an EVAL script may grow the VM */
+    int metrics_port;   /* HTTP /metrics, /healthz, /readyz; 0 = off */
+    char *metrics_bind; /* its address */
     char *config_file;
 };
 

@@ -892,6 +892,8 @@ static void open_bindings(struct lua_host *h)
     set_int(L, "session_timeout", cfg->session_timeout);
     set_str(L, "policy", cfg->policy);
     set_str(L, "scripts", cfg->scripts);
+    set_int(L, "script_time_limit", cfg->script_time_limit);
+    set_int(L, "script_memory_limit", cfg->script_memory_limit);
     lua_setfield(L, -2, "config");
     lua_setglobal(L, "host");
 }

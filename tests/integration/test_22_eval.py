@@ -103,6 +103,8 @@ seq("eval_resp3", [
     "HSET @h f v", "SADD @s m", "ZADD @z 1.5 m",
     [E, "return {map={a=1}}", "0"], [E, "return {set={a=true}}", "0"], [E, "return {double=3.5}", "0"],
     [E, "redis.setresp(3) return redis.call('hgetall', KEYS[1])", "1", "@h"],
+    [E, "redis.setresp(3) return true", "0"], [E, "redis.setresp(3) return false", "0"],
+    [E, "redis.setresp(3) return {true, false, 1}", "0"],
     [E, "redis.setresp(3) local r = redis.call('hgetall', KEYS[1]) return {type(r.map), r.map.f}", "1", "@h"],
     [E, "redis.setresp(3) local r = redis.call('smembers', KEYS[1]) return {type(r.set), tostring(r.set.m)}", "1", "@s"],
     [E, "redis.setresp(3) return redis.call('smembers', KEYS[1])", "1", "@s"],
@@ -283,6 +285,20 @@ def test_time_cap_aborts_without_writing(zkresp):
     assert r.exists(key) == 0
     assert r.ping()
     assert r.eval("return 'still here'", 0) == b"still here"
+
+
+def test_time_limit_flag(make_zkresp):
+    """--script-time-limit sets the cap (and the text says which)."""
+    z = make_zkresp(extra=("--script-time-limit", "300"))
+    r = z.redis(socket_timeout=30)
+    key = harness.unique("loop")
+    t0 = time.monotonic()
+    with pytest.raises(redis.exceptions.ResponseError) as ei:
+        r.eval("redis.call('set', KEYS[1], 'v') while true do end", 1, key)
+    took = time.monotonic() - t0
+    assert "time limit of 300 ms" in str(ei.value)
+    assert 0.25 < took < 3
+    assert r.exists(key) == 0
 
 
 def test_memory_cap_aborts_without_writing(zkresp):

@@ -157,6 +157,8 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
     # Every SET NX PX left an ephemeral key this sidecar owns.
     assert val(after, "zkresp_owned_keys") >= nset
     assert "zkresp_lua_script_commits_total" in after_text
+    assert "zkresp_lua_script_retries_total" in after_text
+    assert "zkresp_lua_pubsub_published_total" in after_text
     # Label values stay a closed set: the unknown command is not a label.
     assert "nosuchcommand" not in after_text.lower()
 
@@ -165,6 +167,22 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
         assert c1.cmd("PING") == b"+PONG\r\n" and c2.cmd("PING") == b"+PONG\r\n"
         during = parse(scrape(z.mport))
         assert val(during, "zkresp_connected_clients") >= 2
+
+
+def test_lua_counters_move(make_zkresp):
+    """The Lua layer's counters (M.stats): messages published, script
+    commits."""
+    z = with_metrics(make_zkresp)
+    before = parse(scrape(z.mport))
+    c = z.client()
+    for i in range(3):
+        assert c.cmd("PUBLISH", "ch", "m%d" % i) == b":0\r\n"
+    assert c.cmd("EVAL", "redis.call('set', KEYS[1], 'v') return 1", "1", "k") == b":1\r\n"
+    after = parse(scrape(z.mport))
+    assert val(after, "zkresp_lua_pubsub_published_total") - \
+        val(before, "zkresp_lua_pubsub_published_total") == 3
+    assert val(after, "zkresp_lua_script_commits_total") - \
+        val(before, "zkresp_lua_script_commits_total") >= 1
 
 
 def test_protocol_errors_and_rejections_counted(make_zkresp):
