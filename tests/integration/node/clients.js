@@ -20,7 +20,7 @@ const WORKERS = 6;
 const now = () => Number(process.hrtime.bigint()) / 1e6;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const holds = [];   // {start, end, worker}
+const holds = [];   // {start, end, worker, ms}
 const errors = [];
 let attempts = 0;
 
@@ -30,7 +30,7 @@ function client(i) {
 }
 
 async function hold(i, ms) {
-  const h = { start: now(), worker: i };
+  const h = { start: now(), worker: i, ms };
   await sleep(ms);
   h.end = now();
   holds.push(h);
@@ -114,10 +114,14 @@ async function semaphoreMutex(deadline) {
     const c = client(i);
     clients.push(c);
     run.push(loop(deadline, async () => {
-      const m = new Mutex(c, 'node:mutex', { lockTimeout: 2000, acquireTimeout: 300,
-                                            retryInterval: 5, refreshInterval: 200 });
+      // Every third worker holds past lockTimeout: only the library's
+      // refresh (every 80 ms) keeps the lock, so an overlap would show a
+      // refresh that did not work.
+      const long = i % 3 === 0;
+      const m = new Mutex(c, 'node:mutex', { lockTimeout: long ? 300 : 2000, acquireTimeout: 2000,
+                                            retryInterval: 5, refreshInterval: long ? 80 : 200 });
       await m.acquire();
-      await hold(i, 3);
+      await hold(i, long ? 700 : 3);
       await m.release();
     }));
   }
@@ -133,10 +137,11 @@ async function semaphore(deadline) {
     const c = client(i);
     clients.push(c);
     run.push(loop(deadline, async () => {
-      const s = new Semaphore(c, 'node:sem', LIMIT, { lockTimeout: 2000, acquireTimeout: 300,
-                                                     retryInterval: 5, refreshInterval: 200 });
+      const long = i % 3 === 0;
+      const s = new Semaphore(c, 'node:sem', LIMIT, { lockTimeout: long ? 300 : 2000, acquireTimeout: 2000,
+                                                     retryInterval: 5, refreshInterval: long ? 80 : 200 });
       await s.acquire();
-      await hold(i, 5);
+      await hold(i, long ? 700 : 5);
       await s.release();
     }));
   }
@@ -162,6 +167,7 @@ function maxConcurrent() {
   const clients = await fn(now() + Number(seconds) * 1000);
   const workers = new Set(holds.map((h) => h.worker % 2));
   const summary = { scenario, holds: holds.length, attempts, max_concurrent: maxConcurrent(),
+                    refreshed_holds: holds.filter((h) => h.ms >= 700).length,
                     limit, sidecars_that_held: workers.size, errors: errors.slice(0, 5) };
   console.log(JSON.stringify(summary));
   for (const c of clients) c.disconnect();
