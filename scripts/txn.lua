@@ -37,17 +37,24 @@ T.MAX_ATTEMPTS = 10
 local Txn = {}
 Txn.__index = Txn
 
+-- The record of `key` as memo (one table per attempt) has it, read first
+-- if missing.  With cache_ok, the first attempt may use the owned-key
+-- cache.
+local function memo_read(memo, attempt, key, cache_ok)
+    local rec = memo[key]
+    if rec then return rec end
+    if cache_ok and attempt == 1 then rec = K.cached(key) end
+    rec = rec or K.read(key)
+    memo[key] = rec
+    return rec
+end
+
 -- The record of `key` (see keyspace.lua).  With cache_ok, the first
 -- attempt may use the owned-key cache; a command that does must call
 -- t:confirm(rec) before any answer that relies on the cached value not
 -- matching.
 function Txn:read(key, cache_ok)
-    local rec = self.recs[key]
-    if rec then return rec end
-    if cache_ok and self.attempt == 1 then rec = K.cached(key) end
-    rec = rec or K.read(key)
-    self.recs[key] = rec
-    return rec
+    return memo_read(self.recs, self.attempt, key, cache_ok)
 end
 
 -- On the first attempt only, the record of a key presumed absent (no
@@ -108,12 +115,7 @@ local current = setmetatable({}, { __mode = "k" })
 T.current = current
 
 function Buf:base_read(key, cache_ok)
-    local rec = self.base[key]
-    if rec then return rec end
-    if cache_ok and self.attempt == 1 then rec = K.cached(key) end
-    rec = rec or K.read(key)
-    self.base[key] = rec
-    return rec
+    return memo_read(self.base, self.attempt, key, cache_ok)
 end
 
 -- Inside a script every read may come from the owned-key cache: the commit
