@@ -99,6 +99,30 @@ local function jitter(attempt)
     return math.random(1, 1 << math.min(attempt, 5))
 end
 
+-- Takes the keys' local queues; the caller holds the ticket in a <close>
+-- variable.
+local function hold_keys(keys)
+    local paths = {}
+    for i, k in ipairs(keys) do paths[i] = K.path(k) end
+    return queue.hold(paths)
+end
+
+-- After attempt number `attempt` failed with `res` (from handler): true and
+-- the final reply when the command ends here (an abort, too many attempts,
+-- no time left), or false once it has waited to run again.  Anything but an
+-- abort or a retry is raised.
+local function after_failure(res, attempt)
+    if K.is_abort(res) then return true, res.reply end
+    if not K.is_retry(res) then error(res, 0) end
+    if attempt >= T.MAX_ATTEMPTS then return true, { err = errors.CONTENDED } end
+    local delay = res.delay or jitter(attempt)
+    if host.deadline and host.now() + delay >= host.deadline() then
+        return true, { err = errors.CONTENDED }
+    end
+    if delay > 0 then host.sleep(delay) end
+    return false
+end
+
 local function handler(e)
     if K.is_retry(e) or K.is_abort(e) then return e end
     return debug and debug.traceback and debug.traceback(tostring(e), 2) or tostring(e)
@@ -183,9 +207,7 @@ end
 
 function T.script(keys, fn)
     local co = coroutine.running()
-    local paths = {}
-    for i, k in ipairs(keys) do paths[i] = K.path(k) end
-    local held <close> = queue.hold(paths)
+    local held <close> = hold_keys(keys)
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
     while true do
@@ -203,15 +225,9 @@ function T.script(keys, fn)
             end
             res = cres
         end
-        if K.is_abort(res) then return res.reply end
-        if not K.is_retry(res) then error(res, 0) end
-        T.stats.retries = T.stats.retries + 1
-        if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
-        local delay = res.delay or jitter(attempt)
-        if host.deadline and host.now() + delay >= host.deadline() then
-            return { err = errors.CONTENDED }
-        end
-        if delay > 0 then host.sleep(delay) end
+        if K.is_retry(res) then T.stats.retries = T.stats.retries + 1 end
+        local done, reply = after_failure(res, attempt)
+        if done then return reply end
     end
 end
 
@@ -223,23 +239,15 @@ T.stats = { committed = 0, retries = 0 }
 function T.run(keys, fn)
     local outer = current[coroutine.running()]
     if outer then return outer:nested(fn) end
-    local paths = {}
-    for i, k in ipairs(keys) do paths[i] = K.path(k) end
-    local held <close> = queue.hold(paths)
+    local held <close> = hold_keys(keys)
     local attempt = 0
     while true do
         attempt = attempt + 1
         local t = setmetatable({ attempt = attempt, recs = {} }, Txn)
         local ok, res = xpcall(fn, handler, t)
         if ok then return res end
-        if K.is_abort(res) then return res.reply end
-        if not K.is_retry(res) then error(res, 0) end
-        if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
-        local delay = res.delay or jitter(attempt)
-        if host.deadline and host.now() + delay >= host.deadline() then
-            return { err = errors.CONTENDED }
-        end
-        if delay > 0 then host.sleep(delay) end
+        local done, reply = after_failure(res, attempt)
+        if done then return reply end
     end
 end
 
