@@ -1,0 +1,467 @@
+"""Tier 27: pub/sub across two zkresp sidecars on one ZooKeeper and one
+--root, with real clients (issue 4, DESIGN.md "Pub/Sub").
+
+- redis-py (RESP2) channel and pattern subscribers on sidecar B (and one on
+  A) receive what two publishers on A publish, every message, in each
+  publisher's order, and PUBLISH counts the subscribers of both sidecars.
+- ioredis (RESP3 push frames) subscribers on B, through node/pubsub.js.
+- A channel nobody on another sidecar listens to costs no ZooKeeper write
+  (the server's last zxid and the publisher's requests through a proxy do
+  not move); once B subscribes, publishes go through ZooKeeper and arrive;
+  once B unsubscribes, they stop costing writes again.
+- A publish made by a script is part of its commit: nothing for a script
+  that errors after publishing, exactly one message per committed script,
+  even when contention makes scripts re-run.
+- Messages do not pile up in ZooKeeper.
+"""
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+import harness
+from harness import RawClient, wait_for
+from resp import encode, decode_one, Push
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NODE_SCRIPT = os.path.join(HERE, "node", "pubsub.js")
+
+
+# ---------------------------------------------------------------- helpers
+
+def wait_publish_count(client, channel, want, timeout=10.0, what=None):
+    """Publishes probe messages ("probe...") through client (a RawClient)
+    until PUBLISH answers want: the other sidecar's interest is known."""
+    last = []
+
+    def ok():
+        r = client.cmd("PUBLISH", channel, "probe")
+        last[:] = [r]
+        return r == b":%d\r\n" % want
+    try:
+        wait_for(ok, timeout, 0.05, what or "PUBLISH %s to count %d subscribers" % (channel, want))
+    except AssertionError as e:
+        raise AssertionError("%s; last reply %r" % (e, last[0] if last else None))
+
+
+def message_of(raw):
+    """(kind, fields...) of a message or pmessage frame, RESP2 or RESP3,
+    or None for any other frame."""
+    v = decode_one(raw)
+    if isinstance(v, list) and v and v[0] in (b"message", b"pmessage", b"smessage"):
+        return tuple(v)
+    return None
+
+
+def read_messages(c, n, timeout=10.0, skip_probes=True):
+    """The next n messages (tuples, see message_of) on a subscribed
+    RawClient; probes are skipped; other frames are an error."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            raw = c.read_reply(timeout=remaining)
+        except Exception:
+            break
+        m = message_of(raw)
+        assert m is not None, "unexpected frame on a subscribed connection: %r" % raw
+        if skip_probes and m[-1].startswith(b"probe"):
+            continue
+        out.append(m)
+    return out
+
+
+def nothing_more(c, wait=0.5):
+    """Frames other than probes that arrive within wait seconds."""
+    extra = []
+    deadline = time.monotonic() + wait
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return extra
+        try:
+            raw = c.read_reply(timeout=remaining)
+        except Exception:
+            return extra
+        m = message_of(raw)
+        if m is None or not m[-1].startswith(b"probe"):
+            extra.append(raw)
+
+
+def subscribe(z, *channels, pattern=False, proto=2):
+    c = z.client(timeout=10)
+    if proto == 3:
+        assert c.cmd("HELLO", "3").startswith(b"%")
+    c.send(encode("PSUBSCRIBE" if pattern else "SUBSCRIBE", *channels))
+    for ch in channels:
+        v = decode_one(c.read_reply())
+        assert v[0] == (b"psubscribe" if pattern else b"subscribe") and v[1] == ch.encode(), v
+    return c
+
+
+def zxid(zk):
+    m = re.search(r"Zxid: (0x[0-9a-fA-F]+)", zk.four_letter("srvr"))
+    assert m, "no Zxid in srvr output"
+    return int(m.group(1), 16)
+
+
+def settled_zxid(zk, quiet=0.6, timeout=15.0):
+    """The server's last zxid once it has not moved for `quiet` seconds (no
+    session creation, ephemeral clean-up or other writer in flight)."""
+    seen = {"z": zxid(zk), "t": time.monotonic()}
+
+    def quiet_now():
+        z = zxid(zk)
+        now = time.monotonic()
+        if z != seen["z"]:
+            seen["z"], seen["t"] = z, now
+            return False
+        return now - seen["t"] >= quiet
+    wait_for(quiet_now, timeout, 0.1, "ZooKeeper's zxid to stop moving")
+    return seen["z"]
+
+
+# ---------------------------------------------------------------- redis-py
+
+def test_redis_py_subscribers_across_sidecars(zkresp_pair):
+    """redis-py (RESP2) subscribers: on B a channel subscriber, a pattern
+    subscriber and one with both; on A a channel subscriber.  Two
+    publishers on A publish 200 numbered messages each, concurrently: every
+    subscriber gets every message once, in each publisher's order, with the
+    right channel and pattern; every PUBLISH answers 5."""
+    a, b = zkresp_pair
+    p = harness.unique("rp") + ":"
+    ch, pat = p + "events", p + "ev*"
+    rb1, rb2, rb3, ra = b.redis(), b.redis(), b.redis(), a.redis()
+    s_ch, s_pat, s_both, s_a = rb1.pubsub(), rb2.pubsub(), rb3.pubsub(), ra.pubsub()
+    s_ch.subscribe(ch)
+    s_pat.psubscribe(pat)
+    s_both.subscribe(ch)
+    s_both.psubscribe(pat)
+    s_a.subscribe(ch)
+    for s, n in ((s_ch, 1), (s_pat, 1), (s_both, 2), (s_a, 1)):
+        for _ in range(n):
+            m = s.get_message(timeout=5)
+            assert m and m["type"] in ("subscribe", "psubscribe"), m
+    with a.client() as probe:
+        wait_publish_count(probe, ch, 5)
+
+    N = 200
+    replies = {0: [], 1: []}
+
+    def publisher(k):
+        with a.client() as c:
+            for i in range(N):
+                replies[k].append(c.cmd("PUBLISH", ch, "P%d:%d" % (k, i)))
+    ts = [threading.Thread(target=publisher, args=(k,)) for k in (0, 1)]
+    for t in ts:
+        t.start()
+
+    received = {}
+
+    def collect(name, s, want):
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < want and time.monotonic() < deadline:
+            m = s.get_message(timeout=1)
+            if m and m["type"] in ("message", "pmessage") and not m["data"].startswith(b"probe"):
+                got.append(m)
+        extra_until = time.monotonic() + 0.5
+        while time.monotonic() < extra_until:
+            m = s.get_message(timeout=0.1)
+            if m and m["type"] in ("message", "pmessage") and not m["data"].startswith(b"probe"):
+                got.append(m)
+        received[name] = got
+    cs = [threading.Thread(target=collect, args=(name, s, want)) for name, s, want in
+          (("B channel", s_ch, 2 * N), ("B pattern", s_pat, 2 * N), ("B both", s_both, 4 * N),
+           ("A channel", s_a, 2 * N))]
+    for t in cs:
+        t.start()
+    for t in ts + cs:
+        t.join(60)
+
+    bad_replies = [(k, i, r) for k in (0, 1) for i, r in enumerate(replies[k]) if r != b":5\r\n"]
+    assert not bad_replies, "PUBLISH did not count 5 subscribers: %r" % bad_replies[:5]
+
+    def check(name, msgs, kind, pattern):
+        assert all(m["type"] == kind for m in msgs), (name, [m for m in msgs if m["type"] != kind][:3])
+        assert all(m["channel"] == ch.encode() for m in msgs), name
+        if pattern:
+            assert all(m["pattern"] == pat.encode() for m in msgs), name
+        for k in (0, 1):
+            seq = [int(m["data"].split(b":")[1]) for m in msgs if m["data"].startswith(b"P%d:" % k)]
+            assert seq == list(range(N)), "%s: publisher %d's messages %s" % (
+                name, k, "out of order or lost/duplicated: %d received, first wrong at %r" % (
+                    len(seq), next(((i, v) for i, v in enumerate(seq) if v != i), None)))
+    check("B channel", received["B channel"], "message", False)
+    check("B pattern", received["B pattern"], "pmessage", True)
+    check("A channel", received["A channel"], "message", False)
+    both = received["B both"]
+    check("B both (messages)", [m for m in both if m["type"] == "message"], "message", False)
+    check("B both (pmessages)", [m for m in both if m["type"] == "pmessage"], "pmessage", True)
+    assert len(both) == 4 * N, len(both)
+    for s in (s_ch, s_pat, s_both, s_a):
+        s.close()
+
+
+def test_publish_counts_both_sidecars(zkresp_pair):
+    """PUBLISH's reply is the number of subscribers reached on every
+    sidecar, from either side, and falls back as they go."""
+    a, b = zkresp_pair
+    p = harness.unique("cnt") + ":"
+    ch = p + "c"
+    ca, cb = a.client(), b.client()
+    assert ca.cmd("PUBLISH", ch, "x") == b":0\r\n"
+    b1 = subscribe(b, ch)
+    b2 = subscribe(b, p + "*", pattern=True)
+    wait_publish_count(ca, ch, 2)
+    a1 = subscribe(a, ch)
+    wait_publish_count(ca, ch, 3)
+    wait_publish_count(cb, ch, 3)
+    assert cb.cmd("PUBLISH", p + "other", "x") == b":1\r\n"    # B's pattern only
+    wait_publish_count(ca, p + "other", 1)
+    b1.close()
+    wait_publish_count(ca, ch, 2, what="B's closed subscriber to stop being counted")
+    b2.send(encode("PUNSUBSCRIBE"))
+    b2.read_reply()
+    wait_publish_count(ca, ch, 1, what="B's pattern to stop being counted")
+    wait_publish_count(cb, ch, 1)
+    a1.close()
+    wait_publish_count(ca, ch, 0)
+    wait_publish_count(cb, ch, 0)
+
+
+# ---------------------------------------------------------------- ioredis
+
+def test_ioredis_resp3_subscribers_across_sidecars(zkresp_pair):
+    """ioredis (RESP3, push frames): subscribers and a pattern subscriber on
+    B receive what A publishes, with the right channel, pattern and payload,
+    in order; the subscribed connection also runs GET/SET."""
+    a, b = zkresp_pair
+    p = harness.unique("io") + ":"
+    N = 60
+    proc = subprocess.run(["node", NODE_SCRIPT, str(a.port), str(b.port), p, str(N)],
+                          capture_output=True, text=True, timeout=90)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert lines, "no summary from node: stdout=%r stderr=%r" % (proc.stdout[-2000:], proc.stderr[-2000:])
+    out = json.loads(lines[-1])
+    assert out["errors"] == [], out["errors"]
+    assert out["protocol"] == [3, 3, 3], out["protocol"]
+    assert out["subscribeReplies"] == [2, 1], out["subscribeReplies"]
+    assert out["get"] == "v-while-subscribed", out["get"]
+    assert out["replies"] == [1] * (3 * N), "PUBLISH replies: %r" % out["replies"][:12]
+    want = []
+    for i in range(N):
+        want += [[p + "ch1", "m%d" % i], [p + "ch2", "n%d" % i]]
+    assert out["messages"] == want, "messages: %r ... (%d)" % (out["messages"][:6], len(out["messages"]))
+    assert out["pmessages"] == [[p + "p.*", p + "p.%d" % i, "q%d" % i] for i in range(N)], \
+        "pmessages: %r ... (%d)" % (out["pmessages"][:4], len(out["pmessages"]))
+
+
+def test_resp3_push_frames_across_sidecars(zkresp_pair):
+    """The exact frames a RESP3 subscriber on B gets for A's publishes, as
+    redis-server sends them."""
+    a, b = zkresp_pair
+    p = harness.unique("r3") + ":"
+    s = subscribe(b, p + "c", proto=3)
+    s.send(encode("PSUBSCRIBE", p + "c*"))
+    assert s.read_reply() == b">3\r\n$10\r\npsubscribe\r\n$%d\r\n%sc*\r\n:2\r\n" % (len(p) + 2, p.encode())
+    with a.client() as ca:
+        wait_publish_count(ca, p + "c", 2)
+        assert nothing_more(s, 0.3) == []
+        assert ca.cmd("PUBLISH", p + "c", b"\x00pay\r\nload") == b":2\r\n"
+    frames = []
+    for _ in range(2):
+        raw = s.read_reply(timeout=10)
+        while message_of(raw) and message_of(raw)[-1].startswith(b"probe"):
+            raw = s.read_reply(timeout=10)
+        frames.append(raw)
+    chan = b"$%d\r\n%sc\r\n" % (len(p) + 1, p.encode())
+    assert sorted(frames) == sorted([
+        b">3\r\n$7\r\nmessage\r\n" + chan + b"$10\r\n\x00pay\r\nload\r\n",
+        b">4\r\n$8\r\npmessage\r\n$%d\r\n%sc*\r\n" % (len(p) + 2, p.encode()) + chan + b"$10\r\n\x00pay\r\nload\r\n",
+    ]), frames
+    # The connection still runs commands.
+    assert s.cmd("SET", p + "k", "v") == b"+OK\r\n"
+    assert s.cmd("GET", p + "k") == b"$1\r\nv\r\n"
+    s.close()
+
+
+# ---------------------------------------------------------------- ZooKeeper cost
+
+def test_unlistened_channel_costs_no_zookeeper_write(make_zk, make_proxy, make_zkresp):
+    """On a ZooKeeper of its own (no other writer): PUBLISH through A to a
+    channel with subscribers only on A, and to a channel nobody listens to,
+    changes neither the server's last zxid nor sends a write from A.  After
+    B subscribes, publishes do go through ZooKeeper (zxid advances) and
+    arrive at B; after B unsubscribes they cost nothing again."""
+    zk2 = make_zk()
+    proxy = make_proxy(zk2)
+    a = make_zkresp(zk_target=proxy)
+    b = make_zkresp(zk_target=zk2, root=a.root)
+    p = harness.unique("cost") + ":"
+    ch = p + "local"
+    sa = subscribe(a, ch)
+    sa2 = subscribe(a, p + "loc*", pattern=True)
+    ca = a.client()
+    assert ca.cmd("PUBLISH", ch, "warm") == b":2\r\n"
+    assert len(read_messages(sa, 1)) == 1 and len(read_messages(sa2, 1)) == 1
+
+    z0 = settled_zxid(zk2)
+    w0 = proxy.write_requests()
+    for i in range(100):
+        assert ca.cmd("PUBLISH", ch, "m%d" % i) == b":2\r\n"
+        assert ca.cmd("PUBLISH", p + "nobody", "m%d" % i) == b":0\r\n"
+    got = read_messages(sa, 100)
+    assert [m[2] for m in got] == [b"m%d" % i for i in range(100)]
+    assert len(read_messages(sa2, 100)) == 100
+    time.sleep(0.3)
+    assert proxy.write_requests() == w0, "A sent ZooKeeper writes for local-only publishes: %r" % (
+        proxy.snapshot()["requests"],)
+    assert zxid(zk2) == z0, "the zxid moved from %#x to %#x during 200 publishes nobody elsewhere listens to" % (
+        z0, zxid(zk2))
+
+    # B subscribes: now a publish must cross through ZooKeeper.
+    sb = subscribe(b, ch)
+    wait_publish_count(ca, ch, 3)
+    assert nothing_more(sb, 0.3) == []
+    read_messages(sa, 10**6, timeout=0.3)     # probes and nothing else
+    read_messages(sa2, 10**6, timeout=0.3)
+    z1 = settled_zxid(zk2)
+    w1 = proxy.write_requests()
+    for i in range(20):
+        assert ca.cmd("PUBLISH", ch, "x%d" % i) == b":3\r\n"
+    got = read_messages(sb, 20)
+    assert [m[1:] for m in got] == [(ch.encode(), b"x%d" % i) for i in range(20)]
+    assert zxid(zk2) > z1, "publishes B listens to did not go through ZooKeeper (zxid %#x)" % z1
+    assert proxy.write_requests() > w1
+
+    # B leaves: free again.
+    sb.send(encode("UNSUBSCRIBE"))
+    sb.read_reply()
+    wait_publish_count(ca, ch, 2, what="B's unsubscribe to be known to A")
+    z2 = settled_zxid(zk2)
+    w2 = proxy.write_requests()
+    for i in range(50):
+        assert ca.cmd("PUBLISH", ch, "y%d" % i) == b":2\r\n"
+    time.sleep(0.3)
+    assert zxid(zk2) == z2 and proxy.write_requests() == w2, \
+        "publishes kept writing to ZooKeeper after the other sidecar's subscriber left"
+
+
+def test_messages_do_not_accumulate_in_zookeeper(zkresp_pair, kz):
+    """Message garbage is collected: the znodes under the root do not grow
+    with the number of messages published across sidecars."""
+    a, b = zkresp_pair
+    p = harness.unique("gc") + ":"
+    ch = p + "c"
+    sb = subscribe(b, ch)
+    ca = a.client()
+    wait_publish_count(ca, ch, 1)
+
+    def publish(n, tag):
+        for i in range(n):
+            assert ca.cmd("PUBLISH", ch, "%s%d" % (tag, i)) == b":1\r\n"
+        assert len(read_messages(sb, n)) == n
+
+    publish(20, "a")
+    base = len(harness.all_paths(kz, a.root))
+    publish(300, "b")
+    wait_for(lambda: len(harness.all_paths(kz, a.root)) <= base + 20, 15, 0.2,
+             "the znodes under the root to stay bounded after 300 more messages (had %d)" % base)
+
+
+# ---------------------------------------------------------------- scripts
+
+# Each writes a key, publishes, then fails.  A script that raises (error(),
+# or a redis.call that fails) commits nothing (README, "Design notes"), so
+# its message must not exist either.  One that returns redis.error_reply
+# ends normally, its writes committed as in Redis: its message then follows
+# its writes, once.
+FAILING_SCRIPTS = {
+    "error": ("redis.call('set', KEYS[2], 'v') redis.call('publish', KEYS[1], ARGV[1]) error('boom')", False),
+    "failing_call": ("redis.call('set', KEYS[2], 'v') redis.call('publish', KEYS[1], ARGV[1]) "
+                     "redis.call('incr', KEYS[2])", False),
+    "error_reply": ("redis.call('set', KEYS[2], 'v') redis.call('publish', KEYS[1], ARGV[1]) "
+                    "return redis.error_reply('boom')", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_SCRIPTS))
+def test_script_publish_is_part_of_the_commit(zkresp_pair, name):
+    """A script's publish is delivered if and only if its writes commit: a
+    script that publishes and then raises delivers nothing, on the other
+    sidecar nor on its own; a committed one delivers exactly once."""
+    body, committed = FAILING_SCRIPTS[name]
+    a, b = zkresp_pair
+    p = harness.unique("sp") + ":"
+    ch, key = p + "c", p + "k"
+    sb = subscribe(b, ch)
+    sa = subscribe(a, ch)
+    ca = a.client()
+    wait_publish_count(ca, ch, 2)
+    assert nothing_more(sb, 0.2) == [] and nothing_more(sa, 0.1) == []
+    r = ca.cmd("EVAL", body, "2", ch, key, "failed-script")
+    assert r.startswith(b"-"), "the script was meant to fail: %r" % r
+    wrote = ca.cmd("EXISTS", key) == b":1\r\n"
+    if committed is not None:
+        assert wrote == committed, "a script that raised had its SET committed (%r)" % r
+    r = ca.cmd("EVAL", "local n = redis.call('publish', KEYS[1], ARGV[1]) return n", "1", ch, "committed")
+    assert r == b":2\r\n", "a committed script's publish counted %r" % r
+    assert ca.cmd("PUBLISH", ch, "marker") == b":2\r\n"
+    want = ([b"failed-script"] if wrote else []) + [b"committed", b"marker"]
+    for side, s in (("B", sb), ("A", sa)):
+        got = [m[2] for m in read_messages(s, len(want))]
+        got += [message_of(x)[2] if message_of(x) else x for x in nothing_more(s, 0.3)]
+        assert got == want, "%s received %r; the failed script's writes were %s" % (
+            side, got, "committed" if wrote else "not committed")
+
+
+def test_script_publish_exactly_once_under_contention(zkresp_pair):
+    """Scripts on both sidecars increment one key and publish the new value:
+    contention makes some of them re-run, yet every committed script's
+    message arrives exactly once on both sidecars, and only those."""
+    a, b = zkresp_pair
+    p = harness.unique("spc") + ":"
+    ch, key = p + "c", p + "n"
+    sa, sb = subscribe(a, ch), subscribe(b, ch)
+    with a.client() as ca, b.client() as cb:
+        wait_publish_count(ca, ch, 2)
+        wait_publish_count(cb, ch, 2)
+    nothing_more(sa, 0.2)
+    nothing_more(sb, 0.2)
+    script = "local v = redis.call('incr', KEYS[1]) redis.call('publish', KEYS[2], ARGV[1] .. ':' .. v) return v"
+    results, errors = [], []
+
+    def worker(z, name):
+        with z.client(timeout=30) as c:
+            for i in range(25):
+                r = c.cmd("EVAL", script, "2", key, ch, "%s-%d" % (name, i))
+                if r.startswith(b":"):
+                    results.append(("%s-%d" % (name, i), int(r[1:-2])))
+                elif not r.startswith(b"-TRYAGAIN"):
+                    errors.append(r)
+    ts = [threading.Thread(target=worker, args=(z, "%s%d" % (n, k)))
+          for z, n in ((a, "A"), (b, "B")) for k in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(90)
+    assert not errors, errors[:3]
+    values = sorted(v for _, v in results)
+    assert values == list(range(1, len(values) + 1)), "INCR values are not 1..n: %r" % values[:20]
+    want = sorted(("%s:%d" % (tag, v)).encode() for tag, v in results)
+    for side, s in (("A", sa), ("B", sb)):
+        got = [m[2] for m in read_messages(s, len(want), timeout=20)]
+        got += [message_of(x)[2] for x in nothing_more(s, 0.5) if message_of(x)]
+        assert sorted(got) == want, "%s: %d messages for %d committed scripts; duplicates %r, missing %r, extra %r" % (
+            side, len(got), len(want), sorted({g for g in got if got.count(g) > 1})[:5],
+            sorted(set(want) - set(got))[:5], sorted(set(got) - set(want))[:5])
