@@ -88,8 +88,10 @@ local function set(args)
     e = K.value_error(value)
     if e then return err(e) end
     -- SET NX with a relative or no TTL (the lock acquire) first tries a
-    -- bare create: one round trip when the key is free.
-    local optimistic = o.nx and not o.get and not o.at and not o.keepttl
+    -- bare create: one round trip when the key is free (not when the
+    -- policy's before_acquire must see what is there).
+    local optimistic = o.nx and not o.get and not o.at and not o.keepttl and
+                       not K.policy.before_acquire
     return T.run({ key }, function(t)
         local rec = optimistic and t:presume_absent(key) or t:read(key)
         local old
@@ -125,6 +127,9 @@ local function set(args)
         elseif o.keepttl and found and rec.deadline then
             ttl = math.max(1, math.ceil(K.remaining(rec)))
         end
+        -- The policy may hold a free key back (lock-delay): SET NX then
+        -- answers as on a held key.
+        if o.nx and K.acquire_refused(rec) then return aborted end
         t:put(rec, STRING, value, ttl)
         return o.get and old or ok()
     end)

@@ -199,6 +199,9 @@ local function execute(...)
             if e then return err(e) end
         end
     end
+    -- The policy's authorize sees what a script runs too, as Redis's ACLs do.
+    local denied = require("hooks").authorize(spec.name, spec, args)
+    if denied then return err(denied) end
     return spec.fn(args)
 end
 

@@ -47,6 +47,7 @@
 local codec = require "codec"
 local errors = require "errors"
 local queue = require "queue"
+local H = require "hooks"
 
 local K = {}
 
@@ -126,11 +127,17 @@ function K.keys_dir()
     return K.root() .. "/k"
 end
 
+-- A policy's answer that breaks the contract fails the command like a
+-- hook that raised (hooks.lua).
+local function policy_error(msg)
+    K.abort({ err = "ERR policy: " .. msg })
+end
+
 function K.path(key)
     local p = K.policy.key_path(key)
     if p ~= nil then
         if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then
-            error("policy key_path must return an absolute znode path or nil", 0)
+            policy_error("key_path must return an absolute znode path or nil")
         end
         return p
     end
@@ -293,7 +300,9 @@ end
 -- is a create, which fails (NODEEXISTS, a retry with a real read) if the
 -- node exists.
 function K.absent(key)
-    return K.record(key, K.path(key))
+    local rec = K.record(key, K.path(key))
+    rec.presumed = true
+    return rec
 end
 
 function K.read(key)
@@ -509,10 +518,42 @@ local function arm_watch(path, e)
     end)
 end
 
+-- What the policy's notifications (hooks.lua) say about an owned entry.
+local function entry_info(e, extra)
+    local info = { type = e.vtype and codec.type_name(e.vtype), ttl = e.ttl > 0 and e.ttl or nil,
+                   lifetime = e.lifetime, czxid = e.czxid,
+                   value = e.vtype == codec.STRING and e.value or nil }
+    for k, v in pairs(extra or {}) do info[k] = v end
+    return info
+end
+
+-- After a watch fired on an owned node: once our own work on the key is
+-- done (its queue), an entry still standing for a node that is gone or
+-- carries another nonce was taken from us by another client: lost.
+local function check_lost(path, e)
+    local held <close> = queue.hold({ path })
+    if owned[path] ~= e or e.sid ~= session() then return end
+    local rc, data = zk.get(path)
+    local how
+    if rc == zk.NONODE then
+        how = "deleted"
+    elseif rc == zk.OK and codec.decode(data).nonce ~= e.nonce then
+        how = "overwritten"
+    end
+    if not how or owned[path] ~= e then return end
+    forget(path)
+    H.notify("on_lost", e.key, entry_info(e, { reason = how }))
+end
+
 -- A watch fired: whatever we cached for path no longer stands for a read.
 function K.on_watch(event, path)
     local e = owned[path]
-    if e then e.watched = false end
+    if e then
+        e.watched = false
+        if (event == "deleted" or event == "changed") and H.has("on_lost") and e.key then
+            host.spawn(function() pcall(check_lost, path, e) end)
+        end
+    end
 end
 
 -- Records the node we just wrote.  Entries exist for the nodes with a TTL
@@ -520,6 +561,7 @@ end
 local function remember(path, w)
     if w.ttl > 0 or w.lifetime == "ephemeral" then
         local e = {
+            key = w.key,
             nonce = w.nonce, version = w.version, czxid = w.czxid, sid = w.sid,
             lifetime = w.lifetime, vtype = w.vtype, ttl = w.ttl,
             value = #w.payload <= K.CACHE_VALUE_MAX and w.payload or nil,
@@ -569,6 +611,9 @@ function K.expire_one(path, e)
     if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then
         if owned[path] == e then forget(path) end
         host.log("debug", "expired " .. path)
+        if rc == zk.OK and e.key and H.has("on_expire") then
+            H.notify("on_expire", e.key, entry_info(e))
+        end
         return
     end
     if unknown(rc) then
@@ -712,24 +757,62 @@ end
 -- the record is stale (someone wrote in between) or the write did not
 -- apply.
 -- The TTL a write of `ttl` ms (0: none) to `key` gets after the policy's
--- clamp.
-function K.effective_ttl(key, ttl)
+-- default (for a write without one; vtype given) and clamp.
+local function ms_value(t, hook)
+    if type(t) ~= "number" or t ~= t or t <= 0 then
+        policy_error(hook .. " must return a positive number of milliseconds")
+    end
+    if math.type(t) ~= "integer" then t = math.tointeger(t) or math.ceil(t) end
+    return t
+end
+
+function K.effective_ttl(key, ttl, vtype)
     ttl = ttl or 0
     assert(math.type(ttl) == "integer" and ttl >= 0, "ttl must be a non-negative integer")
+    if ttl == 0 and vtype then
+        local dflt = K.policy.default_ttl
+        if dflt then
+            local d = dflt(key, codec.type_name(vtype))
+            if d ~= nil then ttl = ms_value(d, "default_ttl") end
+        end
+    end
     if ttl > 0 then
-        local t = K.policy.ttl(key, ttl)
-        if math.type(t) ~= "integer" then t = math.tointeger(t) or math.ceil(t) end
-        ttl = math.max(1, t)
+        ttl = math.max(1, ms_value(K.policy.ttl(key, ttl), "ttl"))
     end
     return ttl
 end
 
+-- Asks the policy's before_acquire whether rec's key, absent or expired,
+-- may be created now; nil, or the refusal's reason.  Asked once per
+-- record.
+function K.acquire_refused(rec)
+    local hook = K.policy.before_acquire
+    if not hook or rec.acquire_checked then return rec.acquire_refused end
+    local ok, why = hook(rec.key, { exists = rec.node ~= nil, path = rec.path })
+    rec.acquire_checked = true
+    if ok == false or type(ok) == "string" then
+        rec.acquire_refused = type(ok) == "string" and ok or
+                              (type(why) == "string" and why or "the policy refuses to create the key now")
+    end
+    return rec.acquire_refused
+end
+
+-- Before a write creates rec's key: a key presumed absent is read first
+-- (the hook must see what is there), then the policy may refuse.
+local function check_acquire(rec)
+    if not K.policy.before_acquire or rec.live then return end
+    if rec.presumed then K.retry(0) end
+    local why = K.acquire_refused(rec)
+    if why then K.abort({ err = "TRYAGAIN " .. why:gsub("[\r\n]+", " ") }) end
+end
+K.check_acquire = check_acquire
+
 -- What a write of rec's key stores: {ttl, lifetime, nonce, data, flags}.
 local function write_plan(rec, vtype, payload, ttl)
-    ttl = K.effective_ttl(rec.key, ttl)
+    ttl = K.effective_ttl(rec.key, ttl, vtype)
     local lifetime = K.policy.lifetime(rec.key, codec.type_name(vtype), ttl > 0 and ttl or nil)
     if lifetime ~= "ephemeral" and lifetime ~= "persistent" then
-        error("policy lifetime must return \"ephemeral\" or \"persistent\"", 0)
+        policy_error("lifetime must return \"ephemeral\" or \"persistent\"")
     end
     local nonce = K.nonce()
     return {
@@ -747,8 +830,25 @@ local function in_place(rec, lifetime, sid)
                          (lifetime == "ephemeral" and owner ~= 0 and owner == sid))
 end
 
+-- Tells the policy (hooks.lua) that we created a key: a lock acquired.
+local function notify_acquire(key, w, stat)
+    H.notify("on_acquire", key, {
+        type = codec.type_name(w.vtype), ttl = w.ttl > 0 and w.ttl or nil,
+        lifetime = w.lifetime, czxid = stat and stat.czxid or nil,
+        value = w.vtype == codec.STRING and w.payload or nil,
+    })
+end
+
+local function notify_release(rec)
+    H.notify("on_release", rec.key, {
+        type = rec.vtype and codec.type_name(rec.vtype), czxid = rec.node and rec.node.czxid,
+        value = rec.vtype == codec.STRING and rec.value or nil,
+    })
+end
+
 function K.put(rec, vtype, payload, ttl)
     local path = rec.path
+    check_acquire(rec)
     local w = write_plan(rec, vtype, payload, ttl)
     ttl = w.ttl
     local lifetime, nonce, data, flags = w.lifetime, w.nonce, w.data, w.flags
@@ -812,11 +912,13 @@ function K.put(rec, vtype, payload, ttl)
         stat = mres[3] and mres[3].stat or nil
     end
     remember(path, {
+        key = rec.key,
         nonce = nonce, sid = owner_sid, lifetime = lifetime, vtype = vtype,
         payload = payload, ttl = ttl,
         version = stat and stat.version or new_version,
         czxid = stat and stat.czxid or nil,
     })
+    if not rec.live and H.has("on_acquire") then notify_acquire(rec.key, w, stat) end
     return true
 end
 
@@ -842,6 +944,9 @@ local function delete_some(recs)
         fail(rc, "delete")
     end
     for _, rec in ipairs(recs) do forget(rec.path) end
+    if H.has("on_release") then
+        for _, rec in ipairs(recs) do notify_release(rec) end
+    end
 end
 
 function K.delete(recs, done)
@@ -902,6 +1007,7 @@ function K.commit(t)
                 absent_ops(ops, rec.path)
             end
         else
+            check_acquire(rec)
             local p = write_plan(rec, w.vtype, w.payload, w.ttl)
             p.rec = rec
             if not rec.node then
@@ -960,13 +1066,18 @@ function K.commit(t)
     for i, p in ipairs(puts) do
         local st = stats[i]
         remember(p.rec.path, {
+            key = p.rec.key,
             nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
             payload = p.payload, ttl = p.ttl,
             version = st and st.version or p.new_version,
             czxid = st and st.czxid or nil,
         })
+        if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec.key, p, st) end
     end
     for _, rec in ipairs(dels) do forget(rec.path) end
+    if H.has("on_release") then
+        for _, rec in ipairs(dels) do notify_release(rec) end
+    end
     return true
 end
 
@@ -977,6 +1088,13 @@ end
 -- foreign from now on.
 function K.forget_session(sid)
     if sid and sid ~= 0 then dead[sid] = true end
+    if H.has("on_lost") then
+        for _, e in pairs(owned) do
+            if e.lifetime == "ephemeral" and e.key then
+                H.notify("on_lost", e.key, entry_info(e, { reason = "session" }))
+            end
+        end
+    end
     for p in pairs(owned) do owned[p] = nil end
     for i = #heap, 1, -1 do heap[i] = nil end
     if state.timer then state.timer:stop() end

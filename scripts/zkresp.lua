@@ -18,7 +18,7 @@ local K = require "keyspace"
 local M = {}
 
 local builtin = {}
-for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval" }) do
+for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval", "cmd_policy" }) do
     for name, spec in pairs(require(mod)) do
         spec.name = name
         builtin[name] = spec
@@ -55,42 +55,47 @@ local function policy_file()
     return "scripts/policy.lua"
 end
 
-local HOOKS = { key_path = "function", lifetime = "function", ttl = "function",
-                keys_limit = "number", commands = "table" }
+local H = require "hooks"
+M.hooks = H
 
 -- Loads the policy from `path` (default: host.config.policy, else
--- policy.lua next to this file).  Returns true, or nil and the reason.
+-- policy.lua next to this file) and self-checks it (hooks.lua); only then
+-- does it replace the running one.  Returns true, or nil and the reason
+-- (logged by the caller, shown by INFO's # Policy section).
 function M.load_policy(path)
     path = path or policy_file()
-    local chunk, lerr = loadfile(path, "t", _ENV)
-    if not chunk then return nil, lerr end
-    local ok, p = pcall(chunk)
-    if not ok then return nil, path .. ": " .. tostring(p) end
-    if type(p) ~= "table" then return nil, path .. ": a policy must return a table" end
-    for k, want in pairs(HOOKS) do
-        if p[k] ~= nil and type(p[k]) ~= want then
-            return nil, path .. ": policy." .. k .. " must be a " .. want
-        end
+    local loaded, e = H.load(path)
+    if not loaded then
+        H.failed(path, e)
+        return nil, e
     end
-    local cmds = {}
-    for name, spec in pairs(p.commands or {}) do
-        if type(name) ~= "string" or name ~= name:lower() or type(spec) ~= "table" or
-           type(spec.fn) ~= "function" or math.type(spec.arity) ~= "integer" then
-            return nil, path .. ": policy.commands." .. tostring(name) ..
-                        " needs a lower-case name, fn and an integer arity"
-        end
-        cmds[name] = { fn = spec.fn, arity = spec.arity, first_key = spec.first_key or 0,
-                       last_key = spec.last_key or 0, step = spec.step or 0,
-                       flags = spec.flags or "", name = name }
-    end
-    K.set_policy(p)
-    build_commands(cmds)
+    K.set_policy(loaded.hooks)
+    build_commands(loaded.commands)
+    H.installed(path, loaded)
     M.policy_path = path
     return true
 end
 
 function M.reload_policy()
-    return M.load_policy()
+    local ok, e = M.load_policy()
+    if ok then
+        host.log("info", "policy reloaded from " .. M.policy_path)
+    else
+        host.log("error", "policy not reloaded, the old one stays: " .. tostring(e))
+    end
+    return ok, e
+end
+H.reload = M.reload_policy
+
+-- INFO's # Policy section: {{name, value}, ...} (sidecar/lua_host.h).
+function M.policy_info()
+    return H.info()
+end
+
+-- AUTH / HELLO AUTH of a user other than "default": true or false, or nil
+-- when the policy defines no authenticate hook (sidecar/lua_host.h).
+function M.authenticate(user, password, addr)
+    return H.authenticate(user, password, addr)
 end
 
 do
@@ -122,6 +127,13 @@ local function check_keys(spec, args)
     end
 end
 
+local function policy_abort(e)
+    if not K.is_abort(e) and debug and debug.traceback then
+        host.log("debug", debug.traceback(tostring(e), 2))
+    end
+    return e
+end
+
 function M.dispatch(args)
     local spec = M.command(args[1]:lower())
     if not spec then return { err = errors.unknown_command(args) } end
@@ -131,7 +143,16 @@ function M.dispatch(args)
     end
     local e = check_keys(spec, args)
     if e then return { err = e } end
-    return spec.fn(args)
+    e = H.authorize(spec.name, spec, args)
+    if e then return { err = e } end
+    -- A policy hook that fails outside the command's transaction (its
+    -- key_path, while the keys' queues are taken) ends it the same way.
+    local ok, r = xpcall(spec.fn, policy_abort, args)
+    if ok or not K.is_abort(r) then
+        if not ok then error(r, 0) end
+        return r
+    end
+    return r.reply
 end
 
 -- Numbers for the metrics endpoint (sidecar/metrics.c), called on every
@@ -160,12 +181,7 @@ end
 
 function M.on_session(event, session_id)
     if event == "reload" then
-        local ok, e = M.reload_policy()
-        if ok then
-            host.log("info", "policy reloaded from " .. M.policy_path)
-        else
-            host.log("error", "policy not reloaded, the old one stays: " .. tostring(e))
-        end
+        M.reload_policy()
         return
     end
     host.log("info", string.format("session %s 0x%x", tostring(event),

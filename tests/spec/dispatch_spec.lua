@@ -116,7 +116,7 @@ describe("dispatch", function()
                       "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
                       "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
-                      "pexpire", "pexpireat", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
+                      "pexpire", "pexpireat", "policy", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
                       "smembers", "spublish", "srem", "ttl", "type", "unlink", "zadd", "zcard", "zincrby", "zrange",
                       "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
