@@ -302,9 +302,11 @@ static void on_closed(uv_handle_t *h)
     if (c->next)
         c->next->prev = c->prev;
     s->nconns--;
+    server_index_remove(s, c);
     proto_free(c->proto);
     buf_free(&c->out);
     free(c->name);
+    free(c->user);
     free(c->lib_name);
     free(c->lib_ver);
     free(c);
@@ -320,6 +322,8 @@ void conn_close(struct conn *c, const char *why)
     for (struct req *r = c->head; r; r = r->next)
         if (!r->done)
             lua_host_abandon(c->srv->lua, &r->task);
+    if (c->nsub + c->npsub + c->nssub > 0)
+        lua_host_client_gone(c->srv->lua, c->id, 1);
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
@@ -387,6 +391,7 @@ void conn_accept(struct server *s)
         return;
     }
     c->id = ++s->next_client_id;
+    server_index_add(s, c);
     c->resp = 2;
     conn_set_authed(c, s->cfg->requirepass == NULL);
     c->created_ms = c->last_io_ms = c->last_cmd_ms = uv_now(s->loop);
@@ -420,7 +425,9 @@ void conn_cron(struct conn *c, uint64_t now)
         conn_close(c, "stalled");
         return;
     }
+    /* Subscribers wait for messages: Redis never times them out. */
     if (cfg->timeout > 0 && c->inflight == 0 &&
+        c->nsub + c->npsub + c->nssub == 0 &&
         now - c->last_io_ms > (uint64_t)cfg->timeout * 1000) {
         conn_close(c, "idle");
     }
@@ -431,15 +438,105 @@ void conn_describe(const struct conn *c, struct buf *out)
     uint64_t now = uv_now(c->srv->loop);
     buf_printf(out,
                "id=%llu addr=%s laddr=%s fd=-1 name=%s age=%llu idle=%llu "
-               "flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=%zu "
+               "flags=%s db=0 sub=%d psub=%d ssub=%d multi=-1 qbuf=%zu "
                "qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=%zu omem=%zu "
-               "tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d "
+               "tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d "
                "lib-name=%s lib-ver=%s\n",
                (unsigned long long)c->id, c->addr, c->laddr,
                c->name ? c->name : "",
                (unsigned long long)((now - c->created_ms) / 1000),
                (unsigned long long)((now - c->last_cmd_ms) / 1000),
-               proto_pending(c->proto), c->inflight, c->out.len + c->writing,
-               c->last_cmd ? c->last_cmd : "NULL", c->resp,
+               c->nsub + c->npsub + c->nssub > 0 ? "P" : "N", c->nsub,
+               c->npsub, c->nssub, proto_pending(c->proto), c->inflight,
+               c->out.len + c->writing, c->last_cmd ? c->last_cmd : "NULL",
+               c->user ? c->user : "default", c->resp,
                c->lib_name ? c->lib_name : "", c->lib_ver ? c->lib_ver : "");
+}
+
+int conn_subscribed_resp2(const struct conn *c)
+{
+    return c->resp == 2 && c->nsub + c->npsub + c->nssub > 0;
+}
+
+struct buf *conn_push_begin(struct server *s, uint64_t id, int *proto)
+{
+    struct conn *c = server_conn_by_id(s, id);
+    if (!c || c->closing || c->close_when_flushed)
+        return NULL;
+    struct req *r = req_append(c);
+    if (!r)
+        return NULL;
+    *proto = c->resp;
+    return &r->reply;
+}
+
+void conn_push_end(struct server *s, uint64_t id)
+{
+    struct conn *c = server_conn_by_id(s, id);
+    if (!c || c->closing || !c->tail)
+        return;
+    c->tail->done = 1;
+    if (c->in_process)
+        return; /* process() pops and writes it */
+    pop_done(c);
+    write_out(c);
+    if (!c->closing && c->out.len + c->writing > (size_t)s->cfg->max_output) {
+        log_warn("client.output_limit", "id=%llu addr=%s bytes=%zu",
+                 (unsigned long long)c->id, c->addr, c->out.len + c->writing);
+        conn_close(c, "output buffer limit");
+    }
+}
+
+/* --- the Lua host's view of connections (lua_host.h, lua_client_ops) ---- */
+
+static int ops_describe(void *arg, const struct lua_task *t,
+                        struct lua_client *out)
+{
+    (void)arg;
+    const struct req *r = t->data;
+    if (!r || !r->c || r->c->closing)
+        return -1;
+    const struct conn *c = r->c;
+    out->id = c->id;
+    out->addr = c->addr;
+    out->laddr = c->laddr;
+    out->name = c->name;
+    out->user = c->user ? c->user : "default";
+    out->lib_name = c->lib_name;
+    out->resp = c->resp;
+    return 0;
+}
+
+static struct buf *ops_push_begin(void *arg, unsigned long long id,
+                                  int *proto)
+{
+    return conn_push_begin(arg, id, proto);
+}
+
+static void ops_push_end(void *arg, unsigned long long id)
+{
+    conn_push_end(arg, id);
+}
+
+static void ops_subscriptions(void *arg, unsigned long long id, int channels,
+                              int patterns, int shard)
+{
+    struct conn *c = server_conn_by_id(arg, id);
+    if (!c)
+        return;
+    c->nsub = channels;
+    c->npsub = patterns;
+    c->nssub = shard;
+}
+
+void conn_client_ops(struct server *s)
+{
+    struct lua_client_ops ops = {
+        .arg = s,
+        .describe = ops_describe,
+        .push_begin = ops_push_begin,
+        .push_end = ops_push_end,
+        .subscriptions = ops_subscriptions,
+    };
+    lua_host_set_client_ops(s->lua, &ops);
 }

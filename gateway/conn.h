@@ -40,11 +40,17 @@ struct conn {
     uv_tcp_t tcp;
     struct server *srv;
     struct conn *prev, *next; /* server's list */
+    struct conn *id_next;     /* server's index by id */
     uint64_t id;
     struct proto *proto;
     int resp; /* 2 or 3 */
     int authed;
     char *name; /* CLIENT SETNAME */
+    char *user; /* the AUTH user; NULL: "default" */
+    /* Pub/sub subscriptions, as scripts/pubsub.lua keeps them: channels,
+     * patterns, shard channels.  A RESP2 client with any is in subscribed
+     * mode (only the subscribe family, PING, QUIT and RESET). */
+    int nsub, npsub, nssub;
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];
     struct req *head, *tail;
@@ -81,5 +87,18 @@ void conn_cron(struct conn *c, uint64_t now_ms);
 
 /* Formats the CLIENT LIST / CLIENT INFO line of c. */
 void conn_describe(const struct conn *c, struct buf *out);
+
+/* Lets the Lua host describe connections and push to them. */
+void conn_client_ops(struct server *s);
+
+/* Whether c is in RESP2 subscribed mode. */
+int conn_subscribed_resp2(const struct conn *c);
+
+/* Out-of-band frames (pub/sub messages): conn_push_begin returns the buffer
+ * to encode one frame into, queued after every reply not yet sent, or NULL
+ * when client `id` is gone; conn_push_end sends what is ready without
+ * reading further requests (it may run inside Lua code). */
+struct buf *conn_push_begin(struct server *s, uint64_t id, int *proto);
+void conn_push_end(struct server *s, uint64_t id);
 
 #endif

@@ -111,16 +111,31 @@ static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
     return diff == 0;
 }
 
-/* AUTH semantics shared by AUTH and HELLO ... AUTH: 1 on success. */
+/* AUTH semantics shared by AUTH and HELLO ... AUTH: 1 on success, and
+ * then the connection's user is `user`.  The default user's password is
+ * --requirepass; any other user is the policy's to accept (its authenticate
+ * hook, see lua_host_authenticate); without that hook there is none. */
 static int check_auth(struct conn *c, const struct proto_arg *user,
                       const struct proto_arg *pass)
 {
     const char *want = c->srv->cfg->requirepass;
-    if (user && !arg_is(user, "default"))
+    if (user && !arg_is(user, "default")) {
+        if (user->len == 0 || user->len > 128 || !valid_name(user) ||
+            lua_host_authenticate(c->srv->lua, user->ptr, user->len,
+                                  pass->ptr, pass->len, c->addr) != 1)
+            return 0;
+        char *u = arg_dup(user);
+        if (!u)
+            return 0;
+        free(c->user);
+        c->user = u;
+        return 1;
+    }
+    if (want && !secret_equal(pass->ptr, pass->len, want, strlen(want)))
         return 0;
-    if (!want)
-        return 1; /* the default user has no password */
-    return secret_equal(pass->ptr, pass->len, want, strlen(want));
+    free(c->user);
+    c->user = NULL; /* the default user */
+    return 1;
 }
 
 /* --- the commands -------------------------------------------------------- */
@@ -129,6 +144,17 @@ static void cmd_ping(struct cmd_ctx *x)
 {
     if (x->argc > 2) {
         err_arity(x->out, "ping");
+        return;
+    }
+    if (conn_subscribed_resp2(x->c)) {
+        /* Redis: a subscriber's PING is an array, so that it cannot be
+         * mistaken for a message. */
+        reply_array(x->out, 2);
+        reply_bulk_str(x->out, "pong");
+        if (x->argc == 2)
+            reply_bulk(x->out, x->argv[1].ptr, x->argv[1].len);
+        else
+            reply_bulk_str(x->out, "");
         return;
     }
     if (x->argc == 2)
@@ -271,9 +297,15 @@ static void cmd_hello(struct cmd_ctx *x)
 static void cmd_reset(struct cmd_ctx *x)
 {
     struct conn *c = x->c;
+    if (c->nsub + c->npsub + c->nssub > 0) {
+        lua_host_client_gone(c->srv->lua, c->id, 0);
+        c->nsub = c->npsub = c->nssub = 0;
+    }
     c->resp = 2;
     free(c->name);
     c->name = NULL;
+    free(c->user);
+    c->user = NULL;
     conn_set_authed(c, c->srv->cfg->requirepass == NULL);
     reply_status(x->out, "RESET");
 }
@@ -482,13 +514,28 @@ enum info_section {
     INFO_REPLICATION = 1 << 4,
     INFO_KEYSPACE = 1 << 5,
     INFO_ZOOKEEPER = 1 << 6,
-    INFO_ALL = (1 << 7) - 1,
+    INFO_POLICY = 1 << 7,
+    INFO_ALL = (1 << 8) - 1,
 };
 
 static const char *const info_names[] = {
-    "server",      "clients",  "persistence", "stats",
-    "replication", "keyspace", "zookeeper",
+    "server",   "clients",   "persistence", "stats", "replication",
+    "keyspace", "zookeeper", "policy",
 };
+
+/* One "name:value" line of INFO's # Policy section (lua_host_policy_info);
+ * CR and LF in a value (an error message) become spaces. */
+static void info_policy_line(void *arg, const char *name, const char *value)
+{
+    struct buf *b = arg;
+    buf_printf(b, "%s:", name);
+    size_t start = b->len;
+    buf_printf(b, "%s", value);
+    for (size_t i = start; i < b->len; i++)
+        if (b->data[i] == '\r' || b->data[i] == '\n')
+            b->data[i] = ' ';
+    buf_printf(b, "\r\n");
+}
 
 static unsigned info_parse(struct cmd_ctx *x)
 {
@@ -568,6 +615,11 @@ static void info_write(struct server *s, unsigned sections, long long keys,
                    s->cfg->root, zk_inflight(s->zk),
                    (unsigned long long)zk_sessions_started(s->zk),
                    lua_host_running(s->lua));
+    if (sections & INFO_POLICY) {
+        buf_printf(&b, "# Policy\r\n");
+        lua_host_policy_info(s->lua, info_policy_line, &b);
+        buf_printf(&b, "\r\n");
+    }
     if (b.len >= 2)
         b.len -= 2; /* no blank line after the last section */
     reply_verbatim(out, proto, b.data ? b.data : "", b.len);
@@ -819,6 +871,33 @@ static const struct ccmd *ccmd_find(const struct proto_arg *name)
     return NULL;
 }
 
+/* RESP2 subscribed mode: of the C commands only these. */
+static int subscribed_allowed(const struct ccmd *cc)
+{
+    return strcmp(cc->name, "ping") == 0 || strcmp(cc->name, "quit") == 0 ||
+           strcmp(cc->name, "reset") == 0;
+}
+
+static void err_subscribed(struct buf *out, const char *name,
+                           const struct proto_req *pr)
+{
+    char full[96];
+    if (strcmp(name, "client") == 0 || strcmp(name, "command") == 0) {
+        const struct proto_arg *sub = &pr->argv[1];
+        snprintf(full, sizeof full, "%s|%.*s", name,
+                 (int)(sub->len > 40 ? 40 : sub->len), sub->ptr);
+        for (char *p = full; *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+    } else {
+        snprintf(full, sizeof full, "%s", name);
+    }
+    reply_errorf(out,
+                 "ERR Can't execute '%s': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                 "context",
+                 full);
+}
+
 static int noauth_allowed(const struct ccmd *cc)
 {
     return cc && strstr(cc->flags, "noauth") != NULL;
@@ -855,6 +934,8 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         if ((cc->arity > 0 && pr->argc != cc->arity) ||
             (cc->arity < 0 && pr->argc < -cc->arity))
             err_arity(&r->reply, cc->name);
+        else if (conn_subscribed_resp2(c) && !subscribed_allowed(cc))
+            err_subscribed(&r->reply, cc->name, pr);
         else
             cc->fn(&x);
         if (!r->c_pending)
@@ -887,6 +968,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         lens[i] = pr->argv[i].len;
     }
     r->task.proto = c->resp;
+    r->task.flags = conn_subscribed_resp2(c) ? LUA_TASK_SUBSCRIBED : 0;
     lua_host_run(c->srv->lua, &r->task, pr->argc, argv, lens);
     if (argv != sv) {
         free(argv);

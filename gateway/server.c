@@ -92,11 +92,75 @@ int server_init(struct server *s, uv_loop_t *loop, const struct config *cfg,
     int len = sizeof got;
     uv_tcp_getsockname(&s->listener, (struct sockaddr *)&got, &len);
     s->tcp_port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+    if (lua)
+        conn_client_ops(s);
     uv_timer_init(loop, &s->cron);
     s->cron.data = s;
     uv_timer_start(&s->cron, on_cron, 1000, 1000);
     log_info("server.listening", "bind=%s port=%d", cfg->bind, s->tcp_port);
     return 0;
+}
+
+static size_t bucket(const struct server *s, uint64_t id)
+{
+    return (size_t)(id * 0x9E3779B97F4A7C15ull >> 32) & (s->by_id_cap - 1);
+}
+
+static void index_grow(struct server *s)
+{
+    size_t cap = s->by_id_cap ? s->by_id_cap * 2 : 64;
+    struct conn **t = calloc(cap, sizeof *t);
+    if (!t)
+        return; /* chains just get longer */
+    struct conn **old = s->by_id;
+    size_t oldcap = s->by_id_cap;
+    s->by_id = t;
+    s->by_id_cap = cap;
+    for (size_t i = 0; i < oldcap; i++) {
+        struct conn *c = old[i];
+        while (c) {
+            struct conn *next = c->id_next;
+            size_t b = bucket(s, c->id);
+            c->id_next = t[b];
+            t[b] = c;
+            c = next;
+        }
+    }
+    free(old);
+}
+
+void server_index_add(struct server *s, struct conn *c)
+{
+    if (s->nconns >= s->by_id_cap)
+        index_grow(s);
+    if (!s->by_id_cap)
+        abort();
+    size_t b = bucket(s, c->id);
+    c->id_next = s->by_id[b];
+    s->by_id[b] = c;
+}
+
+void server_index_remove(struct server *s, struct conn *c)
+{
+    if (!s->by_id_cap)
+        return;
+    for (struct conn **p = &s->by_id[bucket(s, c->id)]; *p;
+         p = &(*p)->id_next) {
+        if (*p == c) {
+            *p = c->id_next;
+            return;
+        }
+    }
+}
+
+struct conn *server_conn_by_id(const struct server *s, uint64_t id)
+{
+    if (!s->by_id_cap)
+        return NULL;
+    for (struct conn *c = s->by_id[bucket(s, id)]; c; c = c->id_next)
+        if (c->id == id)
+            return c;
+    return NULL;
 }
 
 void server_stop_accepting(struct server *s)

@@ -31,6 +31,8 @@ struct server {
     uv_timer_t cron;    /* timeouts, once a second */
     struct conn *conns; /* doubly linked list of live connections */
     size_t nconns;
+    struct conn **by_id; /* hash of live connections by id, chained */
+    size_t by_id_cap;    /* buckets, a power of two */
     uint64_t next_client_id;
     double started_ms; /* wall clock, for uptime */
     int stopping;      /* SIGTERM received: accept nothing new */
@@ -48,5 +50,10 @@ void server_stop_accepting(struct server *s);
 
 /* Closes every connection and the listener. */
 void server_close(struct server *s);
+
+/* The connection index by client id (for pushes to subscribers). */
+void server_index_add(struct server *s, struct conn *c);
+void server_index_remove(struct server *s, struct conn *c);
+struct conn *server_conn_by_id(const struct server *s, uint64_t id);
 
 #endif

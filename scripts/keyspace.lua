@@ -1029,7 +1029,10 @@ function K.commit(t)
     for _, key in ipairs(keys) do
         if t.base[key].cached then from_cache = true end
     end
-    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache then return true end
+    -- a script's publishes: checks of its routes and one message per
+    -- interested sidecar, in this multi (pubsub.lua)
+    local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
+    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then return true end
     local rc, results = zk.multi(ops)
     local frc = first_error(rc, results)
     local stats = {}
@@ -1040,7 +1043,7 @@ function K.commit(t)
         end
     elseif frc == zk.NONODE or frc == zk.NODEEXISTS or frc == zk.BADVERSION then
         for i, r in ipairs(type(results) == "table" and results or {}) do
-            if r.rc == zk.NONODE and ops[i][1] == "create" then
+            if r.rc == zk.NONODE and ops[i][1] == "create" and not ops[i].ps then
                 -- A missing parent (a fresh ensemble, or a policy path).
                 K.ensure_path(parent(ops[i][2]))
                 K.retry(0)

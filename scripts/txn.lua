@@ -219,6 +219,7 @@ function T.script(keys, fn)
         if ok then
             if commit == false then return res end
             local cok, cres = xpcall(K.commit, handler, t)
+            if t.publishes then require("pubsub").committed(t, cok) end
             if cok then
                 T.stats.committed = T.stats.committed + 1
                 return res

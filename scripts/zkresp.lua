@@ -17,12 +17,18 @@ local K = require "keyspace"
 
 local M = {}
 
+local pubsub = require "pubsub"
+
 local builtin = {}
-for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval", "cmd_policy" }) do
+for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "eval", "cmd_policy" }) do
     for name, spec in pairs(require(mod)) do
         spec.name = name
         builtin[name] = spec
     end
+end
+for name, spec in pairs(pubsub.commands) do
+    spec.name = name
+    builtin[name] = spec
 end
 M.builtin = builtin
 
@@ -134,12 +140,25 @@ local function policy_abort(e)
     return e
 end
 
-function M.dispatch(args)
+-- Redis's refusal in RESP2 subscribed mode, with the command's full name.
+local function not_while_subscribed(spec, args)
+    local name = spec.name
+    if (name == "pubsub" or name == "script" or name == "object") and args[2] then
+        name = name .. "|" .. args[2]:lower()
+    end
+    return { err = "ERR Can't execute '" .. name .. "': only (P|S)SUBSCRIBE / " ..
+                   "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context" }
+end
+
+function M.dispatch(args, subscribed)
     local spec = M.command(args[1]:lower())
     if not spec then return { err = errors.unknown_command(args) } end
     local arity = spec.arity
     if (arity > 0 and #args ~= arity) or (arity < 0 and #args < -arity) then
         return { err = errors.wrong_arity(spec.name) }
+    end
+    if subscribed and not pubsub.SUBSCRIBED_OK[spec.name] then
+        return not_while_subscribed(spec, args)
     end
     local e = check_keys(spec, args)
     if e then return { err = e } end
@@ -170,13 +189,22 @@ function M.stats()
         owned_keys = owned,
         script_commits_total = T.stats.committed,
         script_retries_total = T.stats.retries,
-        pubsub_published_total = require("counters").published,
+        pubsub_published_total = pubsub.stats.published,
+        pubsub_messages_sent_total = pubsub.stats.messages_sent,
+        pubsub_messages_received_total = pubsub.stats.messages_received,
+        pubsub_made_up_total = pubsub.stats.made_up,
     }
 end
 
 -- A watch left by keyspace.lua fired (see sidecar/lua_host.h).
 function M.on_watch(event, path)
+    if pubsub.on_watch(event, path) then return end
     K.on_watch(event, path)
+end
+
+-- A client with subscriptions closed or was RESET.
+function M.on_client_gone(id)
+    pubsub.client_gone(id)
 end
 
 function M.on_session(event, session_id)
@@ -187,6 +215,7 @@ function M.on_session(event, session_id)
     host.log("info", string.format("session %s 0x%x", tostring(event),
                                    math.tointeger(session_id) or 0))
     K.on_session(event, session_id)
+    pubsub.on_session(event)
 end
 
 return M

@@ -71,6 +71,7 @@ struct lua_host {
     int idle_on;
     int stopped; /* lua_host_stop: nothing runs any more */
     char instance[16];
+    struct lua_client_ops client_ops;
 };
 
 static const char NULL_KEY = 0; /* address used as host.null */
@@ -116,6 +117,8 @@ static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
         reply_set(out, proto, n);
     else if (kind == 'p' && proto >= 3)
         reply_array(out, n / 2);
+    else if (kind == 'P')
+        reply_push(out, proto, n);
     else
         reply_array(out, n);
     for (long i = 1; i <= n; i++) {
@@ -218,6 +221,23 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
             return;
         }
         lua_pop(L, 1);
+        if (lua_getfield(L, idx, "push") == LUA_TTABLE) {
+            encode_seq(L, lua_gettop(L), out, proto, depth, 'P');
+            lua_pop(L, 1);
+            return;
+        }
+        lua_pop(L, 1);
+        if (depth == 0 && lua_getfield(L, idx, "frames") == LUA_TTABLE) {
+            int t = lua_gettop(L);
+            for (lua_Integer i = 1; lua_rawgeti(L, t, i) != LUA_TNIL; i++) {
+                encode(L, -1, out, proto, depth + 1);
+                lua_pop(L, 1);
+            }
+            lua_pop(L, 2);
+            return;
+        }
+        if (depth == 0)
+            lua_pop(L, 1);
         encode_seq(L, idx, out, proto, depth, 'a');
         return;
     default:
@@ -405,7 +425,8 @@ static int push_result(lua_State *L, const struct zk_result *r)
             lua_pushstring(L, r->children[i] ? r->children[i] : "");
             lua_rawseti(L, -2, i + 1);
         }
-        return 2;
+        push_stat_or_nil(L, r);
+        return 3;
     case ZK_OP_CREATE:
         if (r->path)
             lua_pushstring(L, r->path);
@@ -801,6 +822,76 @@ static int l_host_timer(lua_State *L)
     return 1;
 }
 
+/* --- clients ------------------------------------------------------------- */
+
+static int l_host_client(lua_State *L)
+{
+    struct lua_host *h = host_of(L);
+    struct co *c = co_of(L);
+    struct lua_client cl = {0};
+    if (!c || !c->task || !h->client_ops.describe ||
+        h->client_ops.describe(h->client_ops.arg, c->task, &cl) < 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, 0, 7);
+    lua_pushinteger(L, (lua_Integer)cl.id);
+    lua_setfield(L, -2, "id");
+    lua_pushinteger(L, cl.resp);
+    lua_setfield(L, -2, "resp");
+#define S(field)                                                               \
+    if (cl.field) {                                                            \
+        lua_pushstring(L, cl.field);                                           \
+        lua_setfield(L, -2, #field);                                           \
+    }
+    S(addr);
+    S(laddr);
+    S(name);
+    S(user);
+    S(lib_name);
+#undef S
+    return 1;
+}
+
+static int l_host_push(lua_State *L)
+{
+    struct lua_host *h = host_of(L);
+    lua_Integer id = luaL_checkinteger(L, 1);
+    luaL_checkany(L, 2);
+    int proto = 2;
+    struct buf *out = NULL;
+    if (h->client_ops.push_begin)
+        out = h->client_ops.push_begin(h->client_ops.arg,
+                                       (unsigned long long)id, &proto);
+    if (!out) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    encode(L, 2, out, proto, 0);
+    h->client_ops.push_end(h->client_ops.arg, (unsigned long long)id);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_host_subscriptions(lua_State *L)
+{
+    struct lua_host *h = host_of(L);
+    lua_Integer id = luaL_checkinteger(L, 1);
+    int ch = (int)luaL_checkinteger(L, 2);
+    int pat = (int)luaL_checkinteger(L, 3);
+    int sh = (int)luaL_checkinteger(L, 4);
+    if (h->client_ops.subscriptions)
+        h->client_ops.subscriptions(h->client_ops.arg, (unsigned long long)id,
+                                    ch, pat, sh);
+    return 0;
+}
+
+void lua_host_set_client_ops(struct lua_host *h,
+                             const struct lua_client_ops *ops)
+{
+    h->client_ops = *ops;
+}
+
 /* --- setup --------------------------------------------------------------- */
 
 static void set_int(lua_State *L, const char *k, lua_Integer v)
@@ -835,6 +926,9 @@ static void open_bindings(struct lua_host *h)
                                         {"log", l_host_log},
                                         {"key_encode", l_host_key_encode},
                                         {"key_decode", l_host_key_decode},
+                                        {"client", l_host_client},
+                                        {"push", l_host_push},
+                                        {"subscriptions", l_host_subscriptions},
                                         {NULL, NULL}};
 
     luaL_newmetatable(L, "zkresp.timer");
@@ -1014,7 +1108,8 @@ void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
         lua_pushlstring(L, argv[i], argvlen[i]);
         lua_rawseti(L, -2, i + 1);
     }
-    co_resume(c, 1);
+    lua_pushboolean(L, (t->flags & LUA_TASK_SUBSCRIBED) != 0);
+    co_resume(c, 2);
 }
 
 void lua_host_abandon(struct lua_host *h, struct lua_task *t)
@@ -1049,6 +1144,28 @@ static void call_hook(struct lua_host *h, const char *fn, const char *event,
     else
         lua_pushinteger(L, (lua_Integer)iarg);
     co_resume(c, 2);
+}
+
+void lua_host_client_gone(struct lua_host *h, unsigned long long id,
+                          int deferred)
+{
+    if (h->stopped)
+        return;
+    struct co *c = co_new(h, NULL);
+    lua_State *L = c->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    lua_getfield(L, -1, "on_client_gone");
+    lua_remove(L, -2);
+    if (!lua_isfunction(L, -1)) {
+        lua_pop(L, 1);
+        co_finish(c);
+        return;
+    }
+    lua_pushinteger(L, (lua_Integer)id);
+    if (deferred)
+        make_ready(h, c, 1);
+    else
+        co_resume(c, 1);
 }
 
 void lua_host_session_event(struct lua_host *h, const char *event,
@@ -1136,6 +1253,73 @@ size_t lua_host_stats(struct lua_host *h, lua_host_stat_cb cb, void *arg)
             }
             lua_pop(L, 1);
         }
+    }
+    lua_settop(L, top);
+    return n;
+}
+
+/* --- policy: named users and INFO ---------------------------------------- */
+
+int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
+                          const char *pass, size_t plen, const char *addr)
+{
+    lua_State *L = h->L;
+    if (h->stopped)
+        return -1;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    if (lua_getfield(L, -1, "authenticate") != LUA_TFUNCTION) {
+        lua_settop(L, top);
+        return -1;
+    }
+    lua_pushlstring(L, user, ulen);
+    lua_pushlstring(L, pass, plen);
+    lua_pushstring(L, addr);
+    int rc = -1;
+    if (lua_pcall(L, 3, 1, 0) == LUA_OK) {
+        if (lua_type(L, -1) == LUA_TBOOLEAN)
+            rc = lua_toboolean(L, -1);
+    } else {
+        size_t elen = 0;
+        const char *e = lua_isstring(L, -1) ? lua_tolstring(L, -1, &elen) : "";
+        char q[512];
+        log_warn("policy.authenticate_failed", "err=%s",
+                 log_quote(e, elen, q, sizeof q));
+    }
+    lua_settop(L, top);
+    return rc;
+}
+
+size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb,
+                            void *arg)
+{
+    lua_State *L = h->L;
+    if (h->stopped)
+        return 0;
+    int top = lua_gettop(L);
+    size_t n = 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    if (lua_getfield(L, -1, "policy_info") != LUA_TFUNCTION ||
+        lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
+        lua_settop(L, top);
+        return 0;
+    }
+    int t = lua_gettop(L);
+    for (lua_Integer i = 1; lua_rawgeti(L, t, i) == LUA_TTABLE; i++) {
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+        int name = lua_gettop(L) - 1, val = name + 1;
+        if (lua_type(L, name) == LUA_TSTRING) {
+            const char *v = "";
+            if (lua_isinteger(L, val))
+                v = lua_pushfstring(L, "%I", lua_tointeger(L, val));
+            else if (lua_type(L, val) == LUA_TSTRING ||
+                     lua_type(L, val) == LUA_TNUMBER)
+                v = lua_tostring(L, val);
+            cb(arg, lua_tostring(L, name), v);
+            n++;
+        }
+        lua_settop(L, t);
     }
     lua_settop(L, top);
     return n;

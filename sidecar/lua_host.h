@@ -12,9 +12,11 @@
  *   System entry: scripts/zkresp.lua, run once at start with `zk` and `host`
  *   as globals and package.path set to the scripts directory.  It returns a
  *   table M with:
- *     M.dispatch(args)      runs in a fresh coroutine per command; args[1] is
+ *     M.dispatch(args, subscribed)
+ *                           runs in a fresh coroutine per command; args[1] is
  *                           the command name as sent, args[2..] its arguments
- *                           (Lua strings).  Returns the reply value.
+ *                           (Lua strings); subscribed: the client is in RESP2
+ *                           subscribed mode.  Returns the reply value.
  *     M.on_session(event, session_id)
  *                           runs in a fresh coroutine on every session event:
  *                           "connected" (first connection, or back after a
@@ -25,6 +27,8 @@
  *                           disconnected: every owned ephemeral key is lost;
  *                           the bridge then opens a new session),
  *                           "reload" (SIGHUP: reload the policy).
+ *     M.on_client_gone(id)  a client that had subscriptions closed or was
+ *                           RESET (see lua_host_client_gone)
  *     M.on_watch(event, path)
  *                           runs in a fresh coroutine when a watch fires:
  *                           "created", "deleted", "changed", "child".
@@ -41,6 +45,9 @@
  *                          the flat array in RESP2 (ZRANGE ... WITHSCORES)
  *     {bool = b}        -> #t/#f in RESP3, :1/:0 in RESP2
  *     {null_array = true} -> *-1 in RESP2, _ in RESP3
+ *     {push = {...}}    -> a push frame (>n) in RESP3, an array in RESP2
+ *     {frames = {v1, v2, ...}} -> each value as its own top-level reply
+ *                          (SUBSCRIBE a b: one confirmation per channel)
  *     {a, b, c}         -> array (ends at the first nil; use host.null inside)
  *   A Lua error raised by a command answers "-ERR internal error: <msg>"
  *   and is logged.
@@ -49,7 +56,7 @@
  *   ours below):
  *     zk.get(path [, watch])         -> rc, data, stat
  *     zk.exists(path [, watch])      -> rc, stat
- *     zk.children(path [, watch])    -> rc, {name, ...}
+ *     zk.children(path [, watch])    -> rc, {name, ...}, stat (of path)
  *         watch = true leaves a one-shot watch (see M.on_watch); watches
  *         survive reconnects within a session, not a new session.
  *     zk.create(path, data, flags)   -> rc, created_path, stat
@@ -91,6 +98,14 @@
  *     host.key_encode(key)   Redis key -> node name (sidecar/keyenc.h)
  *     host.key_decode(name)  node name -> key, or nil
  *     host.null              the null sentinel for replies
+ *     host.client()          the running command's connection: {id, addr,
+ *                            laddr, name, user, lib_name, resp}, or nil
+ *     host.push(id, value)   encodes value (a reply value, usually {push =
+ *                            {...}}) for client id and queues it after the
+ *                            replies it is still owed; false if it is gone
+ *     host.subscriptions(id, channels, patterns, shard)
+ *                            tells the gateway client id's subscription
+ *                            counts (RESP2 subscribed mode, CLIENT LIST)
  *     host.instance          16 random bytes identifying this process
  *     host.config            {root, max_key_len, max_value_len,
  *                             request_timeout, session_timeout}
@@ -116,6 +131,34 @@ struct lua_task {
     void *data;      /* the requester's, passed back untouched */
     struct buf *out; /* where the reply goes; owned by the requester */
     int proto;       /* 2 or 3 */
+    int flags;       /* LUA_TASK_* */
+};
+
+/* The requester is a RESP2 client in subscribed mode: M.dispatch gets
+ * `true` as its second argument and refuses all but the subscribe family. */
+#define LUA_TASK_SUBSCRIBED 1
+
+/* What host.client() tells a command about its connection. */
+struct lua_client {
+    unsigned long long id;
+    const char *addr, *laddr, *name, *user, *lib_name;
+    int resp;
+};
+
+/* The requester's side of host.client(), host.push() and
+ * host.subscriptions() (the gateway's connections). */
+struct lua_client_ops {
+    void *arg;
+    /* Describes the requester of t; 0, or -1 when there is none. */
+    int (*describe)(void *arg, const struct lua_task *t,
+                    struct lua_client *out);
+    /* The buffer to encode one out-of-band frame for client id into (its
+     * protocol in *proto), or NULL when the client is gone; then push_end. */
+    struct buf *(*push_begin)(void *arg, unsigned long long id, int *proto);
+    void (*push_end)(void *arg, unsigned long long id);
+    /* Client id now has this many subscriptions of each kind. */
+    void (*subscriptions)(void *arg, unsigned long long id, int channels,
+                          int patterns, int shard);
 };
 
 struct lua_host;
@@ -129,6 +172,17 @@ void lua_host_free(struct lua_host *h);
 /* From now on no Lua code runs: completions, timers and wake-ups that
  * arrive are dropped.  For the exit, before the bridge goes. */
 void lua_host_stop(struct lua_host *h);
+
+/* Connects host.client(), host.push() and host.subscriptions() to the
+ * requester's connections (ops copied). */
+void lua_host_set_client_ops(struct lua_host *h,
+                             const struct lua_client_ops *ops);
+
+/* Client id closed (or was RESET): M.on_client_gone(id) drops what it held,
+ * its subscriptions.  With deferred, on the next loop turn (a close may
+ * happen inside Lua code); else at once. */
+void lua_host_client_gone(struct lua_host *h, unsigned long long id,
+                          int deferred);
 
 /* Runs one command (argv borrowed for the duration of the call).  The reply
  * is delivered through t->done, possibly before this returns. */
@@ -164,5 +218,21 @@ size_t lua_host_running(const struct lua_host *h);
  * the host is stopped. */
 typedef void (*lua_host_stat_cb)(void *arg, const char *name, double value);
 size_t lua_host_stats(struct lua_host *h, lua_host_stat_cb cb, void *arg);
+
+/* AUTH / HELLO AUTH of a user other than "default": calls
+ * M.authenticate(user, password, addr) (the policy's authenticate hook,
+ * under its guard) on the main state.  Returns 1 (accepted), 0 (refused) or
+ * -1 (no hook, or it failed: refused too). */
+int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
+                          const char *pass, size_t plen, const char *addr);
+
+/* For INFO's # Policy section: calls M.policy_info(), which returns
+ * {{name, value}, ...}, and passes each pair to cb in order (both borrowed;
+ * valid only during the call; numbers as their decimal text).  Returns the
+ * number of pairs. */
+typedef void (*lua_host_info_cb)(void *arg, const char *name,
+                                 const char *value);
+size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb,
+                            void *arg);
 
 #endif

@@ -176,10 +176,15 @@ static void on_data(int rc, const char *value, int len, const struct Stat *stat,
     enqueue(r);
 }
 
-static void on_strings(int rc, const struct String_vector *sv, const void *data)
+static void on_strings(int rc, const struct String_vector *sv,
+                       const struct Stat *stat, const void *data)
 {
     struct zk_req *r = (struct zk_req *)data;
     r->res.rc = rc;
+    if (rc == ZOK && stat) {
+        copy_stat(&r->res.stat, stat);
+        r->res.has_stat = 1;
+    }
     if (rc == ZOK && sv && sv->count > 0) {
         r->res.children = calloc((size_t)sv->count, sizeof(char *));
         if (r->res.children) {
@@ -347,7 +352,7 @@ static void send_req(struct zk *z, struct zk_req *r)
         rc = zoo_aexists(zh, op->path, op->watch, on_stat, r);
         break;
     case ZK_OP_CHILDREN:
-        rc = zoo_aget_children(zh, op->path, op->watch, on_strings, r);
+        rc = zoo_aget_children2(zh, op->path, op->watch, on_strings, r);
         break;
     case ZK_OP_CREATE:
         rc = zoo_acreate2(zh, op->path, op->data, (int)op->datalen,

@@ -116,8 +116,10 @@ describe("dispatch", function()
                       "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
                       "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
-                      "pexpire", "pexpireat", "policy", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
-                      "smembers", "spublish", "srem", "ttl", "type", "unlink", "zadd", "zcard", "zincrby", "zrange",
+                      "pexpire", "pexpireat", "policy", "psubscribe", "pttl", "publish", "pubsub", "punsubscribe",
+                      "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
+                      "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "ttl", "type",
+                      "unlink", "unsubscribe", "zadd", "zcard", "zincrby", "zrange",
                       "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,

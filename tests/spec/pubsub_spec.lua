@@ -1,48 +1,147 @@
--- PUBLISH and SPUBLISH before pub/sub (issue 4): nobody can subscribe yet,
--- so they answer 0, as redis-server does for a channel nobody listens to,
--- and never touch ZooKeeper.
+-- Pub/sub (scripts/pubsub.lua) over the ZooKeeper model: local delivery,
+-- routes through ZooKeeper only towards sidecars that registered interest,
+-- a script's publish as part of its commit, and interest restored after a
+-- new session.
 
 local zkmodel = require "zkmodel"
 local null = zkmodel.null
 
 local function E(text) return { err = text } end
 
-describe("PUBLISH", function()
-    local W, a
+-- The ZooKeeper writes in W.ops since `from` (reads excluded).
+local function writes(W, from)
+    local n = 0
+    for i = (from or 0) + 1, #W.ops do
+        local k = W.ops[i].kind
+        if k ~= "get" and k ~= "exists" and k ~= "children" and k ~= "sync" then n = n + 1 end
+    end
+    return n
+end
+
+local function frames(reply) return reply.frames end
+
+describe("pub/sub", function()
+    local W, a, b
     before_each(function()
         W = zkmodel.world()
         a = W:sidecar()
+        b = W:sidecar()
     end)
 
-    it("answers 0 without a ZooKeeper operation", function()
-        W.ops = {}
-        assert.equal(0, a:call("PUBLISH", "redisson_lock__channel:{l}", "0"))
-        assert.equal(0, a:call("publish", "ch", ""))
-        assert.equal(0, a:call("SPUBLISH", "ch", "m"))
-        assert.same({}, W.ops)
+    it("answers SUBSCRIBE with one confirmation per channel", function()
+        local r = b:call_as(7, "SUBSCRIBE", "x", "y", "x")
+        assert.same({ { push = { "subscribe", "x", 1 } }, { push = { "subscribe", "y", 2 } },
+                      { push = { "subscribe", "x", 2 } } }, frames(r))
+        assert.same({ 2, 0, 0 }, b.subcounts[7])
+        r = b:call_as(7, "UNSUBSCRIBE")
+        assert.same({ { push = { "unsubscribe", "x", 1 } }, { push = { "unsubscribe", "y", 0 } } }, frames(r))
+        assert.same({ 0, 0, 0 }, b.subcounts[7])
+        r = b:call_as(7, "UNSUBSCRIBE")
+        assert.same({ { push = { "unsubscribe", null, 0 } } }, frames(r))
     end)
 
-    it("checks its arity", function()
-        assert.same(E("ERR wrong number of arguments for 'publish' command"), a:call("PUBLISH", "ch"))
-        assert.same(E("ERR wrong number of arguments for 'publish' command"), a:call("PUBLISH", "ch", "m", "x"))
-        assert.same(E("ERR wrong number of arguments for 'spublish' command"), a:call("SPUBLISH", "ch"))
+    it("delivers across sidecars, messages and pattern messages, in order", function()
+        b:call_as(7, "SUBSCRIBE", "news")
+        b:call_as(8, "PSUBSCRIBE", "n*")
+        assert.equal(2, a:call("PUBLISH", "news", "1"))
+        assert.equal(2, a:call("PUBLISH", "news", "2"))
+        W:run_until(function() return b.pushed[8] and #b.pushed[8] == 2 end)
+        assert.same({ { push = { "message", "news", "1" } }, { push = { "message", "news", "2" } } }, b.pushed[7])
+        assert.same({ { push = { "pmessage", "n*", "news", "1" } }, { push = { "pmessage", "n*", "news", "2" } } },
+                    b.pushed[8])
     end)
 
-    it("works from a script, as Redisson's unlock calls it", function()
-        a:call("HSET", "l", "u:1", "1")
-        local unlock = "redis.call('del', KEYS[1]) " ..
-                       "local n = redis.call('publish', KEYS[2], ARGV[1]) return {n, type(n)}"
-        assert.same({ 0, "number" }, a:call("EVAL", unlock, "2", "l", "redisson_lock__channel:{l}", "0"))
-        assert.equal(null, a:call("HGET", "l", "u:1"))
-        assert.equal(0, a:call("EVAL", "return redis.call('spublish', KEYS[1], 'm')", "1", "ch"))
+    it("writes nothing to ZooKeeper when no other sidecar listens", function()
+        a:call_as(3, "SUBSCRIBE", "local")
+        local from = #W.ops
+        for i = 1, 5 do assert.equal(1, a:call("PUBLISH", "local", tostring(i))) end
+        assert.equal(0, a:call("PUBLISH", "nobody", "x"))
+        assert.equal(0, writes(W, from))
+        assert.equal(5, #a.pushed[3])
     end)
 
-    it("is refused in a read-only script, as Redis refuses may-replicate commands", function()
-        local body = "return redis.call('publish', 'ch', 'm')"
-        assert.same(E("ERR Write commands are not allowed from read-only scripts. script: " ..
-                      a:call("SCRIPT", "LOAD", body) .. ", on @user_script:1."),
-                    a:call("EVAL_RO", body, "0"))
-        assert.same({ "table", "ERR Write commands are not allowed from read-only scripts." },
-                    a:call("EVAL_RO", "local r = redis.pcall('publish', 'ch', 'm') return {type(r), r.err}", "0"))
+    it("stops writing once the remote subscriber leaves", function()
+        b:call_as(7, "SUBSCRIBE", "ch")
+        assert.equal(1, a:call("PUBLISH", "ch", "m"))
+        b:call_as(7, "UNSUBSCRIBE", "ch")
+        W:run_until(function() return #(W:children("/zkresp/ps/c/ch") or {}) == 0 end)
+        W:advance(1000)
+        local from = #W.ops
+        assert.equal(0, a:call("PUBLISH", "ch", "m2"))
+        assert.equal(0, writes(W, from))
+    end)
+
+    it("sends a script's message only when the script commits", function()
+        b:call_as(7, "SUBSCRIBE", "ch")
+        local r = a:call("EVAL", "redis.call('set', KEYS[1], 'v'); redis.call('publish', 'ch', 'bad'); " ..
+                                 "error('no')", "1", "k")
+        assert.is_table(r)
+        assert.truthy(r.err:find("no", 1, true))
+        W:advance(1000)
+        assert.is_nil(b.pushed[7])
+        r = a:call("EVAL", "redis.call('set', KEYS[1], 'v'); return redis.call('publish', 'ch', 'good')", "1", "k")
+        assert.equal(1, r)
+        W:run_until(function() return b.pushed[7] ~= nil end)
+        assert.same({ { push = { "message", "ch", "good" } } }, b.pushed[7])
+    end)
+
+    it("re-runs a script whose route went stale before its commit", function()
+        -- a's route for "ch" is cached as "nobody"; b subscribes; a's next
+        -- commit must still reach b
+        assert.equal(0, a:call("EVAL", "return redis.call('publish', 'ch', 'x')", "0"))
+        b:call_as(7, "SUBSCRIBE", "ch")
+        local r = a:call("EVAL", "redis.call('set', KEYS[1], 'v'); return redis.call('publish', 'ch', 'y')", "1", "k")
+        assert.equal(1, r)
+        W:run_until(function() return b.pushed[7] ~= nil end)
+        assert.same({ { push = { "message", "ch", "y" } } }, b.pushed[7])
+    end)
+
+    it("counts subscribers of every sidecar in PUBSUB NUMSUB and NUMPAT", function()
+        b:call_as(7, "SUBSCRIBE", "ch")
+        b:call_as(8, "SUBSCRIBE", "ch")
+        a:call_as(1, "SUBSCRIBE", "ch")
+        b:call_as(9, "PSUBSCRIBE", "c*")
+        W:advance(1000)
+        assert.same({ "ch", 3, "other", 0 }, a:call("PUBSUB", "NUMSUB", "ch", "other"))
+        assert.equal(1, a:call("PUBSUB", "NUMPAT"))
+        assert.same({ "ch" }, a:call("PUBSUB", "CHANNELS"))
+        assert.same({}, a:call("PUBSUB", "CHANNELS", "x*"))
+        assert.same(E("ERR unknown subcommand 'foo'. Try PUBSUB HELP."), a:call("PUBSUB", "foo"))
+    end)
+
+    it("refuses other commands in RESP2 subscribed mode, after the arity check", function()
+        local t = b:start("GET", "k")
+        t.client = 7
+        assert.same(E("ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET " ..
+                      "are allowed in this context"), b:run(function() return b.M.dispatch({ "GET", "k" }, true) end))
+        assert.same(E("ERR wrong number of arguments for 'get' command"),
+                    b:run(function() return b.M.dispatch({ "GET" }, true) end))
+    end)
+
+    it("drops a closed client's subscriptions and its interest", function()
+        b:call_as(7, "SUBSCRIBE", "ch")
+        assert.equal(1, a:call("PUBLISH", "ch", "m"))
+        b:run(function() b.M.on_client_gone(7) end)
+        W:advance(1000)
+        assert.equal(0, a:call("PUBLISH", "ch", "m"))
+    end)
+
+    it("registers interest again in a new session", function()
+        b:call_as(7, "SUBSCRIBE", "ch")
+        b:expire()
+        W:advance(1000)
+        assert.equal(1, a:call("PUBLISH", "ch", "after"))
+        W:run_until(function() return b.pushed[7] ~= nil end)
+        assert.same({ "message", "ch", "after" }, b.pushed[7][#b.pushed[7]].push)
+    end)
+
+    it("makes up the unlock message of a free lock after a new session", function()
+        b:call_as(7, "SUBSCRIBE", "redisson_lock__channel:{l}")
+        b:call_as(8, "SUBSCRIBE", "redisson_lock__channel:{held}")
+        a:call("SET", "{held}", "x")
+        b:expire()
+        W:advance(1000)
+        assert.same({ { push = { "message", "redisson_lock__channel:{l}", "0" } } }, b.pushed[7])
+        assert.is_nil(b.pushed[8])
     end)
 end)

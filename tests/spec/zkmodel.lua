@@ -111,7 +111,7 @@ function Z.world(opts)
         nodes = {}, zxid = 0, sessions = {}, next_sid = 0x10000,
         runq = {}, rq_head = 1, rq_tail = 0,
         timers = {}, seq = 0, tasks = setmetatable({}, { __mode = "k" }),
-        sidecars = {}, ops = {}, watches = {},
+        sidecars = {}, ops = {}, watches = {}, cwatches = {},
     }, World)
     local tx = { zxid = 0, time = W:leader_now() }
     W.nodes["/"] = newnode(tx, nil)
@@ -273,11 +273,14 @@ end
 -- on the next change of path, delivered to the sidecar's M.on_watch ahead
 -- of anything scheduled later, as ZooKeeper delivers a watch event before
 -- the replies that follow the change.
-function World:watch(sc, path)
-    local ws = self.watches[path]
+-- zk.children(path, true) leaves a child watch: it fires "child" when a
+-- child is created or deleted, "deleted" when path goes.
+function World:watch(sc, path, child)
+    local all = child and self.cwatches or self.watches
+    local ws = all[path]
     if not ws then
         ws = {}
-        self.watches[path] = ws
+        all[path] = ws
     end
     ws[sc] = true
 end
@@ -291,13 +294,20 @@ end
 function World:fire(tx)
     for _, e in ipairs(tx.events or {}) do
         local path, event = e[1], e[2]
-        local ws = self.watches[path]
-        if ws then
-            self.watches[path] = nil
-            for sc in pairs(ws) do
-                if sc.M and sc.M.on_watch and not sc.closing then
-                    self:post(function() self:spawn(sc, sc.M.on_watch, event, path) end)
-                end
+        local lists = {}
+        if event ~= "child" then lists[#lists + 1] = self.watches end
+        if event == "child" or event == "deleted" then lists[#lists + 1] = self.cwatches end
+        local targets = {}
+        for _, all in ipairs(lists) do
+            local ws = all[path]
+            if ws then
+                all[path] = nil
+                for sc in pairs(ws) do targets[sc] = true end
+            end
+        end
+        for sc in pairs(targets) do
+            if sc.M and sc.M.on_watch and not sc.closing then
+                self:post(function() self:spawn(sc, sc.M.on_watch, event, path) end)
             end
         end
     end
@@ -348,6 +358,7 @@ function World:op_create(tx, sid, path, data, flags)
     parent.stat.numChildren = parent.stat.numChildren + 1
     parent.stat.pzxid = tx.zxid
     self:note(tx, path, "created")
+    self:note(tx, ppath, "child")
     return C.OK, path, copy(node.stat)
 end
 
@@ -367,6 +378,7 @@ function World:op_delete(tx, path, version)
     parent.stat.numChildren = parent.stat.numChildren - 1
     parent.stat.pzxid = tx.zxid
     self:note(tx, path, "deleted")
+    self:note(tx, ppath, "child")
     return C.OK
 end
 
@@ -544,11 +556,12 @@ local function make_zk(sc)
         end)
     end
 
-    function zk.children(path)
+    function zk.children(path, watch)
         return op("children", path, function()
             local names = W:children(path)
             if not names then return C.NONODE end
-            return C.OK, names
+            if watch then W:watch(sc, path, true) end
+            return C.OK, names, copy(W.nodes[path].stat)
         end)
     end
 
@@ -697,6 +710,24 @@ local function make_host(sc, opts)
         return task().deadline + sc.mono_base
     end
 
+    -- Clients: a task started by Sidecar:call_as(id, ...) runs for client
+    -- id (default 1); pushes land in sc.pushed[id], subscription counts in
+    -- sc.subcounts[id].
+    sc.pushed, sc.subcounts = {}, {}
+    function host.client()
+        local t = W.tasks[coroutine.running()]
+        local id = t and t.client or 1
+        return { id = id, resp = 2, user = "default", addr = "127.0.0.1:" .. (40000 + id) }
+    end
+    function host.push(id, value)
+        sc.pushed[id] = sc.pushed[id] or {}
+        table.insert(sc.pushed[id], value)
+        return true
+    end
+    function host.subscriptions(id, c, p, s)
+        sc.subcounts[id] = { c, p, s }
+    end
+
     function host.log(level, msg)
         sc.logs[#sc.logs + 1] = level .. " " .. msg
     end
@@ -769,6 +800,14 @@ function Sidecar:start(...)
     for i = 1, args.n do list[i] = args[i] end
     local M = self.M
     return self.world:spawn(self, function() return M.dispatch(list) end)
+end
+
+-- Runs a command of client id to completion and returns its reply.
+function Sidecar:call_as(id, ...)
+    local t = self:start(...)
+    t.client = id
+    self.world:run_until(function() return t.done end)
+    return t.result
 end
 
 -- Runs a command to completion and returns its reply.

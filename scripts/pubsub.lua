@@ -1,0 +1,934 @@
+-- pubsub.lua — Redis pub/sub across every sidecar of one ensemble.
+--
+-- Local side: which client is subscribed to what, the frames Redis sends,
+-- delivery to this sidecar's subscribers through host.push.
+--
+-- Across sidecars, through ZooKeeper (DESIGN.md, "Pub/Sub"), under
+-- <root>/ps:
+--
+--   c/<channel>/<instance>   this sidecar has subscribers on <channel>:
+--   p/<pattern>/<instance>   EPHEMERAL, data = how many (for PUBLISH's
+--   s/<channel>/<instance>   reply); s is for shard channels
+--   l/<instance>             EPHEMERAL: this process is alive
+--   i/<instance>             its inbox (persistent)
+--   i/<instance>/m...        one message, EPHEMERAL_SEQUENTIAL, made by the
+--                            publisher's session; the receiver deletes it
+--                            once delivered
+--
+-- <instance> is the process's random id in hex; channels and patterns are
+-- encoded like keys (sidecar/keyenc.h).
+--
+-- A publisher writes only when another sidecar is interested, one message
+-- node per interested sidecar, never per subscriber.  It knows who is
+-- interested from a cache kept current by watches: per channel, the
+-- children of c/<channel> and their counts; for patterns, the whole of p/.
+-- So that a publish made by a script's commit can never miss a subscriber
+-- whose SUBSCRIBE had already been answered, registering interest bumps a
+-- data version that the commit checks:
+--
+--   * a new interest in a channel sets c/<channel> (and c/ itself when it
+--     creates c/<channel>), and the commit checks the version of
+--     c/<channel> it routed by, or of c/ when the channel had no node;
+--   * a new pattern interest sets p/, which every commit checks.
+--
+-- A failed check re-runs the script with fresh routes.  Plain PUBLISH goes
+-- by the cache alone (Redis's at-most-once).  SUBSCRIBE answers once its
+-- interest is registered, or at the command's deadline when ZooKeeper is
+-- away (then it registers as soon as it is back).  After a new session the
+-- interest is registered again, and a waiter on a lock channel whose lock
+-- is free is sent the unlock message it may have missed (lock_channel).
+--
+-- Message node names carry the message: "<kind><channel>.<payload>."
+-- (encoded) then the sequence number, so the receiver needs no read beyond
+-- listing its inbox; a payload too long for a name goes in the node's data
+-- ("D" instead of the kind letter's upper case... see msg_name).
+
+local K = require "keyspace"
+local U = require "util"
+local errors = require "errors"
+local queue = require "queue"
+
+local P = {}
+
+P.NAME_PAYLOAD_MAX = 384  -- encoded payload bytes kept in a node name
+P.GC_DELAY_MS = 30000     -- an empty channel node is removed after this
+P.RETRY_MS = 200          -- registering interest again after a failure
+
+---------------------------------------------------------------------------
+-- Local subscriptions
+
+-- kind: "c" channel, "p" pattern, "s" shard channel
+local clients = {}                 -- id -> {c = {list, set}, p = ..., s = ...}
+local subs = { c = {}, p = {}, s = {} }   -- kind -> name -> {ids = {id = true}, n}
+local pattern_order = {}           -- patterns in first-subscription order
+
+local function hex(s)
+    return (s:gsub(".", function(ch) return string.format("%02x", ch:byte()) end))
+end
+
+local INST
+local function inst()
+    INST = INST or hex(host.instance)
+    return INST
+end
+
+local function client(id)
+    local c = clients[id]
+    if not c then
+        c = { c = { list = {}, set = {} }, p = { list = {}, set = {} }, s = { list = {}, set = {} } }
+        clients[id] = c
+    end
+    return c
+end
+
+local function count(c, kind)
+    return #c[kind].list
+end
+
+-- Redis's count in (un)subscribe replies: channels + patterns, or shard
+-- channels alone.
+local function reply_count(c, kind)
+    if kind == "s" then return count(c, "s") end
+    return count(c, "c") + count(c, "p")
+end
+
+local function tell_gateway(id, c)
+    host.subscriptions(id, count(c, "c"), count(c, "p"), count(c, "s"))
+    if count(c, "c") + count(c, "p") + count(c, "s") == 0 then clients[id] = nil end
+end
+
+local function list_remove(list, v)
+    for i = 1, #list do
+        if list[i] == v then table.remove(list, i) return end
+    end
+end
+
+---------------------------------------------------------------------------
+-- Paths
+
+local function ps() return K.root() .. "/ps" end
+local function dir(kind) return ps() .. "/" .. kind end
+local function node(kind, name) return dir(kind) .. "/" .. host.key_encode(name) end
+local function inbox(who) return ps() .. "/i/" .. (who or inst()) end
+local function presence(who) return ps() .. "/l/" .. (who or inst()) end
+
+local function connected()
+    local _, c = zk.session()
+    return c
+end
+
+local function unknown(rc)
+    return rc == zk.CONNECTIONLOSS or rc == zk.OPERATIONTIMEOUT or rc == zk.TIMEOUT
+end
+
+---------------------------------------------------------------------------
+-- Interest: this sidecar's registration per (kind, name), reconciled by one
+-- worker at a time towards `want`.
+
+local interest = { c = {}, p = {}, s = {} }  -- kind -> name -> state
+local gc_queue = {}                          -- path -> due (host.now())
+P.stats = { published = 0, messages_sent = 0, messages_received = 0, made_up = 0 }
+
+local function wake_all(st)
+    local w = st.waiters
+    st.waiters = {}
+    for _, co in ipairs(w) do host.wake(co) end
+end
+
+-- One step towards st.want; returns true when it made progress or there is
+-- nothing to do, false after a failure.
+local function reconcile_step(kind, name, st)
+    local X = node(kind, name)
+    local me = X .. "/" .. inst()
+    if st.want and not st.have then
+        local n = tostring(st.count)
+        local bump = kind == "p" and dir("p") or X
+        local ops = { { "create", me, n, zk.EPHEMERAL }, { "set", bump, "", -1 } }
+        if not st.exists_known then
+            -- a new channel node also bumps its directory (see the top)
+            local full = { { "create", X, "", 0 } }
+            if kind ~= "p" then full[#full + 1] = { "set", dir(kind), "", -1 } end
+            for _, o in ipairs(ops) do full[#full + 1] = o end
+            ops = full
+        end
+        local rc, results = zk.multi(ops)
+        if rc == zk.OK then
+            st.have, st.written, st.exists_known = true, st.count, true
+            return true
+        end
+        local first = rc
+        for _, r in ipairs(type(results) == "table" and results or {}) do
+            if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then first = r.rc break end
+        end
+        if first == zk.NODEEXISTS then
+            if not st.exists_known then
+                st.exists_known = true          -- the channel node exists
+                return true
+            end
+            -- ours from an attempt whose answer was lost, or left by our
+            -- previous session until the server expires it
+            local erc, stat = zk.exists(me)
+            if erc == zk.OK and stat.ephemeralOwner == zk.session() then
+                st.have, st.written = true, nil
+            elseif erc == zk.OK then
+                zk.delete(me, -1)
+            end
+            return true
+        elseif first == zk.NONODE then
+            if st.exists_known then
+                st.exists_known = false
+                return true
+            end
+            local ok = pcall(K.ensure_path, dir(kind))
+            return ok
+        end
+        return false
+    elseif st.want and st.have and st.written ~= st.count then
+        local rc = zk.set(me, tostring(st.count), -1)
+        if rc == zk.OK then st.written = st.count return true end
+        if rc == zk.NONODE then st.have = false return true end
+        return false
+    elseif not st.want and st.have then
+        local rc = zk.delete(me, -1)
+        if rc == zk.OK or rc == zk.NONODE then
+            st.have = false
+            gc_queue[X] = host.now() + P.GC_DELAY_MS
+            return true
+        end
+        return false
+    end
+    return true
+end
+
+local function settled(st)
+    return st.want == st.have and (not st.want or st.written == st.count)
+end
+
+local function reconcile(kind, name)
+    local st = interest[kind][name]
+    if not st or st.busy then return end
+    st.busy = true
+    host.spawn(function()
+        while not settled(st) do
+            if not connected() then
+                host.sleep(P.RETRY_MS)
+            else
+                local ok, progressed = pcall(reconcile_step, kind, name, st)
+                if st.have and st.want then wake_all(st) end
+                if not ok then
+                    host.log("warn", "pubsub: registering interest in " .. name .. ": " .. tostring(progressed))
+                    host.sleep(P.RETRY_MS)
+                elseif not progressed then
+                    host.sleep(P.RETRY_MS)
+                end
+            end
+        end
+        st.busy = false
+        wake_all(st)
+        if not st.want and not st.have then interest[kind][name] = nil end
+    end)
+end
+
+-- The local subscriber count of (kind, name) changed to n.
+local function set_interest(kind, name, n)
+    local st = interest[kind][name]
+    if not st then
+        if n == 0 then return end
+        st = { want = false, have = false, count = 0, waiters = {} }
+        interest[kind][name] = st
+    end
+    st.want = n > 0
+    st.count = n
+    reconcile(kind, name)
+    return st
+end
+
+-- Waits until the interest of st is registered, at most until the
+-- command's deadline.
+local function await_interest(st)
+    if not st or (st.have and st.want) or not st.want then return end
+    local co = coroutine.running()
+    st.waiters[#st.waiters + 1] = co
+    local timer = host.timer(function()
+        list_remove(st.waiters, co)
+        host.wake(co)
+    end)
+    timer:start(math.max(0, host.deadline() - host.now()))
+    host.suspend()
+    timer:stop()
+end
+
+---------------------------------------------------------------------------
+-- Local delivery
+
+local function push_all(ids, frame)
+    local n = 0
+    for id in pairs(ids) do
+        if host.push(id, frame) then n = n + 1 end
+    end
+    return n
+end
+
+-- Delivers one message to this sidecar's subscribers; returns how many.
+local function deliver_local(kind, channel, payload)
+    local n = 0
+    if kind == "s" then
+        local e = subs.s[channel]
+        if e then n = n + push_all(e.ids, { push = { "smessage", channel, payload } }) end
+        return n
+    end
+    local e = subs.c[channel]
+    if e then n = n + push_all(e.ids, { push = { "message", channel, payload } }) end
+    for _, pat in ipairs(pattern_order) do
+        local pe = subs.p[pat]
+        if pe and U.glob(pat, channel) then
+            n = n + push_all(pe.ids, { push = { "pmessage", pat, channel, payload } })
+        end
+    end
+    return n
+end
+
+local function local_count(kind, channel)
+    if kind == "s" then
+        local e = subs.s[channel]
+        return e and e.n or 0
+    end
+    local e = subs.c[channel]
+    local n = e and e.n or 0
+    for _, pat in ipairs(pattern_order) do
+        local pe = subs.p[pat]
+        if pe and U.glob(pat, channel) then n = n + pe.n end
+    end
+    return n
+end
+
+---------------------------------------------------------------------------
+-- Routes: who else is interested, from a watched cache
+
+local cache = { c = {}, s = {} }   -- kind -> channel -> entry
+local dirv = {}                    -- kind -> data version of dir(kind)
+local patview                      -- {version, pats = {pattern -> {inst -> n}}}
+-- Bumped by every watch event under <root>/ps: what was read over several
+-- calls is cached only if no event came in between (an event for a node
+-- read early would otherwise be lost, its one-shot watch spent).
+local gen = 0
+
+local function fail(rc, what)
+    if unknown(rc) or rc == zk.SESSIONEXPIRED or rc == zk.CLOSING then
+        K.abort({ err = errors.UNAVAILABLE })
+    end
+    K.fail(rc, what)
+end
+
+-- The counts of the children of X (other sidecars), watched.
+local function remote_counts(X, names)
+    local remote = {}
+    for _, who in ipairs(names) do
+        if who ~= inst() then
+            local rc, data = zk.get(X .. "/" .. who, true)
+            if rc == zk.OK then
+                remote[who] = math.tointeger(tonumber(data)) or 1
+            elseif rc ~= zk.NONODE then
+                fail(rc, "get " .. X)
+            end
+        end
+    end
+    return remote
+end
+
+local function dir_version(kind)
+    if dirv[kind] then return dirv[kind] end
+    for _ = 1, 3 do
+        local rc, _, stat = zk.get(dir(kind), true)
+        if rc == zk.OK then
+            dirv[kind] = stat.version
+            return stat.version
+        elseif rc == zk.NONODE then
+            K.ensure_path(dir(kind))
+        else
+            fail(rc, "get " .. dir(kind))
+        end
+    end
+    K.abort({ err = errors.UNAVAILABLE })
+end
+
+local function entry(kind, channel)
+    local e = cache[kind][channel]
+    if e and (e.present or e.dirv == dirv[kind]) then return e end
+    local d = dir_version(kind)
+    local g = gen
+    local X = node(kind, channel)
+    local rc, names, stat = zk.children(X, true)
+    if rc == zk.NONODE then
+        e = { absent = true, dirv = d }
+    elseif rc == zk.OK then
+        e = { present = true, version = stat.version, remote = remote_counts(X, names) }
+    else
+        fail(rc, "children " .. X)
+    end
+    if gen == g and d == dirv[kind] then cache[kind][channel] = e end
+    return e
+end
+
+local function patterns()
+    if patview then return patview end
+    local D = dir("p")
+    local g = gen
+    local rc, _, stat = zk.get(D, true)
+    if rc == zk.NONODE then
+        K.ensure_path(D)
+        rc, _, stat = zk.get(D, true)
+    end
+    if rc ~= zk.OK then fail(rc, "get " .. D) end
+    local v = { version = stat.version, pats = {} }
+    local rc2, names = zk.children(D, true)
+    if rc2 ~= zk.OK then fail(rc2, "children " .. D) end
+    for _, enc in ipairs(names) do
+        local pat = host.key_decode(enc)
+        local X = D .. "/" .. enc
+        local rc3, kids = zk.children(X, true)
+        if rc3 == zk.OK and pat then
+            local remote = remote_counts(X, kids)
+            if next(remote) then v.pats[pat] = remote end
+        elseif rc3 ~= zk.NONODE and rc3 ~= zk.OK then
+            fail(rc3, "children " .. X)
+        end
+    end
+    if gen == g then patview = v end
+    return v
+end
+
+-- Who else must get a message published on (kind, channel): a set of
+-- instances, their subscriber count, and the checks that make a commit
+-- fail if this was not current.
+local function route(kind, channel)
+    local e = entry(kind, channel)
+    local targets, n, checks = {}, 0, {}
+    if e.present then
+        for who, k in pairs(e.remote) do targets[who] = true n = n + k end
+        checks[#checks + 1] = { "check", node(kind, channel), e.version, ps = true }
+    else
+        checks[#checks + 1] = { "check", dir(kind), e.dirv, ps = true }
+    end
+    if kind == "c" then
+        local pv = patterns()
+        for pat, remote in pairs(pv.pats) do
+            if U.glob(pat, channel) then
+                for who, k in pairs(remote) do targets[who] = true n = n + k end
+            end
+        end
+        checks[#checks + 1] = { "check", dir("p"), pv.version, ps = true }
+    end
+    return targets, n, checks
+end
+
+local function msg_name(kind, channel, payload)
+    local ch = host.key_encode(channel)
+    local pl = host.key_encode(payload)
+    if #pl <= P.NAME_PAYLOAD_MAX then
+        return kind .. ch .. "." .. pl .. ".", ""
+    end
+    return kind:upper() .. ch .. "..", payload
+end
+
+local function message_ops(ops, kind, channel, payload, targets)
+    local name, data = msg_name(kind, channel, payload)
+    local n = 0
+    for who in pairs(targets) do
+        ops[#ops + 1] = { "create", inbox(who) .. "/" .. name, data, zk.EPHEMERAL | zk.SEQUENCE, ps = true }
+        n = n + 1
+    end
+    return n
+end
+
+local function invalidate(kind, channel)
+    if channel then cache[kind][channel] = nil end
+    dirv[kind] = nil
+    patview = nil
+end
+
+---------------------------------------------------------------------------
+-- Publishing
+
+-- PUBLISH / SPUBLISH outside a script: local subscribers at once, then one
+-- message node per interested sidecar.  Publishes of this sidecar leave in
+-- arrival order.
+local PUBLISH_QUEUE = "\0pubsub"
+
+function P.publish(kind, channel, payload)
+    local held <close> = queue.hold({ PUBLISH_QUEUE })
+    P.stats.published = P.stats.published + 1
+    local n = deliver_local(kind, channel, payload)
+    local ok, targets, remote = pcall(route, kind, channel)
+    if not ok then
+        host.log("debug", "pubsub: no route for " .. channel .. ": " ..
+                 tostring(K.is_abort(targets) and targets.reply.err or targets))
+        return n
+    end
+    if not next(targets) then return n end
+    local ops = {}
+    message_ops(ops, kind, channel, payload, targets)
+    local rc = zk.multi(ops)
+    if rc ~= zk.OK then
+        -- one inbox gone (its sidecar died): send to the others one by one
+        invalidate(kind, channel)
+        for _, op in ipairs(ops) do
+            local crc = zk.create(op[2], op[3], op[4])
+            if crc == zk.OK then P.stats.messages_sent = P.stats.messages_sent + 1 end
+        end
+    else
+        P.stats.messages_sent = P.stats.messages_sent + #ops
+    end
+    return n + remote
+end
+
+-- Inside a script: the message waits for the script's commit.  Returns the
+-- count PUBLISH answers.
+function P.publish_buffered(t, kind, channel, payload)
+    local targets, remote, checks = route(kind, channel)
+    t.publishes = t.publishes or {}
+    t.publishes[#t.publishes + 1] = { kind = kind, channel = channel, payload = payload,
+                                      targets = targets, checks = checks }
+    return local_count(kind, channel) + remote
+end
+
+-- For K.commit: appends the checks and message creates of t's publishes to
+-- ops; returns how many messages that is.
+function P.commit_ops(t, ops)
+    local n = 0
+    for _, p in ipairs(t.publishes or {}) do
+        if next(p.targets) then
+            for _, c in ipairs(p.checks) do ops[#ops + 1] = c end
+            n = n + message_ops(ops, p.kind, p.channel, p.payload, p.targets)
+        end
+    end
+    return n
+end
+
+-- After K.commit: deliver locally (committed) or forget routes (failed).
+function P.committed(t, ok)
+    for _, p in ipairs(t.publishes or {}) do
+        if ok then
+            P.stats.published = P.stats.published + 1
+            deliver_local(p.kind, p.channel, p.payload)
+        else
+            invalidate(p.kind, p.channel)
+        end
+    end
+    if ok then
+        for _, p in ipairs(t.publishes or {}) do
+            for _ in pairs(p.targets) do P.stats.messages_sent = P.stats.messages_sent + 1 end
+        end
+    end
+end
+
+---------------------------------------------------------------------------
+-- Receiving: drain the inbox
+
+local draining, drain_again = false, false
+local seen = {}   -- message node name -> true until deleted
+
+local function parse(name)
+    local kind = name:sub(1, 1)
+    local body = name:sub(2, -11)
+    local ch, pl = body:match("^([^.]*)%.([^.]*)%.$")
+    if not ch then return nil end
+    local channel = host.key_decode(ch)
+    if not channel then return nil end
+    if kind == "c" or kind == "s" then
+        return kind, channel, host.key_decode(pl)
+    elseif kind == "C" or kind == "S" then
+        return kind:lower(), channel, nil  -- payload in the data
+    end
+end
+
+local function ensure_inbox()
+    for _, d in ipairs({ "c", "p", "s", "l" }) do
+        local rc = zk.exists(dir(d))
+        if rc == zk.NONODE then K.ensure_path(dir(d)) end
+    end
+    local rc = zk.create(presence(), "", zk.EPHEMERAL)
+    if rc ~= zk.OK and rc ~= zk.NODEEXISTS then fail(rc, "create " .. presence()) end
+    K.ensure_path(inbox())
+end
+
+local function drain_once()
+    local box = inbox()
+    local rc, names = zk.children(box, true)
+    if rc == zk.NONODE then
+        ensure_inbox()
+        rc, names = zk.children(box, true)
+    end
+    if rc ~= zk.OK then return end
+    table.sort(names, function(a, b) return a:sub(-10) < b:sub(-10) end)
+    local done = {}
+    for _, name in ipairs(names) do
+        if not seen[name] then
+            seen[name] = true
+            local kind, channel, payload = parse(name)
+            if kind and not payload then
+                local grc, data = zk.get(box .. "/" .. name)
+                if grc == zk.OK then payload = data end
+            end
+            if kind and payload then
+                P.stats.messages_received = P.stats.messages_received + 1
+                deliver_local(kind, channel, payload)
+            end
+            done[#done + 1] = name
+        end
+    end
+    for _, name in ipairs(done) do
+        host.spawn(function()
+            local drc = zk.delete(box .. "/" .. name, -1)
+            if drc == zk.OK or drc == zk.NONODE then seen[name] = nil end
+        end)
+    end
+end
+
+local function drain()
+    if draining then drain_again = true return end
+    draining = true
+    repeat
+        drain_again = false
+        local ok, e = pcall(drain_once)
+        if not ok then host.log("warn", "pubsub: reading the inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
+    until not drain_again
+    draining = false
+end
+
+---------------------------------------------------------------------------
+-- Commands
+
+local KIND_OF = {
+    subscribe = "c", unsubscribe = "c",
+    psubscribe = "p", punsubscribe = "p",
+    ssubscribe = "s", sunsubscribe = "s",
+}
+
+-- SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE
+local function subscribe(args)
+    local verb = args[1]:lower()
+    local kind = KIND_OF[verb]
+    local me = host.client()
+    if not me then return { err = "ERR no client" } end
+    local id = me.id
+    local c = client(id)
+    local frames, waits = {}, {}
+    for i = 2, #args do
+        local name = args[i]
+        local mine = c[kind]
+        if not mine.set[name] then
+            mine.set[name] = true
+            mine.list[#mine.list + 1] = name
+            local e = subs[kind][name]
+            if not e then
+                e = { ids = {}, n = 0 }
+                subs[kind][name] = e
+                if kind == "p" then pattern_order[#pattern_order + 1] = name end
+            end
+            e.ids[id] = true
+            e.n = e.n + 1
+            waits[#waits + 1] = set_interest(kind, name, e.n)
+        end
+        frames[#frames + 1] = { push = { verb, name, reply_count(c, kind) } }
+    end
+    tell_gateway(id, c)
+    for _, st in ipairs(waits) do await_interest(st) end
+    return { frames = frames }
+end
+
+local function drop(id, c, kind, name)
+    local mine = c[kind]
+    if not mine.set[name] then return false end
+    mine.set[name] = nil
+    list_remove(mine.list, name)
+    local e = subs[kind][name]
+    if e then
+        e.ids[id] = nil
+        e.n = e.n - 1
+        if e.n <= 0 then
+            subs[kind][name] = nil
+            if kind == "p" then list_remove(pattern_order, name) end
+        end
+        set_interest(kind, name, math.max(e.n, 0))
+    end
+    return true
+end
+
+-- UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE
+local function unsubscribe(args)
+    local verb = args[1]:lower()
+    local kind = KIND_OF[verb]
+    local me = host.client()
+    if not me then return { err = "ERR no client" } end
+    local id = me.id
+    local c = clients[id] or client(id)
+    local names = {}
+    if #args == 1 then
+        for i, name in ipairs(c[kind].list) do names[i] = name end
+    else
+        for i = 2, #args do names[#names + 1] = args[i] end
+    end
+    local frames = {}
+    for _, name in ipairs(names) do
+        drop(id, c, kind, name)
+        frames[#frames + 1] = { push = { verb, name, reply_count(c, kind) } }
+    end
+    if #names == 0 then frames[1] = { push = { verb, host.null, reply_count(c, kind) } } end
+    tell_gateway(id, c)
+    return { frames = frames }
+end
+
+-- A client closed or was RESET: its subscriptions go.
+function P.client_gone(id)
+    local c = clients[id]
+    if not c then return end
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        local names = {}
+        for i, name in ipairs(c[kind].list) do names[i] = name end
+        for _, name in ipairs(names) do drop(id, c, kind, name) end
+    end
+    clients[id] = nil
+end
+
+local function publish_cmd(kind)
+    return function(args)
+        local SB = require "sandbox"
+        local c = SB.context()
+        if c and c.ro then return { err = "ERR Write commands are not allowed from read-only scripts." } end
+        local T = require "txn"
+        local t = T.current[coroutine.running()]
+        if t then return P.publish_buffered(t, kind, args[2], args[3]) end
+        return P.publish(kind, args[2], args[3])
+    end
+end
+
+-- PUBSUB CHANNELS|NUMSUB|NUMPAT|SHARDCHANNELS|SHARDNUMSUB, over every
+-- sidecar.
+local function all_channels(kind, pattern)
+    local found, out = {}, {}
+    local function add(ch)
+        if not found[ch] and (not pattern or U.glob(pattern, ch)) then
+            found[ch] = true
+            out[#out + 1] = ch
+        end
+    end
+    for ch in pairs(subs[kind]) do add(ch) end
+    for _, enc in ipairs(K.children(dir(kind))) do
+        local ch = host.key_decode(enc)
+        if ch and not found[ch] then
+            local rc, stat = zk.exists(dir(kind) .. "/" .. enc)
+            if rc == zk.OK and stat.numChildren > 0 then add(ch) end
+        end
+    end
+    return out
+end
+
+local function numsub(kind, args)
+    local out = {}
+    for i = 3, #args do
+        local ch = args[i]
+        local e = subs[kind][ch]
+        local n = e and e.n or 0
+        local ok, en = pcall(entry, kind, ch)
+        if ok and en.present then
+            for _, k in pairs(en.remote) do n = n + k end
+        end
+        out[#out + 1] = ch
+        out[#out + 1] = n
+    end
+    return out
+end
+
+local function pubsub(args)
+    local sub = args[2]:lower()
+    local function arity() return { err = errors.wrong_arity("pubsub|" .. sub) } end
+    if sub == "channels" or sub == "shardchannels" then
+        if #args > 3 then return arity() end
+        return all_channels(sub == "channels" and "c" or "s", args[3])
+    elseif sub == "numsub" or sub == "shardnumsub" then
+        return numsub(sub == "numsub" and "c" or "s", args)
+    elseif sub == "numpat" then
+        if #args ~= 2 then return arity() end
+        local seen_p, n = {}, 0
+        for pat in pairs(subs.p) do seen_p[pat] = true n = n + 1 end
+        local ok, pv = pcall(patterns)
+        if ok then
+            for pat in pairs(pv.pats) do
+                if not seen_p[pat] then n = n + 1 end
+            end
+        end
+        return n
+    elseif sub == "help" then
+        return {
+            "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "CHANNELS [<pattern>]",
+            "    Return the currently active channels matching a <pattern> (default: '*').",
+            "NUMPAT",
+            "    Return number of subscriptions to patterns.",
+            "NUMSUB [<channel> ...]",
+            "    Return the number of subscribers for the specified channels, excluding",
+            "    pattern subscriptions(default: no channels).",
+            "SHARDCHANNELS [<pattern>]",
+            "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+            "SHARDNUMSUB [<shardchannel> ...]",
+            "    Return the number of subscribers for the specified shard level channel(s)",
+            "HELP",
+            "    Prints this help.",
+        }
+    end
+    return { err = string.format("ERR unknown subcommand '%s'. Try PUBSUB HELP.", args[2]:sub(1, 128)) }
+end
+
+local SUBFLAGS = "pubsub noscript loading stale"
+P.commands = {
+    subscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
+    psubscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
+    ssubscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 1, last_key = -1, step = 1 },
+    unsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
+    punsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
+    sunsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 1, last_key = -1, step = 1 },
+    publish = { fn = publish_cmd("c"), arity = 3, flags = "pubsub loading stale fast may-replicate",
+                first_key = 0, last_key = 0, step = 0 },
+    -- SPUBLISH's channel is a key for cluster routing (COMMAND shows 1 1 1).
+    spublish = { fn = publish_cmd("s"), arity = 3, flags = "pubsub loading stale fast may-replicate",
+                 first_key = 1, last_key = 1, step = 1 },
+    pubsub = { fn = pubsub, arity = -2, flags = "pubsub loading stale", first_key = 0, last_key = 0, step = 0 },
+}
+
+-- In RESP2 subscribed mode only these (and PING, QUIT, RESET in C).
+P.SUBSCRIBED_OK = { subscribe = true, psubscribe = true, ssubscribe = true,
+                    unsubscribe = true, punsubscribe = true, sunsubscribe = true }
+
+---------------------------------------------------------------------------
+-- Lock channels: a message that may have been missed is made up
+
+-- The lock key whose release is announced on `channel`, or nil.
+-- Redisson: redisson_lock__channel:<lock name>.
+function P.lock_channel(channel)
+    local key = channel:match("^redisson_lock__channel:(.+)$")
+    return key
+end
+
+local function make_up()
+    for ch in pairs(subs.c) do
+        local key = P.lock_channel(ch)
+        if key then
+            local ok, rec = pcall(K.read, key)
+            if ok and not rec.live and subs.c[ch] then
+                P.stats.made_up = P.stats.made_up + 1
+                deliver_local("c", ch, "0")
+            end
+        end
+    end
+end
+
+---------------------------------------------------------------------------
+-- Watches, sessions, garbage
+
+-- A watch under <root>/ps fired.  Returns true when it was ours.
+function P.on_watch(event, path)
+    local base = ps()
+    if path:sub(1, #base + 1) ~= base .. "/" then return false end
+    if path == inbox() then
+        drain()
+        return true
+    end
+    gen = gen + 1
+    local kind, rest = path:sub(#base + 2):match("^([cps])(.*)$")
+    if not kind then return true end
+    if rest == "" then
+        if kind == "p" then patview = nil else dirv[kind] = nil end
+        return true
+    end
+    local enc = rest:match("^/([^/]+)")
+    if kind == "p" then
+        patview = nil
+    elseif enc then
+        local ch = host.key_decode(enc)
+        if ch then cache[kind][ch] = nil end
+    end
+    return true
+end
+
+local gc_timer
+local function gc()
+    local now = host.now()
+    for X, due in pairs(gc_queue) do
+        if due <= now then
+            gc_queue[X] = nil
+            local rc, stat = zk.exists(X)
+            if rc == zk.OK and stat.numChildren == 0 then zk.delete(X, stat.version) end
+        end
+    end
+end
+
+-- Inboxes of processes that are gone (no l/<instance>), with what is left
+-- in them, all or nothing.
+local function sweep()
+    local rc, names = zk.children(ps() .. "/i")
+    if rc ~= zk.OK then return end
+    for _, who in ipairs(names) do
+        if who ~= inst() then
+            local erc = zk.exists(presence(who))
+            if erc == zk.NONODE then
+                local box = inbox(who)
+                local crc, kids = zk.children(box)
+                if crc == zk.OK then
+                    local ops = { { "create", presence(who), "", zk.EPHEMERAL }, { "delete", presence(who), -1 } }
+                    for _, k in ipairs(kids) do ops[#ops + 1] = { "delete", box .. "/" .. k, -1 } end
+                    ops[#ops + 1] = { "delete", box, -1 }
+                    zk.multi(ops)
+                end
+            end
+        end
+    end
+end
+
+function P.on_session(event)
+    if event == "new" then
+        -- the old session's interest and watches are gone
+        for _, kind in ipairs({ "c", "p", "s" }) do
+            for name, st in pairs(interest[kind]) do
+                st.have = false
+                reconcile(kind, name)
+            end
+        end
+        cache = { c = {}, s = {} }
+        dirv, patview = {}, nil
+    elseif event == "lost" or event == "disconnected" then
+        return
+    end
+    if event ~= "connected" and event ~= "new" then return end
+    local ok, e = pcall(function()
+        ensure_inbox()
+        drain()
+    end)
+    if not ok then host.log("warn", "pubsub: inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
+    if not P.swept then
+        P.swept = true
+        pcall(sweep)
+    end
+    if not gc_timer then
+        gc_timer = host.timer(function()
+            pcall(gc)
+            gc_timer:start(P.GC_DELAY_MS)
+        end)
+        gc_timer:start(P.GC_DELAY_MS)
+    end
+    if event == "new" then
+        -- wait for the registrations, then make up for lost unlocks
+        for _, kind in ipairs({ "c", "p", "s" }) do
+            for _, st in pairs(interest[kind]) do
+                if st.want and not st.have then
+                    local co = coroutine.running()
+                    st.waiters[#st.waiters + 1] = co
+                    host.suspend()
+                end
+            end
+        end
+        pcall(make_up)
+    end
+end
+
+return P
