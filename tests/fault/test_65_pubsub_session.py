@@ -1,0 +1,223 @@
+"""Fault tier 65: pub/sub across sidecars survives ZooKeeper connection and
+session loss (issue 4: "Interest and watches are restored after a reconnect
+or a new session").
+
+Sidecar B reaches ZooKeeper through a ZkProxy; A directly.  Subscribers sit
+on B (RESP2 channel and pattern subscribers, a RESP3 one).  Faults:
+
+- a partition longer than the session timeout: B's session is lost and
+  renewed (a new zk_session_id in INFO zookeeper); B's client connections
+  and their subscriptions stay, and once recovered they receive A's
+  publishes again, exactly counted (the old session's interest is gone, the
+  new one registered), and B's publishes reach A's subscribers;
+- a Redisson waiter on B whose unlock message was published while B was
+  partitioned: the lock channel's missed message is made up (the lock is
+  re-checked) and the waiter's retry acquires;
+- a short cut of B's ZooKeeper connection (same session): delivery goes on.
+"""
+
+import os
+import socket
+import sys
+import time
+
+import harness
+from harness import wait_for
+from resp import decode_one, encode
+
+# Redisson's lock scripts, sent raw, as tier 24 sends them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from test_24_redisson import NULL, Redisson, acquire, unlock, integer  # noqa: E402
+
+SESSION_MS = 2000
+
+
+def subscribe(z, *channels, pattern=False, proto=2):
+    c = z.client(timeout=10)
+    if proto == 3:
+        assert c.cmd("HELLO", "3").startswith(b"%")
+    c.send(encode("PSUBSCRIBE" if pattern else "SUBSCRIBE", *channels))
+    for ch in channels:
+        v = decode_one(c.read_reply())
+        assert v[0] == (b"psubscribe" if pattern else b"subscribe") and v[1] == ch.encode(), v
+    return c
+
+
+def wait_publish_count(client, channel, want, timeout=15.0, what=None):
+    """Publishes probes ("probe") until PUBLISH answers want."""
+    last = []
+
+    def ok():
+        r = client.cmd("PUBLISH", channel, "probe")
+        last[:] = [r]
+        return r == b":%d\r\n" % want
+    try:
+        wait_for(ok, timeout, 0.05, what or "PUBLISH %s to count %d subscribers" % (channel, want))
+    except AssertionError as e:
+        raise AssertionError("%s; last reply %r" % (e, last[0] if last else None))
+
+
+def payloads(c, n, timeout=10.0, prefix=b""):
+    """Payloads of the next n non-probe messages on a subscribed RawClient
+    whose payload starts with prefix (others are skipped)."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            v = decode_one(c.read_reply(timeout=remaining))
+        except Exception:
+            break
+        assert isinstance(v, list) and v[0] in (b"message", b"pmessage"), "unexpected frame %r" % (v,)
+        if v[-1].startswith(prefix) and not v[-1].startswith(b"probe"):
+            out.append(v[-1])
+    return out
+
+
+def wait_flowing(ca, ch, subs, timeout=15.0):
+    """Publishes "probe-flow" through ca until each subscriber has received
+    one: delivery to them works again (whatever was published while it did
+    not may be lost: pub/sub is at-most-once)."""
+    pending = dict(subs)
+    deadline = time.monotonic() + timeout
+    while pending:
+        assert time.monotonic() < deadline, "no delivery to %s within %.0fs" % (sorted(pending), timeout)
+        ca.cmd("PUBLISH", ch, "probe-flow")
+        for name, s in list(pending.items()):
+            end = time.monotonic() + 0.2
+            while name in pending and time.monotonic() < end:
+                try:
+                    v = decode_one(s.read_reply(timeout=max(0.01, end - time.monotonic())))
+                except socket.timeout:
+                    break
+                if v[-1] == b"probe-flow":
+                    del pending[name]
+
+
+def _via_proxy(make_proxy, make_zkresp, zk):
+    proxy = make_proxy(zk)
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(zk_target=proxy, root=a.root, session_timeout=SESSION_MS, request_timeout=1000)
+    return a, b, proxy
+
+
+def _lose_session(b, proxy):
+    """Partitions B from ZooKeeper past its session timeout, heals, and
+    waits for B to run on a new session.  Returns (old, new) session ids."""
+    sid = b.session_id()
+    proxy.blackhole(True)
+    time.sleep(SESSION_MS / 1000.0 + 1.5)
+    proxy.blackhole(False)
+    wait_for(lambda: b.zk_state() == "connected" and b.session_id() != sid, 20, 0.1,
+             "B to run on a new ZooKeeper session")
+    return sid, b.session_id()
+
+
+def _check_delivery(ca, ch, subs, count, tag):
+    for i in range(20):
+        r = ca.cmd("PUBLISH", ch, "%s%d" % (tag, i))
+        assert r == b":%d\r\n" % count, "PUBLISH %s%d answered %r, %d subscribers expected" % (tag, i, r, count)
+    want = [("%s%d" % (tag, i)).encode() for i in range(20)]
+    for name, s in subs:
+        got = payloads(s, 20, prefix=tag.encode())
+        assert got == want, "%s after %s: received %r" % (name, tag, got)
+
+
+def test_subscribers_keep_receiving_after_session_renewal(make_proxy, make_zkresp, zk):
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    p = harness.unique("ses") + ":"
+    ch, back = p + "c", p + "back"
+    s_ch = subscribe(b, ch)
+    s_pat = subscribe(b, p + "c*", pattern=True)
+    s_3 = subscribe(b, ch, proto=3)
+    s_a = subscribe(a, back)
+    subs = [("B channel (RESP2)", s_ch), ("B pattern", s_pat), ("B channel (RESP3)", s_3)]
+    ca, cb = a.client(), b.client()
+    wait_publish_count(ca, ch, 3)
+    wait_publish_count(cb, back, 1)
+    _check_delivery(ca, ch, subs, 3, "before-")
+
+    old, new = _lose_session(b, proxy)
+    for name, s in subs:
+        assert not s.is_closed(0), "%s's connection was closed by the session loss" % name
+    # The new session's interest is registered and the old one's is gone:
+    # PUBLISH counts exactly B's three subscribers again.
+    wait_publish_count(ca, ch, 3, what="A to count B's subscribers on B's new session")
+    wait_flowing(ca, ch, subs)
+    _check_delivery(ca, ch, subs, 3, "after-")
+    # B's own watches work too: B publishes to a subscriber on A.
+    wait_publish_count(cb, back, 1, what="B to see A's subscriber after its new session")
+    assert cb.cmd("PUBLISH", back, "from-b") == b":1\r\n"
+    assert payloads(s_a, 1, prefix=b"from-b") == [b"from-b"]
+    # The subscribed connections still follow the subscribed-mode rules.
+    assert s_ch.cmd("PING") == b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+    assert s_3.cmd("PING") == b"+PONG\r\n"
+    assert b.session_id() == new != old
+
+
+def test_missed_unlock_is_made_up_after_session_renewal(make_proxy, make_zkresp, zk):
+    """A Redisson waiter on B waits on the lock channel; the holder on A
+    unlocks (publishing 0) while B is partitioned past its session.  After B
+    recovers, the waiter is woken (the lock is re-checked for lock
+    channels) and its retry acquires."""
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    name = harness.unique("rl")
+    chan = "redisson_lock__channel:{%s}" % name
+    holder, waiter = Redisson(a), Redisson(b)
+    try:
+        assert acquire(holder, name, "h", lease=60000) == NULL
+        sub = subscribe(b, chan)
+        r = acquire(waiter, name, "w", lease=60000)
+        integer(r, lo=45000, hi=60000)
+        time.sleep(0.5)
+        sid = b.session_id()
+        proxy.blackhole(True)
+        time.sleep(0.3)
+        assert unlock(holder, name, "h", lease=60000) == b":1\r\n"
+        time.sleep(SESSION_MS / 1000.0 + 1.2)
+        proxy.blackhole(False)
+        wait_for(lambda: b.zk_state() == "connected" and b.session_id() != sid, 20, 0.1,
+                 "B to run on a new ZooKeeper session")
+        t0 = time.monotonic()
+        raw = sub.read_reply(timeout=15)
+        v = decode_one(raw)
+        assert isinstance(v, list) and v[:2] == [b"message", chan.encode()], \
+            "the waiter got %r instead of a message on %s" % (v, chan)
+        assert acquire(waiter, name, "w", lease=60000) == NULL, "the woken waiter's retry did not acquire"
+        assert time.monotonic() - t0 < 15
+    finally:
+        holder.close()
+        waiter.close()
+
+
+def test_delivery_survives_a_short_cut(make_proxy, make_zkresp, zk):
+    """B's ZooKeeper connection is cut (it reconnects within its session):
+    subscribers on B keep receiving A's publishes, and B's publishes keep
+    reaching A."""
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    p = harness.unique("cut") + ":"
+    ch, back = p + "c", p + "back"
+    s_ch = subscribe(b, ch)
+    s_pat = subscribe(b, p + "c*", pattern=True)
+    s_a = subscribe(a, back)
+    subs = [("B channel", s_ch), ("B pattern", s_pat)]
+    ca, cb = a.client(), b.client()
+    wait_publish_count(ca, ch, 2)
+    wait_publish_count(cb, back, 1)
+    _check_delivery(ca, ch, subs, 2, "before-")
+    sid = b.session_id()
+    for round_ in range(3):
+        conns = proxy.counters["connections"]
+        proxy.cut()
+        wait_for(lambda: proxy.counters["connections"] > conns and b.zk_state() == "connected", 10, 0.05,
+                 "B to reconnect after cut %d" % round_)
+        assert b.session_id() == sid, "a short cut cost B its session"
+        # Delivery resumes once the watches are back: the first publishes
+        # after a reconnect may race it, so wait for a probe to arrive.
+        wait_publish_count(ca, ch, 2)
+        wait_flowing(ca, ch, subs)
+        _check_delivery(ca, ch, subs, 2, "after-cut%d-" % round_)
+        assert cb.cmd("PUBLISH", back, "from-b%d" % round_) == b":1\r\n"
+        assert payloads(s_a, 1, prefix=b"from-b") == [b"from-b%d" % round_]
