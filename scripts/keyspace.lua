@@ -519,8 +519,9 @@ local function arm_watch(path, e)
 end
 
 -- What the policy's notifications (hooks.lua) say about an owned entry.
-local function entry_info(e, extra)
-    local info = { type = e.vtype and codec.type_name(e.vtype), ttl = e.ttl > 0 and e.ttl or nil,
+local function entry_info(path, e, extra)
+    local info = { path = path, type = e.vtype and codec.type_name(e.vtype),
+                   ttl = e.ttl > 0 and e.ttl or nil,
                    lifetime = e.lifetime, czxid = e.czxid,
                    value = e.vtype == codec.STRING and e.value or nil }
     for k, v in pairs(extra or {}) do info[k] = v end
@@ -542,7 +543,7 @@ local function check_lost(path, e)
     end
     if not how or owned[path] ~= e then return end
     forget(path)
-    H.notify("on_lost", e.key, entry_info(e, { reason = how }))
+    H.notify("on_lost", e.key, entry_info(path, e, { reason = how }))
 end
 
 -- A watch fired: whatever we cached for path no longer stands for a read.
@@ -612,7 +613,7 @@ function K.expire_one(path, e)
         if owned[path] == e then forget(path) end
         host.log("debug", "expired " .. path)
         if rc == zk.OK and e.key and H.has("on_expire") then
-            H.notify("on_expire", e.key, entry_info(e))
+            H.notify("on_expire", e.key, entry_info(path, e))
         end
         return
     end
@@ -831,9 +832,9 @@ local function in_place(rec, lifetime, sid)
 end
 
 -- Tells the policy (hooks.lua) that we created a key: a lock acquired.
-local function notify_acquire(key, w, stat)
-    H.notify("on_acquire", key, {
-        type = codec.type_name(w.vtype), ttl = w.ttl > 0 and w.ttl or nil,
+local function notify_acquire(rec, w, stat)
+    H.notify("on_acquire", rec.key, {
+        path = rec.path, type = codec.type_name(w.vtype), ttl = w.ttl > 0 and w.ttl or nil,
         lifetime = w.lifetime, czxid = stat and stat.czxid or nil,
         value = w.vtype == codec.STRING and w.payload or nil,
     })
@@ -841,7 +842,8 @@ end
 
 local function notify_release(rec)
     H.notify("on_release", rec.key, {
-        type = rec.vtype and codec.type_name(rec.vtype), czxid = rec.node and rec.node.czxid,
+        path = rec.path, type = rec.vtype and codec.type_name(rec.vtype),
+        czxid = rec.node and rec.node.czxid,
         value = rec.vtype == codec.STRING and rec.value or nil,
     })
 end
@@ -918,7 +920,7 @@ function K.put(rec, vtype, payload, ttl)
         version = stat and stat.version or new_version,
         czxid = stat and stat.czxid or nil,
     })
-    if not rec.live and H.has("on_acquire") then notify_acquire(rec.key, w, stat) end
+    if not rec.live and H.has("on_acquire") then notify_acquire(rec, w, stat) end
     return true
 end
 
@@ -1075,7 +1077,7 @@ function K.commit(t)
             version = st and st.version or p.new_version,
             czxid = st and st.czxid or nil,
         })
-        if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec.key, p, st) end
+        if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec, p, st) end
     end
     for _, rec in ipairs(dels) do forget(rec.path) end
     if H.has("on_release") then
@@ -1092,9 +1094,9 @@ end
 function K.forget_session(sid)
     if sid and sid ~= 0 then dead[sid] = true end
     if H.has("on_lost") then
-        for _, e in pairs(owned) do
+        for path, e in pairs(owned) do
             if e.lifetime == "ephemeral" and e.key then
-                H.notify("on_lost", e.key, entry_info(e, { reason = "session" }))
+                H.notify("on_lost", e.key, entry_info(path, e, { reason = "session" }))
             end
         end
     end

@@ -1,0 +1,89 @@
+-- lock_delay.lua — an example policy: lock-delay, as in Chubby and Consul.
+--
+-- A lock whose holder vanished without releasing it (its sidecar died, or
+-- lost ZooKeeper, and the ephemeral node went with the session) cannot be
+-- taken again for DELAY_MS: a holder that was merely cut off gets time to
+-- notice it lost the lock before somebody else acts under it.  A lock that
+-- was released (DEL, DELIFEQ, ...) or expired by its TTL is free at once.
+--
+-- How: every ephemeral key acquired gets a persistent marker node,
+-- <root>/ld/<encoded znode path>, holding the lock's fencing token; a
+-- release or an expiry deletes it.  A marker without its lock therefore
+-- means the holder vanished.  The first acquire that finds one stamps it
+-- (its mtime, the ZooKeeper leader's clock, is when the loss was noticed)
+-- and from then on acquires are refused until DELAY_MS have passed: SET ...
+-- NX answers nil, as on a held lock; other writes that would create the key
+-- answer -TRYAGAIN with the time left.
+--
+-- Approximations, fine for an example: the delay counts from the first
+-- attempt to take the lock after it vanished (so with nobody waiting it
+-- can come later than needed, never earlier than the vanishing); a holder
+-- that dies between its acquire and the marker's create (one ZooKeeper
+-- round trip) gets no delay; the markers of keys written by scripts carry
+-- no token.  ZKRESP_LOCK_DELAY_MS in the environment overrides DELAY_MS.
+
+local K = require "keyspace"
+
+local policy = {}
+
+local DELAY_MS = tonumber(os.getenv("ZKRESP_LOCK_DELAY_MS") or "") or 10000
+
+local function marker(path)
+    return host.config.root .. "/ld/" .. host.key_encode(path)
+end
+
+local function token(info)
+    return info.czxid and tostring(info.czxid) or "?"
+end
+
+function policy.on_acquire(key, info)
+    if info.lifetime ~= "ephemeral" then return end
+    local m = marker(info.path)
+    for _ = 1, 3 do
+        local rc = zk.create(m, token(info), 0)
+        if rc == zk.OK then return end
+        if rc == zk.NODEEXISTS then
+            -- A stale marker (an earlier holder's): ours now.
+            if zk.set(m, token(info), -1) == zk.OK then return end
+        elseif rc == zk.NONODE then
+            zk.create(host.config.root .. "/ld", "", 0)
+        end
+    end
+    host.log("warn", "lock_delay: no marker for " .. info.path)
+end
+
+-- Released or expired: no delay.  Only our own marker is deleted (the
+-- token matches), never the next holder's.
+local function clear(key, info)
+    local m = marker(info.path)
+    local rc, data, stat = zk.get(m)
+    if rc == zk.OK and (data == token(info) or not info.czxid or data == "?") then
+        zk.delete(m, stat.version)
+    end
+end
+policy.on_release = clear
+policy.on_expire = clear
+
+-- before_acquire(key, info) -> true, or false and why.
+function policy.before_acquire(key, info)
+    if info.exists then return true end -- still there but expired: an expiry
+    local m = marker(info.path)
+    local rc, data, stat = zk.get(m)
+    if rc ~= zk.OK then return true end
+    if data:sub(1, 5) ~= "gone " then
+        -- First to notice: stamp the time, on the leader's clock.
+        local src, st = zk.set(m, "gone " .. data, stat.version)
+        if src ~= zk.OK then return false, "lock-delay: the holder vanished, try again" end
+        stat = st
+    end
+    K.ensure_clock()
+    local left = K.local_time(stat.mtime) + DELAY_MS - host.now()
+    if left > 0 then
+        return false, string.format("lock-delay: the holder vanished without releasing; free in %d ms",
+                                    math.ceil(left))
+    end
+    zk.delete(m, stat.version)
+    return true
+end
+
+return policy

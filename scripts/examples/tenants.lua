@@ -1,0 +1,62 @@
+-- tenants.lua — an example policy: per-tenant namespaces.
+--
+-- Each tenant's keys live under <root>/t/<tenant>/, so two applications
+-- that share one ZooKeeper ensemble (and one --root) can both use the key
+-- "lock:orders" without ever seeing each other's lock.  The tenant is:
+--
+--   * the AUTH user, for users this policy knows (AUTH alice alice-secret,
+--     or HELLO 3 AUTH alice alice-secret);
+--   * else the client name, when it is "tenant:<name>" (CLIENT SETNAME
+--     tenant:acme): for clients that cannot AUTH with a user name;
+--   * else none: the default keyspace, <root>/k/, as without a policy.
+--
+-- The user "admin" works in the default keyspace and is the only one that
+-- may run POLICY; tenants may not run KEYS or DBSIZE (they list the default
+-- keyspace only).  A tenant name is letters, digits, '_' and '-'.
+--
+-- Use: zkresp --policy scripts/examples/tenants.lua --requirepass ...
+-- (passwords here are examples: read them from a mounted secret in a real
+-- deployment, e.g. io.lines("/etc/zkresp/users")).
+
+local policy = {}
+
+local USERS = {
+    alice = "alice-secret",
+    bob = "bob-secret",
+    admin = "admin-secret",
+}
+
+-- authenticate(user, password, info) -> true to accept.  Called for every
+-- user but "default" (whose password is --requirepass).
+function policy.authenticate(user, password)
+    return USERS[user] ~= nil and USERS[user] == password
+end
+
+-- The tenant of a client, or nil for the default keyspace.
+local function tenant(client)
+    if not client then return nil end
+    local user = client.user
+    if user and user ~= "default" and user ~= "admin" and USERS[user] then return user end
+    local name = client.name and client.name:match("^tenant:([%w_%-]+)$")
+    return name
+end
+
+function policy.key_path(key, client)
+    local t = tenant(client)
+    if not t then return nil end
+    return host.config.root .. "/t/" .. t .. "/" .. host.key_encode(key)
+end
+
+local DEFAULT_ONLY = { keys = true, dbsize = true }
+
+function policy.authorize(client, command, keys)
+    if command == "policy" and not (client and client.user == "admin") then
+        return false
+    end
+    if DEFAULT_ONLY[command] and tenant(client) then
+        return "tenants cannot list keys: '" .. command .. "' covers the default keyspace only"
+    end
+    return true
+end
+
+return policy
