@@ -615,3 +615,220 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo "Result lines (name round result):"
     sed 's/^/  /' "$tmp/results"
 } | tee "$out/report.txt"
+
+# ================================================================ handoff
+# Lock handoff and wake-up (issue 4), appended to the report: Redisson-style
+# waiters on ONE hash lock (tests/bench/handoff.c: acquire script, SUBSCRIBE
+# to the lock's channel, wait for the unlock script's message), 4 on each
+# sidecar, 8 on one sidecar, 8 on redis-server; next to the raw ZooKeeper
+# lock recipe (sequential ephemeral nodes, watch the predecessor; 8 waiters,
+# one session each).  The raw run and the 4+4 run go back to back in each of
+# BENCH_HANDOFF_ROUNDS rounds (default BENCH_ROUNDS).  ZooKeeper watch events
+# per unlock from the server's mntr (and from the sidecars' /metrics when
+# they export a *watch*_total counter) at 2+2, 4+4 and 2+6 waiters.
+# Environment: BENCH_HANDOFF_ROUNDS, BENCH_HANDOFF_HOLD_US (default 20).
+HO_ROUNDS=${BENCH_HANDOFF_ROUNDS:-$ROUNDS}
+HO_HOLD_US=${BENCH_HANDOFF_HOLD_US:-20}
+# Redisson's unlock leaves a latch key that expires 3 s later (a ZooKeeper
+# delete and its watch events): a warm-up of 3.5 s at least puts this run's
+# own expiries, and none of the previous run's, in the measured period.
+HO_WARMUP=$(awk -v w="$WARMUP" 'BEGIN { print (w < 3.5) ? 3.5 : w }')
+# shellcheck disable=SC2086,SC2046
+$CC $CFLAGS_BENCH $(pkg-config --cflags hiredis 2>/dev/null) \
+    tests/bench/handoff.c -o "$out/handoff" \
+    $(pkg-config --libs hiredis 2>/dev/null || echo -lhiredis) \
+    -lzookeeper_mt -lpthread || fail "building handoff"
+
+# ho_metric RE: the sum over both sidecars' /metrics of the counters whose
+# name matches RE, or n/a when neither exports one.
+ho_metric() {
+    local port m s=0 found=0
+    for port in "$metrics_port" "$metrics2_port"; do
+        m=$(curl -s --max-time 5 "http://127.0.0.1:$port/metrics") || m=
+        if awk -v re="$1" '$1 ~ re { f = 1 } END { exit !f }' <<<"$m"; then
+            found=1
+            s=$((s + $(awk -v re="$1" '$1 ~ re { t += $NF } END { printf "%d", t }' <<<"$m")))
+        fi
+    done
+    if [ "$found" = 1 ]; then echo "$s"; else echo n/a; fi
+}
+ho_watch_re='^zkresp_[a-z_]*watch[a-z_]*_total($|[{])'
+ho_madeup_re='^zkresp_lua_pubsub_made_up_total$'
+# ho_measure NAME ROUND ARGS...: one handoff run through measure; appended
+# to its result line: the sidecars' watch counters per release (whole run)
+# and the messages they made up (pubsub made_up_total).
+ho_measure() {
+    local name=$1 round=$2 w0 w1 m0 m1 rel
+    shift 2
+    w0=$(ho_metric "$ho_watch_re")
+    m0=$(ho_metric "$ho_madeup_re")
+    measure "$name" "$round" "$out/handoff" --seconds "$SECS" \
+        --warmup "$HO_WARMUP" --hold-us "$HO_HOLD_US" "$@"
+    kill -0 "$zkresp2_pid" 2>/dev/null || fail "second zkresp died during $name"
+    w1=$(ho_metric "$ho_watch_re")
+    m1=$(ho_metric "$ho_madeup_re")
+    rel=$(tail -1 "$tmp/results" | tr ' ' '\n' | sed -n 's/^releases=//p')
+    awk -v a="$w0" -v b="$w1" -v r="${rel:-0}" -v c="$m0" -v d="$m1" 'BEGIN {
+        if (a == "n/a" || b == "n/a" || r <= 0) w = "n/a"
+        else w = sprintf("%.2f", (b - a) / r)
+        m = (c == "n/a" || d == "n/a") ? "n/a" : d - c
+        printf "sidecar_watch_per_release=%s sidecar_made_up=%s\n", w, m
+    }' >"$tmp/$name.sw"
+    sed -i "\$s|\$| $(cat "$tmp/$name.sw")|" "$tmp/results"
+}
+ho_zk=(--zk-mntr "127.0.0.1:$zk_port" --pid zk="$zk_pid")
+ho_sides=(--pid zkresp="$zkresp_pid" --pid zkresp2="$zkresp2_pid")
+for ((r = 1; r <= HO_ROUNDS; r++)); do
+    ho_measure ho-raw "$r" --zk "127.0.0.1:$zk_port" --waiters 8 \
+        --root /bench/handoff-raw --resolve-delay "$RAW_RESOLVE_DELAY" \
+        "${ho_zk[@]}"
+    ho_measure ho-zk44 "$r" --side "$zkresp_port:4" --side "$zkresp2_port:4" \
+        --key "bench:ho:44:$r" "${ho_zk[@]}" "${ho_sides[@]}"
+done
+ho_measure ho-zk8 1 --side "$zkresp_port:8" --key bench:ho:8 "${ho_zk[@]}" \
+    "${ho_sides[@]}"
+ho_measure ho-redis 1 --side "$redis_port:8" --key bench:ho:redis \
+    --pid redis="$redis_pid"
+ho_measure ho-zk22 1 --side "$zkresp_port:2" --side "$zkresp2_port:2" \
+    --key bench:ho:22 "${ho_zk[@]}" "${ho_sides[@]}"
+ho_measure ho-zk26 1 --side "$zkresp_port:2" --side "$zkresp2_port:6" \
+    --key bench:ho:26 "${ho_zk[@]}" "${ho_sides[@]}"
+
+# ho_stat MODE A B KEY: as stat, for values that may be negative (only a
+# non-number is missing): "median min max" of KEY in A (MODE value) or of
+# A/B per round (MODE ratio, only where B > 0).
+ho_stat() {
+    awk -v mode="$1" -v a="$2" -v b="$3" -v k="$4" '
+    function val(i, n) {
+        for (i = 3; i <= NF; i++) {
+            n = index($i, "=")
+            if (n && substr($i, 1, n - 1) == k)
+                return substr($i, n + 1)
+        }
+        return ""
+    }
+    function isnum(x) { return x ~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/ }
+    $1 == a { A[$2] = val() }
+    $1 == b { B[$2] = val() }
+    END {
+        n = 0
+        for (r in A) {
+            if (!isnum(A[r]))
+                continue
+            if (mode == "value")
+                x = A[r]
+            else if (!(r in B) || !isnum(B[r]) || B[r] <= 0)
+                continue
+            else
+                x = A[r] / B[r]
+            v[++n] = x + 0
+        }
+        if (n == 0) {
+            print "n/a n/a n/a"
+            exit
+        }
+        for (i = 2; i <= n; i++) {
+            x = v[i]
+            for (j = i - 1; j >= 1 && v[j] > x; j--)
+                v[j + 1] = v[j]
+            v[j + 1] = x
+        }
+        med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        print med, v[1], v[n]
+    }' "$tmp/results"
+}
+# ho_val NAME KEY [FORMAT]: the median of KEY over NAME's runs, formatted.
+ho_val() {
+    local m
+    read -r m _ <<<"$(ho_stat value "$1" - "$2")"
+    num "${3:-%.0f}" "$m"
+}
+# ho_sum NAME K1 K2: the sum of two keys' medians (n/a when either is).
+ho_sum() {
+    awk -v a="$(ho_val "$1" "$2" %.1f)" -v b="$(ho_val "$1" "$3" %.1f)" 'BEGIN {
+        if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/)
+            printf "%.0f", a + b; else printf "n/a" }'
+}
+ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
+{
+    echo
+    echo "Lock handoff (issue 4): Redisson-style waiters on ONE hash lock"
+    echo "  (acquire script; on a PTTL reply wait for the unlock script's message"
+    echo "  on redisson_lock__channel:{name}, ${HO_HOLD_US} us hold, 2 s safety timeout),"
+    echo "  next to the raw ZooKeeper recipe (8 waiters, one session each:"
+    echo "  sequential ephemeral nodes, getData watch on the predecessor)."
+    echo "  wake: from the unlock's reply (raw: the delete's completion) to each"
+    echo "  other waiter's message (raw: the successor's watch event), negative"
+    echo "  when the wake-up came first; other side: waiters on the other sidecar"
+    echo "  (raw: every waiter is another session); from request: from the"
+    echo "  moment the unlock (delete) was sent.  $HO_ROUNDS round(s) of raw and"
+    echo "  zkresp 4+4 (medians), one of the others."
+    printf '  %-26s %9s %15s %15s %15s %8s %9s %10s\n' "" "handoffs/s" \
+        "wake p50/p99" "other side" "from request" timeouts "lost msgs" \
+        "CPU us/ho"
+    for row in "ho-zk44|zkresp, 2 sidecars (4+4)" "ho-zk8|zkresp, 1 sidecar (8)" \
+        "ho-redis|redis-server (8)" "ho-raw|raw ZooKeeper recipe (8)"; do
+        n=${row%%|*}
+        case $n in
+        ho-redis) cpu=$(ho_val "$n" redis_cpu_us_per_op) ;;
+        ho-raw) cpu=$(ho_val "$n" self_cpu_pct %.1f | awk -v o="$(ho_val "$n" ops_per_sec)" '{ if ($1 ~ /^[0-9.]+$/ && o > 0) printf "%.0f", $1 * 1e4 / o; else printf "n/a" }') ;;
+        *) cpu=$(ho_sum "$n" zkresp_cpu_us_per_op zkresp2_cpu_us_per_op) ;;
+        esac
+        printf '  %-26s %9s %15s %15s %15s %8s %9s %10s\n' "${row#*|}" \
+            "$(ho_val "$n" ops_per_sec)" \
+            "$(ho_p50 "$n" wake)/$(ho_val "$n" wake_p99_us)" \
+            "$(ho_p50 "$n" xwake)/$(ho_val "$n" xwake_p99_us)" \
+            "$(ho_p50 "$n" sent_wake)/$(ho_val "$n" sent_wake_p99_us)" \
+            "$(ho_val "$n" timeouts)" "$(ho_val "$n" lost)" "$cpu"
+    done
+    echo "  CPU us/ho: the server side's CPU per handoff (zkresp: both sidecars;"
+    echo "  raw: the 8 clients); ZooKeeper's is in the result lines (zk_cpu_us_per_op)."
+    echo "  Early wake-ups (before the release's reply was read): zkresp 4+4" \
+        "$(ho_val ho-zk44 early) of $(ho_val ho-zk44 wake_n), raw" \
+        "$(ho_val ho-raw early) of $(ho_val ho-raw wake_n) (medians)."
+    echo "  Messages: zkresp 4+4 $(ho_val ho-zk44 messages) received of" \
+        "$(ho_val ho-zk44 expected) published x subscribers (medians), made up by the" \
+        "sidecars: $(ho_val ho-zk44 sidecar_made_up) (4+4)," \
+        "$(ho_val ho-zk8 sidecar_made_up) (8)."
+    echo
+    echo "  Watch events per unlock (ZooKeeper's mntr: watchers triggered, all"
+    echo "  event types, over the measured period / unlocks in it)"
+    printf '  %-26s %12s %14s %16s %13s\n' waiters "ZK events" "of which deleted" \
+        "sidecar-counted" "ZK watches"
+    for row in "ho-zk22|zkresp 2+2" "ho-zk44|zkresp 4+4" "ho-zk26|zkresp 2+6" \
+        "ho-zk8|zkresp 8 on one sidecar" "ho-raw|raw recipe, 8"; do
+        n=${row%%|*}
+        printf '  %-26s %12s %14s %16s %13s\n' "${row#*|}" \
+            "$(ho_val "$n" zk_watch_events_per_release %.2f)" \
+            "$(ho_val "$n" zk_wev_deleted %.2f)" \
+            "$(ho_val "$n" sidecar_watch_per_release %.2f)" \
+            "$(ho_val "$n" zk_watch_count)"
+    done
+    echo "  (sidecar-counted: both sidecars' /metrics *watch*_total per unlock over"
+    echo "  the whole run, n/a when not exported; ZK watches: zk_watch_count at the"
+    echo "  end of the measured period)"
+    echo
+    echo "Targets (handoff)"
+    read -r hq hlo hhi <<<"$(ho_stat ratio ho-zk44 ho-raw wake_p50_us)"
+    printf '  %-50s %9s   %-8s (range %s..%s)\n' \
+        "wake p50 zkresp 4+4/raw, from the reply, within 2x" "$(num %.2f "$hq")" \
+        "$(met "$hq" "<" 2.0001)" "$(num %.2f "$hlo")" "$(num %.2f "$hhi")"
+    read -r sq slo shi <<<"$(ho_stat ratio ho-zk44 ho-raw sent_wake_p50_us)"
+    printf '  %-50s %9s   %-8s (range %s..%s)\n' \
+        "wake p50 zkresp 4+4/raw, from the request, within 2x" "$(num %.2f "$sq")" \
+        "$(met "$sq" "<" 2.0001)" "$(num %.2f "$slo")" "$(num %.2f "$shi")"
+    printf '  %-50s %9s   %s\n' "ZK watch events per unlock, 2+2 -> 4+4 -> 2+6" \
+        "$(ho_val ho-zk22 zk_watch_events_per_release %.2f) -> $(ho_val ho-zk44 zk_watch_events_per_release %.2f) -> $(ho_val ho-zk26 zk_watch_events_per_release %.2f)" \
+        "$(awk -v a="$(ho_val ho-zk22 zk_watch_events_per_release %.2f)" \
+            -v c="$(ho_val ho-zk26 zk_watch_events_per_release %.2f)" 'BEGIN {
+            if (a !~ /^[0-9.]+$/ || c !~ /^[0-9.]+$/) print "NOT MET (n/a)"
+            else if (c <= a * 1.25 + 0.1) print "met (does not grow with waiters)"
+            else print "NOT MET (grows with waiters)" }')"
+    echo "  (raw p50 from the reply is near 0: ZooKeeper sends the event and the"
+    echo "  delete's reply together, so that ratio is listed but says little; the"
+    echo "  request-based ratio compares release + notification end to end)"
+    echo
+    echo "Result lines (handoff):"
+    grep '^ho-' "$tmp/results" | sed 's/^/  /'
+} | tee -a "$out/report.txt"
+# ============================================================ end handoff
