@@ -458,7 +458,8 @@ int conn_subscribed_resp2(const struct conn *c)
     return c->resp == 2 && c->nsub + c->npsub + c->nssub > 0;
 }
 
-struct buf *conn_push_begin(struct server *s, uint64_t id, int *proto)
+struct buf *conn_push_begin(struct server *s, uint64_t id,
+                            const struct req *from, int *proto)
 {
     struct conn *c = server_conn_by_id(s, id);
     if (!c || c->closing || c->close_when_flushed)
@@ -466,6 +467,22 @@ struct buf *conn_push_begin(struct server *s, uint64_t id, int *proto)
     struct req *r = req_append(c);
     if (!r)
         return NULL;
+    if (from && from->c == c && !from->done && from != r) {
+        /* move r from the tail to just before `from` */
+        struct req **pp = &c->head;
+        while (*pp && *pp != from)
+            pp = &(*pp)->next;
+        if (*pp == from) {
+            struct req *prev = c->head;
+            while (prev->next != r)
+                prev = prev->next;
+            prev->next = NULL;
+            c->tail = prev;
+            r->next = (struct req *)from;
+            *pp = r;
+        }
+    }
+    c->pushing = r;
     *proto = c->resp;
     return &r->reply;
 }
@@ -473,9 +490,10 @@ struct buf *conn_push_begin(struct server *s, uint64_t id, int *proto)
 void conn_push_end(struct server *s, uint64_t id)
 {
     struct conn *c = server_conn_by_id(s, id);
-    if (!c || c->closing || !c->tail)
+    if (!c || c->closing || !c->pushing)
         return;
-    c->tail->done = 1;
+    c->pushing->done = 1;
+    c->pushing = NULL;
     if (c->in_process)
         return; /* process() pops and writes it */
     pop_done(c);
@@ -508,9 +526,9 @@ static int ops_describe(void *arg, const struct lua_task *t,
 }
 
 static struct buf *ops_push_begin(void *arg, unsigned long long id,
-                                  int *proto)
+                                  const struct lua_task *from, int *proto)
 {
-    return conn_push_begin(arg, id, proto);
+    return conn_push_begin(arg, id, from ? from->data : NULL, proto);
 }
 
 static void ops_push_end(void *arg, unsigned long long id)

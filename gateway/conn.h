@@ -51,6 +51,7 @@ struct conn {
      * patterns, shard channels.  A RESP2 client with any is in subscribed
      * mode (only the subscribe family, PING, QUIT and RESET). */
     int nsub, npsub, nssub;
+    struct req *pushing; /* between conn_push_begin and conn_push_end */
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];
     struct req *head, *tail;
@@ -98,7 +99,8 @@ int conn_subscribed_resp2(const struct conn *c);
  * to encode one frame into, queued after every reply not yet sent, or NULL
  * when client `id` is gone; conn_push_end sends what is ready without
  * reading further requests (it may run inside Lua code). */
-struct buf *conn_push_begin(struct server *s, uint64_t id, int *proto);
+struct buf *conn_push_begin(struct server *s, uint64_t id,
+                            const struct req *from, int *proto);
 void conn_push_end(struct server *s, uint64_t id);
 
 #endif

@@ -140,10 +140,10 @@ end
 local function reconcile_step(kind, name, st)
     local X = node(kind, name)
     local me = X .. "/" .. inst()
+    local n = st.count  -- may change while this step waits
     if st.want and not st.have then
-        local n = tostring(st.count)
         local bump = kind == "p" and dir("p") or X
-        local ops = { { "create", me, n, zk.EPHEMERAL }, { "set", bump, "", -1 } }
+        local ops = { { "create", me, tostring(n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
         if not st.exists_known then
             -- a new channel node also bumps its directory (see the top)
             local full = { { "create", X, "", 0 } }
@@ -153,7 +153,7 @@ local function reconcile_step(kind, name, st)
         end
         local rc, results = zk.multi(ops)
         if rc == zk.OK then
-            st.have, st.written, st.exists_known = true, st.count, true
+            st.have, st.written, st.exists_known = true, n, true
             return true
         end
         local first = rc
@@ -184,8 +184,8 @@ local function reconcile_step(kind, name, st)
         end
         return false
     elseif st.want and st.have and st.written ~= st.count then
-        local rc = zk.set(me, tostring(st.count), -1)
-        if rc == zk.OK then st.written = st.count return true end
+        local rc = zk.set(me, tostring(n), -1)
+        if rc == zk.OK then st.written = n return true end
         if rc == zk.NONODE then st.have = false return true end
         return false
     elseif not st.want and st.have then
@@ -740,9 +740,29 @@ local function numsub(kind, args)
     return out
 end
 
+-- PUBSUB's subcommands and their arities, checked (like a command's) before
+-- anything else.
+local PUBSUB_ARITY = { channels = -2, numpat = 2, numsub = -2, shardchannels = -2, shardnumsub = -2, help = 2 }
+
+function P.pubsub_precheck(args)
+    local sub = args[2] and args[2]:lower()
+    local arity = sub and PUBSUB_ARITY[sub]
+    if not arity then
+        return { err = string.format("ERR unknown subcommand '%s'. Try PUBSUB HELP.", (args[2] or ""):sub(1, 128)) }
+    end
+    if (arity > 0 and #args ~= arity) or (arity < 0 and #args < -arity) then
+        return { err = errors.wrong_arity("pubsub|" .. sub) }
+    end
+end
+
 local function pubsub(args)
+    local e = P.pubsub_precheck(args)
+    if e then return e end
     local sub = args[2]:lower()
-    local function arity() return { err = errors.wrong_arity("pubsub|" .. sub) } end
+    local function arity()
+        return { err = string.format("ERR unknown subcommand or wrong number of arguments for '%s'. " ..
+                                     "Try PUBSUB HELP.", args[2]:sub(1, 128)) }
+    end
     if sub == "channels" or sub == "shardchannels" then
         if #args > 3 then return arity() end
         return all_channels(sub == "channels" and "c" or "s", args[3])

@@ -158,7 +158,7 @@ function M.dispatch(args, subscribed)
         return { err = errors.wrong_arity(spec.name) }
     end
     if subscribed and not pubsub.SUBSCRIBED_OK[spec.name] then
-        return not_while_subscribed(spec, args)
+        return spec.name == "pubsub" and pubsub.pubsub_precheck(args) or not_while_subscribed(spec, args)
     end
     local e = check_keys(spec, args)
     if e then return { err = e } end

@@ -860,9 +860,11 @@ static int l_host_push(lua_State *L)
     luaL_checkany(L, 2);
     int proto = 2;
     struct buf *out = NULL;
+    struct co *c = co_of(L);
     if (h->client_ops.push_begin)
         out = h->client_ops.push_begin(h->client_ops.arg,
-                                       (unsigned long long)id, &proto);
+                                       (unsigned long long)id,
+                                       c ? c->task : NULL, &proto);
     if (!out) {
         lua_pushboolean(L, 0);
         return 1;

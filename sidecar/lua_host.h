@@ -153,8 +153,11 @@ struct lua_client_ops {
     int (*describe)(void *arg, const struct lua_task *t,
                     struct lua_client *out);
     /* The buffer to encode one out-of-band frame for client id into (its
-     * protocol in *proto), or NULL when the client is gone; then push_end. */
-    struct buf *(*push_begin)(void *arg, unsigned long long id, int *proto);
+     * protocol in *proto), or NULL when the client is gone; then push_end.
+     * from: the command pushing (NULL if none): a frame it pushes to its
+     * own client goes before its reply, as Redis writes it. */
+    struct buf *(*push_begin)(void *arg, unsigned long long id,
+                              const struct lua_task *from, int *proto);
     void (*push_end)(void *arg, unsigned long long id);
     /* Client id now has this many subscriptions of each kind. */
     void (*subscriptions)(void *arg, unsigned long long id, int channels,
