@@ -10,7 +10,9 @@
 -- <root>/ld/<encoded znode path>, holding the lock's fencing token; a
 -- release or an expiry deletes it.  A marker without its lock therefore
 -- means the holder vanished.  The first acquire that finds one stamps it
--- (its mtime, the ZooKeeper leader's clock, is when the loss was noticed)
+-- (its mtime, the ZooKeeper leader's clock, is when the loss was noticed;
+-- it first waits GRACE_MS for a release's marker deletion, which runs in
+-- the background right after the release's reply)
 -- and from then on acquires are refused until DELAY_MS have passed: SET ...
 -- NX answers nil, as on a held lock; other writes that would create the key
 -- answer -TRYAGAIN with the time left.
@@ -27,6 +29,8 @@ local K = require "keyspace"
 local policy = {}
 
 local DELAY_MS = tonumber(os.getenv("ZKRESP_LOCK_DELAY_MS") or "") or 10000
+-- How long a marker without its lock may take to be cleared by a release.
+local GRACE_MS = 250
 
 local function marker(path)
     return host.config.root .. "/ld/" .. host.key_encode(path)
@@ -57,7 +61,8 @@ end
 local function clear(key, info)
     local m = marker(info.path)
     local rc, data, stat = zk.get(m)
-    if rc == zk.OK and (data == token(info) or not info.czxid or data == "?") then
+    if rc == zk.OK and (data == token(info) or data == "gone " .. token(info) or
+                        not info.czxid or data == "?") then
         zk.delete(m, stat.version)
     end
 end
@@ -70,6 +75,15 @@ function policy.before_acquire(key, info)
     local m = marker(info.path)
     local rc, data, stat = zk.get(m)
     if rc ~= zk.OK then return true end
+    -- A holder that released a moment ago clears its marker in the
+    -- background, right after its reply: give it that moment before
+    -- calling the lock vanished.
+    for _ = 1, GRACE_MS // 25 do
+        if data:sub(1, 5) == "gone " then break end
+        host.sleep(25)
+        rc, data, stat = zk.get(m)
+        if rc ~= zk.OK then return true end
+    end
     if data:sub(1, 5) ~= "gone " then
         -- First to notice: stamp the time, on the leader's clock.
         local src, st = zk.set(m, "gone " .. data, stat.version)

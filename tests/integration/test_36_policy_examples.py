@@ -1,0 +1,201 @@
+"""Tier 36: each example policy in scripts/examples/, loaded with --policy
+by a zkresp on a real ZooKeeper, its effect shown through redis-py (and the
+znodes through kazoo).
+
+  tenants.lua     AUTH users and client names get their own namespaces
+  ttl_caps.lua    a lock set without a TTL gets one; TTLs are clamped
+  lock_delay.lua  a lock whose holder's sidecar died is held back for the
+                  delay; a released one is free at once
+  audit.lua       an audit file of acquisitions and releases
+  lockinfo.lua    LOCKINFO: holder, TTL, fencing token (the czxid)
+"""
+
+import os
+import time
+
+import pytest
+import redis
+
+import harness
+
+EXAMPLES = os.path.join(harness.SCRIPTS_DIR, "examples")
+
+
+def example(name):
+    return os.path.join(EXAMPLES, name + ".lua")
+
+
+def env_with(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
+    env.update(extra)
+    return env
+
+
+def test_tenants_namespaces(make_zkresp, kz):
+    z = make_zkresp(extra=["--policy", example("tenants"), "--requirepass", "default-pw"])
+    alice = z.redis(username="alice", password="alice-secret")
+    bob = z.redis(username="bob", password="bob-secret")
+    dflt = z.redis(password="default-pw")
+    acme = z.redis(password="default-pw", client_name="tenant:acme")
+    # One key name, four holders: none sees another's lock.
+    for r, tok in ((alice, "a"), (bob, "b"), (dflt, "d"), (acme, "c")):
+        assert r.set("lock:orders", tok, nx=True, px=30000), tok
+    assert alice.get("lock:orders") == b"a"
+    assert bob.get("lock:orders") == b"b"
+    assert dflt.get("lock:orders") == b"d"
+    assert acme.get("lock:orders") == b"c"
+    assert kz.exists(z.root + "/t/alice/lock:orders")
+    assert kz.exists(z.root + "/t/bob/lock:orders")
+    assert kz.exists(z.root + "/t/acme/lock:orders")
+    assert kz.exists(z.root + "/k/lock:orders")
+    # redis-py's Lock, per tenant.
+    la = alice.lock("job", timeout=10)
+    lb = bob.lock("job", timeout=10)
+    assert la.acquire(blocking=False) and lb.acquire(blocking=False)
+    assert not alice.lock("job", timeout=10).acquire(blocking=False)
+    la.release()
+    lb.release()
+    # Tenants may not list keys or reload the policy; admin may.
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        alice.keys("*")
+    with pytest.raises(redis.exceptions.NoPermissionError) as e:
+        alice.execute_command("POLICY", "RELOAD")
+    assert "User alice has no permissions to run the 'policy' command" in str(e.value)
+    admin = z.redis(username="admin", password="admin-secret")
+    assert admin.execute_command("POLICY", "RELOAD") == b"OK"
+    assert admin.keys("lock:*") == [b"lock:orders"]
+    # A wrong password is Redis's WRONGPASS.
+    with pytest.raises(redis.exceptions.ResponseError) as e:
+        z.redis(username="alice", password="bob-secret").ping()
+    assert str(e.value) == "WRONGPASS invalid username-password pair or user is disabled."
+
+
+def test_ttl_caps(make_zkresp, kz):
+    a = make_zkresp(extra=["--policy", example("ttl_caps")])
+    r = a.redis()
+    # The classic leak: SET NX without PX still gets a TTL, and an
+    # ephemeral node.
+    assert r.set("lock:leaky", "tok", nx=True)
+    assert 29000 < r.pttl("lock:leaky") <= 30000
+    _, stat = harness.key_stat(kz, a.root, "lock:leaky")
+    assert stat.ephemeralOwner == a.session_id()
+    # Clamps.
+    r.set("lock:long", "tok", px=3600000)
+    assert r.pttl("lock:long") <= 60000
+    r.set("lease:short", "tok", px=10)
+    assert r.pttl("lease:short") > 900
+    r.set("anything", "v", ex=30 * 86400)
+    assert r.ttl("anything") == 86400
+    r.set("plain", "v")
+    assert r.ttl("plain") == -1
+    # redis-py's Lock without a timeout is a lock that cannot leak.
+    lk = r.lock("lock:job")
+    assert lk.acquire(blocking=False)
+    assert 0 < r.pttl("lock:job") <= 30000
+    lk.release()
+
+
+def wait_gone(kz, path, timeout):
+    harness.wait_for(lambda: not kz.exists(path), timeout, 0.01, "%s to vanish" % path)
+    return time.monotonic()
+
+
+def test_lock_delay(make_zkresp, kz):
+    delay_ms = 3000
+    env = env_with(ZKRESP_LOCK_DELAY_MS=str(delay_ms))
+    a = make_zkresp(extra=["--policy", example("lock_delay")], env=env)
+    b = make_zkresp(root=a.root, extra=["--policy", example("lock_delay")], env=env)
+    ra, rb = a.redis(), b.redis()
+    path = harness.keyenc.node_path(a.root, "lock:x")
+    # Released: free at once.
+    assert ra.set("lock:x", "t1", nx=True, px=30000)
+    assert ra.execute_command("DELIFEQ", "lock:x", "t1") == 1
+    assert rb.set("lock:x", "t2", nx=True, px=30000)
+    assert rb.delete("lock:x") == 1
+    # Expired by its TTL: free at once.
+    assert ra.set("lock:x", "t3", nx=True, px=200)
+    time.sleep(0.4)
+    assert rb.set("lock:x", "t4", nx=True, px=30000)
+    assert rb.delete("lock:x") == 1
+    time.sleep(0.2)
+    # The holder's sidecar dies: its session expires and the node goes, and
+    # then nobody gets the lock for the delay.
+    assert ra.set("lock:x", "t5", nx=True, px=30000)
+    time.sleep(0.3)  # the marker is written in the background
+    a.kill9()
+    gone = wait_gone(kz, path, 15)
+    first_try = None
+    while True:
+        got = rb.set("lock:x", "t6", nx=True, px=30000)
+        now = time.monotonic()
+        if first_try is None:
+            first_try = now
+        if got:
+            break
+        assert now - gone < 15, "never acquired after the holder vanished"
+        time.sleep(0.05)
+    held_back = now - first_try
+    assert held_back >= delay_ms / 1000.0 - 0.3, "free again after %.2f s" % held_back
+    assert held_back < delay_ms / 1000.0 + 3
+    assert rb.get("lock:x") == b"t6"
+    # After the delay all is normal again.
+    assert rb.delete("lock:x") == 1
+    assert rb.set("lock:x", "t7", nx=True, px=30000)
+
+
+def test_audit_log(make_zkresp):
+    d = harness.new_dir("audit")
+    audit = os.path.join(d, "audit.log")
+    z = make_zkresp(extra=["--policy", example("audit")], env=env_with(ZKRESP_AUDIT_FILE=audit))
+    r = z.redis(client_name="billing")
+    lk = r.lock("lock:invoice", timeout=30)
+    assert lk.acquire(blocking=False)
+    token = lk.local.token.decode()
+    lk.release()
+    assert r.set("lock:short", "s", nx=True, px=100)
+    harness.wait_for(lambda: os.path.exists(audit) and "event=expire" in open(audit).read(), 10,
+                     what="the expiry in the audit file")
+    lines = open(audit).read().splitlines()
+    acq = [l for l in lines if "event=acquire key=lock:invoice" in l]
+    rel = [l for l in lines if "event=release key=lock:invoice" in l]
+    assert len(acq) == 1 and len(rel) == 1, lines
+    assert "name=billing" in acq[0] and "user=default" in acq[0] and "addr=127.0.0.1:" in acq[0]
+    assert ("token=" + token) in acq[0] and ("token=" + token) in rel[0]
+    fence = acq[0].split("fence=")[1].split()[0]
+    assert int(fence) > 0 and ("fence=" + fence) in rel[0]
+    assert any("event=expire key=lock:short" in l for l in lines)
+    # The same lines are in zkresp's log.
+    assert "audit event=acquire key=lock:invoice" in z.log_tail(500)
+
+
+def test_lockinfo(make_zkresp, kz):
+    a = make_zkresp(extra=["--policy", example("lockinfo")])
+    b = make_zkresp(root=a.root, extra=["--policy", example("lockinfo")])
+    ra, rb = a.redis(), b.redis()
+    assert ra.execute_command("LOCKINFO", "lock:x") is None
+    assert ra.set("lock:x", "tok-1", nx=True, px=30000)
+    _, stat = harness.key_stat(kz, a.root, "lock:x")
+
+    def info(r):
+        flat = r.execute_command("LOCKINFO", "lock:x")
+        return {flat[i].decode(): flat[i + 1] for i in range(0, len(flat), 2)}
+
+    m = info(rb)
+    assert m["holder"] == b"tok-1"
+    assert m["type"] == b"string"
+    assert 25000 < m["pttl"] <= 30000
+    assert m["fencing_token"] == stat.czxid
+    assert m["owner_session"] == ("0x%x" % a.session_id()).encode()
+    assert m["lifetime"] == b"ephemeral"
+    assert m["local"] == 0 and info(ra)["local"] == 1
+    # RESP3: a map.
+    with a.client() as c:
+        c.call("HELLO", "3")
+        m3 = c.call("LOCKINFO", "lock:x")
+    assert isinstance(m3, dict) and m3[b"fencing_token"] == stat.czxid, m3
+    # The next holder's token is greater.
+    assert ra.delete("lock:x") == 1
+    assert rb.set("lock:x", "tok-2", nx=True, px=30000)
+    assert info(ra)["fencing_token"] > stat.czxid
+    with a.client() as c:
+        assert c.call("COMMAND", "INFO", "lockinfo")[0][0] == b"lockinfo"
