@@ -121,8 +121,8 @@ static int check_auth(struct conn *c, const struct proto_arg *user,
     const char *want = c->srv->cfg->requirepass;
     if (user && !arg_is(user, "default")) {
         if (user->len == 0 || user->len > 128 || !valid_name(user) ||
-            lua_host_authenticate(c->srv->lua, user->ptr, user->len,
-                                  pass->ptr, pass->len, c->addr) != 1)
+            lua_host_authenticate(c->srv->lua, user->ptr, user->len, pass->ptr,
+                                  pass->len, c->addr) != 1)
             return 0;
         char *u = arg_dup(user);
         if (!u)
@@ -519,8 +519,8 @@ enum info_section {
 };
 
 static const char *const info_names[] = {
-    "server",   "clients",   "persistence", "stats", "replication",
-    "keyspace", "zookeeper", "policy",
+    "server",      "clients",  "persistence", "stats",
+    "replication", "keyspace", "zookeeper",   "policy",
 };
 
 /* One "name:value" line of INFO's # Policy section (lua_host_policy_info);

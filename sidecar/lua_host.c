@@ -862,9 +862,9 @@ static int l_host_push(lua_State *L)
     struct buf *out = NULL;
     struct co *c = co_of(L);
     if (h->client_ops.push_begin)
-        out = h->client_ops.push_begin(h->client_ops.arg,
-                                       (unsigned long long)id,
-                                       c ? c->task : NULL, &proto);
+        out =
+            h->client_ops.push_begin(h->client_ops.arg, (unsigned long long)id,
+                                     c ? c->task : NULL, &proto);
     if (!out) {
         lua_pushboolean(L, 0);
         return 1;
@@ -1292,8 +1292,7 @@ int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
     return rc;
 }
 
-size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb,
-                            void *arg)
+size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb, void *arg)
 {
     lua_State *L = h->L;
     if (h->stopped)

@@ -235,7 +235,6 @@ int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
  * number of pairs. */
 typedef void (*lua_host_info_cb)(void *arg, const char *name,
                                  const char *value);
-size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb,
-                            void *arg);
+size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb, void *arg);
 
 #endif
