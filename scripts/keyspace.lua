@@ -227,7 +227,10 @@ end
 -- The leader clock
 
 local function learn_offset(stat)
-    if stat and stat.mtime then state.offset = stat.mtime - host.now() end
+    if stat and stat.mtime then
+        state.offset = stat.mtime - host.now()
+        state.offset_at = host.now()
+    end
 end
 
 -- Learns the offset by a write of our own to <root> (its data is unused).
@@ -246,8 +249,11 @@ function K.refresh_clock()
     K.abort({ err = errors.UNAVAILABLE })
 end
 
+-- Learned again when older than CLOCK_REFRESH_MS (the clocks drift apart
+-- slowly), on use: an idle sidecar writes nothing.  Every write of ours
+-- refreshes it too.
 function K.ensure_clock()
-    if not state.offset then K.refresh_clock() end
+    if not state.offset or host.now() - state.offset_at > K.CLOCK_REFRESH_MS then K.refresh_clock() end
 end
 
 -- A leader timestamp (ms) on host.now()'s clock.
@@ -1109,14 +1115,6 @@ end
 function K.init()
     K.ensure_path(K.keys_dir())
     K.refresh_clock()
-    if not state.clock then
-        state.clock = host.timer(function()
-            local _, connected = session()
-            if connected then pcall(K.refresh_clock) end
-            state.clock:start(K.CLOCK_REFRESH_MS)
-        end)
-        state.clock:start(K.CLOCK_REFRESH_MS)
-    end
 end
 
 function K.on_session(event, sid)
