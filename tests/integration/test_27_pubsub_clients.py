@@ -25,8 +25,8 @@ import time
 import pytest
 
 import harness
-from harness import RawClient, wait_for
-from resp import encode, decode_one, Push
+from harness import wait_for
+from resp import encode, decode_one
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_SCRIPT = os.path.join(HERE, "node", "pubsub.js")
@@ -266,18 +266,21 @@ def test_ioredis_resp3_subscribers_across_sidecars(zkresp_pair):
         "pmessages: %r ... (%d)" % (out["pmessages"][:4], len(out["pmessages"]))
 
 
-def test_resp3_push_frames_across_sidecars(zkresp_pair):
-    """The exact frames a RESP3 subscriber on B gets for A's publishes, as
-    redis-server sends them."""
+@pytest.mark.parametrize("proto", [2, 3])
+def test_exact_frames_across_sidecars(zkresp_pair, proto):
+    """The exact frames a subscriber on B gets for A's publishes, as
+    redis-server sends them: RESP2 arrays, RESP3 push frames."""
     a, b = zkresp_pair
-    p = harness.unique("r3") + ":"
-    s = subscribe(b, p + "c", proto=3)
+    p = harness.unique("fr") + ":"
+    s = subscribe(b, p + "c", proto=proto)
     s.send(encode("PSUBSCRIBE", p + "c*"))
-    assert s.read_reply() == b">3\r\n$10\r\npsubscribe\r\n$%d\r\n%sc*\r\n:2\r\n" % (len(p) + 2, p.encode())
+    t = b"*" if proto == 2 else b">"
+    assert s.read_reply() == t + b"3\r\n$10\r\npsubscribe\r\n$%d\r\n%sc*\r\n:2\r\n" % (len(p) + 2, p.encode())
+    payload = b"\x00pay\r\nload\xff"
     with a.client() as ca:
         wait_publish_count(ca, p + "c", 2)
         assert nothing_more(s, 0.3) == []
-        assert ca.cmd("PUBLISH", p + "c", b"\x00pay\r\nload") == b":2\r\n"
+        assert ca.cmd("PUBLISH", p + "c", payload) == b":2\r\n"
     frames = []
     for _ in range(2):
         raw = s.read_reply(timeout=10)
@@ -285,14 +288,43 @@ def test_resp3_push_frames_across_sidecars(zkresp_pair):
             raw = s.read_reply(timeout=10)
         frames.append(raw)
     chan = b"$%d\r\n%sc\r\n" % (len(p) + 1, p.encode())
-    assert sorted(frames) == sorted([
-        b">3\r\n$7\r\nmessage\r\n" + chan + b"$10\r\n\x00pay\r\nload\r\n",
-        b">4\r\n$8\r\npmessage\r\n$%d\r\n%sc*\r\n" % (len(p) + 2, p.encode()) + chan + b"$10\r\n\x00pay\r\nload\r\n",
-    ]), frames
-    # The connection still runs commands.
-    assert s.cmd("SET", p + "k", "v") == b"+OK\r\n"
-    assert s.cmd("GET", p + "k") == b"$1\r\nv\r\n"
+    body = b"$%d\r\n%s\r\n" % (len(payload), payload)
+    assert frames == [
+        t + b"3\r\n$7\r\nmessage\r\n" + chan + body,
+        t + b"4\r\n$8\r\npmessage\r\n$%d\r\n%sc*\r\n" % (len(p) + 2, p.encode()) + chan + body,
+    ], frames
+    if proto == 3:
+        # The connection still runs commands.
+        assert s.cmd("SET", p + "k", "v") == b"+OK\r\n"
+        assert s.cmd("GET", p + "k") == b"$1\r\nv\r\n"
+    else:
+        assert s.cmd("PING") == b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
     s.close()
+
+
+def test_script_publish_reaches_a_subscription_already_answered(zkresp_pair):
+    """Once SUBSCRIBE (or PSUBSCRIBE) has been answered on B, a script's
+    publish through A must reach it, with no wait in between: a Redisson
+    waiter subscribes, fails to acquire, and relies on the unlock script's
+    message."""
+    a, b = zkresp_pair
+    p = harness.unique("ans") + ":"
+    script = "return redis.call('publish', KEYS[1], ARGV[1])"
+    with a.client() as ca:
+        for i in range(15):
+            ch = "%sc%d" % (p, i)
+            s = subscribe(b, ch)
+            r = ca.cmd("EVAL", script, "1", ch, "m%d" % i)
+            assert r == b":1\r\n", "round %d: the script's publish counted %r right after SUBSCRIBE on B" % (i, r)
+            assert [m[1:] for m in read_messages(s, 1, timeout=5)] == [(ch.encode(), b"m%d" % i)], i
+            s.close()
+        for i in range(10):
+            s = subscribe(b, "%sq%d.*" % (p, i), pattern=True)
+            ch = "%sq%d.x" % (p, i)
+            r = ca.cmd("EVAL", script, "1", ch, "pm%d" % i)
+            assert r == b":1\r\n", "round %d: the script's publish counted %r right after PSUBSCRIBE on B" % (i, r)
+            assert [m[2:] for m in read_messages(s, 1, timeout=5)] == [(ch.encode(), b"pm%d" % i)], i
+            s.close()
 
 
 # ---------------------------------------------------------------- ZooKeeper cost
