@@ -832,3 +832,5 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
     grep '^ho-' "$tmp/results" | sed 's/^/  /'
 } | tee -a "$out/report.txt"
 # ============================================================ end handoff
+# Policy cost (issue 5): tests/bench/policy.sh on this ZooKeeper, appended.
+POLICY_BENCH_ZK=127.0.0.1:$zk_port BENCH_OUT=$out ZKRESP_BIN=$ZKRESP BENCH_SECONDS=$SECS BENCH_WARMUP=$WARMUP BENCH_ROUNDS=$ROUNDS tests/bench/policy.sh | tee -a "$out/report.txt"
