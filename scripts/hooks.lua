@@ -59,6 +59,8 @@ H.status = {
     hooks = "",          -- the hooks the running policy defines
     hook_errors = 0,     -- hook calls that raised or ran past their budget
     hook_calls = 0,      -- guarded hook calls
+    hook_ms = 0,         -- time spent in them (host.now(); with any I/O
+                         -- a hook waits for)
 }
 
 local active = {}        -- the running policy's table
@@ -90,6 +92,8 @@ end
 
 local Overrun = {}
 
+local function now() return host.now() end
+
 local function oneline(s)
     s = tostring(s)
     return (s:gsub("[\r\n]+", " "))
@@ -100,6 +104,7 @@ end
 local function guarded(name, fn, ...)
     local st = H.status
     st.hook_calls = st.hook_calls + 1
+    local t0 = now()
     local sethook, gethook = debug.sethook, debug.gethook
     local oh, om, oc = gethook()
     local n, limit = 0, H.BUDGET // H.COUNT
@@ -112,6 +117,7 @@ local function guarded(name, fn, ...)
     end, "", H.COUNT)
     local ok, a, b = pcall(fn, ...)
     if oh then sethook(oh, om, oc) else sethook() end
+    st.hook_ms = st.hook_ms + (now() - t0)
     if ok then return true, a, b end
     local k = K()
     if k and (k.is_retry(a) or k.is_abort(a)) then error(a, 0) end
@@ -401,6 +407,7 @@ function H.info()
         { "policy_hooks", st.hooks },
         { "policy_hook_calls", st.hook_calls },
         { "policy_hook_errors", st.hook_errors },
+        { "policy_hook_time_us", math.floor(st.hook_ms * 1000) },
     }
 end
 

@@ -129,6 +129,7 @@ struct conn {
 };
 
 static int mode = MODE_PAIR;
+static const char *client_name; /* --client-name */
 static int phase = PHASE_WARMUP;
 static int epfd = -1;
 static const char *prefix = "bench:";
@@ -509,7 +510,10 @@ static void usage(void)
             "  --pid NAME=PID  charge PID's CPU time to the operations "
             "(repeatable)\n"
             "  --zk-mntr ADDR  count a ZooKeeper server's requests per op "
-            "(mntr)\n");
+            "(mntr)\n"
+            "  --client-name N CLIENT SETNAME N on every connection first (a "
+            "policy may\n"
+            "                  key on it, scripts/examples/tenants.lua)\n");
     exit(2);
 }
 
@@ -561,6 +565,8 @@ int main(int argc, char **argv)
                 usage();
         } else if (strcmp(a, "--zk-mntr") == 0) {
             zkreqs.addr = v;
+        } else if (strcmp(a, "--client-name") == 0) {
+            client_name = v;
         } else if (strcmp(a, "--pid") == 0) {
             if (bench_pids_add(&pids, v) != 0)
                 usage();
@@ -587,6 +593,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "respbench: connect %s:%d: %s\n", host, port,
                     strerror(errno));
             return 1;
+        }
+        if (client_name != NULL) {
+            const char *setname[] = {"CLIENT", "SETNAME", client_name};
+            redisReply *r = conn_call(&conns[i], 3, setname);
+            if (!(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)) {
+                show_bad(&conns[i], "CLIENT SETNAME", r);
+                return 1;
+            }
+            freeReplyObject(r);
         }
     }
 
