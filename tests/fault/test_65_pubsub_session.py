@@ -221,3 +221,37 @@ def test_delivery_survives_a_short_cut(make_proxy, make_zkresp, zk):
         _check_delivery(ca, ch, subs, 2, "after-cut%d-" % round_)
         assert cb.cmd("PUBLISH", back, "from-b%d" % round_) == b":1\r\n"
         assert payloads(s_a, 1, prefix=b"from-b") == [b"from-b%d" % round_]
+
+
+def test_dead_sidecar_interest_and_messages_go(make_proxy, make_zkresp, zk, kz):
+    """B is killed (-9) with a subscriber: once its session has expired A
+    counts it no more and stops writing to ZooKeeper for that channel; the
+    messages A sent to the dead B meanwhile do not stay in ZooKeeper once
+    a sidecar starts again on the root (a restarted pod)."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=SESSION_MS)
+    base = len(harness.all_paths(kz, a.root))
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    p = harness.unique("dead") + ":"
+    ch = p + "c"
+    s_b = subscribe(b, ch)
+    ca = a.client()
+    wait_publish_count(ca, ch, 1)
+    wait_flowing(ca, ch, [("B", s_b)])
+    b.kill9()
+    for i in range(50):
+        assert ca.cmd("PUBLISH", ch, "to-the-dead-%d" % i) in (b":0\r\n", b":1\r\n")
+    wait_publish_count(ca, ch, 0, timeout=SESSION_MS / 1000.0 + 10,
+                       what="A to stop counting the dead sidecar's subscriber")
+    time.sleep(0.3)
+    w = proxy.write_requests()
+    for i in range(200):
+        assert ca.cmd("PUBLISH", ch, "nobody-%d" % i) == b":0\r\n"
+    time.sleep(0.3)
+    assert proxy.write_requests() == w, "A kept writing to ZooKeeper for a channel whose only subscriber died"
+    # The restarted sidecar's own nodes and channel nodes awaiting their
+    # delayed clean-up are a handful; the 50 messages are not.
+    make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    wait_for(lambda: len(harness.all_paths(kz, a.root)) <= base + 20, 15, 0.2,
+             "the dead sidecar's inbox and messages to be removed (%d znodes under the root before it started, %d now)" % (
+                 base, len(harness.all_paths(kz, a.root))))
