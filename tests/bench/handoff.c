@@ -63,6 +63,10 @@
  *                   counted for was sent (the count ran ahead: an extra
  *                   message), not timed
  *   timeouts        waits that ran out (resp)
+ *   errors          unexpected replies; an error reply to a script is retried
+ *                   at once (tryagain= counts TRYAGAIN among them)
+ *   overlaps        acquisitions while another waiter still held the lock
+ *                   (had not sent its release): must be 0
  *   zk_watch_*      with --zk-mntr: ZooKeeper watch events delivered during
  *                   the measured period (mntr zk_sum_node_*_watch_count,
  *                   which add the watchers each event triggers), per
@@ -133,6 +137,8 @@ static uint64_t releases_m; /* of which during the measured period */
  * waiter and of those on another side (server or session) only. */
 static struct bench_samples wake, wake_sent, xwake, xwake_sent, gap;
 static uint64_t early, unmatched, handoffs, errors, errors_shown;
+static int holder = -1;   /* the waiter whose acquire said it holds */
+static uint64_t overlaps; /* acquisitions while another waiter held */
 
 static atomic_int phase = PHASE_WARMUP;
 static atomic_int fatal;
@@ -150,6 +156,8 @@ static uint64_t release_begin(int id, int side, long zseq)
 {
     pthread_mutex_lock(&mu);
     uint64_t k = ++releases;
+    if (holder == id)
+        holder = -1;
     struct release *r = &ring[k & (RING - 1)];
     r->k = k;
     r->zseq = zseq;
@@ -205,10 +213,13 @@ static void wake_locked(struct release *r, uint64_t t, int side)
     }
 }
 
-/* Records an acquisition at t: a handoff, and the time the lock sat free
- * since the latest release's reply.  Under mu. */
-static void acquired_locked(uint64_t t)
+/* Records waiter id's acquisition at t: a handoff, and the time the lock sat
+ * free since the latest release's reply.  An acquisition while another
+ * waiter holds (it has not sent its release yet) is an overlap.  Under mu. */
+static void acquired_locked(int id, uint64_t t)
 {
+    overlaps += holder != -1;
+    holder = id;
     if (atomic_load(&phase) != PHASE_MEASURE)
         return;
     handoffs++;
@@ -271,6 +282,7 @@ static char chan[256];
 static int timeout_ms = 2000;
 static int nwaiters;
 static atomic_int stopped;
+static atomic_ullong tryagain; /* TRYAGAIN replies, among the errors */
 
 /* A blocking connection and its reply parser. */
 struct rconn {
@@ -528,6 +540,18 @@ static int wait_message(struct waiter *w)
     }
 }
 
+/* Counts an unexpected reply to a script (TRYAGAIN errors also apart). */
+static void error_reply(struct waiter *w, const char *script,
+                        const redisReply *r)
+{
+    char d[128];
+    (void)w;
+    describe(r, d, sizeof(d));
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0)
+        atomic_fetch_add(&tryagain, 1);
+    count_error("unexpected reply to the %s script: %s", script, d);
+}
+
 /* Holds the lock (it just got it), then runs the unlock script. */
 static void hold_and_unlock(struct waiter *w)
 {
@@ -541,12 +565,16 @@ static void hold_and_unlock(struct waiter *w)
                           "30000", w->holder, "publish", "3000"};
     uint64_t k = release_begin(w->id, w->side, 0);
     redisReply *r = evalsha(w, sha_unlock, script_unlock, 9, argv);
-    release_done(k, bench_now_ns());
-    if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1)) {
-        char d[128];
-        describe(r, d, sizeof(d));
-        count_error("unexpected reply to the unlock script: %s%s", d, "");
+    /* An error reply (TRYAGAIN) left the lock held: the same request is
+     * sent again, latch and all, as Redisson retries it. */
+    for (int i = 0; i < 10 && r->type == REDIS_REPLY_ERROR; i++) {
+        error_reply(w, "unlock", r);
+        freeReplyObject(r);
+        r = evalsha(w, sha_unlock, script_unlock, 9, argv);
     }
+    release_done(k, bench_now_ns());
+    if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1))
+        error_reply(w, "unlock", r);
     freeReplyObject(r);
 }
 
@@ -559,16 +587,20 @@ static void *waiter_run(void *arg)
         redisReply *r = evalsha(w, sha_acquire, script_acquire, 4, argv);
         if (r->type == REDIS_REPLY_NIL) {
             pthread_mutex_lock(&mu);
-            acquired_locked(bench_now_ns());
+            acquired_locked(w->id, bench_now_ns());
             pthread_mutex_unlock(&mu);
             freeReplyObject(r);
             hold_and_unlock(w);
             continue;
         }
         if (r->type != REDIS_REPLY_INTEGER) {
-            char d[128];
-            describe(r, d, sizeof(d));
-            count_error("unexpected reply to the acquire script: %s%s", d, "");
+            /* Not the lock's PTTL: an error (TRYAGAIN) is retried at once,
+             * as Redisson retries it. */
+            error_reply(w, "acquire", r);
+            freeReplyObject(r);
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            continue;
         }
         freeReplyObject(r);
         if (wait_message(w) == 0 && atomic_load(&phase) == PHASE_MEASURE)
@@ -719,7 +751,7 @@ static void raw_deleted(int rc, const void *data)
 static void raw_acquired(struct rwaiter *w)
 {
     pthread_mutex_lock(&mu);
-    acquired_locked(bench_now_ns());
+    acquired_locked(w->id, bench_now_ns());
     pthread_mutex_unlock(&mu);
     hold_spin();
     w->rel_k = release_begin(w->id, w->id % nsessions, w->seq);
@@ -1147,6 +1179,8 @@ int main(int argc, char **argv)
     print_pct("sent_wake", &wake_sent, 0);
     print_pct("xsent_wake", &xwake_sent, 0);
     print_pct("gap", &gap, 0);
+    printf(" overlaps=%llu tryagain=%llu", (unsigned long long)overlaps,
+           (unsigned long long)atomic_load(&tryagain));
     printf(" unmatched=%llu releases=%llu releases_measured=%llu "
            "self_cpu_pct=%.1f",
            (unsigned long long)unmatched, (unsigned long long)releases,

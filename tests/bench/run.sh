@@ -676,6 +676,19 @@ ho_measure() {
     }' >"$tmp/$name.sw"
     sed -i "\$s|\$| $(cat "$tmp/$name.sw")|" "$tmp/results"
 }
+# ho_ticks: "machine-busy ours" in clock ticks, as cpu_ticks, with the
+# second sidecar among ours.
+ho_ticks() {
+    local busy ours=0 pid
+    busy=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat)
+    for pid in "$zk_pid" "$zkresp_pid" "$zkresp2_pid" "$redis_pid"; do
+        ours=$((ours + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+    done
+    ours=$((ours + $(sed 's/.*) //' "/proc/$$/stat" | awk '{ print $14 + $15 }')))
+    echo "$busy $ours"
+}
+read -r ho_busy0 ho_ours0 <<<"$(ho_ticks)"
+ho_t0=$(date +%s.%N)
 ho_zk=(--zk-mntr "127.0.0.1:$zk_port" --pid zk="$zk_pid")
 ho_sides=(--pid zkresp="$zkresp_pid" --pid zkresp2="$zkresp2_pid")
 for ((r = 1; r <= HO_ROUNDS; r++)); do
@@ -693,6 +706,11 @@ ho_measure ho-zk22 1 --side "$zkresp_port:2" --side "$zkresp2_port:2" \
     --key bench:ho:22 "${ho_zk[@]}" "${ho_sides[@]}"
 ho_measure ho-zk26 1 --side "$zkresp_port:2" --side "$zkresp2_port:6" \
     --key bench:ho:26 "${ho_zk[@]}" "${ho_sides[@]}"
+
+read -r ho_busy1 ho_ours1 <<<"$(ho_ticks)"
+ho_others=$(awk -v b=$((ho_busy1 - ho_busy0)) -v o=$((ho_ours1 - ho_ours0)) \
+    -v t0="$ho_t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
+    'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
 
 # ho_stat MODE A B KEY: as stat, for values that may be negative (only a
 # non-number is missing): "median min max" of KEY in A (MODE value) or of
@@ -762,7 +780,9 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
     echo "  when the wake-up came first; other side: waiters on the other sidecar"
     echo "  (raw: every waiter is another session); from request: from the"
     echo "  moment the unlock (delete) was sent.  $HO_ROUNDS round(s) of raw and"
-    echo "  zkresp 4+4 (medians), one of the others."
+    echo "  zkresp 4+4 (medians), one of the others.  CPU time outside the"
+    echo "  measured processes during these runs: ${ho_others}% of the machine (the"
+    echo "  p99s are sensitive to it: a waiter or sidecar not scheduled is late)."
     printf '  %-26s %9s %15s %15s %15s %8s %9s %10s\n' "" "handoffs/s" \
         "wake p50/p99" "other side" "from request" timeouts "lost msgs" \
         "CPU us/ho"
@@ -790,6 +810,16 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
         "$(ho_val ho-zk44 expected) published x subscribers (medians), made up by the" \
         "sidecars: $(ho_val ho-zk44 sidecar_made_up) (4+4)," \
         "$(ho_val ho-zk8 sidecar_made_up) (8)."
+    echo "  Errors (unexpected replies, retried; of which TRYAGAIN): zkresp" \
+        "$(ho_val ho-zk44 errors) ($(ho_val ho-zk44 tryagain)) 4+4," \
+        "$(ho_val ho-zk8 errors) ($(ho_val ho-zk8 tryagain)) 8," \
+        "$(ho_val ho-zk22 errors) ($(ho_val ho-zk22 tryagain)) 2+2," \
+        "$(ho_val ho-zk26 errors) ($(ho_val ho-zk26 tryagain)) 2+6;" \
+        "redis-server $(ho_val ho-redis errors); raw $(ho_val ho-raw errors)."
+    echo "  Overlaps (an acquire answered nil while another waiter held): zkresp" \
+        "$(ho_val ho-zk44 overlaps) (4+4), $(ho_val ho-zk8 overlaps) (8)," \
+        "$(ho_val ho-zk22 overlaps) (2+2), $(ho_val ho-zk26 overlaps) (2+6);" \
+        "redis-server $(ho_val ho-redis overlaps); raw $(ho_val ho-raw overlaps)."
     echo
     echo "  Watch events per unlock (ZooKeeper's mntr: watchers triggered, all"
     echo "  event types, over the measured period / unlocks in it)"
