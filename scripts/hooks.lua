@@ -94,6 +94,22 @@ local Overrun = {}
 
 local function now() return host.now() end
 
+-- What each coroutine has left of its running hook's budget, in count-hook
+-- ticks (one shared hook function: nothing is allocated per call).
+local left = setmetatable({}, { __mode = "k" })
+local running_name = setmetatable({}, { __mode = "k" })
+
+local function count_hook()
+    local co = coroutine.running()
+    local n = (left[co] or 0) - 1
+    left[co] = n
+    if n < 0 then
+        local name = running_name[co] or "hook"
+        error(setmetatable({ msg = name .. " ran past its budget of " .. H.BUDGET ..
+                                   " instructions" }, Overrun), 0)
+    end
+end
+
 local function oneline(s)
     s = tostring(s)
     return (s:gsub("[\r\n]+", " "))
@@ -105,18 +121,15 @@ local function guarded(name, fn, ...)
     local st = H.status
     st.hook_calls = st.hook_calls + 1
     local t0 = now()
-    local sethook, gethook = debug.sethook, debug.gethook
-    local oh, om, oc = gethook()
-    local n, limit = 0, H.BUDGET // H.COUNT
-    sethook(function()
-        n = n + 1
-        if n > limit then
-            error(setmetatable({ msg = name .. " ran past its budget of " .. H.BUDGET ..
-                                       " instructions" }, Overrun), 0)
-        end
-    end, "", H.COUNT)
+    local sethook = debug.sethook
+    local oh, om, oc = debug.gethook()
+    local co = coroutine.running()
+    local saved_left, saved_name = left[co], running_name[co]
+    left[co], running_name[co] = H.BUDGET // H.COUNT, name
+    sethook(count_hook, "", H.COUNT)
     local ok, a, b = pcall(fn, ...)
     if oh then sethook(oh, om, oc) else sethook() end
+    left[co], running_name[co] = saved_left, saved_name
     st.hook_ms = st.hook_ms + (now() - t0)
     if ok then return true, a, b end
     local k = K()

@@ -40,8 +40,12 @@ local function token(info)
     return info.czxid and tostring(info.czxid) or "?"
 end
 
-function policy.on_acquire(key, info)
-    if info.lifetime ~= "ephemeral" then return end
+-- Paths whose marker an on_acquire is still writing: a release right
+-- after the acquire waits for it (the first marker also creates <root>/ld,
+-- a few round trips).
+local writing = {}
+
+local function write_marker(info)
     local m = marker(info.path)
     for _ = 1, 3 do
         local rc = zk.create(m, token(info), 0)
@@ -56,9 +60,22 @@ function policy.on_acquire(key, info)
     host.log("warn", "lock_delay: no marker for " .. info.path)
 end
 
+function policy.on_acquire(key, info)
+    if info.lifetime ~= "ephemeral" then return end
+    local p = info.path
+    writing[p] = (writing[p] or 0) + 1
+    local ok, err = pcall(write_marker, info)
+    writing[p] = writing[p] > 1 and writing[p] - 1 or nil
+    if not ok then error(err, 0) end
+end
+
 -- Released or expired: no delay.  Only our own marker is deleted (the
 -- token matches), never the next holder's.
 local function clear(key, info)
+    for _ = 1, 200 do
+        if not writing[info.path] then break end
+        host.sleep(5)
+    end
     local m = marker(info.path)
     local rc, data, stat = zk.get(m)
     if rc == zk.OK and (data == token(info) or data == "gone " .. token(info) or
