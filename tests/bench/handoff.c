@@ -137,7 +137,7 @@ static uint64_t releases_m; /* of which during the measured period */
  * waiter and of those on another side (server or session) only. */
 static struct bench_samples wake, wake_sent, xwake, xwake_sent, gap;
 static uint64_t early, unmatched, handoffs, errors, errors_shown;
-static int holder = -1;   /* the waiter whose acquire said it holds */
+static int holding = -1;  /* the waiter whose acquire said it holds */
 static uint64_t overlaps; /* acquisitions while another waiter held */
 
 static atomic_int phase = PHASE_WARMUP;
@@ -156,8 +156,8 @@ static uint64_t release_begin(int id, int side, long zseq)
 {
     pthread_mutex_lock(&mu);
     uint64_t k = ++releases;
-    if (holder == id)
-        holder = -1;
+    if (holding == id)
+        holding = -1;
     struct release *r = &ring[k & (RING - 1)];
     r->k = k;
     r->zseq = zseq;
@@ -218,8 +218,8 @@ static void wake_locked(struct release *r, uint64_t t, int side)
  * waiter holds (it has not sent its release yet) is an overlap.  Under mu. */
 static void acquired_locked(int id, uint64_t t)
 {
-    overlaps += holder != -1;
-    holder = id;
+    overlaps += holding != -1;
+    holding = id;
     if (atomic_load(&phase) != PHASE_MEASURE)
         return;
     handoffs++;

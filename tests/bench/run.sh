@@ -779,12 +779,13 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
     echo "  other waiter's message (raw: the successor's watch event), negative"
     echo "  when the wake-up came first; other side: waiters on the other sidecar"
     echo "  (raw: every waiter is another session); from request: from the"
-    echo "  moment the unlock (delete) was sent.  $HO_ROUNDS round(s) of raw and"
+    echo "  moment the unlock (delete) was sent; lock free: from the unlock's reply"
+    echo "  to the next acquire's reply (us).  $HO_ROUNDS round(s) of raw and"
     echo "  zkresp 4+4 (medians), one of the others.  CPU time outside the"
     echo "  measured processes during these runs: ${ho_others}% of the machine (the"
     echo "  p99s are sensitive to it: a waiter or sidecar not scheduled is late)."
-    printf '  %-26s %9s %15s %15s %15s %8s %9s %10s\n' "" "handoffs/s" \
-        "wake p50/p99" "other side" "from request" timeouts "lost msgs" \
+    printf '  %-26s %9s %14s %14s %14s %12s %8s %5s %9s\n' "" "handoffs/s" \
+        "wake p50/p99" "other side" "from request" "lock free" timeouts lost \
         "CPU us/ho"
     for row in "ho-zk44|zkresp, 2 sidecars (4+4)" "ho-zk8|zkresp, 1 sidecar (8)" \
         "ho-redis|redis-server (8)" "ho-raw|raw ZooKeeper recipe (8)"; do
@@ -794,11 +795,12 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
         ho-raw) cpu=$(ho_val "$n" self_cpu_pct %.1f | awk -v o="$(ho_val "$n" ops_per_sec)" '{ if ($1 ~ /^[0-9.]+$/ && o > 0) printf "%.0f", $1 * 1e4 / o; else printf "n/a" }') ;;
         *) cpu=$(ho_sum "$n" zkresp_cpu_us_per_op zkresp2_cpu_us_per_op) ;;
         esac
-        printf '  %-26s %9s %15s %15s %15s %8s %9s %10s\n' "${row#*|}" \
+        printf '  %-26s %9s %14s %14s %14s %12s %8s %5s %9s\n' "${row#*|}" \
             "$(ho_val "$n" ops_per_sec)" \
             "$(ho_p50 "$n" wake)/$(ho_val "$n" wake_p99_us)" \
             "$(ho_p50 "$n" xwake)/$(ho_val "$n" xwake_p99_us)" \
             "$(ho_p50 "$n" sent_wake)/$(ho_val "$n" sent_wake_p99_us)" \
+            "$(ho_p50 "$n" gap)/$(ho_val "$n" gap_p99_us)" \
             "$(ho_val "$n" timeouts)" "$(ho_val "$n" lost)" "$cpu"
     done
     echo "  CPU us/ho: the server side's CPU per handoff (zkresp: both sidecars;"
