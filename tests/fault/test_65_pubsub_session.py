@@ -255,3 +255,26 @@ def test_dead_sidecar_interest_and_messages_go(make_proxy, make_zkresp, zk, kz):
     wait_for(lambda: len(harness.all_paths(kz, a.root)) <= base + 20, 15, 0.2,
              "the dead sidecar's inbox and messages to be removed (%d znodes under the root before it started, %d now)" % (
                  base, len(harness.all_paths(kz, a.root))))
+
+
+def test_first_subscribers_of_a_fresh_sidecar_behind_a_slow_link(make_proxy, make_zkresp, zk):
+    """A sidecar just started (a pod restarted) with 15 ms to ZooKeeper: a
+    client subscribes through it at once, as Redisson's waiters do.  Once
+    SUBSCRIBE is answered, A's PUBLISH and A's script publish (Redisson's
+    unlock) must both be counted, succeed and arrive."""
+    a = make_zkresp(session_timeout=SESSION_MS)
+    ca = a.client()
+    script = "return redis.call('publish', KEYS[1], ARGV[1])"
+    for trial in range(3):
+        proxy = make_proxy(zk)
+        proxy.delay(15)
+        b = make_zkresp(zk_target=proxy, root=a.root, session_timeout=4000, request_timeout=3000)
+        ch = harness.unique("fresh") + ":c"
+        s = subscribe(b, ch)
+        r_plain = ca.cmd("PUBLISH", ch, "plain")
+        r_script = ca.cmd("EVAL", script, "1", ch, "script")
+        got = payloads(s, 2, timeout=5)
+        assert (r_plain, r_script, got) == (b":1\r\n", b":1\r\n", [b"plain", b"script"]), \
+            "trial %d, right after SUBSCRIBE on a fresh sidecar: PUBLISH answered %r, the script %r; received %r" % (
+                trial, r_plain, r_script, got)
+        b.close()
