@@ -25,7 +25,7 @@ import time
 import pytest
 
 import harness
-from harness import wait_for
+from harness import RawClient, wait_for
 from resp import encode, decode_one
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -325,6 +325,152 @@ def test_script_publish_reaches_a_subscription_already_answered(zkresp_pair):
             assert r == b":1\r\n", "round %d: the script's publish counted %r right after PSUBSCRIBE on B" % (i, r)
             assert [m[2:] for m in read_messages(s, 1, timeout=5)] == [(ch.encode(), b"pm%d" % i)], i
             s.close()
+
+
+def test_order_of_plain_and_script_publishes(zkresp_pair):
+    """One connection on A alternates PUBLISH, EVAL publishing, and
+    pipelined PUBLISHes: B's subscriber sees them in that order."""
+    a, b = zkresp_pair
+    p = harness.unique("ord") + ":"
+    ch = p + "c"
+    s = subscribe(b, ch)
+    script = "return redis.call('publish', KEYS[1], ARGV[1])"
+    with a.client() as ca:
+        wait_publish_count(ca, ch, 1)
+        want = []
+        for i in range(40):
+            if i % 3 == 0:
+                r = ca.cmd("PUBLISH", ch, "p%d" % i)
+            elif i % 3 == 1:
+                r = ca.cmd("EVAL", script, "1", ch, "p%d" % i)
+            else:
+                ca.send(encode("PUBLISH", ch, "p%d" % i) + encode("EVAL", script, "1", ch, "q%d" % i)
+                        + encode("PUBLISH", ch, "r%d" % i))
+                r = ca.read_reply()
+                assert ca.read_reply() == r and ca.read_reply() == r
+                want += [b"p%d" % i, b"q%d" % i, b"r%d" % i]
+                continue
+            assert r == b":1\r\n", r
+            want.append(b"p%d" % i)
+    got = [m[2] for m in read_messages(s, len(want))]
+    assert got == want, "order differs: got %r; first difference at %r" % (got,
+        next(((i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w), (len(got), len(want))),)
+    assert nothing_more(s, 0.3) == []
+
+
+TRICKY = [
+    ("slash/in/channel", b"payload/with/slashes"),
+    ("..", b"."),
+    (".", b".."),
+    ("dots.and.more.", b"a.b.c."),
+    ("%2F-looks-encoded", b"%00%2F"),
+    ("unicode-\u00e9\u4e2d", "\u00e9\u4e2d\U0001f600".encode()),
+    ("nul\x00in-channel", b"\x00\x01\x02"),
+    ("crlf\r\n", b"\r\n\r\n"),
+    ("space channel", b" "),
+    ("empty-payload", b""),
+    ("name-max-boundary", b"x" * 384),
+    ("name-max-plus-one", b"y" * 385),
+    ("encoded-boundary", b"/" * 200),
+    ("long", bytes(range(256)) * 400),
+    ("a" * 500, b"long channel name"),
+]
+
+
+def test_tricky_channels_and_payloads_across_sidecars(zkresp_pair):
+    """Channel names and payloads that a znode name cannot hold as they are
+    (slashes, dots, NUL, non-ASCII, CRLF, empty, long) arrive byte for byte
+    on the other sidecar, for channel and pattern subscribers."""
+    a, b = zkresp_pair
+    p = harness.unique("tr") + ":"
+    chans = [p + c for c, _ in TRICKY]
+    s = subscribe(b, *chans)
+    sp = subscribe(b, p + "*", pattern=True)
+    with a.client() as ca:
+        for ch in chans:
+            wait_publish_count(ca, ch, 2)
+        nothing_more(s, 0.3)
+        nothing_more(sp, 0.1)
+        for ch, (_, payload) in zip(chans, TRICKY):
+            assert ca.cmd("PUBLISH", ch, payload) == b":2\r\n", ch
+    want = [(ch.encode(), payload) for ch, (_, payload) in zip(chans, TRICKY)]
+    got = [m[1:] for m in read_messages(s, len(want))]
+    assert got == want, [(g[0][:40], len(g[1])) for g in got]
+    gotp = [m[2:] for m in read_messages(sp, len(want))]
+    assert gotp == want, [(g[0][:40], len(g[1])) for g in gotp]
+
+
+GLOBS = ["h?llo", "h*llo", "h[ae]llo", "h[^e]llo", "h[a-b]llo", "h\\*llo", "*", "h*", "*o", "[", "h[", "\\",
+         "h[]llo", "*[*]*", "??", "h?*o", "[a-z]*[0-9]"]
+CHANNELS = ["hello", "hallo", "hillo", "hbllo", "h*llo", "hllo", "heeeello", "h", "[", "h[", "\\", "ho",
+            "x9", "Hello", "h]llo", "abc1", "a*b"]
+
+
+def test_pattern_matching_across_sidecars_as_redis(zkresp_pair, redis_ref):
+    """Glob patterns subscribed on B match A's publishes exactly as
+    redis-server matches them (the publisher decides where a message goes
+    from the patterns other sidecars registered)."""
+    a, b = zkresp_pair
+    p = harness.unique("glob") + ":"
+    pats = [p + g for g in GLOBS]
+    chans = [p + c for c in CHANNELS]
+    ref_sub = RawClient(redis_ref.port)
+    ref_sub.send(encode("PSUBSCRIBE", *pats))
+    for _ in pats:
+        ref_sub.read_reply()
+    expected = {}
+    with redis_ref.client() as rp:
+        for ch in chans:
+            expected[ch] = rp.cmd("PUBLISH", ch, "m")
+    n = sum(int(expected[c][1:-2]) for c in chans)
+    ref_frames = sorted(ref_sub.read_reply() for _ in range(n))
+    ref_sub.close()
+    assert n > len(chans), "the reference matched too little (%d) for this test to mean much" % n
+
+    s = subscribe(b, *pats, pattern=True)
+    ca = a.client()
+    probe = p + "hello"
+    wait_publish_count(ca, probe, int(expected[probe][1:-2]))
+    nothing_more(s, 0.3)
+    got = {ch: ca.cmd("PUBLISH", ch, "m") for ch in chans}
+    bad = {c[len(p):]: (expected[c], got[c]) for c in chans if expected[c] != got[c]}
+    assert not bad, "PUBLISH counts (redis-server, zkresp) differ for channels %r" % bad
+    frames = []
+    for _ in range(n):
+        try:
+            frames.append(s.read_reply(timeout=10))
+        except Exception:
+            break
+    assert sorted(frames) == ref_frames, "%d pmessages, %d expected" % (len(frames), n)
+    assert nothing_more(s, 0.3) == []
+
+
+def test_shard_channels_across_sidecars(zkresp_pair):
+    """SSUBSCRIBE on B receives SPUBLISH through A as smessage frames;
+    PUBLISH and SPUBLISH stay apart across sidecars too."""
+    a, b = zkresp_pair
+    p = harness.unique("sh") + ":"
+    ch = p + "s"
+    c = b.client(timeout=10)
+    c.send(encode("SSUBSCRIBE", ch))
+    assert c.read_reply() == b"*3\r\n$10\r\nssubscribe\r\n$%d\r\n%s\r\n:1\r\n" % (len(ch), ch.encode())
+    with a.client() as ca:
+        def counted():
+            r = ca.cmd("SPUBLISH", ch, "probe")
+            return r == b":1\r\n"
+        wait_for(counted, 10, 0.05, "SPUBLISH through A to count B's shard subscriber")
+        assert ca.cmd("PUBLISH", ch, "plain") == b":0\r\n"
+        assert ca.cmd("SPUBLISH", ch, "shard") == b":1\r\n"
+    frames = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        raw = c.read_reply(timeout=10)
+        if b"probe" not in raw:
+            frames.append(raw)
+            break
+    chan = b"$%d\r\n%s\r\n" % (len(ch), ch.encode())
+    assert frames == [b"*3\r\n$8\r\nsmessage\r\n" + chan + b"$5\r\nshard\r\n"], frames
+    assert nothing_more(c, 0.3) == []
 
 
 # ---------------------------------------------------------------- ZooKeeper cost
