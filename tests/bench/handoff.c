@@ -70,7 +70,9 @@
  *   zk_watch_*      with --zk-mntr: ZooKeeper watch events delivered during
  *                   the measured period (mntr zk_sum_node_*_watch_count,
  *                   which add the watchers each event triggers), per
- *                   release, and the server's zk_watch_count at the end
+ *                   release, and the server's zk_watch_count at the end;
+ *                   zk_reqs_per_handoff: requests the server received
+ *                   (zk_packets_received, pings included) per handoff
  *
  * One result line goes to stdout:
  *
@@ -891,7 +893,7 @@ static int ensure_path(zhandle_t *zh, const char *path)
 /* Watch numbers of a ZooKeeper server's mntr: the watchers triggered by
  * each kind of event since the server started, and the watches set now. */
 struct watch_stats {
-    long long created, deleted, changed, children, count;
+    long long created, deleted, changed, children, count, packets;
 };
 
 static int read_mntr(const char *addr, struct watch_stats *s)
@@ -926,10 +928,11 @@ static int read_mntr(const char *addr, struct watch_stats *s)
                                   "zk_sum_node_deleted_watch_count\t",
                                   "zk_sum_node_changed_watch_count\t",
                                   "zk_sum_node_children_watch_count\t",
-                                  "zk_watch_count\t"};
-    long long *vals[] = {&s->created, &s->deleted, &s->changed, &s->children,
-                         &s->count};
-    for (int i = 0; i < 5; i++) {
+                                  "zk_watch_count\t",
+                                  "zk_packets_received\t"};
+    long long *vals[] = {&s->created,  &s->deleted, &s->changed,
+                         &s->children, &s->count,   &s->packets};
+    for (int i = 0; i < 6; i++) {
         const char *p = strstr(buf, names[i]);
         if (p == NULL)
             return -1;
@@ -1206,11 +1209,14 @@ int main(int argc, char **argv)
             printf(" zk_watch_events=%lld zk_watch_events_per_release=%.2f "
                    "zk_wev_created=%.2f zk_wev_deleted=%.2f "
                    "zk_wev_changed=%.2f zk_wev_children=%.2f "
-                   "zk_watch_count=%lld",
+                   "zk_watch_count=%lld zk_reqs_per_handoff=%.2f",
                    ev, (double)ev / r, (double)(w1.created - w0.created) / r,
                    (double)(w1.deleted - w0.deleted) / r,
                    (double)(w1.changed - w0.changed) / r,
-                   (double)(w1.children - w0.children) / r, w1.count);
+                   (double)(w1.children - w0.children) / r, w1.count,
+                   handoffs
+                       ? (double)(w1.packets - w0.packets) / (double)handoffs
+                       : -1.0);
         } else {
             printf(" zk_watch_events=n/a zk_watch_events_per_release=n/a");
         }

@@ -818,6 +818,9 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
         "$(ho_val ho-zk22 errors) ($(ho_val ho-zk22 tryagain)) 2+2," \
         "$(ho_val ho-zk26 errors) ($(ho_val ho-zk26 tryagain)) 2+6;" \
         "redis-server $(ho_val ho-redis errors); raw $(ho_val ho-raw errors)."
+    echo "  ZooKeeper requests per handoff (mntr zk_packets_received): zkresp" \
+        "$(ho_val ho-zk44 zk_reqs_per_handoff %.1f) (4+4), $(ho_val ho-zk8 zk_reqs_per_handoff %.1f) (8);" \
+        "raw $(ho_val ho-raw zk_reqs_per_handoff %.1f)."
     echo "  Overlaps (an acquire answered nil while another waiter held): zkresp" \
         "$(ho_val ho-zk44 overlaps) (4+4), $(ho_val ho-zk8 overlaps) (8)," \
         "$(ho_val ho-zk22 overlaps) (2+2), $(ho_val ho-zk26 overlaps) (2+6);" \
