@@ -278,3 +278,38 @@ def test_first_subscribers_of_a_fresh_sidecar_behind_a_slow_link(make_proxy, mak
             "trial %d, right after SUBSCRIBE on a fresh sidecar: PUBLISH answered %r, the script %r; received %r" % (
                 trial, r_plain, r_script, got)
         b.close()
+
+
+def test_no_made_up_unlock_while_the_lock_is_still_held(make_proxy, make_zkresp, zk):
+    """The made-up message after a new session is for a lock that is free:
+    a waiter on B whose lock (Redisson's hash, key `name` for the channel
+    `redisson_lock__channel:{name}`) is still held through A is not woken
+    by B's session renewal; A's unlock then wakes it and its retry
+    acquires."""
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    name = harness.unique("held")
+    chan = "redisson_lock__channel:{%s}" % name
+    holder, waiter = Redisson(a), Redisson(b)
+    try:
+        assert acquire(holder, name, "h", lease=60000) == NULL
+        sub = subscribe(b, chan)
+        integer(acquire(waiter, name, "w", lease=60000), lo=45000, hi=60000)
+        _lose_session(b, proxy)
+        # Let the new session's interest and any make-up run.
+        time.sleep(1.5)
+        assert sub.is_closed(0) is False
+        stray = []
+        while True:
+            try:
+                stray.append(sub.read_reply(timeout=0.2))
+            except socket.timeout:
+                break
+        assert stray == [], "the waiter was woken while the lock is still held: %r (PTTL %r)" % (
+            stray, holder.cmd("PTTL", name))
+        assert unlock(holder, name, "h", lease=60000) == b":1\r\n"
+        v = decode_one(sub.read_reply(timeout=10))
+        assert v == [b"message", chan.encode(), b"0"], v
+        assert acquire(waiter, name, "w", lease=60000) == NULL
+    finally:
+        holder.close()
+        waiter.close()
