@@ -473,6 +473,78 @@ def test_shard_channels_across_sidecars(zkresp_pair):
     assert nothing_more(c, 0.3) == []
 
 
+def test_subscribers_come_and_go_while_publishing(zkresp_pair):
+    """While A publishes without pause (plain and script publishes),
+    subscribers on both sidecars subscribe and leave every way a client can
+    (UNSUBSCRIBE, RESET, QUIT, closing mid-stream): a steady subscriber on B
+    misses nothing and sees A's order, both sidecars live on, and the count
+    settles back to the steady subscriber alone."""
+    a, b = zkresp_pair
+    p = harness.unique("churn") + ":"
+    ch = p + "c"
+    steady = subscribe(b, ch)
+    with a.client() as ca:
+        wait_publish_count(ca, ch, 1)
+    stop = threading.Event()
+    sent, errors = [], []
+    script = "return redis.call('publish', KEYS[1], ARGV[1])"
+
+    def publisher():
+        try:
+            with a.client() as c:
+                i = 0
+                while not stop.is_set():
+                    m = "m%d" % i
+                    r = c.cmd("PUBLISH", ch, m) if i % 2 else c.cmd("EVAL", script, "1", ch, m)
+                    if not r.startswith(b":"):
+                        errors.append(r)
+                    sent.append(m.encode())
+                    i += 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    def churn(z, k):
+        try:
+            for i in range(30):
+                c = z.client(timeout=10)
+                if (i + k) % 3 == 0:
+                    assert c.cmd("HELLO", "3").startswith(b"%")
+                c.send(encode("SUBSCRIBE", ch, p + "other"))
+                c.send(encode("PSUBSCRIBE", p + "*"))
+                c.read_reply()
+                how = (i + k) % 4
+                if how == 0:
+                    c.send(encode("UNSUBSCRIBE") + encode("PUNSUBSCRIBE") + encode("PING"))
+                elif how == 1:
+                    c.send(encode("RESET"))
+                elif how == 2:
+                    c.send(encode("QUIT"))
+                time.sleep(0.02 * (i % 3))
+                c.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append("churn %d: %r" % (k, e))
+
+    pub = threading.Thread(target=publisher)
+    pub.start()
+    ts = [threading.Thread(target=churn, args=(z, k)) for k, z in enumerate((a, b, a, b))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    time.sleep(0.2)
+    stop.set()
+    pub.join(30)
+    assert not errors, errors[:5]
+    assert a.alive() and b.alive()
+    assert len(sent) > 50, "too few publishes (%d) during the churn to mean much" % len(sent)
+    got = [m[2] for m in read_messages(steady, len(sent), timeout=20)]
+    assert got == sent, "the steady subscriber got %d of %d messages; first difference %r" % (
+        len(got), len(sent), next(((i, g, w) for i, (g, w) in enumerate(zip(got, sent)) if g != w), None))
+    with a.client() as ca, b.client() as cb:
+        wait_publish_count(ca, ch, 1, what="the count to settle back to the steady subscriber (from A)")
+        wait_publish_count(cb, ch, 1, what="the count to settle back to the steady subscriber (from B)")
+
+
 # ---------------------------------------------------------------- ZooKeeper cost
 
 def test_unlistened_channel_costs_no_zookeeper_write(make_zk, make_proxy, make_zkresp):
