@@ -313,3 +313,34 @@ def test_no_made_up_unlock_while_the_lock_is_still_held(make_proxy, make_zkresp,
     finally:
         holder.close()
         waiter.close()
+
+
+def test_publisher_session_renewal_rebuilds_its_view(make_proxy, make_zkresp, zk):
+    """The publishing sidecar A (behind the proxy this time) loses its
+    session; meanwhile subscribers on B change (one channel left, another
+    joined, a pattern added).  After A's new session, A's PUBLISH counts
+    and routes by the current subscribers, not the ones it knew."""
+    proxy = make_proxy(zk)
+    b = make_zkresp(session_timeout=SESSION_MS)
+    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=SESSION_MS, request_timeout=1000)
+    p = harness.unique("pub") + ":"
+    old, new = p + "old", p + "new"
+    s_old = subscribe(b, old)
+    ca = a.client()
+    wait_publish_count(ca, old, 1)
+    wait_publish_count(ca, new, 0)
+    sid = a.session_id()
+    proxy.blackhole(True)
+    s_old.send(encode("UNSUBSCRIBE", old))
+    s_old.read_reply()
+    s_new = subscribe(b, new)
+    s_pat = subscribe(b, p + "n*", pattern=True)
+    time.sleep(SESSION_MS / 1000.0 + 1.5)
+    proxy.blackhole(False)
+    wait_for(lambda: a.zk_state() == "connected" and a.session_id() != sid, 20, 0.1,
+             "A to run on a new ZooKeeper session")
+    wait_publish_count(ca, new, 2, what="A to count B's new subscribers after its new session")
+    wait_publish_count(ca, old, 0, what="A to stop counting B's old subscriber after its new session")
+    wait_flowing(ca, new, [("B new", s_new), ("B pattern", s_pat)])
+    _check_delivery(ca, new, [("B new", s_new), ("B pattern", s_pat)], 2, "after-")
+    assert ca.cmd("PUBLISH", old, "gone") == b":0\r\n"
