@@ -239,6 +239,39 @@ def test_publish_counts_both_sidecars(zkresp_pair):
     wait_publish_count(cb, ch, 0)
 
 
+def test_three_sidecars(make_zkresp):
+    """Subscribers on B and C, publishers on A and B: each message reaches
+    every sidecar's subscribers once, counts add up over three sidecars."""
+    a = make_zkresp()
+    b = make_zkresp(root=a.root)
+    c = make_zkresp(root=a.root)
+    p = harness.unique("three") + ":"
+    ch = p + "c"
+    sb1, sb2 = subscribe(b, ch), subscribe(b, ch)
+    sc = subscribe(c, ch)
+    sc_pat = subscribe(c, p + "*", pattern=True)
+    ca, cb = a.client(), b.client()
+    wait_publish_count(ca, ch, 4)
+    wait_publish_count(cb, ch, 4)
+    for i in range(30):
+        assert ca.cmd("PUBLISH", ch, "a%d" % i) == b":4\r\n"
+        assert cb.cmd("PUBLISH", ch, "b%d" % i) == b":4\r\n"
+    for name, s in (("B1", sb1), ("B2", sb2), ("C", sc), ("C pattern", sc_pat)):
+        got = [m[-1] for m in read_messages(s, 60)]
+        for tag in (b"a", b"b"):
+            seq = [g for g in got if g.startswith(tag)]
+            assert seq == [tag + b"%d" % i for i in range(30)], "%s, publisher %r: %r" % (name, tag, seq)
+        assert nothing_more(s, 0.2) == [], name
+    sc.close()
+    sc_pat.close()
+    wait_publish_count(ca, ch, 2, what="C's subscribers to stop being counted")
+    c.close()
+    wait_publish_count(ca, ch, 2)
+    assert ca.cmd("PUBLISH", ch, "last") == b":2\r\n"
+    for s in (sb1, sb2):
+        assert [m[-1] for m in read_messages(s, 1)] == [b"last"]
+
+
 # ---------------------------------------------------------------- ioredis
 
 def test_ioredis_resp3_subscribers_across_sidecars(zkresp_pair):
