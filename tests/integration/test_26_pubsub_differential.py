@@ -49,6 +49,13 @@ class C:
         self.unordered, self.sort_array = unordered, sort_array
 
 
+class pipeline(tuple):
+    """Several commands sent in one write."""
+
+    def __new__(cls, *cmds):
+        return tuple.__new__(cls, cmds)
+
+
 class R(C):
     """Read n frames (messages) from `conn` without sending anything."""
 
@@ -78,7 +85,11 @@ def _describe(step):
     if isinstance(step, Sleep):
         return "(sleep %d ms)" % step.ms
     if step.cmd is None:
-        return "[%s] read %d" % (step.conn, step.n)
+        return "[%s] read %r" % (step.conn, step.n)
+    if isinstance(step.cmd, bytes):
+        return "[%s] inline %r" % (step.conn, step.cmd[:80])
+    if isinstance(step.cmd, pipeline):
+        return "[%s] pipeline %s" % (step.conn, " | ".join(step.cmd))
     cmd = step.cmd if isinstance(step.cmd, str) else " ".join(
         a if isinstance(a, str) else repr(a[:40]) for a in step.cmd)
     return "[%s] %s" % (step.conn, cmd)
@@ -193,7 +204,12 @@ def run_seq(port, conns, steps, proto, prefix):
             c = clients[step.conn]
             frames = []
             try:
-                if step.cmd is not None:
+                if isinstance(step.cmd, pipeline):
+                    c.send(b"".join(encode(*_args(cmd, prefix)) for cmd in step.cmd))
+                elif isinstance(step.cmd, bytes):
+                    # An inline command: "@" becomes the prefix.
+                    c.send(step.cmd.replace(b"@", prefix.encode()))
+                elif step.cmd is not None:
                     c.send(encode(*_args(step.cmd, prefix)))
                 n = step.n[protos[step.conn]] if isinstance(step.n, dict) else step.n
                 for _ in range(n):
@@ -479,6 +495,19 @@ seq("payloads", S2, [
     C("p", ["PUBLISH", "@crlf\r\n", "\r\n"]), R("s"),
     C("s", ["PSUBSCRIBE", "@bin*"]),
     C("p", ["PUBLISH", "@bin\x00ch", b"\xff" * 3000]), R("s", 2),
+])
+
+seq("pipelined_and_inline", S2, [
+    C("s", pipeline("SUBSCRIBE @a @b", "PING", "GET @k", "UNSUBSCRIBE @a @b", "GET @k", "PING"),
+      8),
+    C("s", pipeline("SUBSCRIBE @a", "PUBLISH @a self", "UNSUBSCRIBE", "PUBLISH @a self2"), {2: 4, 3: 5}),
+    C("s", b"SUBSCRIBE @c\r\n"),
+    C("s", b"PING\r\n"),
+    C("s", b"PING inline\r\n"),
+    C("s", b"GET @k\r\n"),
+    C("p", "PUBLISH @c x"), R("s"),
+    C("s", b"UNSUBSCRIBE\r\n"),
+    C("s", b"GET @k\r\n"),
 ])
 
 # RESP3 only: a connection mixes commands and subscriptions; its own
