@@ -138,9 +138,14 @@ def test_lock_delay(make_zkresp, kz):
     assert held_back >= delay_ms / 1000.0 - 0.3, "free again after %.2f s" % held_back
     assert held_back < delay_ms / 1000.0 + 3
     assert rb.get("lock:x") == b"t6"
-    # After the delay all is normal again.
+    # After the delay all is normal again, and the new holder is covered:
+    # its marker (written in the background) carries its fencing token.
     assert rb.delete("lock:x") == 1
     assert rb.set("lock:x", "t7", nx=True, px=30000)
+    _, stat = harness.key_stat(kz, a.root, "lock:x")
+    marker = a.root + "/ld/" + harness.keyenc.encode(path)
+    harness.wait_for(lambda: kz.exists(marker) and kz.get(marker)[0] == str(stat.czxid).encode(),
+                     10, what="the new holder's lock-delay marker")
 
 
 def test_audit_log(make_zkresp):
