@@ -5,9 +5,10 @@
 -- (release), expired by its TTL (expire), or lost (the session ended, or
 -- another client deleted or overwrote it), with who did it (the client's
 -- address, AUTH user and name), the value (the lock token) and the fencing
--- token (the znode's czxid).  Lines go to zkresp's log (stderr) and, when
--- the environment variable ZKRESP_AUDIT_FILE names a file, are appended to
--- it as well.
+-- token (the znode's czxid).  Lines go to zkresp's log (stderr); when the
+-- environment variable ZKRESP_AUDIT_FILE names a file, they are appended to
+-- it; when ZKRESP_AUDIT_CHANNEL names a pub/sub channel, each line is
+-- PUBLISHed there (subscribers on any sidecar receive it).
 --
 -- The hooks run after the event, in the background: they never delay a
 -- reply, and a failure here (a full disk) only shows in the log.
@@ -15,6 +16,7 @@
 local policy = {}
 
 local FILE = os.getenv("ZKRESP_AUDIT_FILE")
+local CHANNEL = os.getenv("ZKRESP_AUDIT_CHANNEL")
 
 local function quote(s)
     s = tostring(s)
@@ -45,6 +47,9 @@ local function record(event, key, info)
             f:write(string.format("ts=%.3f ", host.wall() / 1000), line, "\n")
             f:close()
         end
+    end
+    if CHANNEL then
+        require("pubsub").publish("c", CHANNEL, line)
     end
 end
 

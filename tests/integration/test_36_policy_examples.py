@@ -151,7 +151,11 @@ def test_lock_delay(make_zkresp, kz):
 def test_audit_log(make_zkresp):
     d = harness.new_dir("audit")
     audit = os.path.join(d, "audit.log")
-    z = make_zkresp(extra=["--policy", example("audit")], env=env_with(ZKRESP_AUDIT_FILE=audit))
+    z = make_zkresp(extra=["--policy", example("audit")],
+                    env=env_with(ZKRESP_AUDIT_FILE=audit, ZKRESP_AUDIT_CHANNEL="audit"))
+    sub = z.redis().pubsub()
+    sub.subscribe("audit")
+    assert sub.get_message(timeout=5)["type"] == "subscribe"
     r = z.redis(client_name="billing")
     lk = r.lock("lock:invoice", timeout=30)
     assert lk.acquire(blocking=False)
@@ -169,8 +173,16 @@ def test_audit_log(make_zkresp):
     fence = acq[0].split("fence=")[1].split()[0]
     assert int(fence) > 0 and ("fence=" + fence) in rel[0]
     assert any("event=expire key=lock:short" in l for l in lines)
-    # The same lines are in zkresp's log.
+    # The same lines are in zkresp's log, and were published.
     assert "audit event=acquire key=lock:invoice" in z.log_tail(500)
+    got = []
+    harness.wait_for(lambda: (got.append(sub.get_message(timeout=0.2)) or
+                              any(m and b"event=expire key=lock:short" in m["data"] for m in got)),
+                     10, what="the published audit lines")
+    published = [m["data"].decode() for m in got if m and m["type"] == "message"]
+    assert published[0] == acq[0].split(" ", 1)[1], (published, acq)
+    assert any("event=release key=lock:invoice" in p for p in published)
+    sub.close()
 
 
 def test_lockinfo(make_zkresp, kz):
