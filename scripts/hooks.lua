@@ -39,7 +39,7 @@ H.HOOKS = {
     default_ttl = "function", authorize = "function", authenticate = "function",
     before_acquire = "function", on_acquire = "function", on_release = "function",
     on_expire = "function", on_lost = "function", self_check = "function",
-    keys_limit = "number", commands = "table", name = "string",
+    keys_limit = "number", commands = "table",
 }
 
 local DEFAULTS = {

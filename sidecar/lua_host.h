@@ -32,6 +32,9 @@
  *     M.on_watch(event, path)
  *                           runs in a fresh coroutine when a watch fires:
  *                           "created", "deleted", "changed", "child".
+ *     M.authenticate(user, password, addr), M.policy_info()
+ *                           called on the main state, outside any command
+ *                           (lua_host_authenticate, lua_host_policy_info)
  *
  *   Reply values (what M.dispatch returns):
  *     nil or host.null  -> null bulk ($-1 / _)     false -> null bulk
