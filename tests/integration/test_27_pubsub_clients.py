@@ -1,17 +1,25 @@
-"""Tier 27: pub/sub across two zkresp sidecars on one ZooKeeper and one
---root, with real clients (issue 4, DESIGN.md "Pub/Sub").
+"""Tier 27: pub/sub across zkresp sidecars on one ZooKeeper and one --root,
+with real clients (issue 4, DESIGN.md "Pub/Sub").
 
 - redis-py (RESP2) channel and pattern subscribers on sidecar B (and one on
   A) receive what two publishers on A publish, every message, in each
-  publisher's order, and PUBLISH counts the subscribers of both sidecars.
-- ioredis (RESP3 push frames) subscribers on B, through node/pubsub.js.
+  publisher's order, and PUBLISH counts the subscribers of both sidecars;
+  three sidecars likewise.
+- ioredis (RESP3 push frames) subscribers on B, through node/pubsub.js;
+  the exact RESP2 and RESP3 frames of a real redis-server.
+- One connection's plain, script and pipelined publishes keep their order;
+  channel names and payloads no znode name can hold as they are arrive byte
+  for byte; glob patterns match as redis-server matches them; shard
+  channels cross too; subscribers coming and going never disturb a steady
+  one.
 - A channel nobody on another sidecar listens to costs no ZooKeeper write
   (the server's last zxid and the publisher's requests through a proxy do
   not move); once B subscribes, publishes go through ZooKeeper and arrive;
   once B unsubscribes, they stop costing writes again.
 - A publish made by a script is part of its commit: nothing for a script
-  that errors after publishing, exactly one message per committed script,
-  even when contention makes scripts re-run.
+  that raises after publishing, exactly one message per committed script,
+  even when contention makes scripts re-run; and it reaches a subscription
+  answered just before on another sidecar.
 - Messages do not pile up in ZooKeeper.
 """
 
