@@ -13,7 +13,15 @@ on B (RESP2 channel and pattern subscribers, a RESP3 one).  Faults:
 - a Redisson waiter on B whose unlock message was published while B was
   partitioned: the lock channel's missed message is made up (the lock is
   re-checked) and the waiter's retry acquires;
-- a short cut of B's ZooKeeper connection (same session): delivery goes on.
+- a short cut of B's ZooKeeper connection (same session): delivery goes on;
+- the lock channel's make-up is for a free lock only: no message while the
+  lock is still held;
+- the publisher A's own session renewal: its view of B's subscribers is
+  rebuilt (one left, others joined meanwhile);
+- a sidecar killed (-9): its interest goes with its session, A stops
+  writing, its inbox is cleaned once a sidecar starts again on the root;
+- a freshly started sidecar 15 ms from ZooKeeper: its first subscribers
+  get A's first PUBLISH and script publish.
 """
 
 import os
