@@ -761,6 +761,15 @@ ho_val() {
     read -r m _ <<<"$(ho_stat value "$1" - "$2")"
     num "${3:-%.0f}" "$m"
 }
+# ho_total NAME KEY: the sum of KEY over NAME's runs (counts: errors,
+# overlaps, lost messages, timeouts), n/a when no run has it.
+ho_total() {
+    awk -v a="$1" -v k="$2" '$1 == a {
+        for (i = 3; i <= NF; i++)
+            if (substr($i, 1, length(k) + 1) == k "=" && substr($i, length(k) + 2) ~ /^[0-9]+$/) {
+                t += substr($i, length(k) + 2); f = 1 }
+    } END { if (f) printf "%d", t; else printf "n/a" }' "$tmp/results"
+}
 # ho_sum NAME K1 K2: the sum of two keys' medians (n/a when either is).
 ho_sum() {
     awk -v a="$(ho_val "$1" "$2" %.1f)" -v b="$(ho_val "$1" "$3" %.1f)" 'BEGIN {
@@ -801,30 +810,31 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
             "$(ho_p50 "$n" xwake)/$(ho_val "$n" xwake_p99_us)" \
             "$(ho_p50 "$n" sent_wake)/$(ho_val "$n" sent_wake_p99_us)" \
             "$(ho_p50 "$n" gap)/$(ho_val "$n" gap_p99_us)" \
-            "$(ho_val "$n" timeouts)" "$(ho_val "$n" lost)" "$cpu"
+            "$(ho_total "$n" timeouts)" "$(ho_total "$n" lost)" "$cpu"
     done
+    echo "  timeouts, lost, and the counts below: totals over the rounds."
     echo "  CPU us/ho: the server side's CPU per handoff (zkresp: both sidecars;"
     echo "  raw: the 8 clients); ZooKeeper's is in the result lines (zk_cpu_us_per_op)."
     echo "  Early wake-ups (before the release's reply was read): zkresp 4+4" \
         "$(ho_val ho-zk44 early) of $(ho_val ho-zk44 wake_n), raw" \
         "$(ho_val ho-raw early) of $(ho_val ho-raw wake_n) (medians)."
-    echo "  Messages: zkresp 4+4 $(ho_val ho-zk44 messages) received of" \
-        "$(ho_val ho-zk44 expected) published x subscribers (medians), made up by the" \
-        "sidecars: $(ho_val ho-zk44 sidecar_made_up) (4+4)," \
-        "$(ho_val ho-zk8 sidecar_made_up) (8)."
+    echo "  Messages: zkresp 4+4 $(ho_total ho-zk44 messages) received of" \
+        "$(ho_total ho-zk44 expected) published x subscribers (all rounds), made up by the" \
+        "sidecars: $(ho_total ho-zk44 sidecar_made_up) (4+4)," \
+        "$(ho_total ho-zk8 sidecar_made_up) (8)."
     echo "  Errors (unexpected replies, retried; of which TRYAGAIN): zkresp" \
-        "$(ho_val ho-zk44 errors) ($(ho_val ho-zk44 tryagain)) 4+4," \
-        "$(ho_val ho-zk8 errors) ($(ho_val ho-zk8 tryagain)) 8," \
-        "$(ho_val ho-zk22 errors) ($(ho_val ho-zk22 tryagain)) 2+2," \
-        "$(ho_val ho-zk26 errors) ($(ho_val ho-zk26 tryagain)) 2+6;" \
-        "redis-server $(ho_val ho-redis errors); raw $(ho_val ho-raw errors)."
+        "$(ho_total ho-zk44 errors) ($(ho_total ho-zk44 tryagain)) 4+4," \
+        "$(ho_total ho-zk8 errors) ($(ho_total ho-zk8 tryagain)) 8," \
+        "$(ho_total ho-zk22 errors) ($(ho_total ho-zk22 tryagain)) 2+2," \
+        "$(ho_total ho-zk26 errors) ($(ho_total ho-zk26 tryagain)) 2+6;" \
+        "redis-server $(ho_total ho-redis errors); raw $(ho_total ho-raw errors)."
     echo "  ZooKeeper requests per handoff (mntr zk_packets_received): zkresp" \
         "$(ho_val ho-zk44 zk_reqs_per_handoff %.1f) (4+4), $(ho_val ho-zk8 zk_reqs_per_handoff %.1f) (8);" \
         "raw $(ho_val ho-raw zk_reqs_per_handoff %.1f)."
     echo "  Overlaps (an acquire answered nil while another waiter held): zkresp" \
-        "$(ho_val ho-zk44 overlaps) (4+4), $(ho_val ho-zk8 overlaps) (8)," \
-        "$(ho_val ho-zk22 overlaps) (2+2), $(ho_val ho-zk26 overlaps) (2+6);" \
-        "redis-server $(ho_val ho-redis overlaps); raw $(ho_val ho-raw overlaps)."
+        "$(ho_total ho-zk44 overlaps) (4+4), $(ho_total ho-zk8 overlaps) (8)," \
+        "$(ho_total ho-zk22 overlaps) (2+2), $(ho_total ho-zk26 overlaps) (2+6);" \
+        "redis-server $(ho_total ho-redis overlaps); raw $(ho_total ho-raw overlaps)."
     echo
     echo "  Watch events per unlock (ZooKeeper's mntr: watchers triggered, all"
     echo "  event types, over the measured period / unlocks in it)"
