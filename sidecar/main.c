@@ -67,11 +67,17 @@ static void finish_shutdown(void)
     uv_stop(app.loop);
 }
 
+/* The grace period: until no command runs and, while the session is
+ * connected, no ZooKeeper request of background work (a policy
+ * notification's write, pub/sub bookkeeping) is in flight either -- the
+ * library never completes a request still in flight at zookeeper_close, and
+ * that work would be lost. */
 static void on_drain(uv_timer_t *t)
 {
     (void)t;
     size_t left = lua_host_running(app.lua);
-    if (left == 0 || zk_now() >= app.shutdown_deadline) {
+    size_t zk_left = zk_connected(app.zk) ? zk_inflight(app.zk) : 0;
+    if ((left == 0 && zk_left == 0) || zk_now() >= app.shutdown_deadline) {
         if (left)
             log_warn("shutdown.grace_expired", "commands_abandoned=%zu", left);
         finish_shutdown();
