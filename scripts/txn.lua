@@ -32,7 +32,7 @@ local errors = require "errors"
 
 local T = {}
 
-T.MAX_ATTEMPTS = 10
+T.MAX_ATTEMPTS = 50  -- the deadline (zk-request-timeout) bounds it first under a herd
 
 local Txn = {}
 Txn.__index = Txn
