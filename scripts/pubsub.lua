@@ -142,6 +142,10 @@ local function reconcile_step(kind, name, st)
     local me = X .. "/" .. inst()
     local n = st.count  -- may change while this step waits
     if st.want and not st.have then
+        -- messages for this interest need our inbox
+        if not P.inbox_ready then
+            if not pcall(P.ensure_inbox) then return false end
+        end
         local bump = kind == "p" and dir("p") or X
         local ops = { { "create", me, tostring(n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
         if not st.exists_known then
@@ -405,7 +409,7 @@ local function route(kind, channel)
     local e = entry(kind, channel)
     local targets, n, checks = {}, 0, {}
     if e.present then
-        for who, k in pairs(e.remote) do targets[who] = true n = n + k end
+        for who, k in pairs(e.remote) do targets[who] = (targets[who] or 0) + k n = n + k end
         checks[#checks + 1] = { "check", node(kind, channel), e.version, ps = true }
     else
         checks[#checks + 1] = { "check", dir(kind), e.dirv, ps = true }
@@ -414,7 +418,7 @@ local function route(kind, channel)
         local pv = patterns()
         for pat, remote in pairs(pv.pats) do
             if U.glob(pat, channel) then
-                for who, k in pairs(remote) do targets[who] = true n = n + k end
+                for who, k in pairs(remote) do targets[who] = (targets[who] or 0) + k n = n + k end
             end
         end
         checks[#checks + 1] = { "check", dir("p"), pv.version, ps = true }
@@ -431,11 +435,14 @@ local function msg_name(kind, channel, payload)
     return kind:upper() .. ch .. "..", payload
 end
 
+-- Appends one message create per target sidecar; each op remembers how
+-- many subscribers it reaches (op.reach).
 local function message_ops(ops, kind, channel, payload, targets)
     local name, data = msg_name(kind, channel, payload)
     local n = 0
-    for who in pairs(targets) do
-        ops[#ops + 1] = { "create", inbox(who) .. "/" .. name, data, zk.EPHEMERAL | zk.SEQUENCE, ps = true }
+    for who, reach in pairs(targets) do
+        ops[#ops + 1] = { "create", inbox(who) .. "/" .. name, data, zk.EPHEMERAL | zk.SEQUENCE,
+                          ps = true, reach = reach }
         n = n + 1
     end
     return n
@@ -469,17 +476,24 @@ function P.publish(kind, channel, payload)
     local ops = {}
     message_ops(ops, kind, channel, payload, targets)
     local rc = zk.multi(ops)
-    if rc ~= zk.OK then
-        -- one inbox gone (its sidecar died): send to the others one by one
-        invalidate(kind, channel)
-        for _, op in ipairs(ops) do
-            local crc = zk.create(op[2], op[3], op[4])
-            if crc == zk.OK then P.stats.messages_sent = P.stats.messages_sent + 1 end
-        end
-    else
+    if rc == zk.OK then
         P.stats.messages_sent = P.stats.messages_sent + #ops
+        return n + remote
     end
-    return n + remote
+    -- One inbox gone (its sidecar died), or the message too large for
+    -- ZooKeeper: each on its own, counting only the subscribers reached.
+    invalidate(kind, channel)
+    for _, op in ipairs(ops) do
+        local crc = zk.create(op[2], op[3], op[4])
+        if crc == zk.OK then
+            P.stats.messages_sent = P.stats.messages_sent + 1
+            n = n + op.reach
+        else
+            host.log("warn", string.format("pubsub: a message on %q was not delivered to %s: rc %d",
+                                           channel, op[2]:match("/i/([^/]+)/") or "?", crc))
+        end
+    end
+    return n
 end
 
 -- Inside a script: the message waits for the script's commit.  Returns the
@@ -542,7 +556,9 @@ local function parse(name)
     end
 end
 
-local function ensure_inbox()
+-- Our presence (l/<instance>) and inbox, before any interest is
+-- registered (a sweeping sidecar removes inboxes without a presence).
+function P.ensure_inbox()
     for _, d in ipairs({ "c", "p", "s", "l" }) do
         local rc = zk.exists(dir(d))
         if rc == zk.NONODE then K.ensure_path(dir(d)) end
@@ -550,7 +566,9 @@ local function ensure_inbox()
     local rc = zk.create(presence(), "", zk.EPHEMERAL)
     if rc ~= zk.OK and rc ~= zk.NODEEXISTS then fail(rc, "create " .. presence()) end
     K.ensure_path(inbox())
+    P.inbox_ready = true
 end
+local ensure_inbox = P.ensure_inbox
 
 local function drain_once()
     local box = inbox()
@@ -823,19 +841,30 @@ P.SUBSCRIBED_OK = { subscribe = true, psubscribe = true, ssubscribe = true,
 ---------------------------------------------------------------------------
 -- Lock channels: a message that may have been missed is made up
 
--- The lock key whose release is announced on `channel`, or nil.
--- Redisson: redisson_lock__channel:<lock name>.
+-- The keys one of which is the lock whose release is announced on
+-- `channel`, or nil.  Redisson names the channel of lock `name`
+-- "redisson_lock__channel:{name}", and of a lock `{tag}...` (one with a
+-- hash tag already) "redisson_lock__channel:{tag}...".
 function P.lock_channel(channel)
-    local key = channel:match("^redisson_lock__channel:(.+)$")
-    return key
+    local rest = channel:match("^redisson_lock__channel:(.+)$")
+    if not rest then return nil end
+    local inner = rest:match("^{(.*)}$")
+    if inner then return { inner, rest } end
+    return { rest }
 end
 
+-- After a new session: a waiter on a lock channel whose lock is free may
+-- have missed the unlock; it is sent Redisson's unlock message.
 local function make_up()
     for ch in pairs(subs.c) do
-        local key = P.lock_channel(ch)
-        if key then
-            local ok, rec = pcall(K.read, key)
-            if ok and not rec.live and subs.c[ch] then
+        local keys = P.lock_channel(ch)
+        if keys then
+            local free = true
+            for _, key in ipairs(keys) do
+                local ok, rec = pcall(K.read, key)
+                if not ok or rec.live then free = false break end
+            end
+            if free and subs.c[ch] then
                 P.stats.made_up = P.stats.made_up + 1
                 deliver_local("c", ch, "0")
             end
@@ -907,7 +936,8 @@ end
 
 function P.on_session(event)
     if event == "new" then
-        -- the old session's interest and watches are gone
+        -- the old session's interest, presence and watches are gone
+        P.inbox_ready = false
         for _, kind in ipairs({ "c", "p", "s" }) do
             for name, st in pairs(interest[kind]) do
                 st.have = false
