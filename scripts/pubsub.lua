@@ -462,10 +462,21 @@ end
 -- arrival order.
 local PUBLISH_QUEUE = "\0pubsub"
 
+-- A payload over the value cap (--max-value-len) reaches this sidecar's
+-- subscribers only: ZooKeeper would drop the connection over a request
+-- larger than its jute.maxbuffer.
+local function too_large(channel, payload)
+    if #payload + #channel <= K.max_value_len() then return false end
+    host.log("warn", string.format("pubsub: a %d-byte message on %q stays on this sidecar (over max-value-len)",
+                                   #payload, channel))
+    return true
+end
+
 function P.publish(kind, channel, payload)
     local held <close> = queue.hold({ PUBLISH_QUEUE })
     P.stats.published = P.stats.published + 1
     local n = deliver_local(kind, channel, payload)
+    if too_large(channel, payload) then return n end
     local ok, targets, remote = pcall(route, kind, channel)
     if not ok then
         host.log("debug", "pubsub: no route for " .. channel .. ": " ..
@@ -499,7 +510,8 @@ end
 -- Inside a script: the message waits for the script's commit.  Returns the
 -- count PUBLISH answers.
 function P.publish_buffered(t, kind, channel, payload)
-    local targets, remote, checks = route(kind, channel)
+    local targets, remote, checks = {}, 0, {}
+    if not too_large(channel, payload) then targets, remote, checks = route(kind, channel) end
     t.publishes = t.publishes or {}
     t.publishes[#t.publishes + 1] = { kind = kind, channel = channel, payload = payload,
                                       targets = targets, checks = checks }

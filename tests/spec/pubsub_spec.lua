@@ -71,6 +71,17 @@ describe("pub/sub", function()
         assert.equal(0, writes(W, from))
     end)
 
+    it("keeps a message over max-value-len on its own sidecar", function()
+        b:call_as(7, "SUBSCRIBE", "big")
+        a:call_as(3, "SUBSCRIBE", "big")
+        local from = #W.ops
+        local huge = string.rep("x", 300 * 1024)
+        assert.equal(1, a:call("PUBLISH", "big", huge))
+        assert.equal(0, writes(W, from))
+        assert.equal(huge, a.pushed[3][1].push[3])
+        assert.equal(2, a:call("PUBLISH", "big", "small"))
+    end)
+
     it("sends a script's message only when the script commits", function()
         b:call_as(7, "SUBSCRIBE", "ch")
         local r = a:call("EVAL", "redis.call('set', KEYS[1], 'v'); redis.call('publish', 'ch', 'bad'); " ..
