@@ -159,8 +159,21 @@ local function wrap(p)
     local w = { keys_limit = p.keys_limit }
     local key_path, lifetime, ttl = p.key_path, p.lifetime, p.ttl
     local default_ttl, before_acquire = p.default_ttl, p.before_acquire
+    -- A command asks for its key's path several times (its queue, its read,
+    -- its write); the answer is the same every time (the contract), so the
+    -- last one is kept per command.
+    local memo = setmetatable({}, { __mode = "k" })
     w.key_path = key_path and function(key)
-        return (call("key_path", key_path, key, H.client()))
+        local co = coroutine.running()
+        local m = memo[co]
+        if m and m[1] == key then return m[2] end
+        local path = call("key_path", key_path, key, H.client())
+        if m then
+            m[1], m[2] = key, path
+        else
+            memo[co] = { key, path }
+        end
+        return path
     end or DEFAULTS.key_path
     w.lifetime = lifetime and function(key, vtype, ttl_ms)
         return (call("lifetime", lifetime, key, vtype, ttl_ms, H.client()))
