@@ -19,6 +19,8 @@ local M = {}
 
 local pubsub = require "pubsub"
 
+local watch_events = 0  -- ZooKeeper watch events received (for /metrics)
+
 local builtin = {}
 for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "eval", "cmd_policy" }) do
     for name, spec in pairs(require(mod)) do
@@ -193,11 +195,13 @@ function M.stats()
         pubsub_messages_sent_total = pubsub.stats.messages_sent,
         pubsub_messages_received_total = pubsub.stats.messages_received,
         pubsub_made_up_total = pubsub.stats.made_up,
+        zookeeper_watch_events_total = watch_events,
     }
 end
 
 -- A watch left by keyspace.lua fired (see sidecar/lua_host.h).
 function M.on_watch(event, path)
+    watch_events = watch_events + 1
     if pubsub.on_watch(event, path) then return end
     K.on_watch(event, path)
 end

@@ -159,6 +159,7 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
     assert "zkresp_lua_script_commits_total" in after_text
     assert "zkresp_lua_script_retries_total" in after_text
     assert "zkresp_lua_pubsub_published_total" in after_text
+    assert "zkresp_lua_zookeeper_watch_events_total" in after_text
     # Label values stay a closed set: the unknown command is not a label.
     assert "nosuchcommand" not in after_text.lower()
 
@@ -183,6 +184,17 @@ def test_lua_counters_move(make_zkresp):
         val(before, "zkresp_lua_pubsub_published_total") == 3
     assert val(after, "zkresp_lua_script_commits_total") - \
         val(before, "zkresp_lua_script_commits_total") >= 1
+    # A key this sidecar wrote is watched; a change through another client
+    # fires that watch.
+    assert c.cmd("SET", "w", "1", "PX", "60000") == b"+OK\r\n"
+    other = z.client()
+
+    def watched():
+        assert other.cmd("SET", "w", "2", "PX", "60000") == b"+OK\r\n"
+        now = parse(scrape(z.mport))
+        return val(now, "zkresp_lua_zookeeper_watch_events_total") > \
+            val(after, "zkresp_lua_zookeeper_watch_events_total")
+    harness.wait_for(watched, 10, 0.1, "a watch event counted")
 
 
 def test_protocol_errors_and_rejections_counted(make_zkresp):
