@@ -367,6 +367,9 @@ local function entry(kind, channel)
         e = { absent = true, dirv = d }
     elseif rc == zk.OK then
         e = { present = true, version = stat.version, remote = remote_counts(X, names) }
+        -- left empty by sidecars that died: removed after the grace period
+        -- (the version check spares it if someone subscribes meanwhile)
+        if #names == 0 then gc_queue[X] = gc_queue[X] or host.now() + P.GC_DELAY_MS end
     else
         fail(rc, "children " .. X)
     end

@@ -71,6 +71,19 @@ describe("pub/sub", function()
         assert.equal(0, writes(W, from))
     end)
 
+    it("removes a channel's node some time after its last subscriber left", function()
+        b:call_as(7, "SUBSCRIBE", "gone")
+        assert.is_table(W:node("/zkresp/ps/c/gone"))
+        b:call_as(7, "UNSUBSCRIBE", "gone")
+        W:advance(1000)
+        assert.is_table(W:node("/zkresp/ps/c/gone"))   -- kept a while: a waiter often comes back
+        W:advance(65000)
+        assert.is_nil(W:node("/zkresp/ps/c/gone"))
+        -- and subscribing again works from scratch
+        b:call_as(7, "SUBSCRIBE", "gone")
+        assert.equal(1, a:call("PUBLISH", "gone", "again"))
+    end)
+
     it("keeps a message over max-value-len on its own sidecar", function()
         b:call_as(7, "SUBSCRIBE", "big")
         a:call_as(3, "SUBSCRIBE", "big")
