@@ -32,6 +32,7 @@ import time
 import harness
 from harness import wait_for
 from resp import decode_one, encode
+from pubsub_helpers import subscribe, wait_publish_count
 
 # Redisson's lock scripts, sent raw, as tier 24 sends them.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
@@ -40,29 +41,8 @@ from test_24_redisson import NULL, Redisson, acquire, unlock, integer  # noqa: E
 SESSION_MS = 2000
 
 
-def subscribe(z, *channels, pattern=False, proto=2):
-    c = z.client(timeout=10)
-    if proto == 3:
-        assert c.cmd("HELLO", "3").startswith(b"%")
-    c.send(encode("PSUBSCRIBE" if pattern else "SUBSCRIBE", *channels))
-    for ch in channels:
-        v = decode_one(c.read_reply())
-        assert v[0] == (b"psubscribe" if pattern else b"subscribe") and v[1] == ch.encode(), v
-    return c
 
 
-def wait_publish_count(client, channel, want, timeout=15.0, what=None):
-    """Publishes probes ("probe") until PUBLISH answers want."""
-    last = []
-
-    def ok():
-        r = client.cmd("PUBLISH", channel, "probe")
-        last[:] = [r]
-        return r == b":%d\r\n" % want
-    try:
-        wait_for(ok, timeout, 0.05, what or "PUBLISH %s to count %d subscribers" % (channel, want))
-    except AssertionError as e:
-        raise AssertionError("%s; last reply %r" % (e, last[0] if last else None))
 
 
 def payloads(c, n, timeout=10.0, prefix=b""):

@@ -35,6 +35,7 @@ import pytest
 import harness
 from harness import RawClient, wait_for
 from resp import encode, decode_one
+from pubsub_helpers import subscribe, wait_publish_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_SCRIPT = os.path.join(HERE, "node", "pubsub.js")
@@ -42,19 +43,6 @@ NODE_SCRIPT = os.path.join(HERE, "node", "pubsub.js")
 
 # ---------------------------------------------------------------- helpers
 
-def wait_publish_count(client, channel, want, timeout=10.0, what=None):
-    """Publishes probe messages ("probe...") through client (a RawClient)
-    until PUBLISH answers want: the other sidecar's interest is known."""
-    last = []
-
-    def ok():
-        r = client.cmd("PUBLISH", channel, "probe")
-        last[:] = [r]
-        return r == b":%d\r\n" % want
-    try:
-        wait_for(ok, timeout, 0.05, what or "PUBLISH %s to count %d subscribers" % (channel, want))
-    except AssertionError as e:
-        raise AssertionError("%s; last reply %r" % (e, last[0] if last else None))
 
 
 def message_of(raw):
@@ -104,15 +92,6 @@ def nothing_more(c, wait=0.5):
             extra.append(raw)
 
 
-def subscribe(z, *channels, pattern=False, proto=2):
-    c = z.client(timeout=10)
-    if proto == 3:
-        assert c.cmd("HELLO", "3").startswith(b"%")
-    c.send(encode("PSUBSCRIBE" if pattern else "SUBSCRIBE", *channels))
-    for ch in channels:
-        v = decode_one(c.read_reply())
-        assert v[0] == (b"psubscribe" if pattern else b"subscribe") and v[1] == ch.encode(), v
-    return c
 
 
 def zxid(zk):
