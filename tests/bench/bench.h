@@ -203,14 +203,14 @@ static inline void bench_pids_print(const struct bench_pids *p, FILE *out,
     }
 }
 
-/* The value of `zk_packets_received` in a ZooKeeper server's `mntr` answer
- * (every request of every client, pings included), or -1 when the server
- * cannot be asked.  addr is "IPv4:port".  Blocks for one round trip. */
-static inline long long bench_zk_packets(const char *addr)
+/* Reads a ZooKeeper server's `mntr` answer into buf (NUL terminated).
+ * addr is "IPv4:port".  Returns 0, or -1 when the server cannot be asked.
+ * Blocks for one round trip. */
+static inline int bench_zk_mntr(const char *addr, char *buf, size_t cap)
 {
-    char host[64], buf[8192];
+    char host[64];
     const char *colon = addr ? strrchr(addr, ':') : NULL;
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host))
+    if (cap == 0 || colon == NULL || (size_t)(colon - addr) >= sizeof(host))
         return -1;
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
@@ -218,7 +218,7 @@ static inline long long bench_zk_packets(const char *addr)
                              .sin_port = htons((uint16_t)atoi(colon + 1))};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return -1;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
     struct timeval tv = {2, 0};
@@ -228,17 +228,59 @@ static inline long long bench_zk_packets(const char *addr)
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
         write(fd, "mntr", 4) == 4) {
         ssize_t n;
-        while (len < sizeof(buf) - 1 &&
-               (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        while (len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
             len += (size_t)n;
     }
     close(fd);
     buf[len] = '\0';
-    const char *p = strstr(buf, "zk_packets_received\t");
-    if (p == NULL)
-        return -1;
-    return strtoll(p + strlen("zk_packets_received\t"), NULL, 10);
+    return len > 0 ? 0 : -1;
 }
+
+/* The number after `name` (e.g. "zk_packets_received") in an mntr answer,
+ * or -1. */
+static inline long long bench_mntr_value(const char *mntr, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(mntr, name); p; p = strstr(p + 1, name))
+        if ((p == mntr || p[-1] == '\n') && p[n] == '\t')
+            return strtoll(p + n + 1, NULL, 10);
+    return -1;
+}
+
+/* The value of `zk_packets_received` in a ZooKeeper server's `mntr` answer
+ * (every request of every client, pings included), or -1 when the server
+ * cannot be asked. */
+static inline long long bench_zk_packets(const char *addr)
+{
+    char buf[8192];
+    if (bench_zk_mntr(addr, buf, sizeof buf) < 0)
+        return -1;
+    return bench_mntr_value(buf, "zk_packets_received");
+}
+
+#ifdef ZOOKEEPER_H_
+/* Creates every component of a persistent path; existing nodes are fine. */
+static inline int bench_zk_ensure_path(zhandle_t *zh, const char *path)
+{
+    char buf[256];
+    size_t len = strlen(path);
+    if (len >= sizeof(buf) || path[0] != '/')
+        return ZBADARGUMENTS;
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        int rc =
+            zoo_create(zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+        buf[i] = saved;
+        if (rc != ZOK && rc != ZNODEEXISTS)
+            return rc;
+    }
+    return ZOK;
+}
+#endif
 
 /* ZooKeeper requests per operation over the measured period, when the tool
  * was given --zk-mntr: appended to the result line as zk_reqs_per_op. */

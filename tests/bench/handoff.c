@@ -866,27 +866,6 @@ static void raw_start(struct rwaiter *w)
         raw_fail(w, "acreate", rc);
 }
 
-/* Creates every component of a persistent path; existing nodes are fine. */
-static int ensure_path(zhandle_t *zh, const char *path)
-{
-    char buf[256];
-    size_t len = strlen(path);
-    if (len >= sizeof(buf) || path[0] != '/')
-        return ZBADARGUMENTS;
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        int rc =
-            zoo_create(zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
-        buf[i] = saved;
-        if (rc != ZOK && rc != ZNODEEXISTS)
-            return rc;
-    }
-    return ZOK;
-}
 
 /* ------------------------------------------------------------ mntr */
 
@@ -898,45 +877,21 @@ struct watch_stats {
 
 static int read_mntr(const char *addr, struct watch_stats *s)
 {
-    char hostbuf[64], buf[16384];
-    const char *colon = addr ? strrchr(addr, ':') : NULL;
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(hostbuf))
+    char buf[16384];
+    if (bench_zk_mntr(addr, buf, sizeof buf) < 0)
         return -1;
-    memcpy(hostbuf, addr, (size_t)(colon - addr));
-    hostbuf[colon - addr] = '\0';
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)atoi(colon + 1))};
-    if (inet_pton(AF_INET, hostbuf, &sa.sin_addr) != 1)
-        return -1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct timeval tv = {2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    size_t len = 0;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        write(fd, "mntr", 4) == 4) {
-        ssize_t n;
-        while (len < sizeof(buf) - 1 &&
-               (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
-            len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = '\0';
-    static const char *names[] = {"zk_sum_node_created_watch_count\t",
-                                  "zk_sum_node_deleted_watch_count\t",
-                                  "zk_sum_node_changed_watch_count\t",
-                                  "zk_sum_node_children_watch_count\t",
-                                  "zk_watch_count\t",
-                                  "zk_packets_received\t"};
+    static const char *names[] = {"zk_sum_node_created_watch_count",
+                                  "zk_sum_node_deleted_watch_count",
+                                  "zk_sum_node_changed_watch_count",
+                                  "zk_sum_node_children_watch_count",
+                                  "zk_watch_count",
+                                  "zk_packets_received"};
     long long *vals[] = {&s->created,  &s->deleted, &s->changed,
                          &s->children, &s->count,   &s->packets};
     for (int i = 0; i < 6; i++) {
-        const char *p = strstr(buf, names[i]);
-        if (p == NULL)
+        *vals[i] = bench_mntr_value(buf, names[i]);
+        if (*vals[i] < 0)
             return -1;
-        *vals[i] = strtoll(p + strlen(names[i]), NULL, 10);
     }
     return 0;
 }
@@ -1105,7 +1060,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "handoff: no sessions with %s\n", zk);
             return 1;
         }
-        int rc = ensure_path(handles[0], root);
+        int rc = bench_zk_ensure_path(handles[0], root);
         if (rc != ZOK) {
             fprintf(stderr, "handoff: create %s: %s\n", root, zerror(rc));
             return 1;

@@ -163,27 +163,6 @@ static void start_pair(struct worker *w)
     }
 }
 
-/* Creates every component of a persistent path; existing nodes are fine. */
-static int ensure_path(const char *path)
-{
-    char buf[256];
-    size_t len = strlen(path);
-    if (len >= sizeof(buf) || path[0] != '/')
-        return ZBADARGUMENTS;
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        int rc =
-            zoo_create(zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
-        buf[i] = saved;
-        if (rc != ZOK && rc != ZNODEEXISTS)
-            return rc;
-    }
-    return ZOK;
-}
 
 static void sleep_until(uint64_t deadline_ns)
 {
@@ -291,7 +270,7 @@ int main(int argc, char **argv)
         zookeeper_close(zh);
         return 1;
     }
-    int rc = ensure_path(root);
+    int rc = bench_zk_ensure_path(zh, root);
     if (rc != ZOK) {
         fprintf(stderr, "zkraw: create %s: %s\n", root, zerror(rc));
         zookeeper_close(zh);
