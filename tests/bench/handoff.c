@@ -866,7 +866,6 @@ static void raw_start(struct rwaiter *w)
         raw_fail(w, "acreate", rc);
 }
 
-
 /* ------------------------------------------------------------ mntr */
 
 /* Watch numbers of a ZooKeeper server's mntr: the watchers triggered by

@@ -163,7 +163,6 @@ static void start_pair(struct worker *w)
     }
 }
 
-
 static void sleep_until(uint64_t deadline_ns)
 {
     for (;;) {
