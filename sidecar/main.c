@@ -57,8 +57,15 @@ static void register_command(void *arg, const char *name, int arity, int first,
     metrics_cmd_register(name, strlen(name));
 }
 
+/* Once: a second signal may arrive after the grace period ended it (Ctrl-C
+ * reaches the whole process group, and `make run` forwards a TERM too). */
+static int finished;
+
 static void finish_shutdown(void)
 {
+    if (finished)
+        return;
+    finished = 1;
     uv_timer_stop(&app.drain);
     server_close(&app.srv);
     zk_close(app.zk);
@@ -87,6 +94,8 @@ static void on_drain(uv_timer_t *t)
 static void on_terminate(uv_signal_t *h, int signum)
 {
     (void)h;
+    if (finished)
+        return;
     if (app.shutting_down) {
         log_warn("shutdown.forced", "signal=%d", signum);
         finish_shutdown();

@@ -230,3 +230,25 @@ def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
     assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
     a.wait_ready(15)
     assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
+
+
+def test_repeated_signals_exit_cleanly(make_zkresp, kz):
+    """A second SIGTERM ends the grace period at once; more signals after
+    that are ignored (Ctrl-C reaches the whole process group and `make run`
+    forwards a TERM as well): the exit stays clean, locks released."""
+    a = make_zkresp(session_timeout=10000, extra=["--shutdown-grace", "5000"])
+    c = a.client()
+    assert c.cmd("SET", "held", "t1", "NX", "PX", "60000") == b"+OK\r\n"
+    # one signal every 2 ms while it lives: some land in the grace period,
+    # some after it ended, while the loop closes its handles
+    deadline = time.monotonic() + 5
+    while a.proc.alive() and time.monotonic() < deadline:
+        try:
+            a.proc.signal(signal.SIGTERM)
+        except ProcessLookupError:
+            break
+        time.sleep(0.002)
+    status = a.wait(15)
+    assert status == 0, "exit status %r after repeated SIGTERMs:\n%s" % (
+        status, a.proc.output()[-2000:].decode("utf-8", "replace"))
+    harness.wait_for(lambda: _owner(kz, a.root, "held") is None, 2.0, 0.02, "the lock to be released at exit")

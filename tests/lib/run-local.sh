@@ -9,7 +9,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$(mktemp -d /tmp/zkresp-run.XXXXXX)
 ZRPID=
 cleanup() {
-    [ -n "$ZRPID" ] && kill -TERM "$ZRPID" 2>/dev/null && wait "$ZRPID" 2>/dev/null
+    # (each step guarded: under set -e a failing last command of an && list
+    # would end the trap before ZooKeeper is stopped)
+    if [ -n "$ZRPID" ] && kill -TERM "$ZRPID" 2>/dev/null; then
+        wait "$ZRPID" 2>/dev/null || true
+    fi
     zk_stop
     rm -rf "$dir"
 }
