@@ -114,6 +114,8 @@ static void on_hup(uv_signal_t *h, int signum)
 {
     (void)h;
     (void)signum;
+    if (finished)
+        return;
     log_info("policy.reload_requested", "");
     lua_host_session_event(app.lua, "reload", zk_session_id(app.zk));
 }
@@ -177,10 +179,9 @@ int main(int argc, char **argv)
              app.cfg.policy);
     uv_run(app.loop, UV_RUN_DEFAULT);
 
-    /* Let closes and the last completions run, then leave. */
-    uv_signal_stop(&app.sigterm);
-    uv_signal_stop(&app.sigint);
-    uv_signal_stop(&app.sighup);
+    /* Let closes and the last completions run, then leave.  The signal
+     * watchers stay: a TERM, INT or HUP arriving now is ignored (`finished`)
+     * instead of killing the process before its session is closed. */
     lua_host_stop(app.lua);
     zk_free(app.zk);
     uv_run(app.loop, UV_RUN_NOWAIT);
