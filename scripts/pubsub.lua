@@ -858,10 +858,11 @@ P.SUBSCRIBED_OK = { subscribe = true, psubscribe = true, ssubscribe = true,
 
 -- The keys one of which is the lock whose release is announced on
 -- `channel`, or nil.  Redisson names the channel of lock `name`
--- "redisson_lock__channel:{name}", and of a lock `{tag}...` (one with a
--- hash tag already) "redisson_lock__channel:{tag}...".
+-- "redisson_lock__channel:{name}" ("redisson_rwlock:{name}" for its
+-- read-write lock), and of a lock `{tag}...` (one with a hash tag already)
+-- "redisson_lock__channel:{tag}...".
 function P.lock_channel(channel)
-    local rest = channel:match("^redisson_lock__channel:(.+)$")
+    local rest = channel:match("^redisson_lock__channel:(.+)$") or channel:match("^redisson_rwlock:(.+)$")
     if not rest then return nil end
     local inner = rest:match("^{(.*)}$")
     if inner then return { inner, rest } end
