@@ -33,8 +33,11 @@ def _liveness(c):
 
 def test_zookeeper_down_shorter_than_session(make_zk, kz_factory, make_zkresp):
     zk2 = make_zk()
-    a = make_zkresp(zk_target=zk2, session_timeout=5000, request_timeout=REQ_MS)
+    # The outage includes ZooKeeper's JVM start (1-4 s on a loaded machine):
+    # a 10 s session keeps it well inside the lease (session - 10%).
+    a = make_zkresp(zk_target=zk2, session_timeout=10000, request_timeout=REQ_MS)
     c = a.client()
+    t_set = time.monotonic()
     assert c.cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
     sid = a.session_id()
     zk2.kill9()
@@ -46,14 +49,16 @@ def test_zookeeper_down_shorter_than_session(make_zk, kz_factory, make_zkresp):
     _tryagain_within(c, REQ_MS, "SET", "lk", "x", "NX", "PX", "1000")
     zk2.start()
     down_s = time.monotonic() - t_down
-    assert down_s < 3.0, "the outage lasted %.1f s, longer than this test means" % down_s
+    assert down_s < 7.0, "the outage lasted %.1f s, longer than this test means" % down_s
     a.wait_ready(15)
     assert a.session_id() == sid, "a short outage cost the session"
     kz2 = kz_factory(zk2)
     data, st = harness.key_stat(kz2, a.root, "lk")
     assert st is not None and st.ephemeralOwner == sid and b"tok" in data
     assert c.cmd("GET", "lk") == b"$3\r\ntok\r\n"
-    assert 55000 <= int(c.cmd("PTTL", "lk")[1:-2]) <= 60000
+    # the TTL ran on through the outage, no faster
+    elapsed_ms = (time.monotonic() - t_set) * 1000
+    assert 60000 - elapsed_ms - 500 <= int(c.cmd("PTTL", "lk")[1:-2]) <= 60000
     assert c.cmd("SET", "other", "v") == b"+OK\r\n"
     assert c.cmd("SET", "lk", "x", "NX", "PX", "1000") == b"$-1\r\n"
 
