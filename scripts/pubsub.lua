@@ -117,10 +117,6 @@ local function connected()
     return c
 end
 
-local function unknown(rc)
-    return rc == zk.CONNECTIONLOSS or rc == zk.OPERATIONTIMEOUT or rc == zk.TIMEOUT
-end
-
 ---------------------------------------------------------------------------
 -- Interest: this sidecar's registration per (kind, name), reconciled by one
 -- worker at a time towards `want`.
@@ -317,10 +313,10 @@ local patview                      -- {version, pats = {pattern -> {inst -> n}}}
 -- read early would otherwise be lost, its one-shot watch spent).
 local gen = 0
 
+-- A read of ours that did not complete: ZooKeeper unavailable, as K.fail
+-- says for the rest.
 local function fail(rc, what)
-    if unknown(rc) or rc == zk.SESSIONEXPIRED or rc == zk.CLOSING then
-        K.abort({ err = errors.UNAVAILABLE })
-    end
+    if K.unknown(rc) then K.abort({ err = errors.UNAVAILABLE }) end
     K.fail(rc, what)
 end
 
@@ -539,14 +535,10 @@ function P.committed(t, ok)
     for _, p in ipairs(t.publishes or {}) do
         if ok then
             P.stats.published = P.stats.published + 1
+            for _ in pairs(p.targets) do P.stats.messages_sent = P.stats.messages_sent + 1 end
             deliver_local(p.kind, p.channel, p.payload)
         else
             invalidate(p.kind, p.channel)
-        end
-    end
-    if ok then
-        for _, p in ipairs(t.publishes or {}) do
-            for _ in pairs(p.targets) do P.stats.messages_sent = P.stats.messages_sent + 1 end
         end
     end
 end

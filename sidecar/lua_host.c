@@ -1127,8 +1127,8 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t)
 /* Runs M[fn](event, arg) in a background coroutine, if M has fn, at once:
  * ZooKeeper orders its events before the completions that follow them, and
  * the hooks must see them in that order too. */
-static void call_hook(struct lua_host *h, const char *fn, const char *event,
-                      const char *sarg, long long iarg)
+/* A background coroutine with M[fn] on its stack, or NULL when M has no fn. */
+static struct co *hook_co(struct lua_host *h, const char *fn)
 {
     struct co *c = co_new(h, NULL);
     lua_State *L = c->L;
@@ -1138,8 +1138,18 @@ static void call_hook(struct lua_host *h, const char *fn, const char *event,
     if (!lua_isfunction(L, -1)) {
         lua_pop(L, 1);
         co_finish(c);
-        return;
+        return NULL;
     }
+    return c;
+}
+
+static void call_hook(struct lua_host *h, const char *fn, const char *event,
+                      const char *sarg, long long iarg)
+{
+    struct co *c = hook_co(h, fn);
+    if (!c)
+        return;
+    lua_State *L = c->L;
     lua_pushstring(L, event);
     if (sarg)
         lua_pushstring(L, sarg);
@@ -1153,17 +1163,10 @@ void lua_host_client_gone(struct lua_host *h, unsigned long long id,
 {
     if (h->stopped)
         return;
-    struct co *c = co_new(h, NULL);
-    lua_State *L = c->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
-    lua_getfield(L, -1, "on_client_gone");
-    lua_remove(L, -2);
-    if (!lua_isfunction(L, -1)) {
-        lua_pop(L, 1);
-        co_finish(c);
+    struct co *c = hook_co(h, "on_client_gone");
+    if (!c)
         return;
-    }
-    lua_pushinteger(L, (lua_Integer)id);
+    lua_pushinteger(c->L, (lua_Integer)id);
     if (deferred)
         make_ready(h, c, 1);
     else
