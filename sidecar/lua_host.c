@@ -17,6 +17,7 @@
 #include "config.h"
 #include "keyenc.h"
 #include "log.h"
+#include "lua_alloc.h"
 #include "reply.h"
 #include "zk.h"
 
@@ -60,6 +61,7 @@ struct host_timer {
 
 struct lua_host {
     lua_State *L;
+    struct lua_alloc *alloc; /* L's memory; freed after lua_close */
     uv_loop_t *loop;
     struct zk *zk;
     const struct config *cfg;
@@ -1001,6 +1003,15 @@ static int msgh(lua_State *L)
     return 1;
 }
 
+/* An error outside any protected call: every command runs under pcall and
+ * the setup under lua_pcall, so this is a bug in the host. */
+static int panic(lua_State *L)
+{
+    const char *msg = lua_tostring(L, -1);
+    log_error("lua.panic", "message=%s", msg ? msg : "(not a string)");
+    abort();
+}
+
 struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
                                  char *err, size_t errlen)
 {
@@ -1017,12 +1028,15 @@ struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
         for (size_t i = 0; i < sizeof h->instance; i++)
             h->instance[i] = (char)(uv_hrtime() >> (i % 8));
     }
-    h->L = luaL_newstate();
+    h->alloc = lua_alloc_create();
+    h->L = h->alloc ? lua_newstate(lua_alloc_fn, h->alloc) : NULL;
     if (!h->L) {
         snprintf(err, errlen, "cannot create the Lua VM");
+        lua_alloc_free(h->alloc);
         free(h);
         return NULL;
     }
+    lua_atpanic(h->L, panic);
     *(struct co **)lua_getextraspace(h->L) = NULL;
     luaL_openlibs(h->L);
     /* Every command leaves short-lived garbage (a coroutine, its argument
@@ -1091,6 +1105,9 @@ void lua_host_free(struct lua_host *h)
         return;
     if (h->L)
         lua_close(h->L);
+    h->L = NULL;
+    lua_alloc_free(h->alloc);
+    h->alloc = NULL;
     uv_close((uv_handle_t *)&h->idle, NULL);
     /* The idle handle lives inside h: the loop must not run again after
      * this without it being closed; main runs the loop once more to let
