@@ -58,6 +58,9 @@ K.CACHE_VALUE_MAX = 1024
 -- Tries of one ZooKeeper read when the connection drops under it.
 K.READ_TRIES = 10
 
+-- For /metrics (zkresp.lua's M.stats).
+K.stats = { shared_reads = 0 }
+
 local owned = {}    -- path -> entry, see remember()
 local heap = {}     -- min-heap of {at, path, entry}: when to expire what
 local dead = {}     -- session id -> true for our earlier sessions
@@ -311,10 +314,69 @@ function K.absent(key)
     return rec
 end
 
+---------------------------------------------------------------------------
+-- Shared reads
+--
+-- Commands on one key run one after another (queue.lua), so a herd on one
+-- key (Redisson's waiters all retrying when an unlock is published, many
+-- clients GETting one lock) would read the node once per command.  But a
+-- read sent after a command arrived answers that command as well as a read
+-- of its own: it happens between the command's arrival and its reply, which
+-- is all linearizability asks.  So K.read gives a command the node's latest
+-- read when that read was sent after the command arrived (K.arrived,
+-- stamped when the command is dispatched and again before each re-run) and
+-- this sidecar has sent no write to the node since the read was sent
+-- (K.touched): a later command of the same connection must see the writes
+-- of the earlier ones.  What another sidecar writes meanwhile is concurrent
+-- with the command, and a write based on a read is conditional anyway.
+
+local stamp = 0                                     -- arrivals and reads, in order
+local arrival = setmetatable({}, { __mode = "k" })  -- coroutine -> its stamp
+local shared, nshared = {}, 0                       -- path -> the latest read
+local pending = {}                                  -- path -> the read in flight
+K.SHARED_MAX = 4096
+
+-- Stamps the running command's arrival: only reads sent from now on serve it.
+function K.arrived()
+    stamp = stamp + 1
+    arrival[coroutine.running()] = stamp
+end
+
+-- This sidecar is sending a write to path: no read sent before serves later
+-- commands.
+function K.touched(path)
+    shared[path] = nil
+    local p = pending[path]
+    if p then p.stale = true end
+end
+
+local function copy(t)
+    local c = {}
+    for k, v in pairs(t) do c[k] = v end
+    return c
+end
+
 function K.read(key)
     local path = K.path(key)
+    local s = shared[path]
+    local a = arrival[coroutine.running()]
+    if s and a and s.sent > a then
+        K.stats.shared_reads = K.stats.shared_reads + 1
+        return K.record(key, path, s.data, s.stat and copy(s.stat))
+    end
+    stamp = stamp + 1
+    local mine = { sent = stamp }
+    pending[path] = mine
+    local done <close> = setmetatable({}, { __close = function()
+        if pending[path] == mine then pending[path] = nil end
+    end })
     local rc, data, stat = zget(path)
-    if rc == zk.NONODE then return K.record(key, path) end
+    if rc == zk.NONODE then data, stat = nil, nil end
+    if pending[path] == mine and not mine.stale then
+        if not shared[path] then nshared = nshared + 1 end
+        if nshared > K.SHARED_MAX then shared, nshared = {}, 1 end
+        shared[path] = { sent = mine.sent, data = data, stat = stat and copy(stat) }
+    end
     return K.record(key, path, data, stat)
 end
 
@@ -614,6 +676,7 @@ function K.expire_one(path, e)
     if codec.decode(data).nonce ~= e.nonce or stat.version ~= e.version then
         return forget(path)
     end
+    K.touched(path)
     rc = zk.delete(path, e.version)
     if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then
         if owned[path] == e then forget(path) end
@@ -719,6 +782,7 @@ function K.watch_orphan(path, nonce)
                 zsync(path)
                 local rc, data, stat = zget(path)
                 if rc == zk.NONODE or codec.decode(data).nonce ~= nonce then return true end
+                K.touched(path)
                 local drc = zk.delete(path, stat.version)
                 if drc == zk.OK then
                     host.log("info", "deleted unconfirmed write " .. path)
@@ -864,6 +928,7 @@ function K.put(rec, vtype, payload, ttl)
     local node = rec.node
     local kind, rc, stat, results
     local new_version = 0
+    K.touched(path)
     if node then
         -- In place only while the key lives: a key that expired is gone for
         -- Redis, and writing it again makes a new node, so that its czxid
@@ -937,6 +1002,7 @@ K.MULTI_MAX = 1000
 
 local function delete_some(recs)
     local rc, results
+    for _, rec in ipairs(recs) do K.touched(rec.path) end
     if #recs == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version)
     else
@@ -1041,6 +1107,7 @@ function K.commit(t)
     -- interested sidecar, in this multi (pubsub.lua)
     local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
     if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then return true end
+    for _, op in ipairs(ops) do K.touched(op[2]) end
     local rc, results = zk.multi(ops)
     local frc = first_error(rc, results)
     local stats = {}

@@ -120,6 +120,7 @@ local function after_failure(res, attempt)
         return true, { err = errors.CONTENDED }
     end
     if delay > 0 then host.sleep(delay) end
+    K.arrived() -- the re-run reads afresh
     return false
 end
 

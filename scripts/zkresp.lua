@@ -164,6 +164,7 @@ function M.dispatch(args, subscribed)
     end
     local e = check_keys(spec, args)
     if e then return { err = e } end
+    K.arrived()
     e = H.authorize(spec.name, spec, args)
     if e then return { err = e } end
     -- A policy hook that fails outside the command's transaction (its
@@ -191,6 +192,7 @@ function M.stats()
         owned_keys = owned,
         script_commits_total = T.stats.committed,
         script_retries_total = T.stats.retries,
+        shared_reads_total = K.stats.shared_reads,
         pubsub_published_total = pubsub.stats.published,
         pubsub_messages_sent_total = pubsub.stats.messages_sent,
         pubsub_messages_received_total = pubsub.stats.messages_received,
