@@ -83,13 +83,13 @@ local DEFAULT_POLICY = {
 }
 K.policy = DEFAULT_POLICY
 
--- Installs a policy table; hooks it lacks fall back to the defaults.
+-- Installs a policy table (hooks.lua's wrapped hooks); hooks it lacks fall
+-- back to the defaults.  One plain table: every command looks hooks up.
 function K.set_policy(p)
-    K.policy = setmetatable({}, { __index = function(_, k)
-        local v = p[k]
-        if v == nil then v = DEFAULT_POLICY[k] end
-        return v
-    end })
+    local merged = {}
+    for k, v in pairs(DEFAULT_POLICY) do merged[k] = v end
+    for k, v in pairs(p) do merged[k] = v end
+    K.policy = merged
 end
 
 ---------------------------------------------------------------------------
@@ -126,8 +126,13 @@ function K.root()
     return (host.config and host.config.root) or "/zkresp"
 end
 
+-- <root>/k, remembered per root (host.config does not change while the
+-- process runs, but the specs' sidecars each have their own).
+local keys_dir_root, keys_dir
 function K.keys_dir()
-    return K.root() .. "/k"
+    local root = K.root()
+    if root ~= keys_dir_root then keys_dir_root, keys_dir = root, root .. "/k" end
+    return keys_dir
 end
 
 -- A policy's answer that breaks the contract fails the command like a
@@ -484,30 +489,38 @@ end
 
 -- The heap is indexed (item.idx), so that forgetting a key takes its item
 -- out at once: nothing lingers until a deadline that no longer matters.
-local function heap_swap(i, j)
-    heap[i], heap[j] = heap[j], heap[i]
-    heap[i].idx, heap[j].idx = i, j
-end
-
+-- Both move the item at i into its place through a hole, not by swaps.
 local function heap_up(i)
+    local item = heap[i]
+    local at = item.at
     while i > 1 do
         local p = i // 2
-        if heap[p].at <= heap[i].at then break end
-        heap_swap(p, i)
+        local up = heap[p]
+        if up.at <= at then break end
+        heap[i], up.idx = up, i
         i = p
     end
+    heap[i], item.idx = item, i
 end
 
 local function heap_down(i)
     local n = #heap
+    local item = heap[i]
+    local at = item.at
     while true do
-        local l, r, m = 2 * i, 2 * i + 1, i
-        if l <= n and heap[l].at < heap[m].at then m = l end
-        if r <= n and heap[r].at < heap[m].at then m = r end
-        if m == i then return end
-        heap_swap(m, i)
-        i = m
+        local c = 2 * i
+        if c > n then break end
+        local cat = heap[c].at
+        if c < n and heap[c + 1].at < cat then
+            c = c + 1
+            cat = heap[c].at
+        end
+        if cat >= at then break end
+        local down = heap[c]
+        heap[i], down.idx = down, i
+        i = c
     end
+    heap[i], item.idx = item, i
 end
 
 local function heap_push(item)
