@@ -40,7 +40,6 @@ struct lua_alloc {
     struct block *free[CLASSES]; /* per class, blocks Lua gave back */
     struct chunk *chunks;        /* every chunk, for lua_alloc_free */
     char *tail, *end;            /* the newest chunk's unused part */
-    size_t pooled;
 };
 
 /* The class of a small size (1..LUA_ALLOC_SMALL). */
@@ -72,11 +71,6 @@ void lua_alloc_free(struct lua_alloc *a)
     free(a);
 }
 
-size_t lua_alloc_pooled(const struct lua_alloc *a)
-{
-    return a->pooled;
-}
-
 /* A block of class k, or NULL when out of memory. */
 static void *take(struct lua_alloc *a, size_t k)
 {
@@ -105,7 +99,6 @@ static void *take(struct lua_alloc *a, size_t k)
         a->chunks = c;
         a->tail = (char *)c + head;
         a->end = a->tail + CHUNK;
-        a->pooled += head + CHUNK;
     }
     void *p = a->tail;
     a->tail += size;

@@ -32,7 +32,4 @@ void lua_alloc_free(struct lua_alloc *a);
 /* The lua_Alloc function; ud is the struct lua_alloc. */
 void *lua_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
 
-/* Bytes held in chunks (in use or on a free list). */
-size_t lua_alloc_pooled(const struct lua_alloc *a);
-
 #endif
