@@ -55,11 +55,11 @@ $(BUILD)/zkresp-asan: $(ASAN_OBJS)
 	$(CC) $(SAN) $^ -o $@ $(LDLIBS)
 
 # The unit tests link only the pure modules they test.
-UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/keyenc.c
+UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/keyenc.c sidecar/lua_alloc.c
 
 $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)
-	$(CC) $(CPPFLAGS) -Itests/unit $(WARN) -O1 -g $(SAN) $(UNIT_SRCS) $(UNIT_DEPS) -o $@ $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Itests/unit -DLUA_ALLOC_POOLED=1 $(WARN) -O1 -g $(SAN) $(UNIT_SRCS) $(UNIT_DEPS) -o $@ $(LDLIBS)
 
 run: deps $(BUILD)/zkresp
 	@tests/lib/run-local.sh

@@ -16,7 +16,10 @@
 #define CLASSES (LUA_ALLOC_SMALL / GRAIN)
 #define CHUNK (64 * 1024)
 
-#if defined(__SANITIZE_ADDRESS__)
+/* LUA_ALLOC_POOLED=1 keeps the free lists under ASan (the unit test). */
+#if defined(LUA_ALLOC_POOLED)
+#define POOLED LUA_ALLOC_POOLED
+#elif defined(__SANITIZE_ADDRESS__)
 #define POOLED 0
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -59,3 +59,6 @@ UNIT_TEST(keyenc_no_collisions)
 UNIT_TEST(keyenc_names_are_legal)
 UNIT_TEST(keyenc_decode_rejects)
 UNIT_TEST(keyenc_decode_exhaustive_short)
+/* sidecar/lua_alloc.c */
+UNIT_TEST(lua_alloc_keeps_bytes_across_resizes)
+UNIT_TEST(lua_alloc_reuses_freed_small_blocks)
