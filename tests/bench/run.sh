@@ -7,9 +7,7 @@
 #
 #   lock pairs at C=1 and C=64    zkresp (respbench: SET NX PX 30000 + DELIFEQ)
 #                                 vs raw libzookeeper_mt (zkraw: create
-#                                 EPHEMERAL + delete at version 0; at C=64
-#                                 also with zkresp's exists(watch) after
-#                                 each create, zkraw --watch 1)
+#                                 EPHEMERAL + delete at version 0)
 #   GET of a held lock, C=1, 64   zkresp vs redis-server
 #   script pairs at C=1 and C=64  zkresp (respbench script modes, EVALSHA
 #                                 after SCRIPT LOAD): redis-py's SET NX PX +
@@ -317,11 +315,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
     for c in 1 64; do
         measure "raw-c$c" "$r" "${zkraw[@]}" --conc "$c" --seconds "$SECS" \
             --warmup "$WARMUP" --pid zk="$zk_pid"
-        if [ "$c" = 64 ]; then
-            # zkresp's three requests (the cache's exists(watch) too), raw
-            measure "rawwatch-c$c" "$r" "${zkraw[@]}" --conc "$c" --watch 1 \
-                --seconds "$SECS" --warmup "$WARMUP" --pid zk="$zk_pid"
-        fi
         measure "zkresp-c$c" "$r" "${zkresp_pair[@]}" --conns "$c"
         measure "script-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
             --mode script-pair --prefix bench:sp:
@@ -491,15 +484,6 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
             "$(med "zkresp-c$c" p50_us %.0f)/$(med "zkresp-c$c" p99_us %.0f)" \
             "$(med "raw-c$c" p50_us %.0f)/$(med "raw-c$c" p99_us %.0f)"
     done
-    read -r q lo hi <<<"$(stat ratio zkresp-c64 rawwatch-c64 ops_per_sec)"
-    printf '  %-3s %14s %12s %18s %18s %18s\n' "64w" \
-        "$(med zkresp-c64 ops_per_sec %.0f)" "$(med rawwatch-c64 ops_per_sec %.0f)" \
-        "$(num %.2f "$q") ($(num %.2f "$lo")-$(num %.2f "$hi"))" \
-        "$(med zkresp-c64 p50_us %.0f)/$(med zkresp-c64 p99_us %.0f)" \
-        "$(med rawwatch-c64 p50_us %.0f)/$(med rawwatch-c64 p99_us %.0f)"
-    echo "  64w: raw also leaves zkresp's exists(watch) on each node it creates" \
-        "(3 requests per pair, $(med rawwatch-c64 zk_reqs_per_op %.2f) by mntr)," \
-        "$(med rawwatch-c64 zk_cpu_us_per_op) us ZooKeeper CPU per pair"
     echo
     echo "  CPU time per pair (us)   zkresp   raw client   ZooKeeper(zkresp run)" \
         "  ZooKeeper(raw run)   load generator"

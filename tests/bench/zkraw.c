@@ -20,12 +20,6 @@
  * and Lua.  The next operation is issued from the completion thread, so the
  * client adds as little as libzookeeper_mt allows.
  *
- * With --watch 1 each pair also leaves an exists(watch) on its node before
- * the delete, as zkresp's owned-key cache does after every create (the
- * watch is what lets its release be one versioned delete without an ABA):
- * the same three requests per pair as zkresp, for the report's like-for-like
- * row.
- *
  * A warm-up period is run and discarded, then pairs that complete during the
  * measured period are counted.  One result line goes to stdout:
  *
@@ -69,7 +63,6 @@ static atomic_ullong errors;
 static char data[4096];
 static int data_len = 32;
 static int resolve_delay_ms = 0;
-static int watch_created = 0; /* --watch 1 */
 
 /* Written only by the completion thread while workers run; read by the main
  * thread after inflight dropped to zero. */
@@ -136,13 +129,6 @@ static void delete_done(int rc, const void *arg)
     start_pair(w);
 }
 
-static void exists_done(int rc, const struct Stat *stat, const void *arg)
-{
-    (void)rc;
-    (void)stat;
-    (void)arg;
-}
-
 static void create_done(int rc, const char *value, const void *arg)
 {
     struct worker *w = (struct worker *)arg;
@@ -153,10 +139,6 @@ static void create_done(int rc, const char *value, const void *arg)
         start_pair(w);
         return;
     }
-    /* zkresp's owned-key cache: a watch left on each node it creates, so
-     * that its release can be one versioned delete without an ABA. */
-    if (watch_created)
-        (void)zoo_aexists(zh, w->path, 1, exists_done, w);
     rc = zoo_adelete(zh, w->path, 0, delete_done, w);
     if (rc != ZOK && !worker_error(w, "adelete", rc))
         start_pair(w);
@@ -212,10 +194,6 @@ static void usage(void)
             "  --pid NAME=PID  charge PID's CPU time to the pairs "
             "(repeatable)\n"
             "  --zk-mntr ADDR  count the server's requests per pair (mntr)\n"
-            "  --watch 1       also exists(watch) each created node before "
-            "deleting it,\n"
-            "                  as zkresp arms its owned-key cache (3 requests "
-            "per pair)\n"
             "  --resolve-delay MS  zoo_set_servers_resolution_delay: 0 (the "
             "library\n"
             "                  default) resolves the server list on every "
@@ -254,8 +232,6 @@ int main(int argc, char **argv)
             resolve_delay_ms = atoi(v);
         else if (strcmp(a, "--zk-mntr") == 0)
             zkreqs.addr = v;
-        else if (strcmp(a, "--watch") == 0)
-            watch_created = atoi(v) != 0;
         else if (strcmp(a, "--pid") == 0) {
             if (bench_pids_add(&pids, v) != 0)
                 usage();
