@@ -442,6 +442,9 @@ function K.read_many(keys)
     return out
 end
 
+---------------------------------------------------------------------------
+-- The owned-key cache and the session guard
+--
 -- The record of a key this sidecar owns, from the owned-key cache, or nil.
 -- Good only to try a versioned write: a failed one must be followed by a
 -- fresh read, and so must any answer that depends on a mismatch.
@@ -449,34 +452,124 @@ end
 -- A version does not identify a node: when another sidecar deletes our key
 -- and someone creates it again, the new node starts at version 0 and may
 -- carry the version we cached, so a versioned delete from a stale cache
--- would remove someone else's lock.  An entry therefore stands in for a
--- read only while a watch on its node is armed and has not fired
--- (e.watched): arm_watch leaves one right after each of our writes, and any
--- event on the node (K.on_watch) drops the entry's claim.  ZooKeeper
--- delivers a watch event before it answers anything sent after the change,
--- so the cache is as fresh as a read would be, give or take the one round
--- trip in which both travel.
+-- would remove someone else's lock (ZooKeeper has no czxid condition).
+-- Each session therefore has a guard node, <root>/g/<session id>,
+-- EPHEMERAL: whoever deletes or replaces a node that another live session
+-- owns bumps that session's guard in the same multi (guard_ops), and every
+-- write made from the cache carries a check of our guard at the version we
+-- knew before the entry's node was written.  So an entry stands in for a
+-- read until anyone else removes one of our nodes; then the check fails and
+-- the command reads ZooKeeper.  A watch on the guard keeps the version we
+-- know current; a stale one only makes a check fail.  Normal use never
+-- bumps a guard: a lock pair is a create and one multi {delete, check
+-- guard}, two requests, and no watch per key.
 K.CACHE_WRITES = true
+
+local guard = { sid = nil, path = nil, version = nil, czxid = nil }
+K.guard = guard
+
+function K.guard_path(sid)
+    return K.root() .. "/g/" .. string.format("%016x", sid)
+end
+
+-- The guard's version and czxid as we know them now, for an entry about to
+-- be written in our current session, or nil while no guard is known.
+local function guard_now()
+    if guard.version and guard.sid == session() then return guard.version, guard.czxid end
+end
 
 function K.cached(key)
     if not K.CACHE_WRITES then return nil end
     local path = K.path(key)
     local o = owned[path]
-    if o and o.arming and not o.watched then
-        local waiters = o.arming
-        waiters[#waiters + 1] = coroutine.running()
-        host.suspend()
-        if owned[path] ~= o then return nil end
-    end
-    if not o or not o.watched or o.value == nil or o.sid ~= session() then return nil end
+    if not o or o.value == nil or o.gv == nil or o.sid ~= session() then return nil end
+    -- A guard bumped since the entry was written fails its check anyway.
+    if o.gv ~= guard.version or o.gcz ~= guard.czxid or o.sid ~= guard.sid then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
     return {
-        key = key, path = path, cached = true, live = true, owned = o,
-        node = { version = o.version, czxid = o.czxid,
-                 ephemeralOwner = o.lifetime == "ephemeral" and o.sid or 0 },
+        key = key, path = path, cached = true, live = true, owned = o, gv = o.gv,
+        node = { version = o.version, czxid = o.czxid, ephemeralOwner = o.sid },
         vtype = o.vtype, value = o.value, ttl = o.ttl, nonce = o.nonce,
-        deadline = o.deadline, mine = o.lifetime == "ephemeral",
+        deadline = o.deadline, mine = true,
     }
+end
+
+-- Commands whose write found another session's guard missing: that
+-- session is gone (its nodes go with it) or runs a zkresp without guards;
+-- the command's next attempt writes without bumping it.
+local unguarded = setmetatable({}, { __mode = "k" })  -- coroutine -> {sid = true}
+
+-- Appends to ops what guards the writes in them: a check of our guard for
+-- each cached record, and a bump of the owner's guard for each record whose
+-- node another live session owns and that the ops delete or replace
+-- (removed: a list of those records).
+local function guard_ops(ops, cached, removed)
+    local checked = {}
+    for _, rec in ipairs(cached) do
+        if rec.cached and not checked[rec.gv] then
+            checked[rec.gv] = true
+            ops[#ops + 1] = { "check", guard.path, rec.gv }
+        end
+    end
+    local sid = session()
+    local skip = unguarded[coroutine.running()] or {}
+    local bumped = {}
+    for _, rec in ipairs(removed) do
+        local owner = rec.node and rec.node.ephemeralOwner or 0
+        if owner ~= 0 and owner ~= sid and not dead[owner] and not skip[owner] and not bumped[owner] then
+            bumped[owner] = true
+            ops[#ops + 1] = { "set", K.guard_path(owner), "", -1, guard_of = owner }
+        end
+    end
+end
+
+-- After a multi with guard ops failed: a bump that found no guard is left
+-- out of the command's next attempt.
+local function note_guards(ops, results)
+    if type(results) ~= "table" then return end
+    for i, op in ipairs(ops) do
+        local r = results[i]
+        if op.guard_of and r and r.rc == zk.NONODE then
+            local co = coroutine.running()
+            unguarded[co] = unguarded[co] or {}
+            unguarded[co][op.guard_of] = true
+        end
+    end
+end
+
+-- Creates our session's guard if needed and learns its version, leaving a
+-- watch on it (K.on_watch comes back here when it fires).
+local function refresh_guard()
+    local sid = session()
+    if sid == 0 then return end
+    if guard.sid ~= sid then
+        guard.sid, guard.path, guard.version, guard.czxid = sid, K.guard_path(sid), nil, nil
+    end
+    local path = guard.path
+    for _ = 1, 3 do
+        local rc, stat = zk.exists(path, true)
+        if guard.sid ~= sid then return end
+        if rc == zk.OK then
+            if stat.ephemeralOwner == sid then
+                guard.version, guard.czxid = stat.version, stat.czxid
+            else
+                guard.version, guard.czxid = nil, nil
+            end
+            return
+        elseif rc ~= zk.NONODE then
+            return -- the connection: the next session event comes back here
+        end
+        guard.version, guard.czxid = nil, nil
+        local crc = zk.create(path, "", zk.EPHEMERAL)
+        if crc == zk.NONODE then K.ensure_path(K.root() .. "/g") end
+    end
+end
+
+function K.refresh_guard()
+    local ok, err = pcall(refresh_guard)
+    if not ok then
+        host.log("warn", "session guard: " .. tostring(K.is_abort(err) and err.reply.err or err))
+    end
 end
 
 -- Milliseconds the key has left, or nil when it has no TTL.
@@ -567,35 +660,20 @@ local function forget(path)
     owned[path] = nil
 end
 
--- Leaves a watch on the node of entry e, in the background; the entry
--- becomes usable as a cache once the node is confirmed to be the one we
--- wrote.  While the exists is in flight, e.arming lists the commands
--- waiting for it (see K.cached): it was sent before anything they could
--- send, so its answer comes first anyway, and waiting costs no round trip.
---
--- A node created inside a multi (a script's commit) comes back without its
--- stat, so its czxid is unknown: then the watch is left by a get, and the
--- node is ours when it carries our nonce at our version.
-local function arm_watch(path, e)
-    e.arming = {}
+-- With notification hooks in the policy, one background read of the node
+-- of entry e: its czxid (the fencing token the notifications carry) when
+-- the write did not return it (a create inside a multi), and with on_lost
+-- a watch, whose event makes check_lost look.  The default policy has
+-- neither, and pays nothing.
+local function follow(path, e)
+    local watch = H.has("on_lost")
+    if not watch and (e.czxid or not (H.has("on_release") or H.has("on_expire"))) then return end
     host.spawn(function()
-        if e.czxid then
-            local ok, rc, stat = pcall(zk.exists, path, true)
-            if ok and owned[path] == e and rc == zk.OK and stat.czxid == e.czxid and
-               stat.version == e.version then
-                e.watched = true
-            end
-        else
-            local ok, rc, data, stat = pcall(zk.get, path, true)
-            if ok and owned[path] == e and rc == zk.OK and stat.version == e.version and
-               codec.decode(data).nonce == e.nonce then
-                e.czxid = stat.czxid
-                e.watched = true
-            end
+        local ok, rc, data, stat = pcall(zk.get, path, watch)
+        if ok and rc == zk.OK and owned[path] == e and e.czxid == nil and
+           stat.version == e.version and codec.decode(data).nonce == e.nonce then
+            e.czxid = stat.czxid
         end
-        local waiters = e.arming
-        e.arming = nil
-        for _, co in ipairs(waiters) do host.wake(co) end
     end)
 end
 
@@ -627,14 +705,16 @@ local function check_lost(path, e)
     H.notify("on_lost", e.key, entry_info(path, e, { reason = how }))
 end
 
--- A watch fired: whatever we cached for path no longer stands for a read.
+-- A watch fired: on our guard (learn its version again), or on an owned
+-- node (with an on_lost hook: was it taken from us?).
 function K.on_watch(event, path)
+    if path == guard.path then
+        host.spawn(K.refresh_guard)
+        return
+    end
     local e = owned[path]
-    if e then
-        e.watched = false
-        if (event == "deleted" or event == "changed") and H.has("on_lost") and e.key then
-            host.spawn(function() pcall(check_lost, path, e) end)
-        end
+    if e and (event == "deleted" or event == "changed") and H.has("on_lost") and e.key then
+        host.spawn(function() pcall(check_lost, path, e) end)
     end
 end
 
@@ -646,14 +726,14 @@ local function remember(path, w)
             key = w.key,
             nonce = w.nonce, version = w.version, czxid = w.czxid, sid = w.sid,
             lifetime = w.lifetime, vtype = w.vtype, ttl = w.ttl,
+            -- the guard before the write, for an ephemeral node of ours
+            gv = w.lifetime == "ephemeral" and w.gcz and w.gv or nil, gcz = w.gcz,
             value = #w.payload <= K.CACHE_VALUE_MAX and w.payload or nil,
             deadline = w.ttl > 0 and host.now() + w.ttl or nil,
         }
         forget(path)
         owned[path] = e
-        if K.CACHE_WRITES and e.value ~= nil and e.sid == session() then
-            arm_watch(path, e)
-        end
+        if e.sid == session() and e.key then follow(path, e) end
         if e.deadline then
             heap_push({ at = e.deadline, path = path, entry = e })
             arm()
@@ -933,6 +1013,8 @@ end
 
 function K.put(rec, vtype, payload, ttl)
     local path = rec.path
+    -- Only a delete or a script's commit writes from the cache (guard_ops).
+    assert(not rec.cached, "K.put of a cached record")
     check_acquire(rec)
     local w = write_plan(rec, vtype, payload, ttl)
     ttl = w.ttl
@@ -941,6 +1023,7 @@ function K.put(rec, vtype, payload, ttl)
     local node = rec.node
     local kind, rc, stat, results
     local new_version = 0
+    local gv, gcz = guard_now()
     K.touched(path)
     if node then
         -- In place only while the key lives: a key that expired is gone for
@@ -953,9 +1036,14 @@ function K.put(rec, vtype, payload, ttl)
             kind = "replace"
             local ops
             ops, new_version = replace_ops(path, node.version, data, flags)
+            local last = #ops -- a set (a version-0 node's replacement) has the stat
+            guard_ops(ops, {}, { rec })
             rc, results = zk.multi(ops)
+            if rc ~= zk.OK then note_guards(ops, results) end
             rc = first_error(rc, results)
-            if rc == zk.OK and results and results[3] then stat = results[3].stat end
+            if rc == zk.OK and ops[last][1] == "set" and results and results[last] then
+                stat = results[last].stat
+            end
         end
     else
         kind = "create"
@@ -1003,6 +1091,7 @@ function K.put(rec, vtype, payload, ttl)
         payload = payload, ttl = ttl,
         version = stat and stat.version or new_version,
         czxid = stat and stat.czxid or nil,
+        gv = gv, gcz = gcz,
     })
     if not rec.live and H.has("on_acquire") then notify_acquire(rec, w, stat) end
     return true
@@ -1016,12 +1105,14 @@ K.MULTI_MAX = 1000
 local function delete_some(recs)
     local rc, results
     for _, rec in ipairs(recs) do K.touched(rec.path) end
-    if #recs == 1 then
+    local ops = {}
+    for i, rec in ipairs(recs) do ops[i] = { "delete", rec.path, rec.node.version } end
+    guard_ops(ops, recs, recs)
+    if #ops == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version)
     else
-        local ops = {}
-        for i, rec in ipairs(recs) do ops[i] = { "delete", rec.path, rec.node.version } end
         rc, results = zk.multi(ops)
+        if rc ~= zk.OK then note_guards(ops, results) end
         rc = first_error(rc, results)
     end
     if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end
@@ -1107,21 +1198,30 @@ function K.commit(t)
                 local rops, nv = replace_ops(rec.path, rec.node.version, p.data, p.flags)
                 for _, o in ipairs(rops) do ops[#ops + 1] = o end
                 p.new_version = nv
+                p.replaced = true
             end
             p.op = #ops
             puts[#puts + 1] = p
         end
     end
-    local from_cache = false
+    local cached, removed = {}, {}
     for _, key in ipairs(keys) do
-        if t.base[key].cached then from_cache = true end
+        if t.base[key].cached then cached[#cached + 1] = t.base[key] end
     end
+    for _, rec in ipairs(dels) do removed[#removed + 1] = rec end
+    for _, p in ipairs(puts) do
+        if p.replaced then removed[#removed + 1] = p.rec end
+    end
+    local from_cache = #cached > 0
+    guard_ops(ops, cached, removed)
     -- a script's publishes: checks of its routes and one message per
     -- interested sidecar, in this multi (pubsub.lua)
     local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
     if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then return true end
     for _, op in ipairs(ops) do K.touched(op[2]) end
+    local gv, gcz = guard_now()
     local rc, results = zk.multi(ops)
+    if rc ~= zk.OK then note_guards(ops, results) end
     local frc = first_error(rc, results)
     local stats = {}
     if frc == zk.OK then
@@ -1162,6 +1262,7 @@ function K.commit(t)
             payload = p.payload, ttl = p.ttl,
             version = st and st.version or p.new_version,
             czxid = st and st.czxid or nil,
+            gv = gv, gcz = gcz,
         })
         if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec, p, st) end
     end
@@ -1207,6 +1308,7 @@ function K.on_session(event, sid)
         if not ok then
             host.log("warn", "init: " .. tostring(K.is_abort(err) and err.reply.err or err))
         end
+        K.refresh_guard()
         K.expire_due(true)
     elseif event == "lost" then
         K.forget_session(sid or state.sid)

@@ -101,7 +101,7 @@ describe("unknown outcomes", function()
         a:call("SET", "lock", "ta", "NX", "PX", "30000")
         -- Our delete applies, the reply is lost, and b takes the lock before
         -- we look again.
-        a:fail_next({ op = "delete", when = "after", hook = function()
+        a:fail_next({ op = "multi", when = "after", hook = function()
             W:post(function() end)
         end })
         local t = a:start("DELIFEQ", "lock", "ta")
@@ -114,7 +114,7 @@ describe("unknown outcomes", function()
 
     it("a compare-and-delete that did not apply leaves the lock of its new owner alone", function()
         a:call("SET", "lock", "ta", "NX", "PX", "30000")
-        a:fail_next({ op = "delete", when = "before", hook = function()
+        a:fail_next({ op = "multi", when = "before", hook = function()
             -- our lock is taken from us (an overwrite by another client)
             W:raw_delete(a:path("lock"))
             W:raw_create(a:path("lock"), "tb")

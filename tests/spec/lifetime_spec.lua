@@ -6,8 +6,8 @@ local zkmodel = require "zkmodel"
 local null = zkmodel.null
 local OK = { ok = "OK" }
 
--- The operations since `from`, without the background exists that arms a
--- watch on each node we write (keyspace.lua's owned-key cache).
+-- The operations since `from`, without the background exists that watches
+-- a session guard (keyspace.lua's owned-key cache).
 local function kinds(W, from)
     local out = {}
     for i = from + 1, #W.ops do
@@ -65,9 +65,11 @@ describe("lifetime", function()
         assert.equal(1, b:call("PEXPIRE", "lock", "60000"))
         assert.same({ "get", "multi" }, kinds(W, before))
         -- a's node was at version 0: the new one is created and set, so it
-        -- starts at version 1, never at a version a knew.
+        -- starts at version 1, never at a version a knew; and a's session
+        -- guard is bumped, so a's cache no longer stands for the node.
         assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock") ..
-                     ", set " .. a:path("lock"), W.ops[#W.ops].path)
+                     ", set " .. a:path("lock") .. ", set " .. a.K.guard_path(a.sid),
+                     W.ops[#W.ops].path)
         local n = W:node(a:path("lock"))
         assert.equal(b.sid, n.stat.ephemeralOwner)
         assert.equal(1, n.stat.version)
@@ -101,7 +103,8 @@ describe("lifetime", function()
         a:call("SET", "lock", "t", "PX", "30000")
         a:call("PEXPIRE", "lock", "30000") -- version 1
         b:call("PEXPIRE", "lock", "30000")
-        assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock"), W.ops[#W.ops].path)
+        assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock") ..
+                     ", set " .. a.K.guard_path(a.sid), W.ops[#W.ops].path)
         local n = W:node(a:path("lock"))
         assert.equal(0, n.stat.version)
         assert.equal(b.sid, n.stat.ephemeralOwner)

@@ -291,14 +291,13 @@ describe("DELIFEQ and DELEX", function()
                     a:call("DELEX", "k", "IFDEQ", "1234"))
     end)
 
-    it("right after SET, waits for the watch being armed and deletes that version", function()
+    it("right after SET, deletes that version checking the session guard: no read", function()
         a:call("SET", "lock", "tok", "NX", "PX", "30000")
         local before = #W.ops
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
-        local kinds = {}
-        for i = before + 1, #W.ops do kinds[#kinds + 1] = W.ops[i].kind end
-        -- the arm's exists, already on its way, then the delete: no read
-        assert.same({ "exists", "delete" }, kinds)
+        assert.same({ { sc = a.id, kind = "multi",
+                        path = "delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid) } },
+                    { table.unpack(W.ops, before + 1) })
     end)
 
     it("compares against a fresh read when the key is not in the cache", function()
@@ -309,7 +308,10 @@ describe("DELIFEQ and DELEX", function()
         for i = before + 1, #W.ops do
             if W.ops[i].sc == a.id then kinds[#kinds + 1] = W.ops[i].kind end
         end
-        assert.same({ "get", "delete" }, kinds)
+        -- b owns the node: its guard is bumped in the same multi
+        assert.same({ "get", "multi" }, kinds)
+        assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(b.sid),
+                     W.ops[#W.ops].path)
     end)
 
     describe("with the owned-key cache on", function()
@@ -319,13 +321,17 @@ describe("DELIFEQ and DELEX", function()
             K.CACHE_WRITES = true
         end)
 
-        it("releases an owned lock with one versioned delete", function()
+        it("releases an owned lock with one multi, no watch left on the node", function()
             a:call("SET", "lock", "tok", "NX", "PX", "30000")
-            W:advance(5) -- the watch on the node is armed
+            W:advance(5)
             local before = #W.ops
             assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
-            assert.same({ { sc = a.id, kind = "delete", path = a:path("lock") } },
+            assert.same({ { sc = a.id, kind = "multi",
+                            path = "delete " .. a:path("lock") .. ", check " .. K.guard_path(a.sid) } },
                         { table.unpack(W.ops, before + 1) })
+            for i = 1, #W.ops do
+                assert.is_false(W.ops[i].kind == "exists" and W.ops[i].path == a:path("lock"))
+            end
         end)
 
         it("falls back to a fresh read when the cached version is stale", function()
@@ -347,17 +353,16 @@ describe("DELIFEQ and DELEX", function()
             local n = W:node(a:path("lock"))
             assert.equal(0, n.stat.version)
             assert.equal(b.sid, n.stat.ephemeralOwner)
-            -- a's DELIFEQ must not use its cache: the watch fired.
+            -- b's DEL bumped a's guard: a's DELIFEQ cannot go by its cache
+            -- (at most its guard check fails) and reads the node.
+            assert.equal(1, W:node(K.guard_path(a.sid)).stat.version)
             local before = #W.ops
             assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
-            local first
+            local read = false
             for i = before + 1, #W.ops do
-                if W.ops[i].sc == a.id and W.ops[i].kind ~= "exists" then
-                    first = W.ops[i].kind
-                    break
-                end
+                if W.ops[i].sc == a.id and W.ops[i].kind == "get" then read = true end
             end
-            assert.equal("get", first)
+            assert.is_true(read)
             -- (it deleted b's node after reading it: equal tokens, as Redis)
             W:advance(5)
             assert.same(OK, b:call("SET", "lock", "tok2", "NX", "PX", "30000"))
@@ -387,7 +392,7 @@ describe("DELIFEQ and DELEX", function()
 
     it("never deletes a lock that another sidecar re-created", function()
         a:call("SET", "lock", "tokA", "NX", "PX", "30000")
-        W:advance(5) -- a's cache entry is armed: only the watch can save it
+        W:advance(5) -- a's cache entry stands: only its guard can save it
         -- b overwrites it (a plain SET): the node is now b's, version 0.
         assert.same(OK, b:call("SET", "lock", "tokB", "PX", "30000"))
         assert.equal(0, a:call("DELIFEQ", "lock", "tokA"))

@@ -1,0 +1,127 @@
+-- The session guard (keyspace.lua): the owned-key cache stands for a read
+-- until another sidecar removes one of our nodes, which bumps our guard in
+-- the same multi; every write from the cache checks the guard.
+
+local zkmodel = require "zkmodel"
+
+describe("session guard", function()
+    local W, a, b
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar()
+    end)
+
+    -- The kinds of a's operations from W.ops[from] on, without the guard's
+    -- own upkeep.
+    local function kinds(from)
+        local out = {}
+        for i = from, #W.ops do
+            local op = W.ops[i]
+            if op.sc == a.id and op.path:sub(1, 10) ~= "/zkresp/g/" then out[#out + 1] = op.kind end
+        end
+        return out
+    end
+
+    it("is an ephemeral node of the session, watched", function()
+        local g = W:node(a.K.guard_path(a.sid))
+        assert.is_not_nil(g)
+        assert.equal(a.sid, g.stat.ephemeralOwner)
+        assert.equal(0, a.K.guard.version)
+        assert.equal(g.stat.czxid, a.K.guard.czxid)
+    end)
+
+    it("makes a lock pair two requests: a create and one multi", function()
+        local from = #W.ops + 1
+        assert.same({ ok = "OK" }, a:call("SET", "lock", "tok", "NX", "PX", "30000"))
+        assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
+        assert.same({ "create", "multi" }, kinds(from))
+        assert.is_nil(W:node(a:path("lock")))
+    end)
+
+    it("is bumped by another sidecar's DEL of our key, in the same multi", function()
+        a:call("SET", "lock", "tok", "NX", "PX", "30000")
+        assert.equal(1, b:call("DEL", "lock"))
+        assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(a.sid),
+                     W.ops[#W.ops].path)
+        assert.equal(1, W:node(a.K.guard_path(a.sid)).stat.version)
+        W:advance(5) -- the watch event: a learns the new version
+        assert.equal(1, a.K.guard.version)
+    end)
+
+    it("keeps a stale entry from deleting the lock that replaced ours", function()
+        a:call("SET", "lock", "tok", "NX", "PX", "30000")
+        -- b deletes our lock and takes it with the same token text at
+        -- version 0: only the guard tells the two nodes apart.
+        assert.equal(1, b:call("DEL", "lock"))
+        assert.same({ ok = "OK" }, b:call("SET", "lock", "tok", "NX", "PX", "30000"))
+        -- Whether or not a has heard of the bump, its cached multi fails.
+        local before = #W.ops
+        local t = a:start("DELIFEQ", "lock", "tok")
+        W:run_until(function() return t.done end)
+        local reads = 0
+        for i = before + 1, #W.ops do
+            if W.ops[i].sc == a.id and W.ops[i].kind == "get" then reads = reads + 1 end
+        end
+        assert.equal(1, reads) -- it looked before deleting (equal tokens: Redis deletes)
+        assert.equal(1, t.result)
+    end)
+
+    it("leaves entries written after a bump usable", function()
+        a:call("SET", "old", "x", "NX", "PX", "30000")
+        assert.equal(1, b:call("DEL", "old"))
+        W:advance(5)
+        local from = #W.ops + 1
+        a:call("SET", "lock", "tok", "NX", "PX", "30000")
+        assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
+        assert.same({ "create", "multi" }, kinds(from))
+        assert.equal("delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid),
+                     W.ops[#W.ops].path)
+    end)
+
+    it("guards a script's commit from the cache (Redisson's unlock)", function()
+        local unlock = "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil end " ..
+                       "redis.call('del', KEYS[1]) return 1"
+        assert.equal(1, a:call("HINCRBY", "rlock", "id:1", "1"))
+        assert.equal(1, a:call("PEXPIRE", "rlock", "30000"))
+        local from = #W.ops + 1
+        assert.equal(1, a:call("EVAL", unlock, "1", "rlock", "id:1"))
+        assert.same({ "multi" }, kinds(from))
+        assert.equal("delete " .. a:path("rlock") .. ", check " .. a.K.guard_path(a.sid),
+                     W.ops[#W.ops].path)
+    end)
+
+    it("deletes a key whose owner has no guard (a zkresp without guards)", function()
+        b:call("SET", "k", "v", "PX", "30000") -- a node as zkresp writes it
+        local data = W:node(a:path("k")).data
+        local other = W:new_session()          -- a live session that made no guard
+        W:raw_delete(a:path("k"))
+        W:raw_create(a:path("k"), data, other)
+        assert.equal(1, b:call("DEL", "k"))
+        assert.is_nil(W:node(a:path("k")))
+    end)
+
+    it("is made again when deleted, and entries from before it never count", function()
+        a:call("SET", "lock", "tok", "NX", "PX", "30000")
+        local czxid = a.K.guard.czxid
+        W:raw_delete(a.K.guard_path(a.sid))
+        W:advance(5)
+        local g = W:node(a.K.guard_path(a.sid))
+        assert.is_not_nil(g)
+        assert.is_true(g.stat.czxid > czxid)
+        assert.equal(g.stat.czxid, a.K.guard.czxid)
+        local from = #W.ops + 1
+        assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
+        assert.same({ "get", "delete" }, kinds(from))
+    end)
+
+    it("follows a new session", function()
+        local old = a:expire()
+        assert.is_nil(W:node(a.K.guard_path(old)))
+        assert.equal(a.sid, W:node(a.K.guard_path(a.sid)).stat.ephemeralOwner)
+        local from = #W.ops + 1
+        a:call("SET", "lock", "tok", "NX", "PX", "30000")
+        assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
+        assert.same({ "create", "multi" }, kinds(from))
+    end)
+end)
