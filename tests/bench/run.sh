@@ -527,8 +527,8 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     done
     echo "  ZooKeeper requests per GET through zkresp:" \
         "$(med zkresp-get-c1 zk_reqs_per_op %.2f) at C=1," \
-        "$(med zkresp-get-c64 zk_reqs_per_op %.2f) at C=64 (0 when served from" \
-        "a watch-backed cache)"
+        "$(med zkresp-get-c64 zk_reqs_per_op %.2f) at C=64 (concurrent GETs of one" \
+        "key share reads)"
     echo "  load generator CPU at C=64: $(med zkresp-get-c64 self_cpu_pct)% (zkresp run)," \
         "$(med redis-get-c64 self_cpu_pct)% (redis-server run), of one core; near 100%" \
         "means the generator set the pace"
