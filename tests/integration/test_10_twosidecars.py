@@ -154,6 +154,31 @@ def test_lock_via_a_refused_and_released_via_b(zkresp_pair):
     assert ca.cmd("EXISTS", "lk") == b":0\r\n"
 
 
+def test_old_holder_never_releases_the_lock_that_replaced_its_own(zkresp_pair, kz):
+    """A's release of its lock goes by A's owned-key cache (one multi, no
+    read).  When B deletes A's lock and takes the key again, the new node
+    starts at the version A cached: only A's session guard, bumped by B's
+    delete in the same multi, keeps A's release off B's lock."""
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    unlock = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+              "return redis.call('del', KEYS[1]) else return 0 end")
+    guard = "%s/g/%016x" % (a.root, a.session_id())
+    for i in range(30):
+        assert ca.cmd("SET", "lk", "tok-a%d" % i, "NX", "PX", "30000") == b"+OK\r\n"
+        v0 = kz.get(guard)[1].version
+        assert cb.cmd("DEL", "lk") == b":1\r\n"
+        assert kz.get(guard)[1].version == v0 + 1
+        assert cb.cmd("SET", "lk", "tok-b%d" % i, "NX", "PX", "30000") == b"+OK\r\n"
+        assert harness.key_stat(kz, a.root, "lk")[1].version == 0
+        if i % 2:
+            assert ca.cmd("DELIFEQ", "lk", "tok-a%d" % i) == b":0\r\n"
+        else:
+            assert ca.cmd("EVAL", unlock, "1", "lk", "tok-a%d" % i) == b":0\r\n"
+        assert cb.cmd("GET", "lk") == ("$%d\r\ntok-b%d\r\n" % (len("tok-b%d" % i), i)).encode()
+        assert cb.cmd("DELIFEQ", "lk", "tok-b%d" % i) == b":1\r\n"
+
+
 def test_lock_expires_via_a_then_taken_via_b(zkresp_pair):
     a, b = zkresp_pair
     ca, cb = a.client(), b.client()
