@@ -572,9 +572,14 @@ function K.refresh_guard()
     end
 end
 
--- Milliseconds the key has left, or nil when it has no TTL.
+-- Milliseconds the key has left, or nil when it has no TTL.  Never more
+-- than the TTL it was written with: another sidecar's deadline errs late by
+-- up to the round trip that taught it the leader's clock.
 function K.remaining(rec)
-    if rec.deadline then return rec.deadline - host.now() end
+    if not rec.deadline then return nil end
+    local left = rec.deadline - host.now()
+    if rec.ttl and rec.ttl > 0 and left > rec.ttl then left = rec.ttl end
+    return left
 end
 
 ---------------------------------------------------------------------------
