@@ -176,4 +176,14 @@ describe("expiry", function()
         assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "1000"))
         assert.is_true(W.now - t0 < 10)
     end)
+
+    it("another sidecar never reports more than the TTL, whatever its clock offset", function()
+        b:call("SET", "other", "x") -- b learns the leader clock
+        -- b's offset errs late by 40 ms (a slow reply when it learned it)
+        b.K.state.offset = b.K.state.offset - 40
+        a:call("SET", "k", "v", "PX", "30000")
+        local pttl = b:call("PTTL", "k")
+        assert.is_true(pttl <= 30000 and pttl > 29900, tostring(pttl))
+        assert.equal(30, b:call("TTL", "k"))
+    end)
 end)
