@@ -1141,9 +1141,6 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t)
     h->running--;
 }
 
-/* Runs M[fn](event, arg) in a background coroutine, if M has fn, at once:
- * ZooKeeper orders its events before the completions that follow them, and
- * the hooks must see them in that order too. */
 /* A background coroutine with M[fn] on its stack, or NULL when M has no fn. */
 static struct co *hook_co(struct lua_host *h, const char *fn)
 {
@@ -1160,6 +1157,9 @@ static struct co *hook_co(struct lua_host *h, const char *fn)
     return c;
 }
 
+/* Runs M[fn](event, arg) in a background coroutine, if M has fn, at once:
+ * ZooKeeper orders its events before the completions that follow them, and
+ * the hooks must see them in that order too. */
 static void call_hook(struct lua_host *h, const char *fn, const char *event,
                       const char *sarg, long long iarg)
 {
@@ -1202,13 +1202,34 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
     call_hook(h, "on_watch", event, path, 0);
 }
 
+/* The main-state calls below (COMMAND, metrics, AUTH, INFO) run outside any
+ * coroutine, so they never yield; each restores the stack it found. */
+
+/* Pushes M[name] onto the main state; returns its Lua type. */
+static int push_module_field(struct lua_host *h, const char *name)
+{
+    lua_State *L = h->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
+    int type = lua_getfield(L, -1, name);
+    lua_remove(L, -2);
+    return type;
+}
+
+/* Logs the error object a failed lua_pcall left on top of L as event ev. */
+static void log_lua_error(lua_State *L, enum log_level level, const char *ev)
+{
+    size_t elen = 0;
+    const char *e = lua_isstring(L, -1) ? lua_tolstring(L, -1, &elen) : "";
+    char q[512];
+    log_event(level, ev, "err=%s", log_quote(e, elen, q, sizeof q));
+}
+
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
 {
     lua_State *L = h->L;
     int top = lua_gettop(L);
     size_t n = 0;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
-    if (lua_getfield(L, -1, "commands") != LUA_TTABLE) {
+    if (push_module_field(h, "commands") != LUA_TTABLE) {
         lua_settop(L, top);
         return 0;
     }
@@ -1251,17 +1272,12 @@ size_t lua_host_stats(struct lua_host *h, lua_host_stat_cb cb, void *arg)
         return 0;
     int top = lua_gettop(L);
     size_t n = 0;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
-    if (lua_getfield(L, -1, "stats") != LUA_TFUNCTION) {
+    if (push_module_field(h, "stats") != LUA_TFUNCTION) {
         lua_settop(L, top);
         return 0;
     }
     if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
-        size_t elen = 0;
-        const char *e = lua_isstring(L, -1) ? lua_tolstring(L, -1, &elen) : "";
-        char q[256];
-        log_debug("lua.stats_failed", "err=%s",
-                  log_quote(e, elen, q, sizeof q));
+        log_lua_error(L, LOG_DEBUG, "lua.stats_failed");
         lua_settop(L, top);
         return 0;
     }
@@ -1289,8 +1305,7 @@ int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
     if (h->stopped)
         return -1;
     int top = lua_gettop(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
-    if (lua_getfield(L, -1, "authenticate") != LUA_TFUNCTION) {
+    if (push_module_field(h, "authenticate") != LUA_TFUNCTION) {
         lua_settop(L, top);
         return -1;
     }
@@ -1302,11 +1317,7 @@ int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
         if (lua_type(L, -1) == LUA_TBOOLEAN)
             rc = lua_toboolean(L, -1);
     } else {
-        size_t elen = 0;
-        const char *e = lua_isstring(L, -1) ? lua_tolstring(L, -1, &elen) : "";
-        char q[512];
-        log_warn("policy.authenticate_failed", "err=%s",
-                 log_quote(e, elen, q, sizeof q));
+        log_lua_error(L, LOG_WARN, "policy.authenticate_failed");
     }
     lua_settop(L, top);
     return rc;
@@ -1319,8 +1330,7 @@ size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb, void *arg)
         return 0;
     int top = lua_gettop(L);
     size_t n = 0;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_module);
-    if (lua_getfield(L, -1, "policy_info") != LUA_TFUNCTION ||
+    if (push_module_field(h, "policy_info") != LUA_TFUNCTION ||
         lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
         lua_settop(L, top);
         return 0;
