@@ -8,6 +8,9 @@
   zkresp        one zkresp on the shared ZooKeeper
   zkresp_pair   two zkresp on the shared ZooKeeper (distinct roots are NOT
                 used: both share one root, like two pods)
+  zkr           one zkresp for a whole module (the differential suites,
+                whose tests isolate themselves by key or channel prefix):
+                zkr() returns it, started again if a test left it dead
   make_zk       factory: a dedicated ZooKeeper for tests that stop, kill or
                 freeze it
   make_proxy    factory: a ZkProxy in front of a ZooKeeper
@@ -87,6 +90,20 @@ def zkresp_pair(make_zkresp):
     a = make_zkresp()
     b = make_zkresp(root=a.root)
     return a, b
+
+
+@pytest.fixture(scope="module")
+def zkr(zk):
+    holder = {"z": Zkresp(zk).start()}
+
+    def get():
+        z = holder["z"]
+        if not z.alive():
+            holder["z"] = Zkresp(zk).start()
+            raise AssertionError("zkresp had died (status %s) before this test; restarted" % z.proc.returncode)
+        return holder["z"]
+    yield get
+    holder["z"].close()
 
 
 @pytest.fixture

@@ -13,24 +13,7 @@ import itertools
 import pytest
 
 import harness
-from harness import Zkresp
 from differential import assert_same, Tol, Sleep, Raw  # noqa: F401
-
-
-@pytest.fixture(scope="module")
-def zkr(zk):
-    """One zkresp for the module (tests isolate themselves by key prefix);
-    replaced if a test left it dead."""
-    holder = {"z": Zkresp(zk).start()}
-
-    def get():
-        z = holder["z"]
-        if not z.alive():
-            holder["z"] = Zkresp(zk).start()
-            raise AssertionError("zkresp had died (status %s) before this test; restarted" % z.proc.returncode)
-        return holder["z"]
-    yield get
-    holder["z"].close()
 
 
 SEQUENCES = {}

@@ -17,7 +17,6 @@ import time
 import pytest
 
 import harness
-from harness import Zkresp
 from differential import Ignore, Tol, Sleep, run_both, compare, describe
 from resp import frame_end
 
@@ -29,22 +28,6 @@ class Unordered(Ignore):
     def __init__(self, step, pairs=False):
         Ignore.__init__(self, step)
         self.pairs = pairs
-
-
-
-
-@pytest.fixture(scope="module")
-def zkr(zk):
-    holder = {"z": Zkresp(zk).start()}
-
-    def get():
-        z = holder["z"]
-        if not z.alive():
-            holder["z"] = Zkresp(zk).start()
-            raise AssertionError("zkresp had died (status %s) before this test; restarted" % z.proc.returncode)
-        return holder["z"]
-    yield get
-    holder["z"].close()
 
 
 def _elements(raw):
@@ -74,7 +57,6 @@ def _canon(raw, pairs):
     if pairs:
         els = [els[i] + els[i + 1] for i in range(0, len(els) - 1, 2)]
     return head + b"".join(sorted(els))
-
 
 
 def check(ref_port, port, steps, proto, prefix):

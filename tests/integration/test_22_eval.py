@@ -136,20 +136,6 @@ seq("script_cache", [
 ])
 
 
-@pytest.fixture(scope="module")
-def zkr(zk):
-    holder = {"z": harness.Zkresp(zk).start()}
-
-    def get():
-        z = holder["z"]
-        if not z.alive():
-            holder["z"] = harness.Zkresp(zk).start()
-            raise AssertionError("zkresp had died (status %s) before this test; restarted" % z.proc.returncode)
-        return holder["z"]
-    yield get
-    holder["z"].close()
-
-
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("name", sorted(SEQUENCES))
 def test_same_as_redis(name, proto, zkr, redis_ref):

@@ -28,7 +28,6 @@ import time
 import pytest
 
 import harness
-from harness import Zkresp
 from resp import RawClient, encode, frame_end, ConnectionClosed, Incomplete
 
 READ_TIMEOUT = 3.0       # a message that does not arrive within this is missing
@@ -553,22 +552,6 @@ seq("resp2_and_resp3_subscribers", {"s2": 2, "s3": 3, "p": 2}, [
     C("s2", "PING"),
     C("s3", "PING"),
 ], protos=(2,))
-
-
-@pytest.fixture(scope="module")
-def zkr(zk):
-    """One zkresp for the module (sequences isolate themselves by channel
-    prefix and end unsubscribed); replaced if a test left it dead."""
-    holder = {"z": Zkresp(zk).start()}
-
-    def get():
-        z = holder["z"]
-        if not z.alive():
-            holder["z"] = Zkresp(zk).start()
-            raise AssertionError("zkresp had died (status %s) before this test; restarted" % z.proc.returncode)
-        return holder["z"]
-    yield get
-    holder["z"].close()
 
 
 CASES = [(n, p) for n in sorted(SEQUENCES) for p in SEQUENCES[n][2]]
