@@ -18,7 +18,7 @@ import pytest
 
 import harness
 from differential import Ignore, Tol, Sleep, run_both, compare, describe
-from resp import frame_end
+from resp import elements as _elements
 
 
 class Unordered(Ignore):
@@ -28,25 +28,6 @@ class Unordered(Ignore):
     def __init__(self, step, pairs=False):
         Ignore.__init__(self, step)
         self.pairs = pairs
-
-
-def _elements(raw):
-    """(header line, [element frames]) of an aggregate reply, or None."""
-    if raw[:1] not in (b"*", b"~", b"%"):
-        return None
-    nl = raw.index(b"\r\n") + 2
-    n = int(raw[1:nl - 2])
-    if n < 0:
-        return None
-    if raw[:1] == b"%":
-        n *= 2
-    out, p = [], nl
-    for _ in range(n):
-        q = frame_end(raw, p)
-        out.append(raw[p:q])
-        p = q
-    assert p == len(raw), "trailing bytes in %r" % raw
-    return raw[:nl], out
 
 
 def _canon(raw, pairs):

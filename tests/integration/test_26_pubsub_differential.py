@@ -28,7 +28,7 @@ import time
 import pytest
 
 import harness
-from resp import RawClient, encode, frame_end, ConnectionClosed, Incomplete
+from resp import RawClient, encode, frame_end, ConnectionClosed, Incomplete, elements as _elements
 
 READ_TIMEOUT = 3.0       # a message that does not arrive within this is missing
 DRAIN_WAIT = 0.25        # how long to listen for unexpected frames at the end
@@ -94,20 +94,6 @@ def _describe(step):
     return "[%s] %s" % (step.conn, cmd)
 
 
-def _elements(raw):
-    """(header, [raw elements]) of an array or push frame, or None."""
-    if raw[:1] not in (b"*", b"~", b">") or raw.startswith(b"*-1"):
-        return None
-    head_end = raw.index(b"\r\n") + 2
-    n = int(raw[1:head_end - 2])
-    elems, p = [], head_end
-    for _ in range(n):
-        q = frame_end(raw, p)
-        elems.append(raw[p:q])
-        p = q
-    return raw[:head_end], elems
-
-
 SUB_KINDS = {b"$%d\r\n%s\r\n" % (len(k), k) for k in (
     b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ssubscribe", b"sunsubscribe")}
 
@@ -132,16 +118,11 @@ def _unordered(frames):
 
 def _sorted_array(raw):
     """The elements of an array reply, sorted (other replies unchanged)."""
-    if not raw[:1] in (b"*", b"~") or raw.startswith(b"*-1"):
+    split = _elements(raw) if raw[:1] in (b"*", b"~") else None
+    if split is None:
         return raw
-    head_end = raw.index(b"\r\n") + 2
-    n = int(raw[1:head_end - 2])
-    elems, p = [], head_end
-    for _ in range(n):
-        q = frame_end(raw, p)
-        elems.append(raw[p:q])
-        p = q
-    return raw[:head_end] + b"".join(sorted(elems))
+    head, elems = split
+    return head + b"".join(sorted(elems))
 
 
 def _drain(c, wait):

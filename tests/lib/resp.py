@@ -156,6 +156,26 @@ def decode(buf, pos=0):
     raise ProtocolViolation("unknown type byte %r" % t)
 
 
+def elements(raw):
+    """(header line, [element frames]) of an aggregate reply (array, set,
+    push, or map: keys and values alternate), or None for anything else or
+    a null aggregate."""
+    if raw[:1] not in (b"*", b"~", b"%", b">"):
+        return None
+    nl = raw.index(b"\r\n") + 2
+    n = int(raw[1:nl - 2])
+    if n < 0:
+        return None
+    if raw[:1] == b"%":
+        n *= 2
+    out, p = [], nl
+    for _ in range(n):
+        q = frame_end(raw, p)
+        out.append(raw[p:q])
+        p = q
+    return raw[:nl], out
+
+
 def decode_one(raw):
     v, p = decode(raw, 0)
     if p != len(raw):
