@@ -32,36 +32,13 @@ import time
 import harness
 from harness import wait_for
 from resp import decode_one, encode
-from pubsub_helpers import subscribe, wait_publish_count
+from pubsub_helpers import payloads, subscribe, wait_publish_count
 
 # Redisson's lock scripts, sent raw, as tier 24 sends them.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from test_24_redisson import NULL, Redisson, acquire, unlock, integer  # noqa: E402
 
 SESSION_MS = 2000
-
-
-
-
-
-
-def payloads(c, n, timeout=10.0, prefix=b""):
-    """Payloads of the next n non-probe messages on a subscribed RawClient
-    whose payload starts with prefix (others are skipped)."""
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        try:
-            v = decode_one(c.read_reply(timeout=remaining))
-        except Exception:
-            break
-        assert isinstance(v, list) and v[0] in (b"message", b"pmessage"), "unexpected frame %r" % (v,)
-        if v[-1].startswith(prefix) and not v[-1].startswith(b"probe"):
-            out.append(v[-1])
-    return out
 
 
 def wait_flowing(ca, ch, subs, timeout=15.0):

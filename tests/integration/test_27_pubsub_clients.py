@@ -34,45 +34,14 @@ import pytest
 
 import harness
 from harness import RawClient, wait_for
-from resp import encode, decode_one
-from pubsub_helpers import subscribe, wait_publish_count
+from resp import encode
+from pubsub_helpers import message_of, read_messages, subscribe, wait_publish_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_SCRIPT = os.path.join(HERE, "node", "pubsub.js")
 
 
 # ---------------------------------------------------------------- helpers
-
-
-
-def message_of(raw):
-    """(kind, fields...) of a message or pmessage frame, RESP2 or RESP3,
-    or None for any other frame."""
-    v = decode_one(raw)
-    if isinstance(v, list) and v and v[0] in (b"message", b"pmessage", b"smessage"):
-        return tuple(v)
-    return None
-
-
-def read_messages(c, n, timeout=10.0, skip_probes=True):
-    """The next n messages (tuples, see message_of) on a subscribed
-    RawClient; probes are skipped; other frames are an error."""
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        try:
-            raw = c.read_reply(timeout=remaining)
-        except Exception:
-            break
-        m = message_of(raw)
-        assert m is not None, "unexpected frame on a subscribed connection: %r" % raw
-        if skip_probes and m[-1].startswith(b"probe"):
-            continue
-        out.append(m)
-    return out
 
 
 def nothing_more(c, wait=0.5):
@@ -90,8 +59,6 @@ def nothing_more(c, wait=0.5):
         m = message_of(raw)
         if m is None or not m[-1].startswith(b"probe"):
             extra.append(raw)
-
-
 
 
 def zxid(zk):

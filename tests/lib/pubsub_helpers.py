@@ -1,4 +1,6 @@
 """Helpers shared by the pub/sub tests (test_27, test_65)."""
+import time
+
 from harness import wait_for
 from resp import decode_one, encode
 
@@ -29,3 +31,41 @@ def wait_publish_count(client, channel, want, timeout=15.0, what=None):
         wait_for(ok, timeout, 0.05, what or "PUBLISH %s to count %d subscribers" % (channel, want))
     except AssertionError as e:
         raise AssertionError("%s; last reply %r" % (e, last[0] if last else None))
+
+
+def message_of(raw):
+    """(kind, fields...) of a message or pmessage frame, RESP2 or RESP3,
+    or None for any other frame."""
+    v = decode_one(raw)
+    if isinstance(v, list) and v and v[0] in (b"message", b"pmessage", b"smessage"):
+        return tuple(v)
+    return None
+
+
+def read_messages(c, n, timeout=10.0, skip_probes=True, prefix=b""):
+    """The next n messages (tuples, see message_of) on a subscribed
+    RawClient whose payload starts with prefix; probes are skipped; other
+    frames are an error."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            raw = c.read_reply(timeout=remaining)
+        except Exception:
+            break
+        m = message_of(raw)
+        assert m is not None, "unexpected frame on a subscribed connection: %r" % raw
+        if skip_probes and m[-1].startswith(b"probe"):
+            continue
+        if m[-1].startswith(prefix):
+            out.append(m)
+    return out
+
+
+def payloads(c, n, timeout=10.0, prefix=b""):
+    """Payloads of the next n non-probe messages on a subscribed RawClient
+    whose payload starts with prefix (others are skipped)."""
+    return [m[-1] for m in read_messages(c, n, timeout, prefix=prefix)]
