@@ -1,8 +1,8 @@
 /*
- * Helpers shared by the benchmark tools (zkraw, respbench): a monotonic
- * clock, a growable latency sample set with percentiles, and per-process CPU
- * and RSS read from /proc so that a tool can charge a server's CPU time to the
- * operations it measured.
+ * Helpers shared by the benchmark tools (zkraw, respbench, handoff): a
+ * monotonic clock, a growable latency sample set with percentiles, and
+ * per-process CPU and RSS read from /proc so that a tool can charge a server's
+ * CPU time to the operations it measured.
  *
  * Everything here is static: each tool is one translation unit plus this
  * header.
@@ -259,6 +259,57 @@ static inline long long bench_zk_packets(const char *addr)
 }
 
 #ifdef ZOOKEEPER_H_
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* The sessions of a tool's zhandles: zookeeper_init(..., bench_zk_watcher,
+ * ..., &sessions, 0) on each; connected counts CONNECTED events, *fatal is
+ * set on expiry or a failed authentication. */
+struct bench_zk_sessions {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int connected;
+    atomic_int *fatal;
+};
+#define BENCH_ZK_SESSIONS(fatal_flag)                                          \
+    {                                                                          \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, (fatal_flag)   \
+    }
+
+static inline void bench_zk_watcher(zhandle_t *h, int type, int state,
+                                    const char *path, void *ctx)
+{
+    struct bench_zk_sessions *s = (struct bench_zk_sessions *)ctx;
+    (void)h;
+    (void)path;
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (state == ZOO_CONNECTED_STATE)
+        s->connected++;
+    else if (state == ZOO_EXPIRED_SESSION_STATE ||
+             state == ZOO_AUTH_FAILED_STATE)
+        atomic_store(s->fatal, 1);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits up to secs for n CONNECTED events; returns 1 when they came. */
+static inline int bench_zk_wait_connected(struct bench_zk_sessions *s, int n,
+                                          int secs)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += secs;
+    pthread_mutex_lock(&s->mu);
+    while (s->connected < n && !atomic_load(s->fatal) &&
+           pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+        ;
+    int ok = s->connected >= n;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 /* Creates every component of a persistent path; existing nodes are fine. */
 static inline int bench_zk_ensure_path(zhandle_t *zh, const char *path)
 {

@@ -698,27 +698,7 @@ static struct rwaiter rwaiters[MAX_WAITERS];
 static zhandle_t *handles[MAX_WAITERS];
 static int nsessions;
 static atomic_int inflight;
-static pthread_mutex_t conn_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t conn_cv = PTHREAD_COND_INITIALIZER;
-static int connected;
-
-static void session_watcher(zhandle_t *h, int type, int state, const char *path,
-                            void *ctx)
-{
-    (void)h;
-    (void)path;
-    (void)ctx;
-    if (type != ZOO_SESSION_EVENT)
-        return;
-    pthread_mutex_lock(&conn_mu);
-    if (state == ZOO_CONNECTED_STATE)
-        connected++;
-    else if (state == ZOO_EXPIRED_SESSION_STATE ||
-             state == ZOO_AUTH_FAILED_STATE)
-        atomic_store(&fatal, 1);
-    pthread_cond_broadcast(&conn_cv);
-    pthread_mutex_unlock(&conn_mu);
-}
+static struct bench_zk_sessions sessions = BENCH_ZK_SESSIONS(&fatal);
 
 static void raw_start(struct rwaiter *w);
 static void raw_look(struct rwaiter *w);
@@ -771,7 +751,7 @@ static void raw_pred_watch(zhandle_t *zh, int type, int state, const char *path,
     (void)path;
     struct rwaiter *w = ctx;
     if (type == ZOO_SESSION_EVENT)
-        return; /* session_watcher judges it */
+        return; /* bench_zk_watcher judges it */
     uint64_t t = bench_now_ns();
     pthread_mutex_lock(&mu);
     int found = 0;
@@ -1040,21 +1020,13 @@ int main(int argc, char **argv)
         zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
         for (int i = 0; i < nsessions; i++) {
             handles[i] =
-                zookeeper_init(zk, session_watcher, 10000, NULL, NULL, 0);
+                zookeeper_init(zk, bench_zk_watcher, 10000, NULL, &sessions, 0);
             if (handles[i] == NULL)
                 die("zookeeper_init");
             if (resolve_delay != 0)
                 zoo_set_servers_resolution_delay(handles[i], resolve_delay);
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 15;
-        pthread_mutex_lock(&conn_mu);
-        while (connected < nsessions && !atomic_load(&fatal) &&
-               pthread_cond_timedwait(&conn_cv, &conn_mu, &until) == 0)
-            ;
-        int ok = connected >= nsessions;
-        pthread_mutex_unlock(&conn_mu);
+        int ok = bench_zk_wait_connected(&sessions, nsessions, 15);
         if (!ok) {
             fprintf(stderr, "handoff: no sessions with %s\n", zk);
             return 1;

@@ -70,29 +70,7 @@ static struct bench_samples samples;
 static uint64_t pairs;
 static uint64_t max_errors = 100000;
 
-static pthread_mutex_t conn_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t conn_cv = PTHREAD_COND_INITIALIZER;
-static int connected;
-
-static void watcher(zhandle_t *h, int type, int state, const char *path,
-                    void *ctx)
-{
-    (void)h;
-    (void)path;
-    (void)ctx;
-    if (type != ZOO_SESSION_EVENT)
-        return;
-    pthread_mutex_lock(&conn_mu);
-    if (state == ZOO_CONNECTED_STATE) {
-        connected = 1;
-    } else if (state == ZOO_EXPIRED_SESSION_STATE ||
-               state == ZOO_AUTH_FAILED_STATE) {
-        connected = -1;
-        atomic_store(&fatal, 1);
-    }
-    pthread_cond_broadcast(&conn_cv);
-    pthread_mutex_unlock(&conn_mu);
-}
+static struct bench_zk_sessions sessions = BENCH_ZK_SESSIONS(&fatal);
 
 static int is_session_error(int rc)
 {
@@ -245,7 +223,7 @@ int main(int argc, char **argv)
         data[i] = (char)('a' + i % 26);
 
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-    zh = zookeeper_init(zk, watcher, 10000, NULL, NULL, 0);
+    zh = zookeeper_init(zk, bench_zk_watcher, 10000, NULL, &sessions, 0);
     if (zh == NULL) {
         fprintf(stderr, "zkraw: zookeeper_init: %s\n", strerror(errno));
         return 1;
@@ -255,15 +233,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "zkraw: bad --resolve-delay %d\n", resolve_delay_ms);
         return 2;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 15;
-    pthread_mutex_lock(&conn_mu);
-    while (connected == 0 &&
-           pthread_cond_timedwait(&conn_cv, &conn_mu, &until) == 0)
-        ;
-    int ok = connected == 1;
-    pthread_mutex_unlock(&conn_mu);
+    int ok = bench_zk_wait_connected(&sessions, 1, 15);
     if (!ok) {
         fprintf(stderr, "zkraw: no session with %s\n", zk);
         zookeeper_close(zh);
