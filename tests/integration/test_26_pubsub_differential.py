@@ -22,12 +22,12 @@ written "@n.*" so they only ever match this run's channels.
 
 import shlex
 import socket
-import threading
 import time
 
 import pytest
 
 import harness
+from differential import run_both
 from resp import RawClient, encode, frame_end, ConnectionClosed, Incomplete, elements as _elements
 
 READ_TIMEOUT = 3.0       # a message that does not arrive within this is missing
@@ -223,22 +223,8 @@ def run_seq(port, conns, steps, proto, prefix):
 
 
 def assert_same(ref_port, port, conns, steps, proto, prefix):
-    results = {}
-
-    def go(name, p):
-        try:
-            results[name] = run_seq(p, conns, steps, proto, prefix)
-        except Exception as e:  # reported below
-            results[name] = e
-    ts = [threading.Thread(target=go, args=(n, p)) for n, p in (("ref", ref_port), ("got", port))]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    for name in ("ref", "got"):
-        if isinstance(results[name], Exception):
-            raise AssertionError("%s run failed: %r" % (name, results[name]))
-    ref, got = results["ref"], results["got"]
+    ref, got = run_both(ref_port, port, steps, proto, prefix,
+                        runner=lambda p: run_seq(p, conns, steps, proto, prefix))
     bad = []
     labels = [_describe(s) for s in steps] + ["[%s] (left over at the end)" % n for n in sorted(conns)]
     for i, label in enumerate(labels):

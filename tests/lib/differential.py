@@ -149,13 +149,16 @@ def compare(steps, ref, got):
     return bad
 
 
-def run_both(ref_port, port, steps, proto, prefix):
-    """Runs the sequence on both servers concurrently; returns (ref, got)."""
+def run_both(ref_port, port, steps, proto, prefix, runner=None):
+    """Runs the sequence on both servers concurrently; returns (ref, got).
+    runner(port) runs it on one server (default: run(port, steps, proto,
+    prefix))."""
     results = {}
+    runner = runner or (lambda p: run(p, steps, proto, prefix))
 
     def go(name, p):
         try:
-            results[name] = run(p, steps, proto, prefix)
+            results[name] = runner(p)
         except Exception as e:  # reported by the caller
             results[name] = e
     ts = [threading.Thread(target=go, args=("ref", ref_port)),
