@@ -10,6 +10,7 @@
 #ifndef BENCH_H
 #define BENCH_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,9 +259,25 @@ static inline long long bench_zk_packets(const char *addr)
     return bench_mntr_value(buf, "zk_packets_received");
 }
 
+/* Sleeps until bench_now_ns() reaches deadline_ns, waking every 50 ms to
+ * give up early once *stop is set. */
+static inline void bench_sleep_until(uint64_t deadline_ns, atomic_int *stop)
+{
+    for (;;) {
+        uint64_t now = bench_now_ns();
+        if (now >= deadline_ns || atomic_load(stop))
+            return;
+        uint64_t d = deadline_ns - now;
+        if (d > 50000000)
+            d = 50000000;
+        struct timespec ts = {(time_t)(d / 1000000000u),
+                              (long)(d % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 #ifdef ZOOKEEPER_H_
 #include <pthread.h>
-#include <stdatomic.h>
 
 /* The sessions of a tool's zhandles: zookeeper_init(..., bench_zk_watcher,
  * ..., &sessions, 0) on each; connected counts CONNECTED events, *fatal is

@@ -877,21 +877,6 @@ static int read_mntr(const char *addr, struct watch_stats *s)
 
 /* ------------------------------------------------------------ main */
 
-static void sleep_until(uint64_t deadline_ns)
-{
-    for (;;) {
-        uint64_t now = bench_now_ns();
-        if (now >= deadline_ns || atomic_load(&fatal))
-            return;
-        uint64_t d = deadline_ns - now;
-        if (d > 50000000)
-            d = 50000000;
-        struct timespec ts = {(time_t)(d / 1000000000u),
-                              (long)(d % 1000000000u)};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* Prints " NAME_p50_us=.. NAME_p99_us=.. NAME_max_us=.." of sorted samples
  * kept with offset off (us) added, or n/a without samples. */
 static void print_pct(const char *name, const struct bench_samples *s,
@@ -1046,13 +1031,13 @@ int main(int argc, char **argv)
 
     uint64_t t0 = bench_now_ns();
     struct watch_stats w0 = {0}, w1 = {0};
-    sleep_until(t0 + (uint64_t)(warmup * 1e9));
+    bench_sleep_until(t0 + (uint64_t)(warmup * 1e9), &fatal);
     int mntr_ok = mntr != NULL && read_mntr(mntr, &w0) == 0;
     bench_pids_start(&pids);
     uint64_t m0 = bench_now_ns();
     long long self0 = bench_self_cpu_us();
     atomic_store(&phase, PHASE_MEASURE);
-    sleep_until(m0 + (uint64_t)(seconds * 1e9));
+    bench_sleep_until(m0 + (uint64_t)(seconds * 1e9), &fatal);
     atomic_store(&phase, PHASE_STOP);
     uint64_t m1 = bench_now_ns();
     long long self1 = bench_self_cpu_us();

@@ -141,21 +141,6 @@ static void start_pair(struct worker *w)
     }
 }
 
-static void sleep_until(uint64_t deadline_ns)
-{
-    for (;;) {
-        uint64_t now = bench_now_ns();
-        if (now >= deadline_ns || atomic_load(&fatal))
-            return;
-        uint64_t d = deadline_ns - now;
-        if (d > 50000000)
-            d = 50000000;
-        struct timespec ts = {(time_t)(d / 1000000000u),
-                              (long)(d % 1000000000u)};
-        nanosleep(&ts, NULL);
-    }
-}
-
 static void usage(void)
 {
     fprintf(stderr,
@@ -259,14 +244,14 @@ int main(int argc, char **argv)
         start_pair(&workers[i]);
     }
 
-    sleep_until(t0 + (uint64_t)(warmup * 1e9));
+    bench_sleep_until(t0 + (uint64_t)(warmup * 1e9), &fatal);
     uint64_t m0 = bench_now_ns();
     long long self0 = bench_self_cpu_us();
     bench_pids_start(&pids);
     zkreqs.p0 = zkreqs.addr ? bench_zk_packets(zkreqs.addr) : -1;
     atomic_store(&phase, PHASE_MEASURE);
 
-    sleep_until(m0 + (uint64_t)(seconds * 1e9));
+    bench_sleep_until(m0 + (uint64_t)(seconds * 1e9), &fatal);
     atomic_store(&phase, PHASE_STOP);
     uint64_t m1 = bench_now_ns();
     long long self1 = bench_self_cpu_us();
