@@ -1,8 +1,9 @@
 /*
  * lua_alloc.c — size-class free lists for the Lua VM (see lua_alloc.h).
  *
- *   nsize 1..512   class (nsize - 1) / 16  ->  free list  ->  chunk tail
- *   nsize > 512    malloc / realloc / free
+ *   nsize 1..512      class (nsize - 1) / 16          -> free list -> chunk
+ *   nsize 513..4096   class 32 + (nsize - 513) / 256  -> free list -> chunk
+ *   nsize > 4096      malloc / realloc / free
  *
  * Lua always tells the allocator a block's size when it frees or resizes
  * it (osize), so a block needs no header: its class follows from osize.
@@ -12,8 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GRAIN 16
-#define CLASSES (LUA_ALLOC_SMALL / GRAIN)
+#define GRAIN 16 /* class width up to FINE */
+#define FINE 512
+#define COARSE 256 /* class width from FINE to LUA_ALLOC_SMALL */
+#define FINE_CLASSES (FINE / GRAIN)
+#define CLASSES (FINE_CLASSES + (LUA_ALLOC_SMALL - FINE) / COARSE)
 #define CHUNK (64 * 1024)
 
 /* LUA_ALLOC_POOLED=1 keeps the free lists under ASan (the unit test). */
@@ -48,7 +52,27 @@ struct lua_alloc {
 /* The class of a small size (1..LUA_ALLOC_SMALL). */
 static size_t class_of(size_t n)
 {
-    return (n - 1) / GRAIN;
+    if (n <= FINE)
+        return (n - 1) / GRAIN;
+    return FINE_CLASSES + (n - FINE - 1) / COARSE;
+}
+
+/* The bytes of a block of class k. */
+static size_t class_size(size_t k)
+{
+    if (k < FINE_CLASSES)
+        return (k + 1) * GRAIN;
+    return FINE + (k - FINE_CLASSES + 1) * COARSE;
+}
+
+/* The largest class whose blocks fit in n bytes (n >= GRAIN). */
+static size_t class_within(size_t n)
+{
+    if (n >= LUA_ALLOC_SMALL)
+        return CLASSES - 1;
+    if (n >= FINE + COARSE)
+        return FINE_CLASSES + (n - FINE) / COARSE - 1;
+    return (n < FINE ? n : FINE) / GRAIN - 1;
 }
 
 static int small(size_t n)
@@ -82,17 +106,15 @@ static void *take(struct lua_alloc *a, size_t k)
         a->free[k] = b->next;
         return b;
     }
-    size_t size = (k + 1) * GRAIN;
+    size_t size = class_size(k);
     if ((size_t)(a->end - a->tail) < size) {
         /* The rest of the old chunk is given to the lists it fits. */
         while ((size_t)(a->end - a->tail) >= GRAIN) {
-            size_t left = (size_t)(a->end - a->tail);
-            size_t j = class_of(left < LUA_ALLOC_SMALL ? left / GRAIN * GRAIN
-                                                       : LUA_ALLOC_SMALL);
+            size_t j = class_within((size_t)(a->end - a->tail));
             struct block *r = (struct block *)a->tail;
             r->next = a->free[j];
             a->free[j] = r;
-            a->tail += (j + 1) * GRAIN;
+            a->tail += class_size(j);
         }
         size_t head = (sizeof(struct chunk) + GRAIN - 1) / GRAIN * GRAIN;
         struct chunk *c = malloc(head + CHUNK);

@@ -5,9 +5,10 @@
  * short-lived objects behind (its argument table, strings, records,
  * closures).  Through glibc's malloc and free they cost about a quarter of
  * the loop thread's CPU under load.  Here a block of up to LUA_ALLOC_SMALL
- * bytes comes from a free list per 16-byte class, carved from 64 KiB chunks,
- * and goes back to its list when Lua frees it: an allocation is a pointer
- * pop.  Larger blocks go to malloc.
+ * bytes comes from a free list per size class (16 bytes wide up to 512, 256
+ * bytes wide above: a coroutine's stack grows through 1, 2 and 4 KiB in a
+ * single command), carved from 64 KiB chunks, and goes back to its list when
+ * Lua frees it: an allocation is a pointer pop.  Larger blocks go to malloc.
  *
  * Small blocks are never returned to the system while the VM lives, so the
  * VM's small-object footprint stays at its peak (the live objects of its
@@ -19,7 +20,7 @@
 
 #include <stddef.h>
 
-#define LUA_ALLOC_SMALL 512
+#define LUA_ALLOC_SMALL 4096
 
 struct lua_alloc;
 

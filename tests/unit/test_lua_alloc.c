@@ -40,15 +40,17 @@ static int intact(const struct slot *s, size_t n)
 /* Sizes around the small/large boundary and the class edges. */
 static size_t any_size(void)
 {
-    switch (unit_rand() % 4) {
+    switch (unit_rand() % 5) {
     case 0:
         return 1 + unit_rand() % 32;
     case 1:
         return 1 + unit_rand() % LUA_ALLOC_SMALL;
     case 2:
         return LUA_ALLOC_SMALL - 8 + unit_rand() % 16;
+    case 3:
+        return 512 - 8 + unit_rand() % 16; /* where the classes widen */
     default:
-        return 1 + unit_rand() % 4096;
+        return 1 + unit_rand() % (2 * LUA_ALLOC_SMALL);
     }
 }
 
