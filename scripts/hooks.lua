@@ -27,6 +27,8 @@
 -- Hooks the policy leaves out are not guarded: they are the built-in
 -- defaults below, and cost nothing extra.
 
+local U = require "util"
+
 local H = {}
 
 -- Instructions one hook call may run (the count hook looks every COUNT).
@@ -42,6 +44,8 @@ H.HOOKS = {
     keys_limit = "number", commands = "table",
 }
 
+-- The hooks a policy may leave out (keyspace.lua's K.policy falls back to
+-- these).
 local DEFAULTS = {
     key_path = function() return nil end,
     lifetime = function(_, _, ttl_ms) return ttl_ms and "ephemeral" or "persistent" end,
@@ -70,7 +74,7 @@ local function K() return package.loaded.keyspace end
 ---------------------------------------------------------------------------
 -- Client identity
 
-local clients = setmetatable({}, { __mode = "k" })
+local clients = U.per_command()
 
 -- The running command's client, as host.client() gives it ({id, addr,
 -- laddr, name, user, resp}), asked once per command; nil outside one.
@@ -96,8 +100,8 @@ local function now() return host.now() end
 
 -- What each coroutine has left of its running hook's budget, in count-hook
 -- ticks (one shared hook function: nothing is allocated per call).
-local left = setmetatable({}, { __mode = "k" })
-local running_name = setmetatable({}, { __mode = "k" })
+local left = U.per_command()
+local running_name = U.per_command()
 
 local function count_hook()
     local co = coroutine.running()
@@ -155,23 +159,24 @@ end
 -- The hook table keyspace.lua calls (K.policy).  The client is appended as
 -- the last argument of each hook.
 
+-- A command asks for its key's path several times (its queue, its read,
+-- its write); the answer is the same every time (the contract), so the
+-- last one is kept per command: {key_path hook, key, path}.
+local path_memo = U.per_command()
+
 local function wrap(p)
     local w = { keys_limit = p.keys_limit }
     local key_path, lifetime, ttl = p.key_path, p.lifetime, p.ttl
     local default_ttl, before_acquire = p.default_ttl, p.before_acquire
-    -- A command asks for its key's path several times (its queue, its read,
-    -- its write); the answer is the same every time (the contract), so the
-    -- last one is kept per command.
-    local memo = setmetatable({}, { __mode = "k" })
     w.key_path = key_path and function(key)
         local co = coroutine.running()
-        local m = memo[co]
-        if m and m[1] == key then return m[2] end
+        local m = path_memo[co]
+        if m and m[1] == key_path and m[2] == key then return m[3] end
         local path = call("key_path", key_path, key, H.client())
         if m then
-            m[1], m[2] = key, path
+            m[1], m[2], m[3] = key_path, key, path
         else
-            memo[co] = { key, path }
+            path_memo[co] = { key_path, key, path }
         end
         return path
     end or DEFAULTS.key_path

@@ -48,6 +48,7 @@ local codec = require "codec"
 local errors = require "errors"
 local queue = require "queue"
 local H = require "hooks"
+local U = require "util"
 
 local K = {}
 
@@ -76,11 +77,7 @@ K.owned = owned
 K.dead = dead
 K.state = state
 
-local DEFAULT_POLICY = {
-    key_path = function() return nil end,
-    lifetime = function(_, _, ttl_ms) return ttl_ms and "ephemeral" or "persistent" end,
-    ttl = function(_, ttl_ms) return ttl_ms end,
-}
+local DEFAULT_POLICY = H.DEFAULTS
 K.policy = DEFAULT_POLICY
 
 -- Installs a policy table (hooks.lua's wrapped hooks); hooks it lacks fall
@@ -141,15 +138,35 @@ local function policy_error(msg)
     K.abort({ err = "ERR policy: " .. msg })
 end
 
+-- The default paths, <root>/k/<encoded key>, are remembered (a command
+-- asks for its key's path several times: its queue, its read, its write),
+-- up to PATH_MEMO_MAX keys.  A policy's key_path may depend on the client,
+-- so its answers are not.
+K.PATH_MEMO_MAX = 1024
+local path_memo, path_memo_n, path_memo_dir = {}, 0, nil
+
+local function default_path(key)
+    local dir = K.keys_dir()
+    if dir ~= path_memo_dir then path_memo, path_memo_n, path_memo_dir = {}, 0, dir end
+    local p = path_memo[key]
+    if p then return p end
+    p = dir .. "/" .. host.key_encode(key)
+    if path_memo_n >= K.PATH_MEMO_MAX then path_memo, path_memo_n = {}, 0 end
+    path_memo[key], path_memo_n = p, path_memo_n + 1
+    return p
+end
+
 function K.path(key)
-    local p = K.policy.key_path(key)
+    local key_path = K.policy.key_path
+    if key_path == DEFAULT_POLICY.key_path then return default_path(key) end
+    local p = key_path(key)
     if p ~= nil then
         if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then
             policy_error("key_path must return an absolute znode path or nil")
         end
         return p
     end
-    return K.keys_dir() .. "/" .. host.key_encode(key)
+    return default_path(key)
 end
 
 local function parent(path)
@@ -278,10 +295,14 @@ local function session()
 end
 
 -- The nonce of a new write: our instance id and a counter.
+local nonce_inst, nonce_prefix
 function K.nonce()
     state.counter = state.counter + 1
-    local inst = (host.instance or "") .. string.rep("\0", 8)
-    return inst:sub(1, 8) .. string.pack(">I8", state.counter)
+    local inst = host.instance or ""
+    if inst ~= nonce_inst then
+        nonce_inst, nonce_prefix = inst, (inst .. string.rep("\0", 8)):sub(1, 8)
+    end
+    return nonce_prefix .. string.pack(">I8", state.counter)
 end
 
 ---------------------------------------------------------------------------
@@ -336,7 +357,7 @@ end
 -- with the command, and a write based on a read is conditional anyway.
 
 local stamp = 0                                     -- arrivals and reads, in order
-local arrival = setmetatable({}, { __mode = "k" })  -- coroutine -> its stamp
+local arrival = U.per_command()                     -- coroutine -> its stamp
 local shared, nshared = {}, 0                       -- path -> the latest read
 local pending = {}                                  -- path -> the read in flight
 K.SHARED_MAX = 4096
@@ -497,28 +518,34 @@ end
 -- Commands whose write found another session's guard missing: that
 -- session is gone (its nodes go with it) or runs a zkresp without guards;
 -- the command's next attempt writes without bumping it.
-local unguarded = setmetatable({}, { __mode = "k" })  -- coroutine -> {sid = true}
+local unguarded = U.per_command()  -- coroutine -> {sid = true}
 
 -- Appends to ops what guards the writes in them: a check of our guard for
 -- each cached record, and a bump of the owner's guard for each record whose
 -- node another live session owns and that the ops delete or replace
 -- (removed: a list of those records).
 local function guard_ops(ops, cached, removed)
-    local checked = {}
-    for _, rec in ipairs(cached) do
-        if rec.cached and not checked[rec.gv] then
+    local checked
+    for i = 1, #cached do
+        local rec = cached[i]
+        if rec.cached and not (checked and checked[rec.gv]) then
+            checked = checked or {}
             checked[rec.gv] = true
             ops[#ops + 1] = { "check", guard.path, rec.gv }
         end
     end
     local sid = session()
-    local skip = unguarded[coroutine.running()] or {}
-    local bumped = {}
-    for _, rec in ipairs(removed) do
+    local skip, bumped
+    for i = 1, #removed do
+        local rec = removed[i]
         local owner = rec.node and rec.node.ephemeralOwner or 0
-        if owner ~= 0 and owner ~= sid and not dead[owner] and not skip[owner] and not bumped[owner] then
-            bumped[owner] = true
-            ops[#ops + 1] = { "set", K.guard_path(owner), "", -1, guard_of = owner }
+        if owner ~= 0 and owner ~= sid and not dead[owner] then
+            skip = skip or unguarded[coroutine.running()] or {}
+            bumped = bumped or {}
+            if not skip[owner] and not bumped[owner] then
+                bumped[owner] = true
+                ops[#ops + 1] = { "set", K.guard_path(owner), "", -1, guard_of = owner }
+            end
         end
     end
 end
@@ -650,6 +677,8 @@ local function heap_pop()
     return top
 end
 
+-- Whenever the heap has items, the timer is due at or before the first
+-- one's deadline (early is harmless: K.expire_due arms it again).
 local function arm()
     if not state.timer then state.timer = host.timer(function() K.expire_due() end) end
     if heap[1] then
@@ -740,8 +769,11 @@ local function remember(path, w)
         owned[path] = e
         if e.sid == session() and e.key then follow(path, e) end
         if e.deadline then
-            heap_push({ at = e.deadline, path = path, entry = e })
-            arm()
+            local item = { at = e.deadline, path = path, entry = e }
+            heap_push(item)
+            -- A later deadline than the first one changes nothing for the
+            -- timer (the usual case: locks taken with one TTL).
+            if heap[1] == item then arm() end
         end
     else
         forget(path)
@@ -1109,9 +1141,12 @@ K.MULTI_MAX = 1000
 
 local function delete_some(recs)
     local rc, results
-    for _, rec in ipairs(recs) do K.touched(rec.path) end
     local ops = {}
-    for i, rec in ipairs(recs) do ops[i] = { "delete", rec.path, rec.node.version } end
+    for i = 1, #recs do
+        local rec = recs[i]
+        K.touched(rec.path)
+        ops[i] = { "delete", rec.path, rec.node.version }
+    end
     guard_ops(ops, recs, recs)
     if #ops == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version)
@@ -1126,7 +1161,7 @@ local function delete_some(recs)
     elseif rc ~= zk.OK then
         fail(rc, "delete")
     end
-    for _, rec in ipairs(recs) do forget(rec.path) end
+    for i = 1, #recs do forget(recs[i].path) end
     if H.has("on_release") then
         for _, rec in ipairs(recs) do notify_release(rec) end
     end

@@ -26,7 +26,9 @@ local queues = {}   -- path -> array of tickets, the holder first
 local function release(ticket)
     if ticket.released then return end
     ticket.released = true
-    for _, path in ipairs(ticket.paths) do
+    local paths = ticket.paths
+    for j = 1, #paths do
+        local path = paths[j]
         local q = queues[path]
         if q then
             for i = 1, #q do
@@ -49,19 +51,29 @@ local Ticket = { __close = function(t) release(t) end }
 Ticket.__index = Ticket
 Ticket.release = release
 
--- Takes the queues of `paths` (a list; duplicates allowed) for the running
--- coroutine, waiting for earlier holders.  Returns the ticket, to be held in
--- a <close> variable (or released with ticket:release()).
-function Q.hold(paths)
+-- paths without its duplicates (paths itself when it has one).
+local function unique(paths)
+    if #paths <= 1 then return paths end
     local seen, list = {}, {}
-    for _, p in ipairs(paths) do
+    for i = 1, #paths do
+        local p = paths[i]
         if not seen[p] then
             seen[p] = true
             list[#list + 1] = p
         end
     end
+    return list
+end
+
+-- Takes the queues of `paths` (a list; duplicates allowed; kept by the
+-- ticket, not to be changed) for the running coroutine, waiting for earlier
+-- holders.  Returns the ticket, to be held in a <close> variable (or
+-- released with ticket:release()).
+function Q.hold(paths)
+    local list = unique(paths)
     local ticket = setmetatable({ co = coroutine.running(), paths = list, need = 0 }, Ticket)
-    for _, p in ipairs(list) do
+    for i = 1, #list do
+        local p = list[i]
         local q = queues[p]
         if not q then
             q = {}

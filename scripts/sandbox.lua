@@ -29,13 +29,15 @@
 -- approximate; a hard bound needs a limit in the host's allocator.  Nothing is
 -- committed before a script ends (txn.lua), so killing one writes nothing.
 
+local U = require "util"
+
 local SB = {}
 
 SB.HOOK_COUNT = 8
 
 local Kill = {}
 SB.Kill = Kill
-local contexts = setmetatable({}, { __mode = "k" }) -- coroutine -> ctx
+local contexts = U.per_command() -- coroutine -> ctx
 SB.contexts = contexts
 
 -- Other signals (txn.lua's retry/abort) register a test here.

@@ -29,6 +29,7 @@
 local K = require "keyspace"
 local queue = require "queue"
 local errors = require "errors"
+local U = require "util"
 
 local T = {}
 
@@ -103,7 +104,7 @@ end
 -- variable.
 local function hold_keys(keys)
     local paths = {}
-    for i, k in ipairs(keys) do paths[i] = K.path(k) end
+    for i = 1, #keys do paths[i] = K.path(keys[i]) end
     return queue.hold(paths)
 end
 
@@ -136,7 +137,7 @@ local Buf = {}
 Buf.__index = Buf
 
 -- coroutine -> the script transaction running in it
-local current = setmetatable({}, { __mode = "k" })
+local current = U.per_command()
 T.current = current
 
 function Buf:base_read(key, cache_ok)

@@ -1,7 +1,31 @@
--- util.lua — small pure helpers shared by the command modules: Redis's
--- integer parsing and its glob matcher.
+-- util.lua — small helpers shared by the modules: Redis's integer parsing
+-- and its glob matcher, and the tables of per-command state.
 
 local U = {}
+
+---------------------------------------------------------------------------
+-- State kept per command, keyed by the command's coroutine
+--
+-- lua_host.c keeps the coroutines of finished commands for later ones (a new
+-- thread per command would build its stack and call records again), so a
+-- coroutine is one command's only while that command runs.  State keyed by
+-- coroutine.running() for the running command lives in tables made here,
+-- and M.dispatch clears them for its coroutine before the command starts.
+
+local per_command = {}
+
+-- A weak-keyed table for state of the running command (or of a background
+-- coroutine: those are never reused).
+function U.per_command()
+    local t = setmetatable({}, { __mode = "k" })
+    per_command[#per_command + 1] = t
+    return t
+end
+
+-- Forgets what earlier commands left for coroutine co.
+function U.new_command(co)
+    for i = 1, #per_command do per_command[i][co] = nil end
+end
 
 -- Redis's string2ll: a decimal integer in the signed 64-bit range with no
 -- sign other than a leading '-', no leading zeros, no spaces, shorter than

@@ -14,6 +14,7 @@
 
 local errors = require "errors"
 local K = require "keyspace"
+local U = require "util"
 
 local M = {}
 
@@ -153,6 +154,7 @@ local function not_while_subscribed(spec, args)
 end
 
 function M.dispatch(args, subscribed)
+    U.new_command(coroutine.running())
     local spec = M.command(args[1]:lower())
     if not spec then return { err = errors.unknown_command(args) } end
     local arity = spec.arity

@@ -11,6 +11,13 @@
  * Each coroutine has a struct co record (its task, deadline, what it waits
  * for), reachable from the thread through lua_getextraspace() and anchored
  * in the registry while it runs.  The VM belongs to the loop thread.
+ *
+ * A command's thread that returned normally is kept (up to SPARE_THREADS)
+ * for a later command: its stack and call records have already grown to a
+ * command's depth, which a new thread would allocate again, call level by
+ * call level.  Only commands reuse them, and M.dispatch clears the Lua
+ * state kept per coroutine (util.lua's per_command) before it starts;
+ * background coroutines get new threads.
  */
 #include "lua_host.h"
 
@@ -33,6 +40,7 @@
 #include <zookeeper/zookeeper.h>
 
 #define REPLY_MAX_DEPTH 64
+#define SPARE_THREADS 64
 
 enum co_wait { WAIT_NONE, WAIT_ZK, WAIT_SLEEP, WAIT_WAKE, WAIT_READY };
 
@@ -45,6 +53,7 @@ struct co {
     enum co_wait wait;
     int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
+    int reusable; /* a command's thread, to keep if it returns normally */
 };
 
 struct sleep_rec {
@@ -74,6 +83,11 @@ struct lua_host {
     int stopped; /* lua_host_stop: nothing runs any more */
     char instance[16];
     struct lua_client_ops client_ops;
+    struct {
+        lua_State *L;
+        int ref;
+    } spare[SPARE_THREADS]; /* finished commands' threads, still anchored */
+    int nspare;
 };
 
 static const char NULL_KEY = 0; /* address used as host.null */
@@ -259,7 +273,17 @@ static void co_finish(struct co *c)
         h->running--;
     }
     h->coroutines--;
-    luaL_unref(h->L, LUA_REGISTRYINDEX, c->ref);
+    if (c->reusable && h->nspare < SPARE_THREADS &&
+        lua_status(c->L) == LUA_OK) {
+        lua_settop(c->L, 0);
+        lua_sethook(c->L, NULL, 0, 0);
+        *(struct co **)lua_getextraspace(c->L) = NULL;
+        h->spare[h->nspare].L = c->L;
+        h->spare[h->nspare].ref = c->ref;
+        h->nspare++;
+    } else {
+        luaL_unref(h->L, LUA_REGISTRYINDEX, c->ref);
+    }
     free(c);
 }
 
@@ -280,6 +304,7 @@ static void co_deliver(struct co *c, int status, int nres)
                      msg ? msg : "unknown");
             reply_error(t->out, line);
         }
+        c->reusable = 0;
     } else if (t && t->done) {
         if (nres >= 1)
             encode(L, -nres, t->out, t->proto, 0);
@@ -324,8 +349,15 @@ static struct co *co_new(struct lua_host *h, struct lua_task *t)
     if (!c)
         abort();
     c->h = h;
-    c->L = lua_newthread(h->L);
-    c->ref = luaL_ref(h->L, LUA_REGISTRYINDEX);
+    if (t && h->nspare > 0) {
+        h->nspare--;
+        c->L = h->spare[h->nspare].L;
+        c->ref = h->spare[h->nspare].ref;
+    } else {
+        c->L = lua_newthread(h->L);
+        c->ref = luaL_ref(h->L, LUA_REGISTRYINDEX);
+    }
+    c->reusable = t != NULL;
     *(struct co **)lua_getextraspace(c->L) = c;
     c->task = t;
     c->deadline = zk_now() + h->cfg->zk_request_timeout;
