@@ -19,6 +19,7 @@
 
 #define MAX_CMDS 512
 #define NAME_MAX_LEN 32
+#define INDEX_SLOTS 1024 /* open addressing, at most half full */
 #define NBUCKETS 16
 
 /* Upper bounds in seconds, 50 us .. 5 s; +Inf is implicit. */
@@ -37,6 +38,7 @@ struct cmd_stat {
 static struct {
     struct cmd_stat cmds[MAX_CMDS]; /* [0] is "unknown" */
     int ncmds;
+    uint16_t index[INDEX_SLOTS]; /* a name's hash -> its cmds[] index + 1 */
     struct metrics_sources src;
     int64_t session_id;
     double session_started; /* wall clock, seconds */
@@ -55,21 +57,39 @@ void metrics_set_sources(const struct metrics_sources *src)
     m.src = *src;
 }
 
+/* Command names are ASCII; every command looks its name up here. */
+static char lower(char ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+}
+
 static int name_eq(const char *known, const char *name, size_t len)
 {
     for (size_t i = 0; i < len; i++)
-        if (known[i] == 0 || known[i] != (char)tolower((unsigned char)name[i]))
+        if (known[i] == 0 || known[i] != lower(name[i]))
             return 0;
     return known[len] == 0;
+}
+
+/* FNV-1a of the lowercased name: its first index slot. */
+static size_t name_slot(const char *name, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)lower(name[i]);
+        h *= 16777619u;
+    }
+    return h & (INDEX_SLOTS - 1);
 }
 
 int metrics_cmd_find(const char *name, size_t len)
 {
     if (len == 0 || len > NAME_MAX_LEN)
         return 0;
-    for (int i = 1; i < m.ncmds; i++)
-        if (name_eq(m.cmds[i].name, name, len))
-            return i;
+    for (size_t s = name_slot(name, len); m.index[s];
+         s = (s + 1) & (INDEX_SLOTS - 1))
+        if (name_eq(m.cmds[m.index[s] - 1].name, name, len))
+            return m.index[s] - 1;
     return 0;
 }
 
@@ -87,6 +107,10 @@ int metrics_cmd_register(const char *name, size_t len)
         m.cmds[m.ncmds].name[k] = ch;
     }
     m.cmds[m.ncmds].name[len] = 0;
+    size_t s = name_slot(name, len);
+    while (m.index[s])
+        s = (s + 1) & (INDEX_SLOTS - 1);
+    m.index[s] = (uint16_t)(m.ncmds + 1);
     return m.ncmds++;
 }
 

@@ -7,7 +7,12 @@
 #
 #   lock pairs at C=1 and C=64    zkresp (respbench: SET NX PX 30000 + DELIFEQ)
 #                                 vs raw libzookeeper_mt (zkraw: create
-#                                 EPHEMERAL + delete at version 0)
+#                                 EPHEMERAL + delete at version 0); at C=64
+#                                 also with ZooKeeper pinned to CPUs of its
+#                                 own (1..n-1) and the client side (zkresp
+#                                 and the tools) to CPU 0, with 2 CPUs or
+#                                 more: a deployment's ensemble runs on
+#                                 machines of its own
 #   GET of a held lock, C=1, 64   zkresp vs redis-server
 #   script pairs at C=1 and C=64  zkresp (respbench script modes, EVALSHA
 #                                 after SCRIPT LOAD): redis-py's SET NX PX +
@@ -309,6 +314,20 @@ if [ "$JVM_WARMUP" != 0 ]; then
     measure jvm-warmup 0 "${zkraw[@]}" --conc 64 --seconds "$JVM_WARMUP" \
         --warmup 0
 fi
+# pin / unpin: ZooKeeper's threads on CPUs 1..n-1 and zkresp's on CPU 0 (the
+# tools are started on CPU 0), then back on every CPU.
+ncpu=$(nproc)
+pinning=0
+if [ "$ncpu" -ge 2 ] && command -v taskset >/dev/null; then pinning=1; fi
+pin() {
+    taskset -a -p -c "1-$((ncpu - 1))" "$zk_pid" >/dev/null
+    taskset -a -p -c 0 "$zkresp_pid" >/dev/null
+}
+unpin() {
+    taskset -a -p -c "0-$((ncpu - 1))" "$zk_pid" >/dev/null
+    taskset -a -p -c "0-$((ncpu - 1))" "$zkresp_pid" >/dev/null
+}
+
 # Raw and zkresp back to back in each round, so that drift (the ZooKeeper
 # JIT, other load on the machine) hits both sides alike.
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -321,6 +340,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
         measure "redisson-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
             --mode redisson-pair --prefix bench:rp:
     done
+    if [ "$pinning" = 1 ]; then
+        pin
+        measure raw-c64-pin "$r" taskset -c 0 "${zkraw[@]}" --conc 64 \
+            --seconds "$SECS" --warmup "$WARMUP" --pid zk="$zk_pid"
+        measure zkresp-c64-pin "$r" taskset -c 0 "${zkresp_pair[@]}" --conns 64
+        unpin
+    fi
 done
 for c in 1 64; do
     measure "renew-c$c" 1 "${zkresp_pair[@]}" --conns "$c" \
@@ -453,6 +479,7 @@ met() {
 }
 
 read -r ratio64 ratio64_lo ratio64_hi <<<"$(stat ratio zkresp-c64 raw-c64 ops_per_sec)"
+read -r pratio64 pratio64_lo pratio64_hi <<<"$(stat ratio zkresp-c64-pin raw-c64-pin ops_per_sec)"
 read -r sratio64 sratio64_lo sratio64_hi <<<"$(stat ratio script-c64 zkresp-c64 ops_per_sec)"
 read -r rratio64 rratio64_lo rratio64_hi <<<"$(stat ratio redisson-c64 zkresp-c64 ops_per_sec)"
 read -r over1 over1_lo over1_hi <<<"$(stat diff zkresp-c1 raw-c1 p50_us)"
@@ -476,19 +503,24 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
         "create EPHEMERAL + delete(version 0), resolution delay $RAW_RESOLVE_DELAY."
     printf '  %-3s %14s %12s %18s %18s %18s\n' C "zkresp pairs/s" \
         "raw pairs/s" "ratio (range)" "zkresp p50/p99 us" "raw p50/p99 us"
-    for c in 1 64; do
+    for c in 1 64 64-pin; do
         read -r q lo hi <<<"$(stat ratio "zkresp-c$c" "raw-c$c" ops_per_sec)"
-        printf '  %-3s %14s %12s %18s %18s %18s\n' "$c" \
+        printf '  %-3s %14s %12s %18s %18s %18s\n' "${c%-pin}" \
             "$(med "zkresp-c$c" ops_per_sec %.0f)" "$(med "raw-c$c" ops_per_sec %.0f)" \
             "$(num %.2f "$q") ($(num %.2f "$lo")-$(num %.2f "$hi"))" \
             "$(med "zkresp-c$c" p50_us %.0f)/$(med "zkresp-c$c" p99_us %.0f)" \
             "$(med "raw-c$c" p50_us %.0f)/$(med "raw-c$c" p99_us %.0f)"
     done
+    if [ "$pinning" = 1 ]; then
+        echo "  (the second C=64 row: ZooKeeper alone on CPUs 1-$((ncpu - 1))," \
+            "zkresp and the load generator on CPU 0, as with an ensemble on" \
+            "machines of its own; the rows above share every CPU among all)"
+    fi
     echo
     echo "  CPU time per pair (us)   zkresp   raw client   ZooKeeper(zkresp run)" \
         "  ZooKeeper(raw run)   load generator"
-    for c in 1 64; do
-        printf '  %-24s %7s %12s %23s %20s %16s\n' "C=$c" \
+    for c in 1 64 64-pin; do
+        printf '  %-24s %7s %12s %23s %20s %16s\n' "C=${c/-pin/, pinned}" \
             "$(med "zkresp-c$c" zkresp_cpu_us_per_op)" \
             "$(med "raw-c$c" self_cpu_us_per_op)" \
             "$(med "zkresp-c$c" zk_cpu_us_per_op)" \
@@ -586,6 +618,12 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
         "pairs ratio zkresp/raw at C=64 >= 0.85" "$(num %.2f "$ratio64")" \
         "$(met "$ratio64" ">=" 0.85)" "$(num %.2f "$ratio64_lo")" \
         "$(num %.2f "$ratio64_hi")"
+    if [ "$pinning" = 1 ]; then
+        printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
+            "  the same, ZooKeeper on CPUs of its own" "$(num %.2f "$pratio64")" \
+            "$(met "$pratio64" ">=" 0.85)" "$(num %.2f "$pratio64_lo")" \
+            "$(num %.2f "$pratio64_hi")"
+    fi
     printf '  %-42s %9s   %-8s (range over rounds %s..%s)\n' \
         "script pair/plain pair at C=64 >= 0.75" "$(num %.2f "$sratio64")" \
         "$(met "$sratio64" ">=" 0.75)" "$(num %.2f "$sratio64_lo")" \
