@@ -140,17 +140,15 @@ end
 
 -- The default paths, <root>/k/<encoded key>, are remembered (a command
 -- asks for its key's path several times: its queue, its read, its write),
--- up to PATH_MEMO_MAX keys.  A policy's key_path may depend on the client,
--- so its answers are not.
+-- up to PATH_MEMO_MAX keys; host.config.root is the VM's for its life.  A
+-- policy's key_path may depend on the client, so its answers are not.
 K.PATH_MEMO_MAX = 1024
-local path_memo, path_memo_n, path_memo_dir = {}, 0, nil
+local path_memo, path_memo_n = {}, 0
 
 local function default_path(key)
-    local dir = K.keys_dir()
-    if dir ~= path_memo_dir then path_memo, path_memo_n, path_memo_dir = {}, 0, dir end
     local p = path_memo[key]
     if p then return p end
-    p = dir .. "/" .. host.key_encode(key)
+    p = K.keys_dir() .. "/" .. host.key_encode(key)
     if path_memo_n >= K.PATH_MEMO_MAX then path_memo, path_memo_n = {}, 0 end
     path_memo[key], path_memo_n = p, path_memo_n + 1
     return p
@@ -158,7 +156,7 @@ end
 
 function K.path(key)
     local key_path = K.policy.key_path
-    if key_path == DEFAULT_POLICY.key_path then return default_path(key) end
+    if key_path == DEFAULT_POLICY.key_path then return path_memo[key] or default_path(key) end
     local p = key_path(key)
     if p ~= nil then
         if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then
@@ -289,10 +287,8 @@ end
 ---------------------------------------------------------------------------
 -- Sessions
 
-local function session()
-    local sid, connected = zk.session()
-    return sid or 0, connected
-end
+-- zk.session() answers the session's id (0 while there is none) and whether
+-- it is connected.
 
 -- The nonce of a new write: our instance id and a counter.
 local nonce_inst, nonce_prefix
@@ -315,7 +311,7 @@ function K.record(key, path, data, stat)
     local v = codec.decode(data)
     rec.node = stat
     rec.vtype, rec.value, rec.ttl, rec.nonce = v.type, v.payload, v.ttl, v.nonce
-    local sid = session()
+    local sid = zk.session()
     local owner = stat.ephemeralOwner or 0
     rec.mine = owner ~= 0 and owner == sid
     rec.dead_owner = owner ~= 0 and owner ~= sid and dead[owner] == true
@@ -362,10 +358,11 @@ local shared, nshared = {}, 0                       -- path -> the latest read
 local pending = {}                                  -- path -> the read in flight
 K.SHARED_MAX = 4096
 
--- Stamps the running command's arrival: only reads sent from now on serve it.
-function K.arrived()
+-- Stamps the running command's arrival (co: its coroutine, if the caller
+-- has it at hand): only reads sent from now on serve it.
+function K.arrived(co)
     stamp = stamp + 1
-    arrival[coroutine.running()] = stamp
+    arrival[co or coroutine.running()] = stamp
 end
 
 -- This sidecar is sending a write to path: no read sent before serves later
@@ -496,14 +493,14 @@ end
 -- The guard's version and czxid as we know them now, for an entry about to
 -- be written in our current session, or nil while no guard is known.
 local function guard_now()
-    if guard.version and guard.sid == session() then return guard.version, guard.czxid end
+    if guard.version and guard.sid == zk.session() then return guard.version, guard.czxid end
 end
 
 function K.cached(key)
     if not K.CACHE_WRITES then return nil end
     local path = K.path(key)
     local o = owned[path]
-    if not o or o.value == nil or o.gv == nil or o.sid ~= session() then return nil end
+    if not o or o.value == nil or o.gv == nil or o.sid ~= zk.session() then return nil end
     -- A guard bumped since the entry was written fails its check anyway.
     if o.gv ~= guard.version or o.gcz ~= guard.czxid or o.sid ~= guard.sid then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
@@ -534,7 +531,7 @@ local function guard_ops(ops, cached, removed)
             ops[#ops + 1] = { "check", guard.path, rec.gv }
         end
     end
-    local sid = session()
+    local sid = zk.session()
     local skip, bumped
     for i = 1, #removed do
         local rec = removed[i]
@@ -567,7 +564,7 @@ end
 -- Creates our session's guard if needed and learns its version, leaving a
 -- watch on it (K.on_watch comes back here when it fires).
 local function refresh_guard()
-    local sid = session()
+    local sid = zk.session()
     if sid == 0 then return end
     if guard.sid ~= sid then
         guard.sid, guard.path, guard.version, guard.czxid = sid, K.guard_path(sid), nil, nil
@@ -726,7 +723,7 @@ end
 -- carries another nonce was taken from us by another client: lost.
 local function check_lost(path, e)
     local held <close> = queue.hold({ path })
-    if owned[path] ~= e or e.sid ~= session() then return end
+    if owned[path] ~= e or e.sid ~= zk.session() then return end
     local rc, data = zk.get(path)
     local how
     if rc == zk.NONODE then
@@ -767,7 +764,7 @@ local function remember(path, w)
         }
         forget(path)
         owned[path] = e
-        if e.sid == session() and e.key then follow(path, e) end
+        if e.sid == zk.session() and e.key then follow(path, e) end
         if e.deadline then
             local item = { at = e.deadline, path = path, entry = e }
             heap_push(item)
@@ -785,7 +782,7 @@ end
 function K.expire_one(path, e)
     local held <close> = queue.hold({ path })
     if owned[path] ~= e or e.deadline > host.now() then return end
-    local sid, connected = session()
+    local sid, connected = zk.session()
     if e.sid ~= sid then return forget(path) end
     if not connected then
         -- Try again later (and at once when the session is back).
@@ -874,7 +871,7 @@ local function resolve_write(path, nonce, lifetime)
     local rc, data, stat = zget(path)
     if rc == zk.NONODE then return false end
     if codec.decode(data).nonce ~= nonce then return false end
-    if lifetime == "ephemeral" and stat.ephemeralOwner ~= session() then
+    if lifetime == "ephemeral" and stat.ephemeralOwner ~= zk.session() then
         -- It landed under a session that is gone: not ours to claim.
         return false
     end
@@ -977,8 +974,9 @@ function K.effective_ttl(key, ttl, vtype)
             if d ~= nil then ttl = ms_value(d, "default_ttl") end
         end
     end
-    if ttl > 0 then
-        ttl = math.max(1, ms_value(K.policy.ttl(key, ttl), "ttl"))
+    local clamp = K.policy.ttl
+    if ttl > 0 and clamp ~= DEFAULT_POLICY.ttl then -- the default keeps it
+        ttl = math.max(1, ms_value(clamp(key, ttl), "ttl"))
     end
     return ttl
 end
@@ -1056,7 +1054,7 @@ function K.put(rec, vtype, payload, ttl)
     local w = write_plan(rec, vtype, payload, ttl)
     ttl = w.ttl
     local lifetime, nonce, data, flags = w.lifetime, w.nonce, w.data, w.flags
-    local sid = session()
+    local sid = zk.session()
     local node = rec.node
     local kind, rc, stat, results
     local new_version = 0
@@ -1107,7 +1105,7 @@ function K.put(rec, vtype, payload, ttl)
         fail(rc, kind .. " " .. path)
     end
     if stat and not confirmed_by_read then learn_offset(stat) end
-    local owner_sid = session()
+    local owner_sid = zk.session()
     if stat and lifetime == "ephemeral" and stat.ephemeralOwner ~= owner_sid then
         -- An in-place set reached a node of a session that has just gone
         -- away; the value would vanish with it.  Move it to a node of the
@@ -1168,6 +1166,11 @@ local function delete_some(recs)
 end
 
 function K.delete(recs, done)
+    if #recs <= K.MULTI_MAX then
+        delete_some(recs)
+        if done then done(recs) end
+        return true
+    end
     for first = 1, #recs, K.MULTI_MAX do
         local some = table.move(recs, first, math.min(first + K.MULTI_MAX - 1, #recs), 1, {})
         delete_some(some)
@@ -1207,7 +1210,7 @@ function K.commit(t)
     local keys = {}
     for k in pairs(t.base) do keys[#keys + 1] = k end
     table.sort(keys)
-    local sid = session()
+    local sid = zk.session()
     local ops, puts, dels = {}, {}, {}
     for _, key in ipairs(keys) do
         local rec, w = t.base[key], t.writes[key]
@@ -1293,7 +1296,7 @@ function K.commit(t)
     else
         fail(frc, "multi")
     end
-    local owner_sid = session()
+    local owner_sid = zk.session()
     for i, p in ipairs(puts) do
         local st = stats[i]
         remember(p.rec.path, {

@@ -34,9 +34,11 @@ function U.to_int(s)
     if type(s) ~= "string" or #s == 0 or #s >= 21 then return nil end
     if s == "0" then return 0 end
     if not s:find("^%-?[1-9]%d*$") then return nil end
+    -- Up to 18 digits always fit.  Longer, out-of-range literals become
+    -- floats in Lua; a round trip rejects them (and a float that happens to
+    -- be integral, like -2^63 - 1 rounded).
+    if #s <= 18 then return tonumber(s) end
     local n = math.tointeger(tonumber(s))
-    -- Out-of-range literals become floats in Lua; a round trip rejects them
-    -- (and a float that happens to be integral, like -2^63 - 1 rounded).
     if n == nil or tostring(n) ~= s then return nil end
     return n
 end

@@ -154,8 +154,9 @@ local function not_while_subscribed(spec, args)
 end
 
 function M.dispatch(args, subscribed)
-    U.new_command(coroutine.running())
-    local spec = M.command(args[1]:lower())
+    local co = coroutine.running()
+    U.new_command(co)
+    local spec = M.commands[args[1]:lower()]
     if not spec then return { err = errors.unknown_command(args) } end
     local arity = spec.arity
     if (arity > 0 and #args ~= arity) or (arity < 0 and #args < -arity) then
@@ -166,7 +167,7 @@ function M.dispatch(args, subscribed)
     end
     local e = check_keys(spec, args)
     if e then return { err = e } end
-    K.arrived()
+    K.arrived(co)
     e = H.authorize(spec.name, spec, args)
     if e then return { err = e } end
     -- A policy hook that fails outside the command's transaction (its

@@ -10,6 +10,11 @@ describe("util", function()
         assert.equal(-5, U.to_int("-5"))
         assert.equal(math.maxinteger, U.to_int("9223372036854775807"))
         assert.equal(math.mininteger, U.to_int("-9223372036854775808"))
+        for _, s in ipairs({ "30000", "-5", "999999999999999999", "-99999999999999999",
+                             "1000000000000000000" }) do
+            assert.equal("integer", math.type(U.to_int(s)), s)
+            assert.equal(s, tostring(U.to_int(s)))
+        end
         for _, bad in ipairs({ "", "-", "-0", "01", "+1", " 1", "1 ", "1.0", "1e3", "0x10",
                                "9223372036854775808", "-9223372036854775809",
                                "99999999999999999999", "abc" }) do
