@@ -1166,7 +1166,7 @@ local function delete_some(recs)
 end
 
 function K.delete(recs, done)
-    if #recs <= K.MULTI_MAX then
+    if #recs >= 1 and #recs <= K.MULTI_MAX then
         delete_some(recs)
         if done then done(recs) end
         return true

@@ -512,7 +512,9 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
             "$(med "raw-c$c" p50_us %.0f)/$(med "raw-c$c" p99_us %.0f)"
     done
     if [ "$pinning" = 1 ]; then
-        echo "  (the second C=64 row: ZooKeeper alone on CPUs 1-$((ncpu - 1))," \
+        zk_cpus="CPUs 1-$((ncpu - 1))"
+        [ "$ncpu" -gt 2 ] || zk_cpus="CPU 1"
+        echo "  (the second C=64 row: ZooKeeper alone on $zk_cpus," \
             "zkresp and the load generator on CPU 0, as with an ensemble on" \
             "machines of its own; the rows above share every CPU among all)"
     fi
