@@ -65,7 +65,6 @@ K.stats = { shared_reads = 0 }
 local owned = {}    -- path -> entry, see remember()
 local heap = {}     -- min-heap of {at, path, entry}: when to expire what
 local dead = {}     -- session id -> true for our earlier sessions
-local gone, ngone = {}, 0 -- path -> true: keys we deleted (K.gone)
 local state = {
     offset = nil,   -- leader ms - host.now() ms, learned from our writes
     sid = nil,      -- the session the last session event named
@@ -316,7 +315,6 @@ function K.record(key, path, data, stat)
     local owner = stat.ephemeralOwner or 0
     rec.mine = owner ~= 0 and owner == sid
     rec.dead_owner = owner ~= 0 and owner ~= sid and dead[owner] == true
-    gone[path] = nil
     local o = owned[path]
     if o and o.sid == sid and v.nonce and o.nonce == v.nonce and o.version == stat.version then
         rec.owned = o
@@ -336,25 +334,6 @@ function K.absent(key)
     local rec = K.record(key, K.path(key))
     rec.presumed = true
     return rec
-end
-
--- The keys this sidecar deleted (path -> true, up to GONE_MAX): a script's
--- first attempt presumes such a key still absent instead of reading it
--- (K.gone; a lock's next acquire script after our own release, say).  Its
--- commit creates the key or asserts its absence, so a wrong guess costs a
--- re-run, which reads.  A write of ours, or a read that finds the node,
--- forgets the key.
-K.GONE_MAX = 4096
-
-local function note_gone(path)
-    if ngone >= K.GONE_MAX then gone, ngone = {}, 0 end
-    if not gone[path] then ngone = ngone + 1 end
-    gone[path] = true
-end
-
--- A presumed-absent record of key when this sidecar deleted it last, or nil.
-function K.gone(key)
-    if gone[K.path(key)] then return K.absent(key) end
 end
 
 ---------------------------------------------------------------------------
@@ -390,7 +369,6 @@ end
 -- commands.
 function K.touched(path)
     shared[path] = nil
-    gone[path] = nil
     local p = pending[path]
     if p then p.stale = true end
 end
@@ -1181,10 +1159,7 @@ local function delete_some(recs)
     elseif rc ~= zk.OK then
         fail(rc, "delete")
     end
-    for i = 1, #recs do
-        forget(recs[i].path)
-        note_gone(recs[i].path)
-    end
+    for i = 1, #recs do forget(recs[i].path) end
     if H.has("on_release") then
         for _, rec in ipairs(recs) do notify_release(rec) end
     end
@@ -1273,21 +1248,19 @@ function K.commit(t)
         end
     end
     local cached, removed = {}, {}
-    local unconfirmed = false -- a read from the cache, or presumed absent
     for _, key in ipairs(keys) do
-        local rec = t.base[key]
-        if rec.cached then cached[#cached + 1] = rec end
-        if rec.cached or rec.presumed then unconfirmed = true end
+        if t.base[key].cached then cached[#cached + 1] = t.base[key] end
     end
     for _, rec in ipairs(dels) do removed[#removed + 1] = rec end
     for _, p in ipairs(puts) do
         if p.replaced then removed[#removed + 1] = p.rec end
     end
+    local from_cache = #cached > 0
     guard_ops(ops, cached, removed)
     -- a script's publishes: checks of its routes and one message per
     -- interested sidecar, in this multi (pubsub.lua)
     local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
-    if #puts == 0 and #dels == 0 and #keys < 2 and not unconfirmed and messages == 0 then return true end
+    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then return true end
     for _, op in ipairs(ops) do K.touched(op[2]) end
     local gv, gcz = guard_now()
     local rc, results = zk.multi(ops)
@@ -1336,10 +1309,7 @@ function K.commit(t)
         })
         if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec, p, st) end
     end
-    for _, rec in ipairs(dels) do
-        forget(rec.path)
-        note_gone(rec.path)
-    end
+    for _, rec in ipairs(dels) do forget(rec.path) end
     if H.has("on_release") then
         for _, rec in ipairs(dels) do notify_release(rec) end
     end

@@ -38,17 +38,24 @@ T.MAX_ATTEMPTS = 50  -- the deadline (zk-request-timeout) bounds it first under 
 local Txn = {}
 Txn.__index = Txn
 
--- The record of `key` (see keyspace.lua), read once per attempt.  With
--- cache_ok, the first attempt may use the owned-key cache; a command that
--- does must call t:confirm(rec) before any answer that relies on the
--- cached value not matching.
-function Txn:read(key, cache_ok)
-    local rec = self.recs[key]
-    if not rec then
-        rec = cache_ok and self.attempt == 1 and K.cached(key) or K.read(key)
-        self.recs[key] = rec
-    end
+-- The record of `key` as memo (one table per attempt) has it, read first
+-- if missing.  With cache_ok, the first attempt may use the owned-key
+-- cache.
+local function memo_read(memo, attempt, key, cache_ok)
+    local rec = memo[key]
+    if rec then return rec end
+    if cache_ok and attempt == 1 then rec = K.cached(key) end
+    rec = rec or K.read(key)
+    memo[key] = rec
     return rec
+end
+
+-- The record of `key` (see keyspace.lua).  With cache_ok, the first
+-- attempt may use the owned-key cache; a command that does must call
+-- t:confirm(rec) before any answer that relies on the cached value not
+-- matching.
+function Txn:read(key, cache_ok)
+    return memo_read(self.recs, self.attempt, key, cache_ok)
 end
 
 -- On the first attempt only, the record of a key presumed absent (no
@@ -133,25 +140,15 @@ Buf.__index = Buf
 local current = U.per_command()
 T.current = current
 
--- Inside a script every read may come from the owned-key cache, or presume
--- absent a key this sidecar deleted (K.gone), on the first attempt: the
--- commit checks the version of every key read, or its absence, so a wrong
--- guess costs a re-run, never a wrong answer.
-local function guess(self, key)
-    if self.attempt == 1 then return K.cached(key) or K.gone(key) end
+function Buf:base_read(key, cache_ok)
+    return memo_read(self.base, self.attempt, key, cache_ok)
 end
 
-function Buf:base_read(key)
-    local rec = self.base[key]
-    if not rec then
-        rec = guess(self, key) or K.read(key)
-        self.base[key] = rec
-    end
-    return rec
-end
-
+-- Inside a script every read may come from the owned-key cache: the commit
+-- checks the version of every key read, so a stale entry costs a re-run,
+-- never a wrong answer.
 function Buf:read(key)
-    return self.view[key] or self:base_read(key)
+    return self.view[key] or self:base_read(key, true)
 end
 
 function Buf:presume_absent(key)
@@ -166,12 +163,7 @@ function Buf:read_all(keys)
     for _, k in ipairs(keys) do
         if not self.view[k] and not self.base[k] and not seen[k] then
             seen[k] = true
-            local rec = guess(self, k)
-            if rec then
-                self.base[k] = rec
-            else
-                missing[#missing + 1] = k
-            end
+            missing[#missing + 1] = k
         end
     end
     if #missing > 0 then

@@ -270,49 +270,6 @@ describe("script transactions", function()
         assert.equal("get", W.ops[1].kind)
     end)
 
-    it("presumes absent a key this sidecar deleted, and reads it when that was wrong", function()
-        local acquire = "if redis.call('exists', KEYS[1]) == 0 then " ..
-                        "redis.call('hincrby', KEYS[1], ARGV[1], 1) " ..
-                        "redis.call('pexpire', KEYS[1], 30000) return nil end " ..
-                        "return redis.call('pttl', KEYS[1])"
-        local kinds = function(from)
-            local out = {}
-            for i = from, #W.ops do
-                if W.ops[i].sc == a.id then out[#out + 1] = W.ops[i].kind end
-            end
-            return out
-        end
-        assert.same({ ok = "OK" }, a:call("SET", "L", "tok", "PX", "10000"))
-        assert.equal(1, a:call("DELIFEQ", "L", "tok"))
-        -- The next acquire of the lock we released: one request, no read.
-        local from = #W.ops + 1
-        assert.equal(zkmodel.null, a:call("EVAL", acquire, "1", "L", "uuid-a:1"))
-        assert.same({ "multi" }, kinds(from))
-        assert.equal("1", a:call("HGET", "L", "uuid-a:1"))
-        -- Wrong guesses: b takes the key after a's release; a's acquire
-        -- re-runs with a read and finds b's lock, a read-only script checks
-        -- the absence it presumed.
-        assert.equal(1, a:call("DEL", "L"))
-        assert.same({ ok = "OK" }, b:call("SET", "L2", "x"))
-        assert.equal(1, a:call("DEL", "L2"))
-        b:call("EVAL", acquire, "1", "L", "uuid-b:1")
-        b:call("SET", "L2", "theirs")
-        from = #W.ops + 1
-        local pttl = a:call("EVAL", acquire, "1", "L", "uuid-a:1")
-        assert.is_true(math.type(pttl) == "integer" and pttl > 0, tostring(pttl))
-        assert.same({ "multi", "get" }, { kinds(from)[1], kinds(from)[2] })
-        assert.equal("1", b:call("HGET", "L", "uuid-b:1"))
-        assert.equal(zkmodel.null, b:call("HGET", "L", "uuid-a:1"))
-        assert.equal("theirs", a:call("EVAL", "return redis.call('get', KEYS[1])", "1", "L2"))
-        -- Presumed and right: the absence is asserted, not taken on trust.
-        assert.equal(1, b:call("DEL", "L2"))
-        assert.same({ ok = "OK" }, a:call("SET", "L3", "v"))
-        assert.equal(1, a:call("DEL", "L3"))
-        from = #W.ops + 1
-        assert.equal(0, a:call("EVAL", "return redis.call('exists', KEYS[1])", "1", "L3"))
-        assert.same({ "multi" }, kinds(from))
-    end)
-
     it("keeps the lifetime rule: a key with a TTL is ephemeral", function()
         a:call("EVAL", "redis.call('set', KEYS[1], 'v', 'PX', 10000) redis.call('set', KEYS[2], 'p') return 1", "2", "e", "p")
         assert.is_true(W:node(a:path("e")).stat.ephemeralOwner ~= 0)
