@@ -315,17 +315,19 @@ if [ "$JVM_WARMUP" != 0 ]; then
         --warmup 0
 fi
 # pin / unpin: ZooKeeper's threads on CPUs 1..n-1 and zkresp's on CPU 0 (the
-# tools are started on CPU 0), then back on every CPU.
+# tools are started on CPU 0), then back on every CPU.  Where the CPUs cannot
+# be chosen (one CPU, no taskset, a cpuset that refuses), the pinned runs are
+# left out of the report.
 ncpu=$(nproc)
 pinning=0
 if [ "$ncpu" -ge 2 ] && command -v taskset >/dev/null; then pinning=1; fi
 pin() {
-    taskset -a -p -c "1-$((ncpu - 1))" "$zk_pid" >/dev/null
-    taskset -a -p -c 0 "$zkresp_pid" >/dev/null
+    taskset -a -p -c "1-$((ncpu - 1))" "$zk_pid" >/dev/null 2>&1 &&
+        taskset -a -p -c 0 "$zkresp_pid" >/dev/null 2>&1
 }
 unpin() {
-    taskset -a -p -c "0-$((ncpu - 1))" "$zk_pid" >/dev/null
-    taskset -a -p -c "0-$((ncpu - 1))" "$zkresp_pid" >/dev/null
+    taskset -a -p -c "0-$((ncpu - 1))" "$zk_pid" >/dev/null 2>&1 || true
+    taskset -a -p -c "0-$((ncpu - 1))" "$zkresp_pid" >/dev/null 2>&1 || true
 }
 
 # Raw and zkresp back to back in each round, so that drift (the ZooKeeper
@@ -340,8 +342,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
         measure "redisson-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
             --mode redisson-pair --prefix bench:rp:
     done
+    if [ "$pinning" = 1 ] && ! pin; then
+        unpin
+        pinning=0
+        log "pinning: taskset refused, no pinned runs"
+    fi
     if [ "$pinning" = 1 ]; then
-        pin
         measure raw-c64-pin "$r" taskset -c 0 "${zkraw[@]}" --conc 64 \
             --seconds "$SECS" --warmup "$WARMUP" --pid zk="$zk_pid"
         measure zkresp-c64-pin "$r" taskset -c 0 "${zkresp_pair[@]}" --conns 64
@@ -503,7 +509,7 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
         "create EPHEMERAL + delete(version 0), resolution delay $RAW_RESOLVE_DELAY."
     printf '  %-3s %14s %12s %18s %18s %18s\n' C "zkresp pairs/s" \
         "raw pairs/s" "ratio (range)" "zkresp p50/p99 us" "raw p50/p99 us"
-    for c in 1 64 64-pin; do
+    for c in 1 64 $([ "$pinning" = 1 ] && echo 64-pin); do
         read -r q lo hi <<<"$(stat ratio "zkresp-c$c" "raw-c$c" ops_per_sec)"
         printf '  %-3s %14s %12s %18s %18s %18s\n' "${c%-pin}" \
             "$(med "zkresp-c$c" ops_per_sec %.0f)" "$(med "raw-c$c" ops_per_sec %.0f)" \
@@ -521,7 +527,7 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo
     echo "  CPU time per pair (us)   zkresp   raw client   ZooKeeper(zkresp run)" \
         "  ZooKeeper(raw run)   load generator"
-    for c in 1 64 64-pin; do
+    for c in 1 64 $([ "$pinning" = 1 ] && echo 64-pin); do
         printf '  %-24s %7s %12s %23s %20s %16s\n' "C=${c/-pin/, pinned}" \
             "$(med "zkresp-c$c" zkresp_cpu_us_per_op)" \
             "$(med "raw-c$c" self_cpu_us_per_op)" \
