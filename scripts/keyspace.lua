@@ -848,6 +848,7 @@ function K.expire_due(all)
             end
         end
     end
+    arm() -- for the keys still to come, while these are deleted
     for _, item in ipairs(due) do
         local ok, err = pcall(K.expire_one, item.path, item.entry)
         if not ok then

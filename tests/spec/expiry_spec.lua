@@ -52,6 +52,19 @@ describe("expiry", function()
         assert.same({}, W:children("/zkresp/k"))
     end)
 
+    it("a slow expiry does not hold back the next key's", function()
+        -- k2 expires while the owner still looks at k1 (a slow read): its
+        -- deadline needs the timer too, not the end of k1's expiry.
+        a:call("SET", "k1", "v", "PX", "100")
+        a:call("SET", "k2", "v", "PX", "150")
+        a:fail_next({ op = "get", path = a:path("k1"), pass = true, latency = 500 })
+        W:advance(100 + 50 + 2 * W.latency + 5)
+        assert.is_nil(W:node(a:path("k2")))
+        assert.is_not_nil(W:node(a:path("k1")))
+        W:advance(500)
+        assert.is_nil(W:node(a:path("k1")))
+    end)
+
     it("a renewed key expires at its new deadline", function()
         a:call("SET", "k", "v", "PX", "1000")
         W:advance(800)
