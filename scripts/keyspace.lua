@@ -366,17 +366,35 @@ function K.arrived(co)
 end
 
 -- This sidecar is sending a write to path: no read sent before serves later
--- commands.
+-- commands.  Returns the write's stamp (see wrote).
 function K.touched(path)
     shared[path] = nil
     local p = pending[path]
     if p then p.stale = true end
+    stamp = stamp + 1
+    return stamp
 end
 
 local function copy(t)
     local c = {}
     for k, v in pairs(t) do c[k] = v end
     return c
+end
+
+local function share(path, sent, data, stat)
+    if not shared[path] then nshared = nshared + 1 end
+    if nshared > K.SHARED_MAX then shared, nshared = {}, 1 end
+    shared[path] = { sent = sent, data = data, stat = stat and copy(stat) }
+end
+
+-- Our write stamped `sent` left the node at path holding data, with stat (a
+-- create's or set's answer): that is the node's state at a moment after
+-- the write was sent, so it serves the commands that arrived before, as a
+-- read sent then would (the writer holds the key's queue, so no other write
+-- of ours comes in between; the next one forgets it).  A herd of scripts on
+-- a lock reads nothing once one of them has taken it.
+local function wrote(path, sent, data, stat)
+    if stat then share(path, sent, data, stat) end
 end
 
 function K.read(key)
@@ -395,11 +413,7 @@ function K.read(key)
     end })
     local rc, data, stat = zget(path)
     if rc == zk.NONODE then data, stat = nil, nil end
-    if pending[path] == mine and not mine.stale then
-        if not shared[path] then nshared = nshared + 1 end
-        if nshared > K.SHARED_MAX then shared, nshared = {}, 1 end
-        shared[path] = { sent = mine.sent, data = data, stat = stat and copy(stat) }
-    end
+    if pending[path] == mine and not mine.stale then share(path, mine.sent, data, stat) end
     return K.record(key, path, data, stat)
 end
 
@@ -1060,7 +1074,7 @@ function K.put(rec, vtype, payload, ttl)
     local kind, rc, stat, results
     local new_version = 0
     local gv, gcz = guard_now()
-    K.touched(path)
+    local sent = K.touched(path)
     if node then
         -- In place only while the key lives: a key that expired is gone for
         -- Redis, and writing it again makes a new node, so that its czxid
@@ -1120,6 +1134,8 @@ function K.put(rec, vtype, payload, ttl)
             return true
         end
         stat = mres[3] and mres[3].stat or nil
+    elseif not confirmed_by_read then
+        wrote(path, sent, data, stat)
     end
     remember(path, {
         key = rec.key,
@@ -1262,9 +1278,19 @@ function K.commit(t)
     -- interested sidecar, in this multi (pubsub.lua)
     local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
     if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then return true end
-    for _, op in ipairs(ops) do K.touched(op[2]) end
+    local sent
+    for _, op in ipairs(ops) do sent = K.touched(op[2]) end
     local gv, gcz = guard_now()
-    local rc, results = zk.multi(ops)
+    local rc, results
+    if #ops == 1 and ops[1][1] == "create" and not ops[1].ps then
+        -- One create alone (a lock's acquire script): a plain create, which
+        -- answers the node's stat.
+        local op = ops[1]
+        local crc, _, cstat = zk.create(op[2], op[3], op[4])
+        rc, results = crc, { { rc = crc, stat = cstat } }
+    else
+        rc, results = zk.multi(ops)
+    end
     if rc ~= zk.OK then note_guards(ops, results) end
     local frc = first_error(rc, results)
     local stats = {}
@@ -1300,6 +1326,7 @@ function K.commit(t)
     local owner_sid = zk.session()
     for i, p in ipairs(puts) do
         local st = stats[i]
+        if frc == zk.OK then wrote(p.rec.path, sent, p.data, st) end
         remember(p.rec.path, {
             key = p.rec.key,
             nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,

@@ -93,4 +93,43 @@ describe("shared reads", function()
         W:run_until(function() return tasks[5].done end)
         assert.equal(3, a.M.stats().shared_reads_total)
     end)
+
+    it("serves the commands queued behind a write with the state it left", function()
+        -- Redisson's waiters all retry on one unlock: one acquire script
+        -- reads the free lock and takes it; the others, which arrived
+        -- before its create was sent, see its lock without reading.
+        local acquire = "if redis.call('exists', KEYS[1]) == 0 then " ..
+                        "redis.call('hincrby', KEYS[1], ARGV[1], 1) " ..
+                        "redis.call('pexpire', KEYS[1], 30000) return nil end " ..
+                        "return redis.call('pttl', KEYS[1])"
+        local from = #W.ops + 1
+        local tasks = {}
+        for i = 1, 6 do tasks[i] = a:start("EVAL", acquire, "1", "L", "w" .. i .. ":1") end
+        W:run_until(function() return tasks[6].done end)
+        assert.equal(zkmodel.null, tasks[1].result)
+        for i = 2, 6 do
+            assert.is_true(math.type(tasks[i].result) == "integer" and tasks[i].result > 0,
+                           "waiter " .. i .. ": " .. tostring(tasks[i].result))
+        end
+        assert.equal(1, gets(a, "L", from))
+        local creates = 0
+        for i = from, #W.ops do
+            local op = W.ops[i]
+            if op.sc == a.id and op.path == a:path("L") and op.kind ~= "get" then creates = creates + 1 end
+        end
+        assert.equal(1, creates) -- one plain create, no multi
+        assert.equal("1", b:call("HGET", "L", "w1:1"))
+        -- A pipelined read behind a SET sees the SET, and one that arrives
+        -- after the write was sent reads again.
+        from = #W.ops + 1
+        local set = a:start("SET", "k", "new")
+        local get = a:start("GET", "k")
+        W:run_until(function() return get.done end)
+        assert.same({ ok = "OK" }, set.result)
+        assert.equal("new", get.result)
+        assert.equal(1, gets(a, "k", from)) -- the SET's own read of k, not the GET's
+        from = #W.ops + 1
+        assert.equal("new", a:call("GET", "k"))
+        assert.equal(1, gets(a, "k", from))
+    end)
 end)
