@@ -352,7 +352,7 @@ end
 -- of the earlier ones.  What another sidecar writes meanwhile is concurrent
 -- with the command, and a write based on a read is conditional anyway.
 
-local stamp = 0                                     -- arrivals and reads, in order
+local stamp = 0                                     -- arrivals, reads and writes, in order
 local arrival = U.per_command()                     -- coroutine -> its stamp
 local shared, nshared = {}, 0                       -- path -> the latest read
 local pending = {}                                  -- path -> the read in flight
