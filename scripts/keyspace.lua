@@ -1183,13 +1183,9 @@ local function delete_some(recs)
 end
 
 function K.delete(recs, done)
-    if #recs >= 1 and #recs <= K.MULTI_MAX then
-        delete_some(recs)
-        if done then done(recs) end
-        return true
-    end
     for first = 1, #recs, K.MULTI_MAX do
-        local some = table.move(recs, first, math.min(first + K.MULTI_MAX - 1, #recs), 1, {})
+        local some = #recs <= K.MULTI_MAX and recs or
+                     table.move(recs, first, math.min(first + K.MULTI_MAX - 1, #recs), 1, {})
         delete_some(some)
         if done then done(some) end
     end

@@ -100,7 +100,7 @@ int metrics_cmd_register(const char *name, size_t len)
         return i;
     /* Label values are printed unescaped: keep them to [a-z0-9_|-]. */
     for (size_t k = 0; k < len; k++) {
-        char ch = (char)tolower((unsigned char)name[k]);
+        char ch = lower(name[k]);
         if (!(islower((unsigned char)ch) || isdigit((unsigned char)ch) ||
               ch == '_' || ch == '|' || ch == '-'))
             return 0;
