@@ -603,18 +603,22 @@ static void info_write(struct server *s, unsigned sections, long long keys,
             buf_printf(&b, "db0:keys=%lld,expires=0,avg_ttl=0\r\n", keys);
         buf_printf(&b, "\r\n");
     }
-    if (sections & INFO_ZOOKEEPER)
-        buf_printf(&b,
-                   "# Zookeeper\r\nzk_state:%s\r\nzk_session_id:0x%llx\r\n"
-                   "zk_session_timeout:%d\r\nzk_server:%s\r\nzk_connect:%s\r\n"
-                   "zk_root:%s\r\nzk_inflight:%zu\r\nzk_sessions:%llu\r\n"
-                   "lua_running:%zu\r\n\r\n",
-                   zk_state_name(s->zk),
-                   (unsigned long long)zk_session_id(s->zk),
-                   zk_negotiated_timeout(s->zk), zk_server(s->zk), s->cfg->zk,
-                   s->cfg->root, zk_inflight(s->zk),
-                   (unsigned long long)zk_sessions_started(s->zk),
-                   lua_host_running(s->lua));
+    if (sections & INFO_ZOOKEEPER) {
+        struct zk_group_stats gs = zk_group_stats(s->zk);
+        buf_printf(
+            &b,
+            "# Zookeeper\r\nzk_state:%s\r\nzk_session_id:0x%llx\r\n"
+            "zk_session_timeout:%d\r\nzk_server:%s\r\nzk_connect:%s\r\n"
+            "zk_root:%s\r\nzk_inflight:%zu\r\nzk_sessions:%llu\r\n"
+            "zk_groups:%llu\r\nzk_grouped_requests:%llu\r\n"
+            "zk_group_resends:%llu\r\nlua_running:%zu\r\n\r\n",
+            zk_state_name(s->zk), (unsigned long long)zk_session_id(s->zk),
+            zk_negotiated_timeout(s->zk), zk_server(s->zk), s->cfg->zk,
+            s->cfg->root, zk_inflight(s->zk),
+            (unsigned long long)zk_sessions_started(s->zk),
+            (unsigned long long)gs.groups, (unsigned long long)gs.members,
+            (unsigned long long)gs.resent, lua_host_running(s->lua));
+    }
     if (sections & INFO_POLICY) {
         buf_printf(&b, "# Policy\r\n");
         lua_host_policy_info(s->lua, info_policy_line, &b);

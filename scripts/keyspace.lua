@@ -31,6 +31,16 @@
 -- it is a versioned set; an absent key is a create.  Never an
 -- unconditional write.
 --
+-- Writes of keys are sent grouped (the trailing `true` of zk.create,
+-- zk.set, zk.delete and zk.multi): the bridge may send the writes of many
+-- commands in one multi (group commit, sidecar/zk.c).  The key queues
+-- already order the writes of one key, so a grouped write only has to land
+-- between its submission and its answer.  A grouped create may answer no
+-- stat; the code below then knows the new node's version (0) and leaves
+-- its czxid unknown (a create is not grouped while an on_acquire hook
+-- wants it).  A script's commit that publishes is not grouped, so that
+-- messages keep their order.
+--
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
 -- from the acknowledgment of its write and deletes the node itself when it
 -- passes (a read to check the nonce, then a versioned delete).  Other
@@ -1081,14 +1091,14 @@ function K.put(rec, vtype, payload, ttl)
         -- (the fencing token) grows with every acquisition.
         if in_place(rec, lifetime, sid) then
             kind = "set"
-            rc, stat = zk.set(path, data, node.version)
+            rc, stat = zk.set(path, data, node.version, true)
         else
             kind = "replace"
             local ops
             ops, new_version = replace_ops(path, node.version, data, flags)
             local last = #ops -- a set (a version-0 node's replacement) has the stat
             guard_ops(ops, {}, { rec })
-            rc, results = zk.multi(ops)
+            rc, results = zk.multi(ops, true)
             if rc ~= zk.OK then note_guards(ops, results) end
             rc = first_error(rc, results)
             if rc == zk.OK and ops[last][1] == "set" and results and results[last] then
@@ -1098,7 +1108,9 @@ function K.put(rec, vtype, payload, ttl)
     else
         kind = "create"
         local _
-        rc, _, stat = zk.create(path, data, flags)
+        -- An on_acquire hook gets the fencing token from the create's stat,
+        -- which a grouped create may not answer.
+        rc, _, stat = zk.create(path, data, flags, not H.has("on_acquire"))
         if rc == zk.NONODE then
             -- The parent is missing (a fresh ensemble, or a policy path).
             K.ensure_path(parent(path))
@@ -1164,9 +1176,9 @@ local function delete_some(recs)
     end
     guard_ops(ops, recs, recs)
     if #ops == 1 then
-        rc = zk.delete(recs[1].path, recs[1].node.version)
+        rc = zk.delete(recs[1].path, recs[1].node.version, true)
     else
-        rc, results = zk.multi(ops)
+        rc, results = zk.multi(ops, true)
         if rc ~= zk.OK then note_guards(ops, results) end
         rc = first_error(rc, results)
     end
@@ -1285,7 +1297,7 @@ function K.commit(t)
         local crc, _, cstat = zk.create(op[2], op[3], op[4])
         rc, results = crc, { { rc = crc, stat = cstat } }
     else
-        rc, results = zk.multi(ops)
+        rc, results = zk.multi(ops, messages == 0)
     end
     if rc ~= zk.OK then note_guards(ops, results) end
     local frc = first_error(rc, results)

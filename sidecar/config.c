@@ -47,6 +47,9 @@ static const struct opt opts[] = {
      "ZooKeeper session timeout to request, ms"},
     {"zk-request-timeout", OPT_INT, OFF(zk_request_timeout), "2000", 1, 3600000,
      "how long a request waits while ZooKeeper is unreachable, ms"},
+    {"zk-group-max", OPT_INT, OFF(zk_group_max), "128", 0, 1000,
+     "most operations of concurrent writes sent as one multi (group commit; "
+     "0 or 1: off)"},
     {"policy", OPT_STR, OFF(policy), "", 0, 0,
      "policy file (default: <scripts>/policy.lua)"},
     {"scripts", OPT_STR, OFF(scripts), "", 0, 0,

@@ -498,12 +498,18 @@ static void on_zk_done(const struct zk_result *res, void *arg)
     co_resume(c, n);
 }
 
+/* grouped: the write may go out with other commands' writes in one multi
+ * (zk_submit_grouped); the caller passes it as a trailing true. */
 static int zk_call(lua_State *L, const char *fn, enum zk_op_type type,
-                   struct zk_op *ops, int nops)
+                   struct zk_op *ops, int nops, int grouped)
 {
     struct co *c = co_check(L, fn);
     c->wait = WAIT_ZK;
-    zk_submit(c->h->zk, type, ops, nops, c->deadline, on_zk_done, c);
+    if (grouped)
+        zk_submit_grouped(c->h->zk, type, ops, nops, c->deadline, on_zk_done,
+                          c);
+    else
+        zk_submit(c->h->zk, type, ops, nops, c->deadline, on_zk_done, c);
     return lua_yield(L, 0);
 }
 
@@ -511,27 +517,27 @@ static int l_zk_get(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_GET, .path = luaL_checkstring(L, 1)};
     op.watch = lua_toboolean(L, 2);
-    return zk_call(L, "zk.get", ZK_OP_GET, &op, 1);
+    return zk_call(L, "zk.get", ZK_OP_GET, &op, 1, 0);
 }
 
 static int l_zk_exists(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_EXISTS, .path = luaL_checkstring(L, 1)};
     op.watch = lua_toboolean(L, 2);
-    return zk_call(L, "zk.exists", ZK_OP_EXISTS, &op, 1);
+    return zk_call(L, "zk.exists", ZK_OP_EXISTS, &op, 1, 0);
 }
 
 static int l_zk_children(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_CHILDREN, .path = luaL_checkstring(L, 1)};
     op.watch = lua_toboolean(L, 2);
-    return zk_call(L, "zk.children", ZK_OP_CHILDREN, &op, 1);
+    return zk_call(L, "zk.children", ZK_OP_CHILDREN, &op, 1, 0);
 }
 
 static int l_zk_sync(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_SYNC, .path = luaL_checkstring(L, 1)};
-    return zk_call(L, "zk.sync", ZK_OP_SYNC, &op, 1);
+    return zk_call(L, "zk.sync", ZK_OP_SYNC, &op, 1, 0);
 }
 
 static int l_zk_create(lua_State *L)
@@ -539,7 +545,7 @@ static int l_zk_create(lua_State *L)
     struct zk_op op = {.type = ZK_OP_CREATE, .path = luaL_checkstring(L, 1)};
     op.data = luaL_optlstring(L, 2, "", &op.datalen);
     op.flags = (int)luaL_optinteger(L, 3, 0);
-    return zk_call(L, "zk.create", ZK_OP_CREATE, &op, 1);
+    return zk_call(L, "zk.create", ZK_OP_CREATE, &op, 1, lua_toboolean(L, 4));
 }
 
 static int l_zk_set(lua_State *L)
@@ -547,14 +553,14 @@ static int l_zk_set(lua_State *L)
     struct zk_op op = {.type = ZK_OP_SET, .path = luaL_checkstring(L, 1)};
     op.data = luaL_checklstring(L, 2, &op.datalen);
     op.version = (int)luaL_optinteger(L, 3, -1);
-    return zk_call(L, "zk.set", ZK_OP_SET, &op, 1);
+    return zk_call(L, "zk.set", ZK_OP_SET, &op, 1, lua_toboolean(L, 4));
 }
 
 static int l_zk_delete(lua_State *L)
 {
     struct zk_op op = {.type = ZK_OP_DELETE, .path = luaL_checkstring(L, 1)};
     op.version = (int)luaL_optinteger(L, 2, -1);
-    return zk_call(L, "zk.delete", ZK_OP_DELETE, &op, 1);
+    return zk_call(L, "zk.delete", ZK_OP_DELETE, &op, 1, lua_toboolean(L, 3));
 }
 
 /* Field k of the table at index t if it is a string, else NULL.  The value
@@ -579,7 +585,8 @@ static int field_int(lua_State *L, int t, int k, int dflt)
 }
 
 /* zk.multi({{"create", path, data, flags}, {"delete", path, version},
- *           {"set", path, data, version}, {"check", path, version}})
+ *           {"set", path, data, version}, {"check", path, version}}
+ *          [, grouped])
  * Each operation's table is popped once read, so the stack stays small
  * whatever the number of operations; the strings stay referenced through
  * the list at index 1 until zk_submit has copied them. */
@@ -587,6 +594,7 @@ static int l_zk_multi(lua_State *L)
 {
     struct co *c = co_check(L, "zk.multi");
     luaL_checktype(L, 1, LUA_TTABLE);
+    int grouped = lua_toboolean(L, 2);
     lua_settop(L, 1);
     int n = (int)luaL_len(L, 1);
     if (n < 1 || n > 10000)
@@ -635,7 +643,11 @@ static int l_zk_multi(lua_State *L)
         return luaL_error(L, "zk.multi: operation %d %s", bad_at, bad);
     }
     c->wait = WAIT_ZK;
-    zk_submit(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline, on_zk_done, c);
+    if (grouped)
+        zk_submit_grouped(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline,
+                          on_zk_done, c);
+    else
+        zk_submit(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline, on_zk_done, c);
     free(ops);
     lua_settop(L, 0);
     return lua_yield(L, 0);

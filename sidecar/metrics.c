@@ -283,6 +283,19 @@ void metrics_render(struct buf *out)
     gauge(out, "zkresp_zookeeper_inflight_requests",
           "ZooKeeper operations submitted and not completed.",
           z ? (double)zk_inflight(z) : 0);
+    struct zk_group_stats gs = {0};
+    if (z)
+        gs = zk_group_stats(z);
+    counter(out, "zkresp_zookeeper_groups_total",
+            "Multis sent carrying the writes of several commands (group "
+            "commit).",
+            gs.groups);
+    counter(out, "zkresp_zookeeper_grouped_requests_total",
+            "Writes sent in those multis.", gs.members);
+    counter(out, "zkresp_zookeeper_group_resends_total",
+            "Grouped writes sent again alone after another write of their "
+            "group failed.",
+            gs.resent);
 
     struct lua_stats ls = {0};
     if (m.src.lua)

@@ -29,6 +29,7 @@
 
 #define ZK_EV_SESSION (-1) /* a queued session event, not an operation */
 #define ZK_EV_WATCH (-2)   /* a queued watch event */
+#define ZK_GROUP (-3)      /* a group: several requests sent as one multi */
 #define TICK_MS 20
 #define RESOLVE_DELAY_MS 10000
 
@@ -50,6 +51,10 @@ struct zk_req {
     double sent_at;
     uint64_t gen; /* handle generation the request went to */
     int ev_state; /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
+    int groupable;
+    struct zk_req *member; /* ZK_GROUP: its first member; a member: the next */
+    int offset;            /* a member: where its ops start in the group */
+    int unsent;            /* ZK_GROUP: zoo_amulti refused it */
 };
 
 /* The context a handle's watcher sees. */
@@ -80,6 +85,17 @@ struct zk {
     struct zk_req *parked_head, *parked_tail;
     struct zk_req *all; /* outstanding operations, loop thread only */
     size_t inflight;
+
+    /* Group commit: see group_add. */
+    struct zk_req *group_head, *group_tail;
+    int group_ops;
+    size_t group_bytes;
+    int group_max; /* most operations in one group; < 2: no grouping */
+    uv_prepare_t group_prepare;
+    uv_check_t group_check;
+    int group_armed;
+    struct zk_req *groups_out; /* groups sent and not answered */
+    struct zk_group_stats gstats;
 
     double last_contact;   /* send time of the newest answered request */
     double lease_deadline; /* while disconnected */
@@ -218,26 +234,41 @@ static void on_string_stat(int rc, const char *value, const struct Stat *stat,
     enqueue(r);
 }
 
+/* The per-operation results of a multi, from r->zres and the buffers the
+ * client filled. */
+static void fill_multi(struct zk_req *r)
+{
+    r->res.multi = calloc((size_t)r->nops, sizeof(struct zk_result));
+    if (!r->res.multi)
+        return;
+    r->res.nmulti = r->nops;
+    for (int i = 0; i < r->nops; i++) {
+        struct zk_result *m = &r->res.multi[i];
+        m->type = r->ops[i].type;
+        m->rc = r->zres[i].err;
+        if (m->rc != ZOK)
+            continue;
+        if (r->ops[i].type == ZK_OP_CREATE && r->pathbufs[i])
+            m->path = strdup(r->pathbufs[i]);
+        if (r->ops[i].type == ZK_OP_SET)
+            set_stat(m, &r->zstats[i]);
+    }
+}
+
 static void on_multi(int rc, const void *data)
 {
     struct zk_req *r = (struct zk_req *)data;
     r->res.rc = rc;
-    r->res.multi = calloc((size_t)r->nops, sizeof(struct zk_result));
-    if (r->res.multi) {
-        r->res.nmulti = r->nops;
-        for (int i = 0; i < r->nops; i++) {
-            struct zk_result *m = &r->res.multi[i];
-            m->type = r->ops[i].type;
-            m->rc = r->zres[i].err;
-            if (m->rc != ZOK)
-                continue;
-            if (r->ops[i].type == ZK_OP_CREATE && r->pathbufs[i])
-                m->path = strdup(r->pathbufs[i]);
-            if (r->ops[i].type == ZK_OP_SET)
-                set_stat(m, &r->zstats[i]);
-        }
-    }
+    fill_multi(r);
     enqueue(r);
+}
+
+/* A group's answer; split on the loop thread (group_done). */
+static void on_group(int rc, const void *data)
+{
+    struct zk_req *g = (struct zk_req *)data;
+    g->res.rc = rc;
+    enqueue(g);
 }
 
 /* The watcher of every handle; runs on the completion thread. */
@@ -458,8 +489,248 @@ static int build_multi(struct zk_req *r)
     return 0;
 }
 
-void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
-               int nops, double deadline, zk_done_cb cb, void *arg)
+/* Sends r now, or parks it until the session connects. */
+static void dispatch(struct zk *z, struct zk_req *r)
+{
+    if (z->closed)
+        fail_later(r, ZK_CLOSING);
+    else if (r->gen != z->gen)
+        fail_later(r, ZSESSIONEXPIRED);
+    else if (z->connected && z->zh)
+        send_req(z, r);
+    else if (zk_now() >= r->deadline)
+        fail_later(r, ZK_TIMEOUT);
+    else
+        park(z, r);
+}
+
+/* --- group commit ---------------------------------------------------------
+ *
+ * Writes submitted with zk_submit_grouped in one turn of the loop are sent
+ * together, as one multi, when the turn's callbacks are done (or sooner,
+ * when the group is full): ZooKeeper then handles one request and logs one
+ * transaction for many commands, which is most of its cost per write.  Any
+ * other request sends the group first, so one session's requests still
+ * reach ZooKeeper in the order they were submitted.  A group of one is sent
+ * as the request itself.
+ *
+ * A multi is all or nothing.  When it succeeds, every member did.  When
+ * the connection fails, every member's outcome is unknown, as its own
+ * request's would be.  When an operation fails, its member gets the answer
+ * it would have had alone, unless an operation of an earlier member touched
+ * the same node, its parent or a child (which may be why it failed); every
+ * other member was not applied and is sent again on its own.  So a grouped
+ * write lands somewhere between its submission and its answer, which is all
+ * that keyed writes (ordered among themselves by the key queues) need.  A
+ * grouped create answers no stat: a multi answers a create's path only. */
+#define GROUP_MAX_BYTES (256 * 1024)
+
+static void on_group_turn(uv_handle_t *h);
+
+static void group_arm(struct zk *z, int on)
+{
+    if (on == z->group_armed)
+        return;
+    z->group_armed = on;
+    if (on) {
+        uv_prepare_start(&z->group_prepare, (uv_prepare_cb)on_group_turn);
+        uv_check_start(&z->group_check, (uv_check_cb)on_group_turn);
+    } else {
+        uv_prepare_stop(&z->group_prepare);
+        uv_check_stop(&z->group_check);
+    }
+}
+
+static size_t req_bytes(const struct zk_req *r)
+{
+    size_t n = 0;
+    for (int i = 0; i < r->nops; i++)
+        n += strlen(r->ops[i].path) + r->ops[i].datalen + 32;
+    return n;
+}
+
+/* Sends the group held so far. */
+static void group_send(struct zk *z)
+{
+    struct zk_req *head = z->group_head, *m;
+    if (!head)
+        return;
+    int total = z->group_ops;
+    z->group_head = z->group_tail = NULL;
+    z->group_ops = 0;
+    z->group_bytes = 0;
+    group_arm(z, 0);
+
+    struct zk_req *g = NULL;
+    if (head->member && z->connected && z->zh && !z->closed) {
+        g = calloc(1, sizeof *g);
+        if (g) {
+            g->zops = calloc((size_t)total, sizeof(zoo_op_t));
+            g->zres = calloc((size_t)total, sizeof(zoo_op_result_t));
+        }
+        for (m = head; g && g->zops && g->zres && m; m = m->member)
+            if (!m->zops && build_multi(m) < 0)
+                break;
+        if (!g || !g->zops || !g->zres || m) {
+            if (g) {
+                free(g->zops);
+                free(g->zres);
+                free(g);
+            }
+            g = NULL;
+        }
+    }
+    if (!g) { /* one member, no connection, or no memory: each alone */
+        while (head) {
+            m = head;
+            head = m->member;
+            m->member = NULL;
+            dispatch(z, m);
+        }
+        return;
+    }
+    g->z = z;
+    g->kind = ZK_GROUP;
+    g->gen = z->gen;
+    g->nops = total;
+    g->member = head;
+    int off = 0;
+    for (m = head; m; m = m->member) {
+        m->offset = off;
+        memcpy(&g->zops[off], m->zops, (size_t)m->nops * sizeof(zoo_op_t));
+        off += m->nops;
+        z->gstats.members++;
+    }
+    z->gstats.groups++;
+    g->all_prev = NULL;
+    g->all_next = z->groups_out;
+    if (z->groups_out)
+        z->groups_out->all_prev = g;
+    z->groups_out = g;
+    g->sent_at = zk_now();
+    int rc = zoo_amulti(z->zh, total, g->zops, g->zres, on_group, g);
+    if (rc != ZOK) {
+        g->unsent = 1;
+        g->res.rc = rc;
+        enqueue(g);
+    }
+}
+
+static void on_group_turn(uv_handle_t *h)
+{
+    group_send(h->data);
+}
+
+/* Holds r, a write that may be grouped, for this turn's group. */
+static void group_add(struct zk *z, struct zk_req *r)
+{
+    size_t bytes = req_bytes(r);
+    if (r->nops >= z->group_max || bytes >= GROUP_MAX_BYTES) {
+        group_send(z);
+        send_req(z, r);
+        return;
+    }
+    if (z->group_ops + r->nops > z->group_max ||
+        z->group_bytes + bytes > GROUP_MAX_BYTES)
+        group_send(z);
+    r->member = NULL;
+    if (z->group_tail)
+        z->group_tail->member = r;
+    else
+        z->group_head = r;
+    z->group_tail = r;
+    z->group_ops += r->nops;
+    z->group_bytes += bytes;
+    group_arm(z, 1);
+}
+
+/* Whether path a is b, its ancestor or its descendant. */
+static int related(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > lb) {
+        const char *t = a;
+        a = b;
+        b = t;
+        size_t n = la;
+        la = lb;
+        lb = n;
+    }
+    if (strncmp(a, b, la) != 0)
+        return 0;
+    return la == lb || b[la] == '/' || (la == 1 && a[0] == '/');
+}
+
+/* Whether operation f of group g, which belongs to member mf, failed on its
+ * own: no operation of an earlier member touched a related node. */
+static int own_failure(const struct zk_req *g, const struct zk_req *mf, int f)
+{
+    const char *path = mf->ops[f - mf->offset].path;
+    for (const struct zk_req *m = g->member; m != mf; m = m->member)
+        for (int i = 0; i < m->nops; i++)
+            if (related(m->ops[i].path, path))
+                return 0;
+    return 1;
+}
+
+/* m's answer as its own request would have had it, from its part of the
+ * group's results. */
+static void member_answer(struct zk_req *m, int rc)
+{
+    m->res.rc = rc;
+    if (m->kind == ZK_OP_MULTI)
+        fill_multi(m);
+    else if (rc == ZOK && m->kind == ZK_OP_CREATE && m->pathbufs[0])
+        m->res.path = strdup(m->pathbufs[0]);
+    else if (rc == ZOK && m->kind == ZK_OP_SET)
+        set_stat(&m->res, &m->zstats[0]);
+}
+
+static void group_done(struct zk *z, struct zk_req *g)
+{
+    if (g->all_prev)
+        g->all_prev->all_next = g->all_next;
+    else
+        z->groups_out = g->all_next;
+    if (g->all_next)
+        g->all_next->all_prev = g->all_prev;
+
+    /* An operation that failed answers the multi's rc; after a connection
+     * failure the results may hold anything. */
+    int rc = g->res.rc, failed = -1;
+    if (rc != ZOK && !g->unsent && !is_connection_rc(rc) && rc != ZK_CLOSING)
+        for (int i = 0; i < g->nops && failed < 0; i++)
+            if (g->zres[i].err == rc)
+                failed = i;
+    struct zk_req *m, *owner = NULL; /* the member whose failure is its own */
+    for (m = g->member; m && failed >= 0 && !owner; m = m->member)
+        if (failed < m->offset + m->nops)
+            owner = own_failure(g, m, failed) ? m : g; /* g: nobody's */
+    m = g->member;
+    while (m) {
+        struct zk_req *next = m->member;
+        m->member = NULL;
+        memcpy(m->zres, &g->zres[m->offset],
+               (size_t)m->nops * sizeof(zoo_op_result_t));
+        if (!g->unsent && (failed < 0 || m == owner)) {
+            m->sent_at = g->sent_at;
+            member_answer(m, rc); /* a failed multi answers its op's rc */
+            deliver(z, m);
+        } else {
+            memset(m->zres, 0, (size_t)m->nops * sizeof(zoo_op_result_t));
+            z->gstats.resent++;
+            dispatch(z, m);
+        }
+        m = next;
+    }
+    free(g->zops);
+    free(g->zres);
+    free(g);
+}
+
+static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
+                   int nops, double deadline, int groupable, zk_done_cb cb,
+                   void *arg)
 {
     struct zk_req *r = calloc(1, sizeof *r);
     if (!r)
@@ -497,12 +768,27 @@ void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
         return;
     }
     r->gen = z->gen;
-    if (z->connected && z->zh)
-        send_req(z, r);
-    else if (zk_now() >= deadline)
-        fail_later(r, ZK_TIMEOUT);
-    else
-        park(z, r);
+    if (groupable && z->group_max > 1 && z->connected && z->zh &&
+        (type == ZK_OP_CREATE || type == ZK_OP_SET || type == ZK_OP_DELETE ||
+         type == ZK_OP_MULTI)) {
+        group_add(z, r);
+    } else {
+        group_send(z); /* what was submitted before goes first */
+        dispatch(z, r);
+    }
+}
+
+void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
+               int nops, double deadline, zk_done_cb cb, void *arg)
+{
+    submit(z, type, ops, nops, deadline, 0, cb, arg);
+}
+
+void zk_submit_grouped(struct zk *z, enum zk_op_type type,
+                       const struct zk_op *ops, int nops, double deadline,
+                       zk_done_cb cb, void *arg)
+{
+    submit(z, type, ops, nops, deadline, 1, cb, arg);
 }
 
 /* --- session lifecycle --------------------------------------------------- */
@@ -668,6 +954,8 @@ static void on_async(uv_async_t *h)
                 z->on_watch(watch_name(r->ev_state), r->res.path, z->watch_arg);
             free(r->res.path);
             free(r);
+        } else if (r->kind == ZK_GROUP) {
+            group_done(z, r);
         } else {
             deliver(z, r);
         }
@@ -744,7 +1032,12 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     z->async.data = z;
     uv_timer_init(loop, &z->tick);
     z->tick.data = z;
-    z->handles_open = 2;
+    uv_prepare_init(loop, &z->group_prepare);
+    z->group_prepare.data = z;
+    uv_check_init(loop, &z->group_check);
+    z->group_check.data = z;
+    z->group_max = cfg->zk_group_max;
+    z->handles_open = 4;
     return z;
 }
 
@@ -759,6 +1052,7 @@ void zk_close(struct zk *z)
     if (z->closed)
         return;
     z->closed = 1;
+    group_send(z);
     expire_parked(z, zk_now(), 1, ZK_CLOSING);
     if (z->zh)
         log_info("zk.closing", "session=0x%llx",
@@ -800,9 +1094,20 @@ void zk_free(struct zk *z)
             break;
         }
     }
+    /* Groups still out were answered through their members above. */
+    while (z->groups_out) {
+        struct zk_req *g = z->groups_out;
+        z->groups_out = g->all_next;
+        free(g->zops);
+        free(g->zres);
+        free(g);
+    }
     uv_timer_stop(&z->tick);
+    group_arm(z, 0);
     uv_close((uv_handle_t *)&z->async, on_handle_closed);
     uv_close((uv_handle_t *)&z->tick, on_handle_closed);
+    uv_close((uv_handle_t *)&z->group_prepare, on_handle_closed);
+    uv_close((uv_handle_t *)&z->group_check, on_handle_closed);
 }
 
 void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg)
@@ -848,4 +1153,9 @@ size_t zk_inflight(const struct zk *z)
 uint64_t zk_sessions_started(const struct zk *z)
 {
     return z->sessions;
+}
+
+struct zk_group_stats zk_group_stats(const struct zk *z)
+{
+    return z->gstats;
 }

@@ -105,6 +105,15 @@ void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
 void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
                int nops, double deadline, zk_done_cb cb, void *arg);
 
+/* The same for a write that may go out grouped with other grouped writes
+ * of this loop turn, as one multi (group commit, see zk.c): create, set,
+ * delete or multi.  It lands somewhere between its submission and its
+ * answer, not necessarily in submission order with requests of others; a
+ * grouped create's answer may carry no stat. */
+void zk_submit_grouped(struct zk *z, enum zk_op_type type,
+                       const struct zk_op *ops, int nops, double deadline,
+                       zk_done_cb cb, void *arg);
+
 /* Closes the session (ephemeral nodes vanish at once), fails parked
  * operations with ZK_CLOSING.  Operations in flight still complete. */
 void zk_close(struct zk *z);
@@ -123,5 +132,12 @@ const char *zk_server(const struct zk *z);
 /* Operations submitted and not completed. */
 size_t zk_inflight(const struct zk *z);
 uint64_t zk_sessions_started(const struct zk *z);
+
+struct zk_group_stats {
+    uint64_t groups;  /* multis sent carrying several requests */
+    uint64_t members; /* requests sent in them */
+    uint64_t resent;  /* members sent again alone after another's failure */
+};
+struct zk_group_stats zk_group_stats(const struct zk *z);
 
 #endif

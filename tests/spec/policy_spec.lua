@@ -360,6 +360,15 @@ describe("notifications", function()
         return out
     end
 
+    it("gets the fencing token from a create that is never grouped", function()
+        a.grouped_creates_stat_less = true -- as a create sent inside a group
+        local from = #W.ops + 1
+        assert.same(OK, a:call("SET", "lock", "tok-1", "NX", "PX", "30000"))
+        assert.same({ sc = a.id, kind = "create", path = a:path("lock") }, W.ops[from])
+        assert.same({ "acquire lock" }, events())
+        assert.equal(W:node(a:path("lock")).stat.czxid, a.env.__events[1].info.czxid)
+    end)
+
     it("acquire and release, with the client, the token and the fencing token", function()
         assert.same(OK, a:call("SET", "lock", "tok-1", "NX", "PX", "30000"))
         assert.equal(null, a:call("SET", "lock", "tok-2", "NX", "PX", "30000"))

@@ -295,7 +295,7 @@ describe("DELIFEQ and DELEX", function()
         a:call("SET", "lock", "tok", "NX", "PX", "30000")
         local before = #W.ops
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
-        assert.same({ { sc = a.id, kind = "multi",
+        assert.same({ { sc = a.id, kind = "multi", grouped = true,
                         path = "delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid) } },
                     { table.unpack(W.ops, before + 1) })
     end)
@@ -326,7 +326,7 @@ describe("DELIFEQ and DELEX", function()
             W:advance(5)
             local before = #W.ops
             assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
-            assert.same({ { sc = a.id, kind = "multi",
+            assert.same({ { sc = a.id, kind = "multi", grouped = true,
                             path = "delete " .. a:path("lock") .. ", check " .. K.guard_path(a.sid) } },
                         { table.unpack(W.ops, before + 1) })
             for i = 1, #W.ops do

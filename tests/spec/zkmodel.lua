@@ -511,11 +511,13 @@ local function make_zk(sc)
     local zk = copy(C)
 
     -- Issues one operation for the running task; returns its results.
-    local function op(kind, path, apply)
+    -- grouped: the caller let the bridge group the write (the trailing
+    -- `true`); recorded in W.ops.
+    local function op(kind, path, apply, grouped)
         local co = coroutine.running()
         local task = W.tasks[co]
         assert(task, "zk." .. kind .. " called outside a task")
-        W.ops[#W.ops + 1] = { sc = sc.id, kind = kind, path = path }
+        W.ops[#W.ops + 1] = { sc = sc.id, kind = kind, path = path, grouped = grouped or nil }
         task.waiting = "zk"
         if sc.closing then
             W:post(function() W:resume(co, C.CLOSING) end)
@@ -565,43 +567,46 @@ local function make_zk(sc)
         end)
     end
 
-    function zk.create(path, data, flags)
+    -- sc.grouped_creates_stat_less: a grouped create answers its path and no
+    -- stat, as the bridge's does when it went out in a group (a multi).
+    function zk.create(path, data, flags, grouped)
         return op("create", path, function(sid)
             local tx = W:begin(false)
             local res = table.pack(W:op_create(tx, sid, path, data, flags))
             W:fire(tx)
+            if grouped and sc.grouped_creates_stat_less then res[3] = nil end
             return table.unpack(res, 1, res.n)
-        end)
+        end, grouped)
     end
 
-    function zk.set(path, data, version)
+    function zk.set(path, data, version, grouped)
         return op("set", path, function()
             local tx = W:begin(false)
             local res = table.pack(W:op_set(tx, path, data, version))
             W:fire(tx)
             return table.unpack(res, 1, res.n)
-        end)
+        end, grouped)
     end
 
-    function zk.delete(path, version)
+    function zk.delete(path, version, grouped)
         return op("delete", path, function()
             local tx = W:begin(false)
             local res = table.pack(W:op_delete(tx, path, version))
             W:fire(tx)
             return table.unpack(res, 1, res.n)
-        end)
+        end, grouped)
     end
 
     function zk.sync(path)
         return op("sync", path, function() return C.OK end)
     end
 
-    function zk.multi(ops)
+    function zk.multi(ops, grouped)
         local paths = {}
         for i, o in ipairs(ops) do paths[i] = o[1] .. " " .. o[2] end
         return op("multi", table.concat(paths, ", "), function(sid)
             return W:op_multi(sid, ops)
-        end)
+        end, grouped)
     end
 
     function zk.session()
