@@ -49,9 +49,8 @@ struct zk_req {
     void *arg;
     double deadline;
     double sent_at;
-    uint64_t gen; /* handle generation the request went to */
-    int ev_state; /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
-    int groupable;
+    uint64_t gen;          /* handle generation the request went to */
+    int ev_state;          /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
     struct zk_req *member; /* ZK_GROUP: its first member; a member: the next */
     int offset;            /* a member: where its ops start in the group */
     int unsent;            /* ZK_GROUP: zoo_amulti refused it */
@@ -86,7 +85,7 @@ struct zk {
     struct zk_req *all; /* outstanding operations, loop thread only */
     size_t inflight;
 
-    /* Group commit: see group_add. */
+    /* Group commit (see "group commit" below). */
     struct zk_req *group_head, *group_tail;
     int group_ops;
     size_t group_bytes;
