@@ -21,11 +21,11 @@
 -- library tables and the string metatable: scripts share them with each
 -- other and the string metatable with the system layer.
 --
--- The caps: a count hook on the script's coroutine checks, every
--- HOOK_COUNT instructions of client code, the growth of the VM's memory
--- since the script started (and every TIME_EVERY checks the time since
--- then); past either it raises a Kill, which pcall inside the script
--- cannot catch.  The memory measure is the whole VM's, so it is
+-- The caps: a count hook on the script's coroutine (host.caps, in C since
+-- it runs every few instructions) checks, every HOOK_COUNT instructions of
+-- client code, the growth of the VM's memory since the script started (and
+-- every TIME_EVERY checks the time since then); past either it raises a
+-- Kill, which pcall inside the script cannot catch.  The memory measure is the whole VM's, so it is
 -- approximate; a hard bound needs a limit in the host's allocator.  Nothing is
 -- committed before a script ends (txn.lua), so killing one writes nothing.
 
@@ -139,29 +139,18 @@ function SB.kill(c, why)
     -- From here on the hook stays quiet: the error handlers that run next
     -- are the system's.
     if c then c.user = false end
-    if debug and debug.sethook then debug.sethook() end
+    host.caps()
     error(setmetatable({ why = why, ctx = c }, Kill), 0)
 end
 
--- Memory is looked at on every call (cheap), so that a script doubling a
--- string in a loop overshoots the cap by a few doublings at most; the
--- clock every TIME_EVERY calls.
+-- Memory is looked at on every hook call (cheap), so that a script
+-- doubling a string in a loop overshoots the cap by a few doublings at
+-- most; the clock every TIME_EVERY calls.
 SB.TIME_EVERY = 128
 local gccount = collectgarbage
 
-local function hook()
-    local c = contexts[coroutine.running()]
-    if not c or not c.user then return end
-    if c.mem_limit_kb and gccount("count") - c.mem0 > c.mem_limit_kb then
-        gccount("collect")
-        if gccount("count") - c.mem0 > c.mem_limit_kb then SB.kill(c, "memory") end
-    end
-    c.ticks = c.ticks + 1
-    if c.ticks >= SB.TIME_EVERY then
-        c.ticks = 0
-        if host.now() > c.time_deadline then SB.kill(c, "time") end
-    end
-end
+-- What the hook calls past a cap ("memory" or "time").
+local function kill(why) SB.kill(ctx(), why) end
 
 -- ctx: {keys, argv, time_limit (ms), mem_limit_kb, ...}.
 function SB.enter(c)
@@ -170,11 +159,10 @@ function SB.enter(c)
     c.time_deadline = c.start + (c.time_limit or 5000)
     c.mem0 = collectgarbage("count")
     c.user = false
-    c.ticks = 0
     contexts[co] = c
     return setmetatable({}, { __close = function()
         if contexts[co] == c then contexts[co] = nil end
-        if debug and debug.sethook then debug.sethook() end
+        host.caps()
     end })
 end
 
@@ -184,8 +172,10 @@ function SB.user(on)
     local c = ctx()
     if not c then return end
     c.user = on
-    if debug and debug.sethook then
-        if on then debug.sethook(hook, "", SB.HOOK_COUNT) else debug.sethook() end
+    if on then
+        host.caps(c.time_deadline, c.mem0, c.mem_limit_kb or 0, kill, SB.HOOK_COUNT, SB.TIME_EVERY)
+    else
+        host.caps()
     end
     -- Back from redis.call: the count restarts with each call, so a loop
     -- of calls is looked at here.

@@ -44,6 +44,13 @@
 
 enum co_wait { WAIT_NONE, WAIT_ZK, WAIT_SLEEP, WAIT_WAKE, WAIT_READY };
 
+/* The caps of an EVAL script's client code (host.caps). */
+struct caps {
+    double deadline; /* host.now() ms */
+    double mem0_kb, limit_kb;
+    int time_every, ticks;
+};
+
 struct co {
     struct lua_host *h;
     lua_State *L;          /* the coroutine */
@@ -54,6 +61,7 @@ struct co {
     int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
     int reusable; /* a command's thread, to keep if it returns normally */
+    struct caps caps;
 };
 
 struct sleep_rec {
@@ -675,6 +683,67 @@ static int l_host_now(lua_State *L)
     return 1;
 }
 
+/* The count hook of client code: what sandbox.lua describes, in C, since
+ * it runs every few instructions of a script.  Past a cap it calls the kill
+ * function given to host.caps, which raises. */
+static const char caps_kill_key = 'k';
+
+static double vm_kb(lua_State *L)
+{
+    return lua_gc(L, LUA_GCCOUNT) + lua_gc(L, LUA_GCCOUNTB) / 1024.0;
+}
+
+static void caps_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    struct co *c = co_of(L);
+    if (!c)
+        return;
+    struct caps *k = &c->caps;
+    const char *why = NULL;
+    if (k->limit_kb > 0 && vm_kb(L) - k->mem0_kb > k->limit_kb) {
+        lua_gc(L, LUA_GCCOLLECT);
+        if (vm_kb(L) - k->mem0_kb > k->limit_kb)
+            why = "memory";
+    }
+    if (!why && ++k->ticks >= k->time_every) {
+        k->ticks = 0;
+        if (zk_now() > k->deadline)
+            why = "time";
+    }
+    if (why) {
+        lua_sethook(L, NULL, 0, 0);
+        lua_rawgetp(L, LUA_REGISTRYINDEX, &caps_kill_key);
+        lua_pushstring(L, why);
+        lua_call(L, 1, 0); /* raises */
+    }
+}
+
+/* host.caps(deadline, mem0_kb, limit_kb, kill, count, time_every) watches
+ * the running command's client code: every `count` instructions the VM's
+ * growth since mem0_kb against limit_kb (0: none), and every time_every
+ * checks host.now() against deadline; past either, kill("memory" or
+ * "time") is called.  host.caps() stops watching. */
+static int l_host_caps(lua_State *L)
+{
+    struct co *c = co_of(L);
+    if (lua_gettop(L) == 0 || c == NULL) {
+        lua_sethook(L, NULL, 0, 0);
+        return 0;
+    }
+    c->caps.deadline = luaL_checknumber(L, 1);
+    c->caps.mem0_kb = luaL_checknumber(L, 2);
+    c->caps.limit_kb = luaL_optnumber(L, 3, 0);
+    luaL_checktype(L, 4, LUA_TFUNCTION);
+    int count = (int)luaL_checkinteger(L, 5);
+    c->caps.time_every = (int)luaL_checkinteger(L, 6);
+    c->caps.ticks = 0;
+    lua_pushvalue(L, 4);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &caps_kill_key);
+    lua_sethook(L, caps_hook, LUA_MASKCOUNT, count > 0 ? count : 1);
+    return 0;
+}
+
 static int l_host_wall(lua_State *L)
 {
     struct timespec ts;
@@ -977,6 +1046,7 @@ static void open_bindings(struct lua_host *h)
                                         {"client", l_host_client},
                                         {"push", l_host_push},
                                         {"subscriptions", l_host_subscriptions},
+                                        {"caps", l_host_caps},
                                         {NULL, NULL}};
 
     luaL_newmetatable(L, "zkresp.timer");

@@ -665,6 +665,29 @@ local function make_host(sc, opts)
     end
 
     function host.now() return W.now + sc.mono_base end
+
+    -- The C host's count hook (lua_host.c's caps_hook), in Lua.
+    function host.caps(deadline, mem0, limit, kill, count, time_every)
+        if not deadline then return debug.sethook() end
+        local ticks = 0
+        debug.sethook(function()
+            if limit > 0 and collectgarbage("count") - mem0 > limit then
+                collectgarbage("collect")
+                if collectgarbage("count") - mem0 > limit then
+                    debug.sethook()
+                    kill("memory")
+                end
+            end
+            ticks = ticks + 1
+            if ticks >= time_every then
+                ticks = 0
+                if host.now() > deadline then
+                    debug.sethook()
+                    kill("time")
+                end
+            end
+        end, "", count)
+    end
     function host.wall() return W.now + sc.wall_base end
 
     function host.sleep(ms)
