@@ -37,8 +37,8 @@
 -- already order the writes of one key, so a grouped write only has to land
 -- between its submission and its answer.  A grouped create may answer no
 -- stat; the code below then knows the new node's version (0) and leaves
--- its czxid unknown (a create is not grouped while an on_acquire hook
--- wants it).  A script's commit that publishes is not grouped, so that
+-- its czxid unknown (a create whose stat is wanted is not grouped:
+-- stat_wanted).  A script's commit that publishes is not grouped, so that
 -- messages keep their order.
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
@@ -1071,6 +1071,13 @@ local function notify_release(rec)
     })
 end
 
+-- Whether a create of path should answer the node's stat, so not be
+-- grouped: for the commands queued behind it on the key, which it serves
+-- as a read (wrote), or for an on_acquire hook (the fencing token).
+local function stat_wanted(path)
+    return queue.length(path) > 1 or H.has("on_acquire")
+end
+
 function K.put(rec, vtype, payload, ttl)
     local path = rec.path
     -- Only a delete or a script's commit writes from the cache (guard_ops).
@@ -1108,9 +1115,7 @@ function K.put(rec, vtype, payload, ttl)
     else
         kind = "create"
         local _
-        -- An on_acquire hook gets the fencing token from the create's stat,
-        -- which a grouped create may not answer.
-        rc, _, stat = zk.create(path, data, flags, not H.has("on_acquire"))
+        rc, _, stat = zk.create(path, data, flags, not stat_wanted(path))
         if rc == zk.NONODE then
             -- The parent is missing (a fresh ensemble, or a policy path).
             K.ensure_path(parent(path))
@@ -1292,9 +1297,9 @@ function K.commit(t)
     local rc, results
     if #ops == 1 and ops[1][1] == "create" and not ops[1].ps then
         -- One create alone (a lock's acquire script): a plain create, which
-        -- answers the node's stat.
+        -- answers the node's stat when it is not grouped.
         local op = ops[1]
-        local crc, _, cstat = zk.create(op[2], op[3], op[4])
+        local crc, _, cstat = zk.create(op[2], op[3], op[4], not stat_wanted(op[2]))
         rc, results = crc, { { rc = crc, stat = cstat } }
     else
         rc, results = zk.multi(ops, messages == 0)

@@ -38,16 +38,26 @@ describe("group commit", function()
     end)
 
     it("keeps ungrouped what needs its place or its stat", function()
-        -- A script whose only write is one create wants the stat, which
-        -- serves the herd queued behind it (shared reads).
+        -- A script whose only write is one create: grouped when alone on
+        -- the key, not when commands queued behind it want its stat, which
+        -- serves them as a read (shared reads).
         local acquire = "if redis.call('exists', KEYS[1]) == 0 then " ..
                         "redis.call('hincrby', KEYS[1], ARGV[1], 1) " ..
                         "redis.call('pexpire', KEYS[1], 30000) return nil end " ..
                         "return redis.call('pttl', KEYS[1])"
         local from = #W.ops + 1
-        assert.equal(a.null, a:call("EVAL", acquire, "1", "rlock", "id:1"))
+        assert.equal(a.null, a:call("EVAL", acquire, "1", "solo", "id:1"))
         local ops = sent(a, from)
-        assert.same({ "create", false }, ops[#ops])
+        assert.same({ "create", true }, ops[#ops])
+        from = #W.ops + 1
+        local herd = {}
+        for i = 1, 3 do herd[i] = a:start("EVAL", acquire, "1", "rlock", "id:" .. i) end
+        W:run_until(function() return herd[3].done end)
+        assert.equal(a.null, herd[1].result)
+        assert.is_number(herd[2].result)
+        assert.is_number(herd[3].result)
+        ops = sent(a, from)
+        assert.same({ { "get", false }, { "create", false } }, ops) -- the others read nothing
         -- A script that publishes to another sidecar: its message must keep
         -- its place among this sidecar's other publishes.
         b:call_as(7, "SUBSCRIBE", "ch")
