@@ -25,9 +25,10 @@
 -- it runs every few instructions) checks, every HOOK_COUNT instructions of
 -- client code, the growth of the VM's memory since the script started (and
 -- every TIME_EVERY checks the time since then); past either it raises a
--- Kill, which pcall inside the script cannot catch.  The memory measure is the whole VM's, so it is
--- approximate; a hard bound needs a limit in the host's allocator.  Nothing is
--- committed before a script ends (txn.lua), so killing one writes nothing.
+-- Kill, which pcall inside the script cannot catch.  The memory measure is
+-- the whole VM's, so it is approximate; a hard bound needs a limit in the
+-- host's allocator.  Nothing is committed before a script ends (txn.lua),
+-- so killing one writes nothing.
 
 local U = require "util"
 
