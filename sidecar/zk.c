@@ -35,7 +35,7 @@
 
 struct zk_req {
     struct zk_req *next; /* in the completion queue or the parked list */
-    struct zk_req *all_prev, *all_next; /* every outstanding request */
+    struct zk_req *all_prev, *all_next; /* in z->all (or z->groups_out) */
     struct zk *z;
     int kind; /* enum zk_op_type, or ZK_EV_SESSION */
     int nops;
@@ -326,28 +326,29 @@ static int is_connection_rc(int rc)
            rc == ZSESSIONEXPIRED;
 }
 
-static void all_add(struct zk *z, struct zk_req *r)
+/* The outstanding lists (z->all, z->groups_out), through all_prev/all_next. */
+static void list_add(struct zk_req **head, struct zk_req *r)
 {
     r->all_prev = NULL;
-    r->all_next = z->all;
-    if (z->all)
-        z->all->all_prev = r;
-    z->all = r;
+    r->all_next = *head;
+    if (*head)
+        (*head)->all_prev = r;
+    *head = r;
 }
 
-static void all_remove(struct zk *z, struct zk_req *r)
+static void list_remove(struct zk_req **head, struct zk_req *r)
 {
     if (r->all_prev)
         r->all_prev->all_next = r->all_next;
     else
-        z->all = r->all_next;
+        *head = r->all_next;
     if (r->all_next)
         r->all_next->all_prev = r->all_prev;
 }
 
 static void deliver(struct zk *z, struct zk_req *r)
 {
-    all_remove(z, r);
+    list_remove(&z->all, r);
     z->inflight--;
     if (r->res.rc == ZCLOSING || r->res.rc == ZINVALIDSTATE)
         r->res.rc = z->closed ? ZK_CLOSING : ZCONNECTIONLOSS;
@@ -601,11 +602,7 @@ static void group_send(struct zk *z)
         z->gstats.members++;
     }
     z->gstats.groups++;
-    g->all_prev = NULL;
-    g->all_next = z->groups_out;
-    if (z->groups_out)
-        z->groups_out->all_prev = g;
-    z->groups_out = g;
+    list_add(&z->groups_out, g);
     g->sent_at = zk_now();
     int rc = zoo_amulti(z->zh, total, g->zops, g->zres, on_group, g);
     if (rc != ZOK) {
@@ -687,12 +684,7 @@ static void member_answer(struct zk_req *m, int rc)
 
 static void group_done(struct zk *z, struct zk_req *g)
 {
-    if (g->all_prev)
-        g->all_prev->all_next = g->all_next;
-    else
-        z->groups_out = g->all_next;
-    if (g->all_next)
-        g->all_next->all_prev = g->all_prev;
+    list_remove(&z->groups_out, g);
 
     /* An operation that failed answers the multi's rc; after a connection
      * failure the results may hold anything. */
@@ -745,7 +737,7 @@ static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
     if (!r->ops)
         abort();
     z->inflight++;
-    all_add(z, r);
+    list_add(&z->all, r);
     for (int i = 0; i < r->nops; i++) {
         r->ops[i] = ops[i];
         r->ops[i].path = strdup(ops[i].path ? ops[i].path : "");
