@@ -8,11 +8,13 @@ ZooKeeper itself shows the grouping: the creates of one multi are one
 transaction, so their nodes share a czxid."""
 
 from harness import key_stat
+from resp import encode
 
 
 def _pipeline(c, cmds, timeout=30):
-    for args in cmds:
-        c.send_cmd(*args)
+    """Sends cmds in one write, so that zkresp reads them together (one
+    turn of its loop, however busy the machine), and reads the replies."""
+    c.send(b"".join(encode(*args) for args in cmds))
     return [c.read_reply(timeout=timeout) for _ in cmds]
 
 
