@@ -506,18 +506,21 @@ static void on_zk_done(const struct zk_result *res, void *arg)
     co_resume(c, n);
 }
 
-/* grouped: the write may go out with other commands' writes in one multi
- * (zk_submit_grouped); the caller passes it as a trailing true. */
+/* Submits c's operation; grouped: the write may go out with other
+ * commands' writes in one multi (zk_submit_grouped), which the Lua caller
+ * asks for with a trailing true. */
+static void zk_send(struct co *c, enum zk_op_type type, const struct zk_op *ops,
+                    int nops, int grouped)
+{
+    c->wait = WAIT_ZK;
+    (grouped ? zk_submit_grouped : zk_submit)(c->h->zk, type, ops, nops,
+                                              c->deadline, on_zk_done, c);
+}
+
 static int zk_call(lua_State *L, const char *fn, enum zk_op_type type,
                    struct zk_op *ops, int nops, int grouped)
 {
-    struct co *c = co_check(L, fn);
-    c->wait = WAIT_ZK;
-    if (grouped)
-        zk_submit_grouped(c->h->zk, type, ops, nops, c->deadline, on_zk_done,
-                          c);
-    else
-        zk_submit(c->h->zk, type, ops, nops, c->deadline, on_zk_done, c);
+    zk_send(co_check(L, fn), type, ops, nops, grouped);
     return lua_yield(L, 0);
 }
 
@@ -650,12 +653,7 @@ static int l_zk_multi(lua_State *L)
         free(ops);
         return luaL_error(L, "zk.multi: operation %d %s", bad_at, bad);
     }
-    c->wait = WAIT_ZK;
-    if (grouped)
-        zk_submit_grouped(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline,
-                          on_zk_done, c);
-    else
-        zk_submit(c->h->zk, ZK_OP_MULTI, ops, n, c->deadline, on_zk_done, c);
+    zk_send(c, ZK_OP_MULTI, ops, n, grouped);
     free(ops);
     lua_settop(L, 0);
     return lua_yield(L, 0);

@@ -754,18 +754,14 @@ static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
         fail_later(r, ZBADARGUMENTS);
         return;
     }
-    if (z->closed) {
-        fail_later(r, ZK_CLOSING);
-        return;
-    }
     r->gen = z->gen;
     if (groupable && z->group_max > 1 && z->connected && z->zh &&
         (type == ZK_OP_CREATE || type == ZK_OP_SET || type == ZK_OP_DELETE ||
          type == ZK_OP_MULTI)) {
         group_add(z, r);
     } else {
-        group_send(z); /* what was submitted before goes first */
-        dispatch(z, r);
+        group_send(z);  /* what was submitted before goes first */
+        dispatch(z, r); /* which fails it when the bridge is closed */
     }
 }
 
