@@ -13,7 +13,7 @@
 --   i/<instance>             its inbox (persistent)
 --   i/<instance>/m...        one message, EPHEMERAL_SEQUENTIAL, made by the
 --                            publisher's session; the receiver deletes it
---                            once delivered
+--                            once delivered, in batches (delete_delivered)
 --
 -- <instance> is the process's random id in hex; channels and patterns are
 -- encoded like keys (sidecar/keyenc.h).
@@ -547,7 +547,10 @@ end
 -- Receiving: drain the inbox
 
 local draining, drain_again = false, false
-local seen = {}   -- message node name -> true until deleted
+local seen = {}       -- message node name -> true until deleted
+local delivered = {}  -- names delivered and not deleted yet, in order
+local inbox_czxid     -- the inbox node those names are in
+local delivered_timer, delivered_armed = nil, false
 
 local function parse(name)
     local kind = name:sub(1, 1)
@@ -577,36 +580,99 @@ function P.ensure_inbox()
 end
 local ensure_inbox = P.ensure_inbox
 
-local function drain_once()
+-- Delivered messages are deleted together, in one multi, once there are
+-- INBOX_GC_COUNT of them (or INBOX_GC_MS after the first): each delete
+-- fires our inbox's watch, so a delete per message would cost a second
+-- listing per message as well.  A full batch goes just before the next
+-- listing, which then arms the watch after the deletes.  Only the timer's
+-- batches (a quiet inbox) cost a listing.
+P.INBOX_GC_COUNT = 32
+P.INBOX_GC_MS = 100
+
+local delete_delivered
+
+local function arm_delivered()
+    if delivered_armed then return end
+    if not delivered_timer then
+        delivered_timer = host.timer(function()
+            delivered_armed = false
+            delete_delivered()
+        end)
+    end
+    delivered_armed = true
+    delivered_timer:start(P.INBOX_GC_MS)
+end
+
+function delete_delivered()
+    local names = delivered
+    delivered = {}
+    if #names == 0 then return end
     local box = inbox()
-    local rc, names = zk.children(box, true)
+    local ops = {}
+    for i, name in ipairs(names) do ops[i] = { "delete", box .. "/" .. name, -1 } end
+    local rc = zk.multi(ops)
     if rc == zk.NONODE then
-        ensure_inbox()
-        rc, names = zk.children(box, true)
-    end
-    if rc ~= zk.OK then return end
-    table.sort(names, function(a, b) return a:sub(-10) < b:sub(-10) end)
-    local done = {}
-    for _, name in ipairs(names) do
-        if not seen[name] then
-            seen[name] = true
-            local kind, channel, payload = parse(name)
-            if kind and not payload then
-                local grc, data = zk.get(box .. "/" .. name)
-                if grc == zk.OK then payload = data end
-            end
-            if kind and payload then
-                P.stats.messages_received = P.stats.messages_received + 1
-                deliver_local(kind, channel, payload)
-            end
-            done[#done + 1] = name
-        end
-    end
-    for _, name in ipairs(done) do
-        host.spawn(function()
+        -- one is gone with its publisher's session: one at a time
+        for _, name in ipairs(names) do
             local drc = zk.delete(box .. "/" .. name, -1)
             if drc == zk.OK or drc == zk.NONODE then seen[name] = nil end
-        end)
+        end
+    elseif rc == zk.OK then
+        for _, name in ipairs(names) do seen[name] = nil end
+    else
+        -- ZooKeeper is away: the next batch takes them
+        table.move(names, 1, #names, #delivered + 1, delivered)
+        arm_delivered()
+    end
+end
+
+local function note_delivered(name)
+    delivered[#delivered + 1] = name
+    arm_delivered()
+end
+
+-- Runs fn in a coroutine of its own up to its first wait (its request
+-- sent), then goes on: ready coroutines run in order.
+local function send_first(fn)
+    local me = coroutine.running()
+    host.spawn(fn)
+    host.spawn(function() host.wake(me) end)
+    host.suspend()
+end
+
+local function drain_once()
+    local box = inbox()
+    if #delivered >= P.INBOX_GC_COUNT then send_first(delete_delivered) end
+    local rc, names, stat = zk.children(box, true)
+    if rc == zk.NONODE then
+        ensure_inbox()
+        rc, names, stat = zk.children(box, true)
+    end
+    if rc ~= zk.OK then return end
+    if stat.czxid ~= inbox_czxid then
+        -- a new inbox (ours was swept while our session was gone): its
+        -- sequence numbers start again, so names seen in the old one say
+        -- nothing
+        inbox_czxid = stat.czxid
+        seen, delivered = {}, {}
+    end
+    local new = {}
+    for _, name in ipairs(names) do
+        if not seen[name] then new[#new + 1] = name end
+    end
+    table.sort(new, function(a, b) return a:sub(-10) < b:sub(-10) end)
+    for _, name in ipairs(new) do
+        seen[name] = true
+        local kind, channel, payload = parse(name)
+        if kind and not payload then
+            local grc, data = zk.get(box .. "/" .. name)
+            if grc == zk.OK then payload = data end
+        end
+        if kind and payload then
+            P.stats.messages_received = P.stats.messages_received + 1
+            deliver_local(kind, channel, payload)
+        end
+        note_delivered(name)
     end
 end
 

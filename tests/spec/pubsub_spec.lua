@@ -51,6 +51,61 @@ describe("pub/sub", function()
                     b.pushed[8])
     end)
 
+    it("deletes delivered messages in batches, before a listing", function()
+        b:call_as(7, "SUBSCRIBE", "gc")
+        local box = "/zkresp/ps/i/"
+        local function messages_left()
+            local n = 0
+            for path in pairs(W.nodes) do
+                if path:sub(1, #box) == box and path:sub(#box + 1):find("/", 1, true) then n = n + 1 end
+            end
+            return n
+        end
+        local from = #W.ops
+        for i = 1, 70 do
+            assert.equal(1, a:call("PUBLISH", "gc", tostring(i)))
+            W:run_until(function() return b.pushed[7] and #b.pushed[7] == i end)
+            -- a full batch goes before the next listing; never more are left
+            assert.is_true(messages_left() <= 32, tostring(messages_left()))
+        end
+        local lists, deletes = 0, 0
+        for i = from + 1, #W.ops do
+            local op = W.ops[i]
+            if op.sc == b.id and op.kind == "children" then lists = lists + 1 end
+            if op.sc == b.id and (op.kind == "delete" or op.kind == "multi") then deletes = deletes + 1 end
+        end
+        -- one listing per message, two batches of deletes
+        assert.equal(70, lists)
+        assert.equal(2, deletes)
+        for i = 1, 70 do assert.same({ push = { "message", "gc", tostring(i) } }, b.pushed[7][i]) end
+        -- the rest goes after a while
+        W:advance(150)
+        assert.equal(0, messages_left())
+    end)
+
+    it("forgets the names it saw when its inbox is made again", function()
+        -- Sequence numbers start again in a new inbox (ours swept while our
+        -- session was gone), so a new message may carry the name of one
+        -- delivered from the old inbox and not deleted yet.
+        b:call_as(7, "SUBSCRIBE", "again")
+        assert.equal(1, a:call("PUBLISH", "again", "x"))
+        W:run_until(function() return b.pushed[7] and #b.pushed[7] == 1 end)
+        local box = "/zkresp/ps/i/"
+        local mine
+        for path in pairs(W.nodes) do
+            if path:sub(1, #box) == box and not path:sub(#box + 1):find("/", 1, true) and W:children(path)[1] then
+                mine = path
+            end
+        end
+        assert.is_not_nil(mine) -- the delivered message waits for its batch
+        for _, name in ipairs(W:children(mine)) do W:raw_delete(mine .. "/" .. name) end
+        W:raw_delete(mine)
+        W:run_until(function() return W:node(mine) ~= nil end)
+        assert.equal(1, a:call("PUBLISH", "again", "x"))
+        W:run_until(function() return #b.pushed[7] == 2 end, 1000)
+        assert.same({ push = { "message", "again", "x" } }, b.pushed[7][2])
+    end)
+
     it("writes nothing to ZooKeeper when no other sidecar listens", function()
         a:call_as(3, "SUBSCRIBE", "local")
         local from = #W.ops
