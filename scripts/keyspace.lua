@@ -43,12 +43,13 @@
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
 -- from the acknowledgment of its write and deletes the node itself when it
--- passes (a read to check the nonce, then a versioned delete).  Other
--- sidecars map the node's mtime (the ZooKeeper leader's clock) onto
--- host.now() with an offset learned from their own writes; the offset errs
--- by the write's reply latency, in the direction that makes their deadline
--- later, never earlier, than the real one (clock drift aside).  host.wall()
--- is never used for expiry.
+-- passes (a versioned delete with a check of the session guard, or, when
+-- the guard no longer vouches for the node, a read to check the nonce
+-- first).  Other sidecars map the node's mtime (the ZooKeeper leader's
+-- clock) onto host.now() with an offset learned from their own writes; the
+-- offset errs by the write's reply latency, in the direction that makes
+-- their deadline later, never earlier, than the real one (clock drift
+-- aside).  host.wall() is never used for expiry.
 --
 -- Failures inside a command are raised as signals caught by txn.run:
 -- K.retry(delay) re-runs the command from its first read; K.abort(reply)
@@ -105,7 +106,9 @@ end
 local Retry = {}
 local Abort = {}
 
-function K.retry(delay) error(setmetatable({ delay = delay }, Retry), 0) end
+-- recs: key -> record, reads the re-run may use (made after the command
+-- arrived)
+function K.retry(delay, recs) error(setmetatable({ delay = delay, recs = recs }, Retry), 0) end
 function K.abort(reply) error(setmetatable({ reply = reply }, Abort), 0) end
 function K.is_retry(e) return getmetatable(e) == Retry end
 function K.is_abort(e) return getmetatable(e) == Abort end
@@ -407,6 +410,42 @@ local function wrote(path, sent, data, stat)
     if stat then share(path, sent, data, stat) end
 end
 
+---------------------------------------------------------------------------
+-- Presumed absence
+--
+-- A script's first attempt presumes absent a key it reads that is neither
+-- in the owned-key cache nor seen to exist lately, and sends no read for
+-- it (Buf:read).  Its commit proves the presumption as it proves every
+-- read: the key's create fails if the node exists, a key only read is
+-- asserted absent (absent_ops), and a script whose commit would send
+-- nothing reads such keys before it answers (K.confirm_presumed).  A wrong
+-- guess costs one failed request and a re-run with real reads, at once.
+-- So a script that reads a key before creating it (Redisson's unlock
+-- latch, a lock's first acquisition) costs one request, not two.  A key is
+-- seen to exist when a read finds its node or a create of ours succeeds or
+-- fails on it, and seen absent again when a read misses it or we delete
+-- it; two generations of LIVE_MAX paths bound the memory.
+
+local live_new, live_old, nlive = {}, {}, 0
+K.LIVE_MAX = 4096
+
+local function saw(path, exists)
+    if not exists then
+        live_new[path], live_old[path] = nil, nil
+    elseif not live_new[path] then
+        nlive = nlive + 1
+        if nlive > K.LIVE_MAX then live_old, live_new, nlive = live_new, {}, 1 end
+        live_new[path] = true
+    end
+end
+
+-- The record of key presumed absent, or nil when it was seen to exist.
+function K.presumed(key)
+    local path = K.path(key)
+    if live_new[path] or live_old[path] then return nil end
+    return K.absent(key)
+end
+
 function K.read(key)
     local path = K.path(key)
     local s = shared[path]
@@ -423,6 +462,7 @@ function K.read(key)
     end })
     local rc, data, stat = zget(path)
     if rc == zk.NONODE then data, stat = nil, nil end
+    saw(path, stat ~= nil)
     if pending[path] == mine and not mine.stale then share(path, mine.sent, data, stat) end
     return K.record(key, path, data, stat)
 end
@@ -472,8 +512,10 @@ function K.read_many(keys)
     for i, k in ipairs(uniq) do
         local rc, data, stat = table.unpack(results[i], 1, 3)
         if rc == zk.OK then
+            saw(paths[i], true)
             out[k] = K.record(k, paths[i], data, stat)
         elseif rc == zk.NONODE then
+            saw(paths[i], false)
             out[k] = K.record(k, paths[i])
         elseif rc == false or unknown(rc) then
             out[k] = K.read(k) -- one at a time, with its retries
@@ -813,6 +855,22 @@ function K.expire_one(path, e)
         heap_push({ at = host.now() + 1000, path = path, entry = e })
         return
     end
+    local function expired(rc)
+        if owned[path] == e then forget(path) end
+        if rc ~= zk.BADVERSION then saw(path, false) end
+        host.log("debug", "expired " .. path)
+        if rc == zk.OK and e.key and H.has("on_expire") then
+            H.notify("on_expire", e.key, entry_info(path, e))
+        end
+    end
+    -- While the guard vouches for the entry (as for K.cached), nobody else
+    -- removed our node: one multi {delete, check guard}, grouped.
+    if e.gv and e.gv == guard.version and e.gcz == guard.czxid and e.sid == guard.sid then
+        K.touched(path)
+        local mrc = zk.multi({ { "delete", path, e.version }, { "check", guard.path, e.gv } }, true)
+        if mrc == zk.OK then return expired(mrc) end
+        -- failed, or its outcome unknown: look
+    end
     -- Look before deleting: the node may have been replaced (an overwrite by
     -- another sidecar, a takeover after expiry) or deleted and created
     -- again, and only the nonce proves it is still the one we wrote.  A
@@ -829,14 +887,7 @@ function K.expire_one(path, e)
     end
     K.touched(path)
     rc = zk.delete(path, e.version)
-    if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then
-        if owned[path] == e then forget(path) end
-        host.log("debug", "expired " .. path)
-        if rc == zk.OK and e.key and H.has("on_expire") then
-            H.notify("on_expire", e.key, entry_info(path, e))
-        end
-        return
-    end
+    if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then return expired(rc) end
     if unknown(rc) then
         local ok, rc2, data = pcall(function()
             zsync(path)
@@ -1123,8 +1174,10 @@ function K.put(rec, vtype, payload, ttl)
         end
     end
     local confirmed_by_read = false
+    if rc == zk.NODEEXISTS then saw(path, true) end
     if rc == zk.NODEEXISTS or rc == zk.BADVERSION or rc == zk.NONODE then
-        K.retry()
+        -- a wrong presumption runs again at once, reading
+        K.retry(rec.presumed and 0 or nil)
     elseif unknown(rc) then
         local ok, applied, st = pcall(resolve_write, path, nonce, lifetime)
         if not ok then
@@ -1136,6 +1189,7 @@ function K.put(rec, vtype, payload, ttl)
     elseif rc ~= zk.OK then
         fail(rc, kind .. " " .. path)
     end
+    saw(path, true)
     if stat and not confirmed_by_read then learn_offset(stat) end
     local owner_sid = zk.session()
     if stat and lifetime == "ephemeral" and stat.ephemeralOwner ~= owner_sid then
@@ -1193,7 +1247,10 @@ local function delete_some(recs)
     elseif rc ~= zk.OK then
         fail(rc, "delete")
     end
-    for i = 1, #recs do forget(recs[i].path) end
+    for i = 1, #recs do
+        forget(recs[i].path)
+        saw(recs[i].path, false)
+    end
     if H.has("on_release") then
         for _, rec in ipairs(recs) do notify_release(rec) end
     end
@@ -1241,9 +1298,10 @@ function K.commit(t)
     for k in pairs(t.base) do keys[#keys + 1] = k end
     table.sort(keys)
     local sid = zk.session()
-    local ops, puts, dels = {}, {}, {}
+    local ops, puts, dels, by_path = {}, {}, {}, {}
     for _, key in ipairs(keys) do
         local rec, w = t.base[key], t.writes[key]
+        by_path[rec.path] = rec
         if not w then
             if rec.node then
                 ops[#ops + 1] = { "check", rec.path, rec.node.version }
@@ -1290,7 +1348,9 @@ function K.commit(t)
     -- a script's publishes: checks of its routes and one message per
     -- interested sidecar, in this multi (pubsub.lua)
     local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
-    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then return true end
+    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then
+        return K.confirm_presumed(t)
+    end
     local sent
     for _, op in ipairs(ops) do sent = K.touched(op[2]) end
     local gv, gcz = guard_now()
@@ -1313,14 +1373,20 @@ function K.commit(t)
             if stats[i] then learn_offset(stats[i]) end
         end
     elseif frc == zk.NONODE or frc == zk.NODEEXISTS or frc == zk.BADVERSION then
+        local presumed_wrong = false
         for i, r in ipairs(type(results) == "table" and results or {}) do
             if r.rc == zk.NONODE and ops[i][1] == "create" and not ops[i].ps then
                 -- A missing parent (a fresh ensemble, or a policy path).
                 K.ensure_path(parent(ops[i][2]))
                 K.retry(0)
+            elseif r.rc == zk.NODEEXISTS and ops[i][1] == "create" then
+                saw(ops[i][2], true)
+                local rec = by_path[ops[i][2]]
+                presumed_wrong = presumed_wrong or (rec ~= nil and rec.presumed == true)
             end
         end
-        K.retry()
+        -- a wrong presumption runs again at once, reading
+        K.retry(presumed_wrong and 0 or nil)
     elseif unknown(frc) then
         if #puts > 0 then
             local p = puts[1]
@@ -1350,9 +1416,29 @@ function K.commit(t)
         })
         if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec, p, st) end
     end
-    for _, rec in ipairs(dels) do forget(rec.path) end
+    for _, p in ipairs(puts) do saw(p.rec.path, true) end
+    for _, rec in ipairs(dels) do
+        forget(rec.path)
+        saw(rec.path, false)
+    end
     if H.has("on_release") then
         for _, rec in ipairs(dels) do notify_release(rec) end
+    end
+    return true
+end
+
+-- Before a script answers without a commit (it wrote nothing and read one
+-- key, or it failed): the keys it presumed absent are read, and it runs
+-- again if one of them exists.
+function K.confirm_presumed(t)
+    local keys = {}
+    for key, rec in pairs(t.base) do
+        if rec.presumed then keys[#keys + 1] = key end
+    end
+    if #keys == 0 then return true end
+    local recs = K.read_many(keys)
+    for _, rec in pairs(recs) do
+        if rec.live then K.retry(0, recs) end
     end
     return true
 end

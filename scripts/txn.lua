@@ -140,15 +140,18 @@ Buf.__index = Buf
 local current = U.per_command()
 T.current = current
 
-function Buf:base_read(key, cache_ok)
-    return memo_read(self.base, self.attempt, key, cache_ok)
-end
-
 -- Inside a script every read may come from the owned-key cache: the commit
 -- checks the version of every key read, so a stale entry costs a re-run,
--- never a wrong answer.
+-- never a wrong answer.  For the same reason the first attempt presumes a
+-- key absent when it was not seen to exist lately (keyspace.lua, "Presumed
+-- absence").
 function Buf:read(key)
-    return self.view[key] or self:base_read(key, true)
+    local rec = self.view[key] or self.base[key]
+    if rec then return rec end
+    if self.attempt == 1 then rec = K.cached(key) or K.presumed(key) end
+    rec = rec or K.read(key)
+    self.base[key] = rec
+    return rec
 end
 
 function Buf:presume_absent(key)
@@ -163,7 +166,12 @@ function Buf:read_all(keys)
     for _, k in ipairs(keys) do
         if not self.view[k] and not self.base[k] and not seen[k] then
             seen[k] = true
-            missing[#missing + 1] = k
+            local rec = self.attempt == 1 and K.presumed(k)
+            if rec then
+                self.base[k] = rec
+            else
+                missing[#missing + 1] = k
+            end
         end
     end
     if #missing > 0 then
@@ -212,14 +220,21 @@ function T.script(keys, fn)
     local held <close> = hold_keys(keys)
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
+    local seed -- records read by the failed attempt for the next one
     while true do
         attempt = attempt + 1
-        local t = setmetatable({ attempt = attempt, base = {}, view = {}, writes = {} }, Buf)
+        local t = setmetatable({ attempt = attempt, base = seed or {}, view = {}, writes = {} }, Buf)
+        seed = nil
         current[co] = t
         local ok, res, commit = xpcall(fn, handler, t)
         current[co] = nil
-        if ok then
-            if commit == false then return res end
+        if ok and commit == false then
+            -- a failed script commits nothing, but may have failed on a
+            -- key presumed absent
+            local cok, cres = xpcall(K.confirm_presumed, handler, t)
+            if cok then return res end
+            res = cres
+        elseif ok then
             local cok, cres = xpcall(K.commit, handler, t)
             if t.publishes then require("pubsub").committed(t, cok) end
             if cok then
@@ -228,7 +243,10 @@ function T.script(keys, fn)
             end
             res = cres
         end
-        if K.is_retry(res) then T.stats.retries = T.stats.retries + 1 end
+        if K.is_retry(res) then
+            T.stats.retries = T.stats.retries + 1
+            seed = res.recs
+        end
         local done, reply = after_failure(res, attempt)
         if done then return reply end
     end

@@ -270,6 +270,82 @@ describe("script transactions", function()
         assert.equal("get", W.ops[1].kind)
     end)
 
+    describe("presumed absence", function()
+        -- The kinds of a's operations since W.ops was emptied.
+        local function kinds()
+            local list = {}
+            for _, op in ipairs(W.ops) do
+                if op.sc == a.id then list[#list + 1] = op.kind end
+            end
+            return list
+        end
+        local acquire = "if redis.call('exists', KEYS[1]) == 0 then " ..
+                        "redis.call('hincrby', KEYS[1], ARGV[1], 1) " ..
+                        "redis.call('pexpire', KEYS[1], 30000) return nil end " ..
+                        "return redis.call('pttl', KEYS[1])"
+        -- Redisson's unlock: a per-call latch key read first, then written
+        -- (without its publish, whose routes are read once).
+        local unlock = "local val = redis.call('get', KEYS[3]) " ..
+                       "if val ~= false then return tonumber(val) end " ..
+                       "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil end " ..
+                       "redis.call('del', KEYS[1]) " ..
+                       "redis.call('set', KEYS[3], 1, 'px', 5000) return 1"
+
+        it("sends no read for a key not seen to exist: the commit proves it absent", function()
+            W.ops = {}
+            assert.equal(a.null, a:call("EVAL", acquire, "1", "L", "id:1"))
+            assert.same({ "create" }, kinds())
+            W:advance(10)
+            W.ops = {}
+            assert.equal(1, a:call("EVAL", unlock, "3", "L", "ch", "latch:1", "id:1"))
+            assert.same({ "multi" }, kinds())
+            assert.is_nil(W:node(a:path("L")))
+            assert.equal("1", b:call("GET", "latch:1"))
+            -- the latch is there now: the same call again answers from it
+            assert.equal(1, a:call("EVAL", unlock, "3", "L", "ch", "latch:1", "id:1"))
+        end)
+
+        it("runs again at once, reading, when a presumed key exists", function()
+            b:call("SET", "n", "41")
+            b:call("SET", "c", "10")
+            b:call("SET", "x", "1")
+            b:call("SET", "y", "2")
+            -- a failed script: it must not fail on a key it only guessed absent
+            assert.equal(42, a:call("EVAL", "return redis.call('get', KEYS[1]) + 1", "1", "n"))
+            -- a write: the create fails, the re-run reads and sets
+            W.ops = {}
+            local t1 = W.now
+            local incr = "local v = tonumber(redis.call('get', KEYS[1]) or '0') " ..
+                         "redis.call('set', KEYS[1], v + 1) return v + 1"
+            assert.equal(11, a:call("EVAL", incr, "1", "c"))
+            assert.same({ "create", "get", "multi" }, kinds())
+            -- three round trips, no jittered sleep before the re-run
+            assert.equal(3, W.now - t1)
+            assert.equal("11", b:call("GET", "c"))
+            -- a read-only script of two keys: its commit's assertions fail
+            assert.same({ "1", "2" }, a:call("EVAL", "return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}",
+                                             "2", "x", "y"))
+            -- keys seen to exist, written or read, are read from then on
+            W.ops = {}
+            assert.equal(12, a:call("EVAL", incr, "1", "c"))
+            assert.same({ "get", "multi" }, kinds())
+            b:call("SET", "z", "5")
+            assert.equal("5", a:call("GET", "z"))
+            W.ops = {}
+            assert.equal(6, a:call("EVAL", incr, "1", "z"))
+            assert.same({ "get", "multi" }, kinds())
+        end)
+
+        it("presumes again a key it saw deleted", function()
+            b:call("SET", "k", "v")
+            assert.equal("v", a:call("GET", "k"))
+            assert.equal(1, a:call("DEL", "k"))
+            W.ops = {}
+            assert.equal(a.null, a:call("EVAL", acquire, "1", "k", "id:1"))
+            assert.same({ "create" }, kinds())
+        end)
+    end)
+
     it("keeps the lifetime rule: a key with a TTL is ephemeral", function()
         a:call("EVAL", "redis.call('set', KEYS[1], 'v', 'PX', 10000) redis.call('set', KEYS[2], 'p') return 1", "2", "e", "p")
         assert.is_true(W:node(a:path("e")).stat.ephemeralOwner ~= 0)

@@ -16,16 +16,18 @@ describe("expiry", function()
         b = W:sidecar({ mono_base = 987654321, wall_base = 1500000000000 })
     end)
 
-    it("the owner deletes the node at the deadline, with a versioned delete", function()
+    it("the owner deletes the node at the deadline, with a versioned delete and its guard", function()
         a:call("SET", "k", "v", "PX", "1000")
         local set_at = W.now
         W:advance(990)
         assert.is_not_nil(W:node(a:path("k")))
+        W.ops = {}
         W:advance(20)
         assert.is_nil(W:node(a:path("k")))
-        local del
-        for _, op in ipairs(W.ops) do if op.kind == "delete" then del = op end end
-        assert.equal(a:path("k"), del.path)
+        -- no look first: the guard vouches that the node is still ours
+        assert.equal(1, #W.ops)
+        assert.equal("multi", W.ops[1].kind)
+        assert.equal("delete " .. a:path("k") .. ", check " .. a.K.guard.path, W.ops[1].path)
         assert.is_true(W.now - set_at >= 1000)
         assert.is_nil(next(a.K.owned))
     end)
@@ -57,7 +59,7 @@ describe("expiry", function()
         -- deadline needs the timer too, not the end of k1's expiry.
         a:call("SET", "k1", "v", "PX", "100")
         a:call("SET", "k2", "v", "PX", "150")
-        a:fail_next({ op = "get", path = a:path("k1"), pass = true, latency = 500 })
+        a:fail_next({ op = "multi", pass = true, latency = 500 })
         W:advance(100 + 50 + 2 * W.latency + 5)
         assert.is_nil(W:node(a:path("k2")))
         assert.is_not_nil(W:node(a:path("k1")))
@@ -163,9 +165,26 @@ describe("expiry", function()
         assert.is_nil(next(a.K.owned))
     end)
 
+    it("a takeover before the owner's guarded delete lands survives it", function()
+        b:call("SET", "warmup", "x")
+        a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        a:fail_next({ op = "multi", pass = true, latency = 50 })
+        W:advance(1005)
+        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "5000"))
+        W:advance(100)
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+
     it("a takeover between the owner's look and its delete survives the delete", function()
         b:call("SET", "warmup", "x")
         a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        -- b removes another key of a's: a's guard moves, so a's entries
+        -- written before no longer vouch for their nodes, and the expiry
+        -- looks first.
+        a:call("SET", "other", "v", "PX", "10000")
+        assert.equal(1, b:call("DEL", "other"))
+        W:advance(5)
         -- The owner's expiry delete is slow to arrive: b takes the lock
         -- after the owner looked (the node was still its own) and before
         -- its delete lands.

@@ -49,6 +49,11 @@ describe("group commit", function()
         assert.equal(a.null, a:call("EVAL", acquire, "1", "solo", "id:1"))
         local ops = sent(a, from)
         assert.same({ "create", true }, ops[#ops])
+        -- (a has seen the key exist, so its scripts read it: see "presumed
+        -- absence" in eval_spec)
+        b:call("SET", "rlock", "x")
+        assert.equal("x", a:call("GET", "rlock"))
+        b:call("DEL", "rlock")
         from = #W.ops + 1
         local herd = {}
         for i = 1, 3 do herd[i] = a:start("EVAL", acquire, "1", "rlock", "id:" .. i) end
