@@ -549,7 +549,8 @@ end
 local draining, drain_again = false, false
 local seen = {}       -- message node name -> true until deleted
 local delivered = {}  -- names delivered and not deleted yet, in order
-local inbox_czxid     -- the inbox node those names are in
+local inbox_czxid     -- the inbox node those names are in...
+local inbox_confirmed = false -- ...listed in our current session
 local delivered_timer, delivered_armed = nil, false
 
 local function parse(name)
@@ -604,23 +605,34 @@ local function arm_delivered()
 end
 
 function delete_delivered()
-    local names = delivered
+    if not inbox_confirmed then
+        -- after a new session, not before a listing has shown that the
+        -- inbox is still the node these names are from
+        if #delivered > 0 then arm_delivered() end
+        return
+    end
+    local names, czxid = delivered, inbox_czxid
     delivered = {}
     if #names == 0 then return end
     local box = inbox()
     local ops = {}
     for i, name in ipairs(names) do ops[i] = { "delete", box .. "/" .. name, -1 } end
     local rc = zk.multi(ops)
+    local function done(name)
+        if inbox_czxid == czxid then seen[name] = nil end
+    end
     if rc == zk.NONODE then
-        -- one is gone with its publisher's session: one at a time
+        -- one is gone with its publisher's session: one at a time, while
+        -- the inbox is the one these names are from
         for _, name in ipairs(names) do
+            if not inbox_confirmed or inbox_czxid ~= czxid then return end
             local drc = zk.delete(box .. "/" .. name, -1)
-            if drc == zk.OK or drc == zk.NONODE then seen[name] = nil end
+            if drc == zk.OK or drc == zk.NONODE then done(name) end
         end
     elseif rc == zk.OK then
-        for _, name in ipairs(names) do seen[name] = nil end
-    else
-        -- ZooKeeper is away: the next batch takes them
+        for _, name in ipairs(names) do done(name) end
+    elseif inbox_czxid == czxid then
+        -- ZooKeeper is away: a later batch takes them
         table.move(names, 1, #names, #delivered + 1, delivered)
         arm_delivered()
     end
@@ -642,7 +654,7 @@ end
 
 local function drain_once()
     local box = inbox()
-    if #delivered >= P.INBOX_GC_COUNT then send_first(delete_delivered) end
+    if #delivered >= P.INBOX_GC_COUNT and inbox_confirmed then send_first(delete_delivered) end
     local rc, names, stat = zk.children(box, true)
     if rc == zk.NONODE then
         ensure_inbox()
@@ -652,10 +664,11 @@ local function drain_once()
     if stat.czxid ~= inbox_czxid then
         -- a new inbox (ours was swept while our session was gone): its
         -- sequence numbers start again, so names seen in the old one say
-        -- nothing
+        -- nothing, and deleting them could delete new messages
         inbox_czxid = stat.czxid
         seen, delivered = {}, {}
     end
+    inbox_confirmed = true
     local new = {}
     for _, name in ipairs(names) do
         if not seen[name] then new[#new + 1] = name end
@@ -1010,8 +1023,10 @@ end
 
 function P.on_session(event)
     if event == "new" then
-        -- the old session's interest, presence and watches are gone
+        -- the old session's interest, presence and watches are gone (and
+        -- maybe our inbox, see drain_once)
         P.inbox_ready = false
+        inbox_confirmed = false
         for _, kind in ipairs({ "c", "p", "s" }) do
             for name, st in pairs(interest[kind]) do
                 st.have = false

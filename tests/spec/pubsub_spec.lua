@@ -106,6 +106,32 @@ describe("pub/sub", function()
         assert.same({ push = { "message", "again", "x" } }, b.pushed[7][2])
     end)
 
+    it("deletes nothing in its inbox after a new session before listing it", function()
+        -- b's session goes; meanwhile its inbox is swept and made again (the
+        -- events are lost with the connection), and a message arrives in it
+        -- with the name of the one b delivered last, not deleted yet.  The
+        -- batch's timer fires before b lists the new inbox.
+        b:call_as(7, "SUBSCRIBE", "again")
+        assert.equal(1, a:call("PUBLISH", "again", "x"))
+        W:run_until(function() return b.pushed[7] and #b.pushed[7] == 1 end)
+        local mine
+        for path in pairs(W.nodes) do
+            if path:match("^/zkresp/ps/i/[^/]+$") and W:children(path)[1] then mine = path end
+        end
+        local old = W:children(mine)[1]
+        b:disconnect()
+        W.cwatches[mine] = nil
+        W:raw_delete(mine .. "/" .. old)
+        W:raw_delete(mine)
+        W:raw_create(mine, "")
+        assert.equal(1, a:call("PUBLISH", "again", "x"))
+        assert.same({ old }, W:children(mine))
+        b:fail_next({ op = "exists", path = "/zkresp/ps/c", pass = true, latency = 300 })
+        b:expire()
+        W:run_until(function() return #b.pushed[7] == 2 end, 1000)
+        assert.same({ push = { "message", "again", "x" } }, b.pushed[7][2])
+    end)
+
     it("writes nothing to ZooKeeper when no other sidecar listens", function()
         a:call_as(3, "SUBSCRIBE", "local")
         local from = #W.ops
