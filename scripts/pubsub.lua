@@ -584,9 +584,7 @@ local ensure_inbox = P.ensure_inbox
 -- Delivered messages are deleted together, in one multi, once there are
 -- INBOX_GC_COUNT of them (or INBOX_GC_MS after the first): each delete
 -- fires our inbox's watch, so a delete per message would cost a second
--- listing per message as well.  A full batch goes just before the next
--- listing, which then arms the watch after the deletes.  Only the timer's
--- batches (a quiet inbox) cost a listing.
+-- listing per message as well; a batch costs one listing.
 P.INBOX_GC_COUNT = 32
 P.INBOX_GC_MS = 100
 
@@ -640,21 +638,15 @@ end
 
 local function note_delivered(name)
     delivered[#delivered + 1] = name
-    arm_delivered()
-end
-
--- Runs fn in a coroutine of its own up to its first wait (its request
--- sent), then goes on: ready coroutines run in order.
-local function send_first(fn)
-    local me = coroutine.running()
-    host.spawn(fn)
-    host.spawn(function() host.wake(me) end)
-    host.suspend()
+    if #delivered >= P.INBOX_GC_COUNT then
+        host.spawn(delete_delivered)
+    else
+        arm_delivered()
+    end
 end
 
 local function drain_once()
     local box = inbox()
-    if #delivered >= P.INBOX_GC_COUNT and inbox_confirmed then send_first(delete_delivered) end
     local rc, names, stat = zk.children(box, true)
     if rc == zk.NONODE then
         ensure_inbox()

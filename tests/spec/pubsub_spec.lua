@@ -51,7 +51,7 @@ describe("pub/sub", function()
                     b.pushed[8])
     end)
 
-    it("deletes delivered messages in batches, before a listing", function()
+    it("deletes delivered messages in batches", function()
         b:call_as(7, "SUBSCRIBE", "gc")
         local box = "/zkresp/ps/i/"
         local function messages_left()
@@ -65,7 +65,7 @@ describe("pub/sub", function()
         for i = 1, 70 do
             assert.equal(1, a:call("PUBLISH", "gc", tostring(i)))
             W:run_until(function() return b.pushed[7] and #b.pushed[7] == i end)
-            -- a full batch goes before the next listing; never more are left
+            -- a full batch goes at once; never more are left
             assert.is_true(messages_left() <= 32, tostring(messages_left()))
         end
         local lists, deletes = 0, 0
