@@ -1364,7 +1364,10 @@ function K.commit(t)
     else
         rc, results = zk.multi(ops, messages == 0)
     end
-    if rc ~= zk.OK then note_guards(ops, results) end
+    if rc ~= zk.OK then
+        note_guards(ops, results)
+        if messages > 0 then require("pubsub").note_failed(ops, results) end
+    end
     local frc = first_error(rc, results)
     local stats = {}
     if frc == zk.OK then

@@ -14,6 +14,9 @@
 --   i/<instance>/m...        one message, EPHEMERAL_SEQUENTIAL, made by the
 --                            publisher's session; the receiver deletes it
 --                            once delivered, in batches (delete_delivered)
+--   b/<instance>/<channel>.<payload>
+--                            a doorbell: publishers set it to announce that
+--                            message (see "Doorbells")
 --
 -- <instance> is the process's random id in hex; channels and patterns are
 -- encoded like keys (sidecar/keyenc.h).
@@ -111,6 +114,24 @@ local function dir(kind) return ps() .. "/" .. kind end
 local function node(kind, name) return dir(kind) .. "/" .. host.key_encode(name) end
 local function inbox(who) return ps() .. "/i/" .. (who or inst()) end
 local function presence(who) return ps() .. "/l/" .. (who or inst()) end
+local function bells(who) return ps() .. "/b/" .. (who or inst()) end
+local function bell(who, channel, payload)
+    return bells(who) .. "/" .. host.key_encode(channel) .. "." .. host.key_encode(payload)
+end
+
+-- The payload a doorbell is kept for on `channel`, or nil: Redisson's
+-- unlock message on a lock channel (P.lock_channel, at the end).
+local function bell_payload(kind, channel)
+    if kind == "c" and P.lock_channel(channel) then return "0" end
+end
+
+-- What an interest node holds: the subscriber count, and the encoded
+-- payload of its doorbell if it has one.
+local function interest_data(kind, name, n)
+    local pl = bell_payload(kind, name)
+    if pl then return n .. " " .. host.key_encode(pl) end
+    return tostring(n)
+end
 
 local function connected()
     local _, c = zk.session()
@@ -123,7 +144,7 @@ end
 
 local interest = { c = {}, p = {}, s = {} }  -- kind -> name -> state
 local gc_queue = {}                          -- path -> due (host.now())
-P.stats = { published = 0, messages_sent = 0, messages_received = 0, made_up = 0 }
+P.stats = { published = 0, messages_sent = 0, messages_received = 0, made_up = 0, rung = 0 }
 
 local function wake_all(st)
     local w = st.waiters
@@ -142,8 +163,11 @@ local function reconcile_step(kind, name, st)
         if not P.inbox_ready then
             if not pcall(P.ensure_inbox) then return false end
         end
+        -- the doorbell, before anyone can see it announced
+        local pl = bell_payload(kind, name)
+        if pl and not P.ring_ready(name, pl) then return false end
         local bump = kind == "p" and dir("p") or X
-        local ops = { { "create", me, tostring(n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
+        local ops = { { "create", me, interest_data(kind, name, n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
         if not st.exists_known then
             -- a new channel node also bumps its directory (see the top)
             local full = { { "create", X, "", 0 } }
@@ -184,7 +208,7 @@ local function reconcile_step(kind, name, st)
         end
         return false
     elseif st.want and st.have and st.written ~= st.count then
-        local rc = zk.set(me, tostring(n), -1)
+        local rc = zk.set(me, interest_data(kind, name, n), -1)
         if rc == zk.OK then st.written = n return true end
         if rc == zk.NONODE then st.have = false return true end
         return false
@@ -193,6 +217,8 @@ local function reconcile_step(kind, name, st)
         if rc == zk.OK or rc == zk.NONODE then
             st.have = false
             gc_queue[X] = host.now() + P.GC_DELAY_MS
+            local pl = bell_payload(kind, name)
+            if pl then P.unring(name, pl) end
             return true
         end
         return false
@@ -320,20 +346,23 @@ local function fail(rc, what)
     K.fail(rc, what)
 end
 
--- The counts of the children of X (other sidecars), watched.
+-- The counts of the children of X (other sidecars), watched, and the
+-- payloads of their doorbells (see interest_data).
 local function remote_counts(X, names)
-    local remote = {}
+    local remote, rings = {}, {}
     for _, who in ipairs(names) do
         if who ~= inst() then
             local rc, data = zk.get(X .. "/" .. who, true)
             if rc == zk.OK then
-                remote[who] = math.tointeger(tonumber(data)) or 1
+                local n, pl = data:match("^(%d+) (.+)$")
+                remote[who] = math.tointeger(tonumber(n or data)) or 1
+                rings[who] = pl and host.key_decode(pl)
             elseif rc ~= zk.NONODE then
                 fail(rc, "get " .. X)
             end
         end
     end
-    return remote
+    return remote, rings
 end
 
 local function dir_version(kind)
@@ -362,7 +391,8 @@ local function entry(kind, channel)
     if rc == zk.NONODE then
         e = { absent = true, dirv = d }
     elseif rc == zk.OK then
-        e = { present = true, version = stat.version, remote = remote_counts(X, names) }
+        local remote, rings = remote_counts(X, names)
+        e = { present = true, version = stat.version, remote = remote, rings = rings }
         -- left empty by sidecars that died: removed after the grace period
         -- (the version check spares it if someone subscribes meanwhile)
         if #names == 0 then gc_queue[X] = gc_queue[X] or host.now() + P.GC_DELAY_MS end
@@ -402,8 +432,8 @@ local function patterns()
 end
 
 -- Who else must get a message published on (kind, channel): a set of
--- instances, their subscriber count, and the checks that make a commit
--- fail if this was not current.
+-- instances, their subscriber count, the checks that make a commit fail if
+-- this was not current, and the instances' doorbell payloads on channel.
 local function route(kind, channel)
     local e = entry(kind, channel)
     local targets, n, checks = {}, 0, {}
@@ -422,8 +452,13 @@ local function route(kind, channel)
         end
         checks[#checks + 1] = { "check", dir("p"), pv.version, ps = true }
     end
-    return targets, n, checks
+    return targets, n, checks, e.rings
 end
+
+-- "<instance> <channel>" -> true: that sidecar announces a doorbell on
+-- channel that a multi of ours found missing (removed by someone else):
+-- not rung until its interest node changes.
+local noring = {}
 
 local function msg_name(kind, channel, payload)
     local ch = host.key_encode(channel)
@@ -434,17 +469,33 @@ local function msg_name(kind, channel, payload)
     return kind:upper() .. ch .. "..", payload
 end
 
--- Appends one message create per target sidecar; each op remembers how
--- many subscribers it reaches (op.reach).
-local function message_ops(ops, kind, channel, payload, targets)
+-- Appends one message create per target sidecar, after a set of its
+-- doorbell when it keeps one for this payload (the message's kind letter
+-- is then "b"); each create remembers how many subscribers it reaches
+-- (op.reach).  Returns the number of messages.
+local function message_ops(ops, kind, channel, payload, targets, rings)
     local name, data = msg_name(kind, channel, payload)
     local n = 0
     for who, reach in pairs(targets) do
-        ops[#ops + 1] = { "create", inbox(who) .. "/" .. name, data, zk.EPHEMERAL | zk.SEQUENCE,
+        local this = name
+        if rings and rings[who] == payload and kind == "c" and data == "" and not noring[who .. " " .. channel] then
+            ops[#ops + 1] = { "set", bell(who, channel, payload), "", -1, ps = true, bell = who .. " " .. channel }
+            this = "b" .. name:sub(2)
+        end
+        ops[#ops + 1] = { "create", inbox(who) .. "/" .. this, data, zk.EPHEMERAL | zk.SEQUENCE,
                           ps = true, reach = reach }
         n = n + 1
     end
     return n
+end
+
+-- After a multi with message ops failed: a doorbell it found missing is
+-- not rung again (see noring).
+function P.note_failed(ops, results)
+    if type(results) ~= "table" then return end
+    for i, op in ipairs(ops) do
+        if op.bell and results[i] and results[i].rc == zk.NONODE then noring[op.bell] = true end
+    end
 end
 
 local function invalidate(kind, channel)
@@ -476,7 +527,7 @@ function P.publish(kind, channel, payload)
     P.stats.published = P.stats.published + 1
     local n = deliver_local(kind, channel, payload)
     if too_large(channel, payload) then return n end
-    local ok, targets, remote = pcall(route, kind, channel)
+    local ok, targets, remote, _, rings = pcall(route, kind, channel)
     if not ok then
         host.log("debug", "pubsub: no route for " .. channel .. ": " ..
                  tostring(K.is_abort(targets) and targets.reply.err or targets))
@@ -484,23 +535,27 @@ function P.publish(kind, channel, payload)
     end
     if not next(targets) then return n end
     local ops = {}
-    message_ops(ops, kind, channel, payload, targets)
-    local rc = zk.multi(ops)
+    local sent = message_ops(ops, kind, channel, payload, targets, rings)
+    local rc, results = zk.multi(ops)
     if rc == zk.OK then
-        P.stats.messages_sent = P.stats.messages_sent + #ops
+        P.stats.messages_sent = P.stats.messages_sent + sent
         return n + remote
     end
-    -- One inbox gone (its sidecar died), or the message too large for
-    -- ZooKeeper: each on its own, counting only the subscribers reached.
+    P.note_failed(ops, results)
+    -- One inbox or doorbell gone (its sidecar died, or left the channel),
+    -- or the message too large for ZooKeeper: each message on its own,
+    -- without doorbells, counting only the subscribers reached.
     invalidate(kind, channel)
     for _, op in ipairs(ops) do
-        local crc = zk.create(op[2], op[3], op[4])
-        if crc == zk.OK then
-            P.stats.messages_sent = P.stats.messages_sent + 1
-            n = n + op.reach
-        else
-            host.log("warn", string.format("pubsub: a message on %q was not delivered to %s: rc %d",
-                                           channel, op[2]:match("/i/([^/]+)/") or "?", crc))
+        if op[1] == "create" then
+            local crc = zk.create(op[2], op[3], op[4])
+            if crc == zk.OK then
+                P.stats.messages_sent = P.stats.messages_sent + 1
+                n = n + op.reach
+            else
+                host.log("warn", string.format("pubsub: a message on %q was not delivered to %s: rc %d",
+                                               channel, op[2]:match("/i/([^/]+)/") or "?", crc))
+            end
         end
     end
     return n
@@ -509,11 +564,11 @@ end
 -- Inside a script: the message waits for the script's commit.  Returns the
 -- count PUBLISH answers.
 function P.publish_buffered(t, kind, channel, payload)
-    local targets, remote, checks = {}, 0, {}
-    if not too_large(channel, payload) then targets, remote, checks = route(kind, channel) end
+    local targets, remote, checks, rings = {}, 0, {}, nil
+    if not too_large(channel, payload) then targets, remote, checks, rings = route(kind, channel) end
     t.publishes = t.publishes or {}
     t.publishes[#t.publishes + 1] = { kind = kind, channel = channel, payload = payload,
-                                      targets = targets, checks = checks }
+                                      targets = targets, checks = checks, rings = rings }
     return local_count(kind, channel) + remote
 end
 
@@ -524,7 +579,7 @@ function P.commit_ops(t, ops)
     for _, p in ipairs(t.publishes or {}) do
         if next(p.targets) then
             for _, c in ipairs(p.checks) do ops[#ops + 1] = c end
-            n = n + message_ops(ops, p.kind, p.channel, p.payload, p.targets)
+            n = n + message_ops(ops, p.kind, p.channel, p.payload, p.targets, p.rings)
         end
     end
     return n
@@ -552,6 +607,9 @@ local delivered = {}  -- names delivered and not deleted yet, in order
 local inbox_czxid     -- the inbox node those names are in...
 local inbox_confirmed = false -- ...listed in our current session
 local delivered_timer, delivered_armed = nil, false
+local listings = 0    -- inbox listings started
+local credits = {}    -- messages delivered when their doorbell rang:
+                      -- {channel, payload, listing number then}
 
 local function parse(name)
     local kind = name:sub(1, 1)
@@ -562,6 +620,8 @@ local function parse(name)
     if not channel then return nil end
     if kind == "c" or kind == "s" then
         return kind, channel, host.key_decode(pl)
+    elseif kind == "b" then
+        return "c", channel, host.key_decode(pl), true  -- its doorbell rang
     elseif kind == "C" or kind == "S" then
         return kind:lower(), channel, nil  -- payload in the data
     end
@@ -645,8 +705,33 @@ local function note_delivered(name)
     end
 end
 
+-- A message whose doorbell rang (kind "b"), listed by listing number
+-- `listing`: true when it was delivered at the ring (a credit from before
+-- that listing), which this spends.
+local function spend_credit(channel, payload, listing)
+    for i, c in ipairs(credits) do
+        if c.gen < listing and c.channel == channel and c.payload == payload then
+            table.remove(credits, i)
+            return true
+        end
+    end
+    return false
+end
+
+-- After listing number `listing`: the credits from before it that it did
+-- not spend are stale (their message vanished with its publisher).
+local function drop_credits(listing)
+    local keep = {}
+    for _, c in ipairs(credits) do
+        if c.gen >= listing then keep[#keep + 1] = c end
+    end
+    credits = keep
+end
+
 local function drain_once()
     local box = inbox()
+    listings = listings + 1
+    local listing = listings
     local rc, names, stat = zk.children(box, true)
     if rc == zk.NONODE then
         ensure_inbox()
@@ -668,17 +753,20 @@ local function drain_once()
     table.sort(new, function(a, b) return a:sub(-10) < b:sub(-10) end)
     for _, name in ipairs(new) do
         seen[name] = true
-        local kind, channel, payload = parse(name)
+        local kind, channel, payload, rung = parse(name)
         if kind and not payload then
             local grc, data = zk.get(box .. "/" .. name)
             if grc == zk.OK then payload = data end
         end
         if kind and payload then
             P.stats.messages_received = P.stats.messages_received + 1
-            deliver_local(kind, channel, payload)
+            if not (rung and spend_credit(channel, payload, listing)) then
+                deliver_local(kind, channel, payload)
+            end
         end
         note_delivered(name)
     end
+    drop_credits(listing)
 end
 
 local function drain()
@@ -690,6 +778,62 @@ local function drain()
         if not ok then host.log("warn", "pubsub: reading the inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
     until not drain_again
     draining = false
+end
+
+---------------------------------------------------------------------------
+-- Doorbells
+--
+-- A waiter on another sidecar learns of a message one listing of its
+-- inbox after the watch event: ZooKeeper's events carry no data.  For a
+-- lock channel's unlock message (bell_payload: Redisson's "0" on
+-- P.lock_channel's channels) the event itself carries it.  A sidecar with
+-- subscribers on such a channel keeps a doorbell node for it, with a data
+-- watch, and says so in its interest node (interest_data).  A publisher
+-- sets the doorbell in the same multi as the message, just before creating
+-- it (kind letter "b").  The doorbell's event names channel and payload:
+-- the receiver delivers at once, with no read, when no listing of its inbox
+-- is in flight (so every message with an earlier zxid has been delivered:
+-- its event came first), and keeps a credit; the next listing finds the
+-- message itself and spends the credit instead of delivering it again.  A
+-- credit that listing does not spend is dropped (the message vanished with
+-- its publisher's session).  A receiver that is listing, or re-arming the
+-- doorbell's watch, delivers the message from the listing as any other.
+
+local rings = {}      -- channel -> the payload of our doorbell on it
+
+-- Our doorbell for (channel, payload) exists and is watched; false when
+-- ZooKeeper said otherwise.
+function P.ring_ready(channel, payload)
+    local D = bell(nil, channel, payload)
+    local rc = zk.create(D, "", 0)
+    if rc == zk.NONODE then
+        K.ensure_path(bells())
+        rc = zk.create(D, "", 0)
+    end
+    if rc ~= zk.OK and rc ~= zk.NODEEXISTS then return false end
+    if zk.get(D, true) ~= zk.OK then return false end
+    rings[channel] = payload
+    return true
+end
+
+-- Our interest in channel is gone: so is its doorbell (a publisher that
+-- still rings it fails its multi and routes again).
+function P.unring(channel, payload)
+    rings[channel] = nil
+    zk.delete(bell(nil, channel, payload), -1)
+end
+
+-- A watch on our doorbell at path fired.
+local function rang(event, path)
+    local ch, pl = path:sub(#bells() + 2):match("^([^.]*)%.([^.]*)$")
+    local channel, payload = ch and host.key_decode(ch), pl and host.key_decode(pl)
+    if not channel or rings[channel] ~= payload then return end
+    if event == "changed" and not draining then
+        P.stats.rung = P.stats.rung + 1
+        deliver_local("c", channel, payload)
+        credits[#credits + 1] = { channel = channel, payload = payload, gen = listings }
+    end
+    if event ~= "deleted" then zk.get(path, true) end
 end
 
 ---------------------------------------------------------------------------
@@ -962,6 +1106,11 @@ function P.on_watch(event, path)
         drain()
         return true
     end
+    local bb = bells()
+    if path:sub(1, #bb + 1) == bb .. "/" then
+        rang(event, path)
+        return true
+    end
     gen = gen + 1
     local kind, rest = path:sub(#base + 2):match("^([cps])(.*)$")
     if not kind then return true end
@@ -975,6 +1124,8 @@ function P.on_watch(event, path)
     elseif enc then
         local ch = host.key_decode(enc)
         if ch then cache[kind][ch] = nil end
+        local who = rest:match("^/[^/]+/([^/]+)$")
+        if who and ch then noring[who .. " " .. ch] = nil end
     end
     return true
 end
@@ -1006,6 +1157,11 @@ local function sweep()
                     local ops = { { "create", presence(who), "", zk.EPHEMERAL }, { "delete", presence(who), -1 } }
                     for _, k in ipairs(kids) do ops[#ops + 1] = { "delete", box .. "/" .. k, -1 } end
                     ops[#ops + 1] = { "delete", box, -1 }
+                    local brc, bkids = zk.children(bells(who))
+                    if brc == zk.OK then
+                        for _, k in ipairs(bkids) do ops[#ops + 1] = { "delete", bells(who) .. "/" .. k, -1 } end
+                        ops[#ops + 1] = { "delete", bells(who), -1 }
+                    end
                     zk.multi(ops)
                 end
             end

@@ -200,6 +200,7 @@ function M.stats()
         pubsub_messages_sent_total = pubsub.stats.messages_sent,
         pubsub_messages_received_total = pubsub.stats.messages_received,
         pubsub_made_up_total = pubsub.stats.made_up,
+        pubsub_rung_total = pubsub.stats.rung,
         zookeeper_watch_events_total = watch_events,
     }
 end

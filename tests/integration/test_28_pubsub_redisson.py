@@ -27,7 +27,9 @@ import pytest
 
 import harness
 from resp import decode_one, encode
+from pubsub_helpers import read_messages, subscribe, wait_publish_count
 from test_24_redisson import NULL, Redisson, acquire, unlock, integer
+from test_80_operations import parse, scrape, val, with_metrics
 
 LEASE = 60000
 WAITERS = 6
@@ -178,3 +180,33 @@ def test_redisson_waiters_woken_across_sidecars(zkresp_pair, placement):
             assert c.cmd("EXISTS", name) == b":0\r\n"
     finally:
         holder.close()
+
+
+def test_unlocks_ring_the_waiters_doorbell(make_zkresp):
+    """B keeps a doorbell for the lock channel its subscriber waits on
+    (README, "Pub/sub across sidecars"): each unlock message a script
+    publishes through A reaches that subscriber at the doorbell's event
+    (B's pubsub_rung_total counts them), exactly once, after the message A
+    published before it."""
+    a = make_zkresp()
+    b = with_metrics(make_zkresp, root=a.root)
+    name = harness.unique("bell")
+    ch, news = _channel(name), name + ":news"
+    sub = subscribe(b, ch, news)
+    ca = a.client()
+    wait_publish_count(ca, ch, 1)
+    wait_publish_count(ca, news, 1)
+
+    def rung():
+        return val(parse(scrape(b.mport)), "zkresp_lua_pubsub_rung_total")
+    rung0 = rung()
+    n = 20
+    script = "redis.call('publish', KEYS[1], ARGV[1]) return 1"
+    for i in range(n):
+        assert ca.cmd("PUBLISH", news, "n%d" % i) == b":1\r\n"
+        assert [m[1:] for m in read_messages(sub, 1)] == [(news.encode(), b"n%d" % i)]
+        assert ca.cmd("EVAL", script, "1", ch, "0") == b":1\r\n"
+        assert [m[1:] for m in read_messages(sub, 1)] == [(ch.encode(), b"0")]
+    assert read_messages(sub, 1, timeout=0.5) == [], "a message came twice"
+    # (one that arrives while B lists its inbox comes from the listing)
+    assert rung() - rung0 >= n // 2, rung() - rung0

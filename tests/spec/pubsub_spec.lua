@@ -255,3 +255,108 @@ describe("pub/sub", function()
         assert.same({ { push = { "message", "redisson_rwlock:{rw}", "0" } } }, b.pushed[10])
     end)
 end)
+
+describe("doorbells", function()
+    local W, a, b, P
+    local lockch = "redisson_lock__channel:{L}"
+    local unlock = "redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], ARGV[1]) return 1"
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+        b = W:sidecar()
+        P = b.require("pubsub")
+    end)
+
+    local function texts(list)
+        local out = {}
+        for i, f in ipairs(list or {}) do out[i] = f.push[2] .. "=" .. f.push[3] end
+        return out
+    end
+    local function bell_path()
+        for path in pairs(W.nodes) do
+            if path:match("^/zkresp/ps/b/[^/]+/.") then return path end
+        end
+    end
+
+    it("deliver a lock channel's unlock at the event, before any read, once", function()
+        b:call_as(7, "SUBSCRIBE", lockch)
+        assert.is_not_nil(bell_path())
+        for i = 1, 5 do
+            assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+            W:run_until(function() return b.pushed[7] and #b.pushed[7] == i end)
+            W:advance(5)
+        end
+        W:advance(50)
+        assert.same({ lockch .. "=0", lockch .. "=0", lockch .. "=0", lockch .. "=0", lockch .. "=0" },
+                    texts(b.pushed[7]))
+        assert.equal(5, P.stats.rung)
+        assert.equal(5, P.stats.messages_received) -- each also listed, and not delivered again
+        -- plain PUBLISH rings too; other payloads and channels do not
+        assert.equal(1, a:call("PUBLISH", lockch, "0"))
+        assert.equal(1, a:call("PUBLISH", lockch, "1"))
+        W:advance(50)
+        assert.equal(6, P.stats.rung)
+        assert.same(lockch .. "=1", texts(b.pushed[7])[7])
+    end)
+
+    it("keep each publisher's order across doorbells and the inbox", function()
+        b:call_as(7, "SUBSCRIBE", lockch, "news")
+        local two = "redis.call('publish', KEYS[1], ARGV[1]) redis.call('publish', KEYS[2], ARGV[2]) return 1"
+        local want = { "news=hello", lockch .. "=0", lockch .. "=0", "news=bye", "news=x", lockch .. "=0" }
+        for round = 1, 2 do
+            -- one at a time, b idle in between; then all at once
+            local gap = round == 1 and 10 or 0
+            assert.equal(1, a:call("EVAL", two, "2", "news", lockch, "hello", "0"))
+            W:advance(gap)
+            assert.equal(1, a:call("EVAL", two, "2", lockch, "news", "0", "bye"))
+            W:advance(gap)
+            assert.equal(1, a:call("PUBLISH", "news", "x"))
+            W:advance(gap)
+            assert.equal(1, a:call("PUBLISH", lockch, "0"))
+            W:advance(50)
+            if round == 1 then
+                -- the first script's unlock came after another message in
+                -- its multi, whose event came first: it was listed
+                assert.equal(2, P.stats.rung)
+            end
+        end
+        local twice = {}
+        for _, m in ipairs(want) do twice[#twice + 1] = m end
+        for _, m in ipairs(want) do twice[#twice + 1] = m end
+        assert.same(twice, texts(b.pushed[7]))
+    end)
+
+    it("drop a credit whose message never came; later messages still arrive", function()
+        b:call_as(7, "SUBSCRIBE", lockch, "news")
+        local D = bell_path()
+        -- rung by a publisher whose message vanished with its session
+        W:raw_set(D, "")
+        W:advance(10)
+        assert.same({ lockch .. "=0" }, texts(b.pushed[7]))
+        assert.equal(1, a:call("PUBLISH", "news", "m"))
+        W:advance(10)
+        -- the doorbell's watch is being re-armed when the next one rings
+        W.watches[D] = nil
+        assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+        W:advance(50)
+        assert.same({ lockch .. "=0", "news=m", lockch .. "=0" }, texts(b.pushed[7]))
+    end)
+
+    it("go with the interest; a publisher finding one missing sends without it", function()
+        b:call_as(7, "SUBSCRIBE", lockch)
+        local D = bell_path()
+        b:call_as(7, "UNSUBSCRIBE", lockch)
+        W:advance(10)
+        assert.is_nil(W:node(D))
+        assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+        b:call_as(7, "SUBSCRIBE", lockch)
+        W:advance(10)
+        assert.is_not_nil(W:node(D))
+        -- removed behind b's back: a's scripts and publishes still go
+        W:raw_delete(D)
+        assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+        assert.equal(1, a:call("PUBLISH", lockch, "0"))
+        W:advance(50)
+        assert.same({ lockch .. "=0", lockch .. "=0" }, texts(b.pushed[7]))
+    end)
+end)
