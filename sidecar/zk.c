@@ -233,10 +233,25 @@ static void on_string_stat(int rc, const char *value, const struct Stat *stat,
     enqueue(r);
 }
 
+static int is_connection_rc(int rc)
+{
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT ||
+           rc == ZSESSIONMOVED || rc == ZCLOSING || rc == ZINVALIDSTATE ||
+           rc == ZSESSIONEXPIRED;
+}
+
 /* The per-operation results of a multi, from r->zres and the buffers the
- * client filled. */
+ * client filled (r->res.rc set).  Only a server's answer has them: after a
+ * connection failure, or a request never sent, r->zres may hold anything
+ * and the caller gets none.  A multi that failed applied nothing: its
+ * operations' codes say which one failed (those before it answer ZOK, but
+ * the client filled no path or stat for them). */
 static void fill_multi(struct zk_req *r)
 {
+    int rc = r->res.rc;
+    if (rc != ZOK &&
+        (rc >= ZAPIERROR || rc <= ZK_TIMEOUT || is_connection_rc(rc)))
+        return;
     r->res.multi = calloc((size_t)r->nops, sizeof(struct zk_result));
     if (!r->res.multi)
         return;
@@ -245,7 +260,7 @@ static void fill_multi(struct zk_req *r)
         struct zk_result *m = &r->res.multi[i];
         m->type = r->ops[i].type;
         m->rc = r->zres[i].err;
-        if (m->rc != ZOK)
+        if (rc != ZOK)
             continue;
         if (r->ops[i].type == ZK_OP_CREATE && r->pathbufs[i])
             m->path = strdup(r->pathbufs[i]);
@@ -317,13 +332,6 @@ static void req_free(struct zk_req *r)
         free(r->res.multi[i].path);
     free(r->res.multi);
     free(r);
-}
-
-static int is_connection_rc(int rc)
-{
-    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT ||
-           rc == ZSESSIONMOVED || rc == ZCLOSING || rc == ZINVALIDSTATE ||
-           rc == ZSESSIONEXPIRED;
 }
 
 /* The outstanding lists (z->all, z->groups_out), through all_prev/all_next. */
@@ -467,6 +475,7 @@ static int build_multi(struct zk_req *r)
             r->pathbufs[i] = malloc(cap);
             if (!r->pathbufs[i])
                 return ZR_ENOMEM;
+            r->pathbufs[i][0] = '\0';
             zoo_create_op_init(&r->zops[i], op->path, op->data,
                                (int)op->datalen, &ZOO_OPEN_ACL_UNSAFE,
                                op->flags, r->pathbufs[i], (int)cap);
