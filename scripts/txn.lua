@@ -40,11 +40,14 @@ Txn.__index = Txn
 
 -- The record of `key` as memo (one table per attempt) has it, read first
 -- if missing.  With cache_ok, the first attempt may use the owned-key
--- cache.
-local function memo_read(memo, attempt, key, cache_ok)
+-- cache; with presume, it may presume the key absent (K.presumed).
+local function memo_read(memo, attempt, key, cache_ok, presume)
     local rec = memo[key]
     if rec then return rec end
-    if cache_ok and attempt == 1 then rec = K.cached(key) end
+    if attempt == 1 then
+        rec = cache_ok and K.cached(key) or nil
+        if not rec and presume then rec = K.presumed(key) end
+    end
     rec = rec or K.read(key)
     memo[key] = rec
     return rec
@@ -146,12 +149,7 @@ T.current = current
 -- key absent when it was not seen to exist lately (keyspace.lua, "Presumed
 -- absence").
 function Buf:read(key)
-    local rec = self.view[key] or self.base[key]
-    if rec then return rec end
-    if self.attempt == 1 then rec = K.cached(key) or K.presumed(key) end
-    rec = rec or K.read(key)
-    self.base[key] = rec
-    return rec
+    return self.view[key] or memo_read(self.base, self.attempt, key, true, true)
 end
 
 function Buf:presume_absent(key)
