@@ -135,11 +135,13 @@ def test_redisson_waiters_woken_across_sidecars(zkresp_pair, placement):
 
         remaining = set(range(WAITERS))
         order = []
+        def wave_done(g):
+            return all(any(e[0] == "woken" and e[1] == i for e in g) and
+                       any(e[0] in ("failed", "acquired") and e[1] == i for e in g) for i in remaining)
         for wave in range(WAITERS):
             # Every remaining waiter is woken once and retries once.
-            evs = _collect(events, lambda g: sum(1 for e in g if e[0] in ("failed", "acquired")) == len(remaining),
-                           WAVE_TIMEOUT, "wave %d: a wake-up and a retry from each of waiters %s" % (
-                               wave, sorted(remaining)))
+            evs = _collect(events, wave_done, WAVE_TIMEOUT, "wave %d: a wake-up and a retry from each of waiters %s" % (
+                wave, sorted(remaining)))
             woken = sorted(e[1] for e in evs if e[0] == "woken")
             assert woken == sorted(remaining), "wave %d: woken %r, waiting %r" % (wave, woken, sorted(remaining))
             for e in evs:
@@ -164,7 +166,9 @@ def test_redisson_waiters_woken_across_sidecars(zkresp_pair, placement):
                            WAVE_TIMEOUT, "waiter %d's unlock" % w)
             assert [e[2] for e in rel if e[0] == "released"] == [b":1\r\n"], rel
             # Nothing else may happen between the unlock and the next wave's
-            # wake-ups but that wave itself: put back what arrived early.
+            # wake-ups but that wave itself: put back what arrived early (a
+            # waiter may hear the unlock before the unlocker has its reply,
+            # so its wake-up goes back behind its retry's result).
             for e in rel:
                 if e[0] != "released":
                     events.put(e)
