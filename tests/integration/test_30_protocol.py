@@ -247,6 +247,11 @@ def test_oversized_key_and_value_refused_locally(proxied, kz, zk):
     big = b"v" * 262145
     assert c.cmd("SET", "warm", "up") == b"+OK\r\n"
     assert proxy.requests_containing(b"/k/warm"), "the proxy does not see zkresp's requests"
+    # A new sidecar makes its session guard and its pub/sub inbox in the
+    # background after it starts: count from when they are there.
+    harness.wait_for(lambda: kz.exists(z.root + "/g") and kz.get_children(z.root + "/g") and
+                     kz.exists(z.root + "/ps/i") and kz.get_children(z.root + "/ps/i"),
+                     10, 0.05, "the sidecar's guard and inbox")
     before_nodes = zk.mntr()["zk_znode_count"]
     refused = [
         (("SET", long_key, "v"), b"-ERR key too long\r\n"),
