@@ -757,6 +757,12 @@ local function forget(path)
     owned[path] = nil
 end
 
+-- Our delete of path's node applied.
+local function deleted(path)
+    forget(path)
+    saw(path, false)
+end
+
 -- With notification hooks in the policy, one background read of the node
 -- of entry e: its czxid (the fencing token the notifications carry) when
 -- the write did not return it (a create inside a multi), and with on_lost
@@ -1247,10 +1253,7 @@ local function delete_some(recs)
     elseif rc ~= zk.OK then
         fail(rc, "delete")
     end
-    for i = 1, #recs do
-        forget(recs[i].path)
-        saw(recs[i].path, false)
-    end
+    for i = 1, #recs do deleted(recs[i].path) end
     if H.has("on_release") then
         for _, rec in ipairs(recs) do notify_release(rec) end
     end
@@ -1288,8 +1291,8 @@ end
 -- Returns true when committed (or nothing to commit); raises K.retry when
 -- a check or write failed or a write of unknown outcome did not apply.
 
-local function absent_ops(ops, path)
-    ops[#ops + 1] = { "create", path, "", 0 }
+local function absent_ops(ops, path, presumed)
+    ops[#ops + 1] = { "create", path, "", 0, presumed = presumed }
     ops[#ops + 1] = { "delete", path, 0 }
 end
 
@@ -1298,29 +1301,28 @@ function K.commit(t)
     for k in pairs(t.base) do keys[#keys + 1] = k end
     table.sort(keys)
     local sid = zk.session()
-    local ops, puts, dels, by_path = {}, {}, {}, {}
+    local ops, puts, dels = {}, {}, {}
     for _, key in ipairs(keys) do
         local rec, w = t.base[key], t.writes[key]
-        by_path[rec.path] = rec
         if not w then
             if rec.node then
                 ops[#ops + 1] = { "check", rec.path, rec.node.version }
             else
-                absent_ops(ops, rec.path)
+                absent_ops(ops, rec.path, rec.presumed)
             end
         elseif w.kind == "delete" then
             if rec.node then
                 ops[#ops + 1] = { "delete", rec.path, rec.node.version }
                 dels[#dels + 1] = rec
             else
-                absent_ops(ops, rec.path)
+                absent_ops(ops, rec.path, rec.presumed)
             end
         else
             check_acquire(rec)
             local p = write_plan(rec, w.vtype, w.payload, w.ttl)
             p.rec = rec
             if not rec.node then
-                ops[#ops + 1] = { "create", rec.path, p.data, p.flags }
+                ops[#ops + 1] = { "create", rec.path, p.data, p.flags, presumed = rec.presumed }
                 p.new_version = 0
             elseif in_place(rec, p.lifetime, sid) then
                 ops[#ops + 1] = { "set", rec.path, p.data, rec.node.version }
@@ -1384,8 +1386,7 @@ function K.commit(t)
                 K.retry(0)
             elseif r.rc == zk.NODEEXISTS and ops[i][1] == "create" then
                 saw(ops[i][2], true)
-                local rec = by_path[ops[i][2]]
-                presumed_wrong = presumed_wrong or (rec ~= nil and rec.presumed == true)
+                presumed_wrong = presumed_wrong or ops[i].presumed == true
             end
         end
         -- a wrong presumption runs again at once, reading
@@ -1420,10 +1421,7 @@ function K.commit(t)
         if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec, p, st) end
     end
     for _, p in ipairs(puts) do saw(p.rec.path, true) end
-    for _, rec in ipairs(dels) do
-        forget(rec.path)
-        saw(rec.path, false)
-    end
+    for _, rec in ipairs(dels) do deleted(rec.path) end
     if H.has("on_release") then
         for _, rec in ipairs(dels) do notify_release(rec) end
     end

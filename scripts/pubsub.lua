@@ -1142,8 +1142,18 @@ local function gc()
     end
 end
 
--- Inboxes of processes that are gone (no l/<instance>), with what is left
--- in them, all or nothing.
+-- Appends the deletes of dir and its children to ops; false when dir could
+-- not be listed.
+local function delete_dir_ops(ops, dir)
+    local rc, kids = zk.children(dir)
+    if rc ~= zk.OK then return false end
+    for _, k in ipairs(kids) do ops[#ops + 1] = { "delete", dir .. "/" .. k, -1 } end
+    ops[#ops + 1] = { "delete", dir, -1 }
+    return true
+end
+
+-- Inboxes (and doorbells) of processes that are gone (no l/<instance>),
+-- with what is left in them, all or nothing.
 local function sweep()
     local rc, names = zk.children(ps() .. "/i")
     if rc ~= zk.OK then return end
@@ -1151,17 +1161,9 @@ local function sweep()
         if who ~= inst() then
             local erc = zk.exists(presence(who))
             if erc == zk.NONODE then
-                local box = inbox(who)
-                local crc, kids = zk.children(box)
-                if crc == zk.OK then
-                    local ops = { { "create", presence(who), "", zk.EPHEMERAL }, { "delete", presence(who), -1 } }
-                    for _, k in ipairs(kids) do ops[#ops + 1] = { "delete", box .. "/" .. k, -1 } end
-                    ops[#ops + 1] = { "delete", box, -1 }
-                    local brc, bkids = zk.children(bells(who))
-                    if brc == zk.OK then
-                        for _, k in ipairs(bkids) do ops[#ops + 1] = { "delete", bells(who) .. "/" .. k, -1 } end
-                        ops[#ops + 1] = { "delete", bells(who), -1 }
-                    end
+                local ops = { { "create", presence(who), "", zk.EPHEMERAL }, { "delete", presence(who), -1 } }
+                if delete_dir_ops(ops, inbox(who)) then
+                    delete_dir_ops(ops, bells(who))
                     zk.multi(ops)
                 end
             end
