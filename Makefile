@@ -61,10 +61,15 @@ $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)
 	$(CC) $(CPPFLAGS) -Itests/unit -DLUA_ALLOC_POOLED=1 $(WARN) -O1 -g $(SAN) $(UNIT_SRCS) $(UNIT_DEPS) -o $@ $(LDLIBS)
 
-run: deps $(BUILD)/zkresp
+# The flags above come from pkg-config when the Makefile is read, which on a
+# fresh machine is before `deps` has installed the libraries: the targets that
+# install first build in a second make, which reads them again.
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/zkresp
 	@tests/lib/run-local.sh
 
-test: deps format-check $(BUILD)/zkresp $(BUILD)/zkresp-asan $(BUILD)/unit
+test: deps
+	@$(MAKE) --no-print-directory format-check $(BUILD)/zkresp $(BUILD)/zkresp-asan $(BUILD)/unit
 	@tests/run.sh
 
 test-unit: $(BUILD)/unit
@@ -76,7 +81,8 @@ test-spec:
 test-integration: $(BUILD)/zkresp
 	@tests/run.sh integration
 
-bench: deps $(BUILD)/zkresp
+bench: deps
+	@$(MAKE) --no-print-directory $(BUILD)/zkresp
 	@tests/bench/run.sh
 
 FMT_SRCS := $(SRCS) $(HDRS) $(UNIT_SRCS) $(wildcard tests/unit/*.h) \
