@@ -658,8 +658,8 @@ static void cmd_info(struct cmd_ctx *x)
     x->r->info_sections = sections;
     x->r->task.proto = x->c->resp;
     x->r->c_pending = 1;
-    zk_submit(s->zk, ZK_OP_EXISTS, &op, 1, zk_now() + 500, info_keys_done,
-              x->r);
+    zk_submit(s->zk, ZK_OP_EXISTS, &op, 1, zk_now() + 500, ZK_BOUNDED,
+              info_keys_done, x->r);
 }
 
 /* --- COMMAND ------------------------------------------------------------- */

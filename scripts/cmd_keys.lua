@@ -103,9 +103,7 @@ local function expire_generic(args, name, seconds, absolute)
     local key = args[2]
     return T.run({ key }, function(t)
         local rec = t:read(key)
-        -- A node of one of our dead sessions answers as a missing key: a
-        -- lost lock is never renewed.
-        if not rec.live or rec.dead_owner then return 0 end
+        if not rec.live then return 0 end
         if rec.vtype == codec.UNKNOWN then return err(E.WRONGTYPE) end
         local left = absolute and (when - host.wall()) or when
         local cur = K.remaining(rec)
@@ -156,7 +154,7 @@ C.persist = { arity = 2, flags = "write fast", first_key = 1, last_key = 1, step
     local key = args[2]
     return T.run({ key }, function(t)
         local rec = t:read(key)
-        if not rec.live or rec.dead_owner or not rec.deadline then return 0 end
+        if not rec.live or not rec.deadline then return 0 end
         if rec.vtype == codec.UNKNOWN then return err(E.WRONGTYPE) end
         t:put(rec, rec.vtype, rec.value, 0)
         return 1

@@ -101,8 +101,7 @@ local function set(args)
         end
         local aborted = o.get and old or host.null
         local found = rec.live
-        -- A node left by one of our dead sessions is never claimed.
-        if o.nx and (found or rec.dead_owner) then return aborted end
+        if o.nx and found then return aborted end
         if o.xx and not found then return aborted end
         if o.ifeq ~= nil then
             if not found then return aborted end

@@ -26,6 +26,9 @@ E.TOO_MANY_KEYS = "ERR too many keys to scan with KEYS"
 E.UNAVAILABLE = "TRYAGAIN ZooKeeper unavailable"
 E.CLOSING = "TRYAGAIN zkresp is shutting down"
 E.CONTENDED = "TRYAGAIN too many conflicting writes, try again"
+-- A write to a key whose node a session this sidecar has lost still owns
+-- (keyspace.lua, writable): it is free once ZooKeeper ends that session.
+E.LOST_SESSION = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again"
 
 -- Redis's processCommand: the name and each argument are copied as C
 -- strings (so they stop at a NUL byte), the name cut at 128 bytes, every

@@ -107,8 +107,11 @@ local Retry = {}
 local Abort = {}
 
 -- recs: key -> record, reads the re-run may use (made after the command
--- arrived)
-function K.retry(delay, recs) error(setmetatable({ delay = delay, recs = recs }, Retry), 0) end
+-- arrived); why: the error to answer when no attempt is left (default
+-- errors.CONTENDED)
+function K.retry(delay, recs, why)
+    error(setmetatable({ delay = delay, recs = recs, why = why }, Retry), 0)
+end
 function K.abort(reply) error(setmetatable({ reply = reply }, Abort), 0) end
 function K.is_retry(e) return getmetatable(e) == Retry end
 function K.is_abort(e) return getmetatable(e) == Abort end
@@ -128,6 +131,16 @@ local function fail(rc, what)
     K.abort({ err = errors.zookeeper(rc, what) })
 end
 K.fail = fail
+
+-- A multi's code: the first failing operation's, else the multi's own.
+local function first_error(rc, results)
+    if rc ~= zk.OK and type(results) == "table" then
+        for _, r in ipairs(results) do
+            if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then return r.rc end
+        end
+    end
+    return rc
+end
 
 ---------------------------------------------------------------------------
 -- Paths and limits
@@ -318,13 +331,21 @@ end
 -- Reading
 
 -- Builds the record of `key` from a zk.get result (stat nil: no node).
+--
+-- Whether the key lives: a node of another session lives until its owner
+-- deletes it or the session ends, whatever its TTL says on our clock (the
+-- DESIGN's TTL rule): deciding from a clock estimate that another
+-- sidecar's lock is over races with that sidecar re-creating it, and a
+-- versioned delete cannot tell a node from its re-creation.  Its deadline
+-- still answers PTTL.  Our own nodes, and persistent nodes, live until
+-- their deadline.
 function K.record(key, path, data, stat)
-    local rec = { key = key, path = path, live = false }
+    local sid = zk.session()
+    local rec = { key = key, path = path, live = false, sid = sid }
     if not stat then return rec end
     local v = codec.decode(data)
     rec.node = stat
     rec.vtype, rec.value, rec.ttl, rec.nonce = v.type, v.payload, v.ttl, v.nonce
-    local sid = zk.session()
     local owner = stat.ephemeralOwner or 0
     rec.mine = owner ~= 0 and owner == sid
     rec.dead_owner = owner ~= 0 and owner ~= sid and dead[owner] == true
@@ -336,7 +357,7 @@ function K.record(key, path, data, stat)
         K.ensure_clock()
         rec.deadline = K.local_time(stat.mtime) + v.ttl
     end
-    rec.live = rec.deadline == nil or rec.deadline > host.now()
+    rec.live = (owner ~= 0 and owner ~= sid) or rec.deadline == nil or rec.deadline > host.now()
     return rec
 end
 
@@ -347,6 +368,23 @@ function K.absent(key)
     local rec = K.record(key, K.path(key))
     rec.presumed = true
     return rec
+end
+
+---------------------------------------------------------------------------
+-- The session guard (see "The owned-key cache and the session guard"
+-- below): its path and the version we know.
+
+local guard = { sid = nil, path = nil, version = nil, czxid = nil }
+K.guard = guard
+
+function K.guard_path(sid)
+    return K.root() .. "/g/" .. string.format("%016x", sid)
+end
+
+-- The guard's version and czxid as we know them now, for an entry about to
+-- be written in our current session, or nil while no guard is known.
+local function guard_now()
+    if guard.version and guard.sid == zk.session() then return guard.version, guard.czxid end
 end
 
 ---------------------------------------------------------------------------
@@ -394,10 +432,11 @@ local function copy(t)
     return c
 end
 
-local function share(path, sent, data, stat)
+-- gv, gcz: our guard as known when the read was sent (see K.read).
+local function share(path, sent, data, stat, gv, gcz)
     if not shared[path] then nshared = nshared + 1 end
     if nshared > K.SHARED_MAX then shared, nshared = {}, 1 end
-    shared[path] = { sent = sent, data = data, stat = stat and copy(stat) }
+    shared[path] = { sent = sent, data = data, stat = stat and copy(stat), gv = gv, gcz = gcz }
 end
 
 -- Our write stamped `sent` left the node at path holding data, with stat (a
@@ -406,8 +445,18 @@ end
 -- read sent then would (the writer holds the key's queue, so no other write
 -- of ours comes in between; the next one forgets it).  A herd of scripts on
 -- a lock reads nothing once one of them has taken it.
-local function wrote(path, sent, data, stat)
-    if stat then share(path, sent, data, stat) end
+local function wrote(path, sent, data, stat, gv, gcz)
+    if stat then share(path, sent, data, stat, gv, gcz) end
+end
+
+-- A record of a node of ours read from ZooKeeper carries our guard as it
+-- was known when the read was sent (rgv, rgcz): a write planned on it
+-- checks the guard at that version (guard_ops), so that it cannot land on
+-- a node that someone else made after removing ours (removing a node of a
+-- live session bumps its guard) at the version we read.
+local function read_guard(rec, gv, gcz)
+    if rec.mine then rec.rgv, rec.rgcz = gv, gcz end
+    return rec
 end
 
 ---------------------------------------------------------------------------
@@ -452,7 +501,7 @@ function K.read(key)
     local a = arrival[coroutine.running()]
     if s and a and s.sent > a then
         K.stats.shared_reads = K.stats.shared_reads + 1
-        return K.record(key, path, s.data, s.stat and copy(s.stat))
+        return read_guard(K.record(key, path, s.data, s.stat and copy(s.stat)), s.gv, s.gcz)
     end
     stamp = stamp + 1
     local mine = { sent = stamp }
@@ -460,11 +509,12 @@ function K.read(key)
     local done <close> = setmetatable({}, { __close = function()
         if pending[path] == mine then pending[path] = nil end
     end })
+    local gv, gcz = guard_now()
     local rc, data, stat = zget(path)
     if rc == zk.NONODE then data, stat = nil, nil end
     saw(path, stat ~= nil)
-    if pending[path] == mine and not mine.stale then share(path, mine.sent, data, stat) end
-    return K.record(key, path, data, stat)
+    if pending[path] == mine and not mine.stale then share(path, mine.sent, data, stat, gv, gcz) end
+    return read_guard(K.record(key, path, data, stat), gv, gcz)
 end
 
 -- Reads several keys at once: the gets run concurrently, READ_BATCH at a
@@ -506,6 +556,7 @@ function K.read_many(keys)
     end
     local paths, results = {}, {}
     for i, k in ipairs(uniq) do paths[i] = K.path(k) end
+    local gv, gcz = guard_now()
     for first = 1, #uniq, K.READ_BATCH do
         get_concurrently(paths, first, math.min(first + K.READ_BATCH - 1, #uniq), results)
     end
@@ -513,7 +564,7 @@ function K.read_many(keys)
         local rc, data, stat = table.unpack(results[i], 1, 3)
         if rc == zk.OK then
             saw(paths[i], true)
-            out[k] = K.record(k, paths[i], data, stat)
+            out[k] = read_guard(K.record(k, paths[i], data, stat), gv, gcz)
         elseif rc == zk.NONODE then
             saw(paths[i], false)
             out[k] = K.record(k, paths[i])
@@ -549,18 +600,6 @@ end
 -- guard}, two requests, and no watch per key.
 K.CACHE_WRITES = true
 
-local guard = { sid = nil, path = nil, version = nil, czxid = nil }
-K.guard = guard
-
-function K.guard_path(sid)
-    return K.root() .. "/g/" .. string.format("%016x", sid)
-end
-
--- The guard's version and czxid as we know them now, for an entry about to
--- be written in our current session, or nil while no guard is known.
-local function guard_now()
-    if guard.version and guard.sid == zk.session() then return guard.version, guard.czxid end
-end
 
 function K.cached(key)
     if not K.CACHE_WRITES then return nil end
@@ -571,7 +610,7 @@ function K.cached(key)
     if o.gv ~= guard.version or o.gcz ~= guard.czxid or o.sid ~= guard.sid then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
     return {
-        key = key, path = path, cached = true, live = true, owned = o, gv = o.gv,
+        key = key, path = path, cached = true, live = true, owned = o, gv = o.gv, sid = o.sid,
         node = { version = o.version, czxid = o.czxid, ephemeralOwner = o.sid },
         vtype = o.vtype, value = o.value, ttl = o.ttl, nonce = o.nonce,
         deadline = o.deadline, mine = true,
@@ -584,17 +623,31 @@ end
 local unguarded = U.per_command()  -- coroutine -> {sid = true}
 
 -- Appends to ops what guards the writes in them: a check of our guard for
--- each cached record, and a bump of the owner's guard for each record whose
+-- each record of recs that is ours (from the cache: at the version known
+-- before its node was written; read from ZooKeeper: at the version known
+-- when it was read), and a bump of the owner's guard for each record whose
 -- node another live session owns and that the ops delete or replace
--- (removed: a list of those records).
-local function guard_ops(ops, cached, removed)
+-- (removed: a list of those records).  A record of ours read before our
+-- guard was known, or under another guard node, is read again.
+local function guard_ops(ops, recs, removed)
     local checked
-    for i = 1, #cached do
-        local rec = cached[i]
-        if rec.cached and not (checked and checked[rec.gv]) then
+    for i = 1, #recs do
+        local rec = recs[i]
+        local gv
+        if rec.cached then
+            gv = rec.gv
+        elseif rec.mine then
+            local now_gv, now_gcz = guard_now()
+            if rec.rgv and rec.rgcz == now_gcz then
+                gv = rec.rgv
+            elseif now_gv then
+                K.retry(0)
+            end
+        end
+        if gv and not (checked and checked[gv]) then
             checked = checked or {}
-            checked[rec.gv] = true
-            ops[#ops + 1] = { "check", guard.path, rec.gv }
+            checked[gv] = true
+            ops[#ops + 1] = { "check", guard.path, gv, guard_check = true }
         end
     end
     local sid = zk.session()
@@ -623,6 +676,9 @@ local function note_guards(ops, results)
             local co = coroutine.running()
             unguarded[co] = unguarded[co] or {}
             unguarded[co][op.guard_of] = true
+        elseif op.guard_check and r and r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then
+            -- Our guard moved: learn its version (its watch may be late).
+            host.spawn(K.refresh_guard)
         end
     end
 end
@@ -878,10 +934,12 @@ function K.expire_one(path, e)
         -- failed, or its outcome unknown: look
     end
     -- Look before deleting: the node may have been replaced (an overwrite by
-    -- another sidecar, a takeover after expiry) or deleted and created
-    -- again, and only the nonce proves it is still the one we wrote.  A
-    -- replacement between this read and the delete does not carry our
-    -- version (see replace_ops), so the delete then fails harmlessly.
+    -- another sidecar) or deleted and created again, and only the nonce
+    -- proves it is still the one we wrote.  The delete checks our guard as
+    -- it was before the look: whoever removes our node between the look and
+    -- the delete bumps it, so the delete cannot hit a node made since at
+    -- our version.
+    local gv = guard_now()
     local rc, data, stat = zk.get(path)
     if rc == zk.NONODE then return forget(path) end
     if rc ~= zk.OK then
@@ -892,7 +950,19 @@ function K.expire_one(path, e)
         return forget(path)
     end
     K.touched(path)
-    rc = zk.delete(path, e.version)
+    if gv then
+        local results
+        rc, results = zk.multi({ { "delete", path, e.version }, { "check", guard.path, gv } })
+        rc = first_error(rc, results)
+        if rc == zk.BADVERSION and results and results[2] and results[2].rc == zk.BADVERSION then
+            -- our guard moved since the look: look again soon
+            host.spawn(K.refresh_guard)
+            heap_push({ at = host.now() + 50, path = path, entry = e })
+            return
+        end
+    else
+        rc = zk.delete(path, e.version)
+    end
     if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then return expired(rc) end
     if unknown(rc) then
         local ok, rc2, data = pcall(function()
@@ -979,10 +1049,14 @@ local function resolve_delete(recs)
     return true
 end
 
--- A create we could not confirm before answering TRYAGAIN may still have
--- applied.  Look again in the background and delete the node if it is
--- ours, so that a client told "failed" holds nothing.
-function K.watch_orphan(path, nonce)
+-- A write we could not confirm before the command answered TRYAGAIN may
+-- still have applied.  Look again in the background: a node that carries
+-- its nonce is ours.  A key the write made (a lock acquired: absent or
+-- expired before) is deleted, so that a client told "failed" holds
+-- nothing; a key that lived before (a renewal) is kept and remembered, so
+-- that it still expires (counted from now, later than the write: never
+-- early).  w is what remember() takes.
+function K.settle_later(path, w, keep)
     host.spawn(function()
         for attempt = 1, 8 do
             host.sleep(250 * attempt)
@@ -990,12 +1064,20 @@ function K.watch_orphan(path, nonce)
                 local held <close> = queue.hold({ path })
                 zsync(path)
                 local rc, data, stat = zget(path)
-                if rc == zk.NONODE or codec.decode(data).nonce ~= nonce then return true end
+                if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
+                if keep then
+                    local owner = stat.ephemeralOwner or 0
+                    if w.sid == zk.session() and (owner == 0 or owner == w.sid) then
+                        w.version, w.czxid = stat.version, stat.czxid
+                        remember(path, w)
+                    end
+                    return true
+                end
                 K.touched(path)
                 local drc = zk.delete(path, stat.version)
                 if drc == zk.OK then
                     host.log("info", "deleted unconfirmed write " .. path)
-                    if owned[path] and owned[path].nonce == nonce then forget(path) end
+                    if owned[path] and owned[path].nonce == w.nonce then forget(path) end
                 end
                 return drc == zk.OK or drc == zk.NONODE
             end)
@@ -1004,17 +1086,20 @@ function K.watch_orphan(path, nonce)
     end)
 end
 
+-- Whether this session owns one of the nodes at paths (its writes may wait
+-- for a reconnect as long as the lease runs: host.lease_wait).
+function K.owns(paths)
+    local sid = zk.session()
+    for i = 1, #paths do
+        local e = owned[paths[i]]
+        if e and e.sid == sid and e.lifetime == "ephemeral" then return true end
+    end
+    return false
+end
+
 ---------------------------------------------------------------------------
 -- Writing
 
-local function first_error(rc, results)
-    if rc ~= zk.OK and type(results) == "table" then
-        for _, r in ipairs(results) do
-            if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then return r.rc end
-        end
-    end
-    return rc
-end
 
 -- The ops that replace the node at `path` (now at `version`) by a new one
 -- holding `data`, and the new node's version.
@@ -1077,6 +1162,22 @@ function K.acquire_refused(rec)
     end
     return rec.acquire_refused
 end
+
+-- How often a write to a node of one of our lost sessions looks again.
+K.LOST_RETRY_MS = 200
+
+-- Before any write planned on rec: a record read in an earlier session is
+-- read again (its node may have gone with that session and another been
+-- made since: a versioned write cannot tell), and a node that one of our
+-- lost sessions still owns is waited for.  Such a node is a lock this
+-- sidecar has already counted as lost (the local lease): it reads as held,
+-- by nobody alive, and is never written, so a renewal or a release by its
+-- old holder cannot answer 1; it vanishes when ZooKeeper ends that session.
+local function writable(rec)
+    if rec.sid ~= zk.session() then K.retry(0) end
+    if rec.dead_owner then K.retry(K.LOST_RETRY_MS, nil, errors.LOST_SESSION) end
+end
+K.writable = writable
 
 -- Before a write creates rec's key: a key presumed absent is read first
 -- (the hook must see what is there), then the policy may refuse.
@@ -1143,25 +1244,38 @@ function K.put(rec, vtype, payload, ttl)
     local w = write_plan(rec, vtype, payload, ttl)
     ttl = w.ttl
     local lifetime, nonce, data, flags = w.lifetime, w.nonce, w.data, w.flags
+    -- From here nothing yields until the write is sent.
+    writable(rec)
     local sid = zk.session()
     local node = rec.node
     local kind, rc, stat, results
     local new_version = 0
     local gv, gcz = guard_now()
-    local sent = K.touched(path)
+    local sent
     if node then
         -- In place only while the key lives: a key that expired is gone for
         -- Redis, and writing it again makes a new node, so that its czxid
         -- (the fencing token) grows with every acquisition.
         if in_place(rec, lifetime, sid) then
             kind = "set"
-            rc, stat = zk.set(path, data, node.version, true)
+            local ops = { { "set", path, data, node.version } }
+            guard_ops(ops, { rec }, {})
+            sent = K.touched(path)
+            if #ops == 1 then
+                rc, stat = zk.set(path, data, node.version, true)
+            else
+                rc, results = zk.multi(ops, true)
+                if rc ~= zk.OK then note_guards(ops, results) end
+                rc = first_error(rc, results)
+                if rc == zk.OK and results and results[1] then stat = results[1].stat end
+            end
         else
             kind = "replace"
             local ops
             ops, new_version = replace_ops(path, node.version, data, flags)
             local last = #ops -- a set (a version-0 node's replacement) has the stat
-            guard_ops(ops, {}, { rec })
+            guard_ops(ops, { rec }, { rec })
+            sent = K.touched(path)
             rc, results = zk.multi(ops, true)
             if rc ~= zk.OK then note_guards(ops, results) end
             rc = first_error(rc, results)
@@ -1172,6 +1286,7 @@ function K.put(rec, vtype, payload, ttl)
     else
         kind = "create"
         local _
+        sent = K.touched(path)
         rc, _, stat = zk.create(path, data, flags, not stat_wanted(path))
         if rc == zk.NONODE then
             -- The parent is missing (a fresh ensemble, or a policy path).
@@ -1187,10 +1302,13 @@ function K.put(rec, vtype, payload, ttl)
     elseif unknown(rc) then
         local ok, applied, st = pcall(resolve_write, path, nonce, lifetime)
         if not ok then
-            if kind ~= "set" and not rec.live then K.watch_orphan(path, nonce) end
+            K.settle_later(path, {
+                key = rec.key, nonce = nonce, sid = sid, lifetime = lifetime,
+                vtype = vtype, payload = payload, ttl = ttl, gv = gv, gcz = gcz,
+            }, rec.live)
             error(applied, 0)
         end
-        if not applied then K.retry() end
+        if not applied then K.retry(nil, nil, errors.UNAVAILABLE) end
         stat, confirmed_by_read = st, true
     elseif rc ~= zk.OK then
         fail(rc, kind .. " " .. path)
@@ -1198,21 +1316,16 @@ function K.put(rec, vtype, payload, ttl)
     saw(path, true)
     if stat and not confirmed_by_read then learn_offset(stat) end
     local owner_sid = zk.session()
-    if stat and lifetime == "ephemeral" and stat.ephemeralOwner ~= owner_sid then
-        -- An in-place set reached a node of a session that has just gone
-        -- away; the value would vanish with it.  Move it to a node of the
-        -- current session.
-        local ops
-        ops, new_version = replace_ops(path, stat.version, data, flags)
-        local mrc, mres = zk.multi(ops)
-        if first_error(mrc, mres) ~= zk.OK then
-            host.log("warn", "could not move " .. path .. " to the current session")
-            forget(path)
-            return true
-        end
-        stat = mres[3] and mres[3].stat or nil
+    if lifetime == "ephemeral" and
+       (owner_sid ~= sid or (stat and stat.ephemeralOwner ~= owner_sid)) then
+        -- The write applied under a session given up meanwhile (the lease
+        -- ran out while it was on its way): the node dies with that
+        -- session, whose keys this sidecar has counted as lost.  Never
+        -- answer that the key is held: run again, reading.
+        forget(path)
+        K.retry(0, nil, errors.UNAVAILABLE)
     elseif not confirmed_by_read then
-        wrote(path, sent, data, stat)
+        wrote(path, sent, data, stat, gv, gcz)
     end
     remember(path, {
         key = rec.key,
@@ -1234,6 +1347,7 @@ K.MULTI_MAX = 1000
 local function delete_some(recs)
     local rc, results
     local ops = {}
+    for i = 1, #recs do writable(recs[i]) end
     for i = 1, #recs do
         local rec = recs[i]
         K.touched(rec.path)
@@ -1249,7 +1363,7 @@ local function delete_some(recs)
     end
     if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end
     if unknown(rc) then
-        if not resolve_delete(recs) then K.retry() end
+        if not resolve_delete(recs) then K.retry(nil, nil, errors.UNAVAILABLE) end
     elseif rc ~= zk.OK then
         fail(rc, "delete")
     end
@@ -1304,6 +1418,7 @@ function K.commit(t)
     local ops, puts, dels = {}, {}, {}
     for _, key in ipairs(keys) do
         local rec, w = t.base[key], t.writes[key]
+        if w or rec.sid ~= sid then writable(rec) end
         if not w then
             if rec.node then
                 ops[#ops + 1] = { "check", rec.path, rec.node.version }
@@ -1346,7 +1461,9 @@ function K.commit(t)
         if p.replaced then removed[#removed + 1] = p.rec end
     end
     local from_cache = #cached > 0
-    guard_ops(ops, cached, removed)
+    local all = {}
+    for i, key in ipairs(keys) do all[i] = t.base[key] end
+    guard_ops(ops, all, removed)
     -- a script's publishes: checks of its routes and one message per
     -- interested sidecar, in this multi (pubsub.lua)
     local messages = t.publishes and require("pubsub").commit_ops(t, ops) or 0
@@ -1395,29 +1512,50 @@ function K.commit(t)
         if #puts > 0 then
             local p = puts[1]
             local ok, applied, st = pcall(resolve_write, p.rec.path, p.nonce, p.lifetime)
-            if not ok then error(applied, 0) end
-            if not applied then K.retry() end
+            if not ok then
+                for _, q in ipairs(puts) do
+                    K.settle_later(q.rec.path, {
+                        key = q.rec.key, nonce = q.nonce, sid = sid, lifetime = q.lifetime,
+                        vtype = q.vtype, payload = q.payload, ttl = q.ttl, gv = gv, gcz = gcz,
+                    }, q.rec.live)
+                end
+                error(applied, 0)
+            end
+            if not applied then K.retry(nil, nil, errors.UNAVAILABLE) end
             stats[1] = st
         elseif #dels > 0 then
-            if not resolve_delete(dels) then K.retry() end
+            if not resolve_delete(dels) then K.retry(nil, nil, errors.UNAVAILABLE) end
         else
-            K.retry()
+            K.retry(nil, nil, errors.UNAVAILABLE)
         end
     else
         fail(frc, "multi")
     end
     local owner_sid = zk.session()
+    if owner_sid ~= sid then
+        -- The commit applied under a session given up meanwhile: its
+        -- ephemeral nodes die with it.  A script that wrote only such keys
+        -- (a renewal, an acquisition) runs again, reading, rather than
+        -- answer that it holds them; one that wrote others too answers,
+        -- and this sidecar does not count the ephemeral ones as its own.
+        local lasting = #dels > 0
+        for _, p in ipairs(puts) do lasting = lasting or p.lifetime ~= "ephemeral" end
+        for _, p in ipairs(puts) do
+            if p.lifetime == "ephemeral" then forget(p.rec.path) end
+        end
+        if not lasting then K.retry(0, nil, errors.UNAVAILABLE) end
+    end
     for i, p in ipairs(puts) do
         local st = stats[i]
-        if frc == zk.OK then wrote(p.rec.path, sent, p.data, st) end
-        remember(p.rec.path, {
+        if frc == zk.OK then wrote(p.rec.path, sent, p.data, st, gv, gcz) end
+        if owner_sid == sid or p.lifetime ~= "ephemeral" then remember(p.rec.path, {
             key = p.rec.key,
             nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
             payload = p.payload, ttl = p.ttl,
             version = st and st.version or p.new_version,
             czxid = st and st.czxid or nil,
             gv = gv, gcz = gcz,
-        })
+        }) end
         if not p.rec.live and H.has("on_acquire") then notify_acquire(p.rec, p, st) end
     end
     for _, p in ipairs(puts) do saw(p.rec.path, true) end

@@ -156,7 +156,10 @@ local function kill(why) SB.kill(ctx(), why) end
 -- ctx: {keys, argv, time_limit (ms), mem_limit_kb, ...}.
 function SB.enter(c)
     local co = coroutine.running()
-    c.start = host.now()
+    -- The time cap counts the script's own running time: host.busy() stops
+    -- while its coroutine waits (for ZooKeeper, which may be a reconnect),
+    -- since the VM serves everyone else meanwhile.
+    c.start = host.busy()
     c.time_deadline = c.start + (c.time_limit or 5000)
     c.mem0 = collectgarbage("count")
     c.user = false
@@ -181,7 +184,7 @@ function SB.user(on)
     -- Back from redis.call: the count restarts with each call, so a loop
     -- of calls is looked at here.
     if on and c.start then
-        if host.now() > c.time_deadline then SB.kill(c, "time") end
+        if host.busy() > c.time_deadline then SB.kill(c, "time") end
         if c.mem_limit_kb and gccount("count") - c.mem0 > c.mem_limit_kb then
             gccount("collect")
             if gccount("count") - c.mem0 > c.mem_limit_kb then SB.kill(c, "memory") end

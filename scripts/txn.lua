@@ -104,10 +104,13 @@ local function jitter(attempt)
 end
 
 -- Takes the keys' local queues; the caller holds the ticket in a <close>
--- variable.
-local function hold_keys(keys)
+-- variable.  A script on a key this session owns (a renewal, a release)
+-- may wait for a reconnect as long as the session may still be alive
+-- (write commands: zkresp.lua's dispatch).
+local function hold_keys(keys, script)
     local paths = {}
     for i = 1, #keys do paths[i] = K.path(keys[i]) end
+    if script and K.owns(paths) then host.lease_wait() end
     return queue.hold(paths)
 end
 
@@ -118,10 +121,14 @@ end
 local function after_failure(res, attempt)
     if K.is_abort(res) then return true, res.reply end
     if not K.is_retry(res) then error(res, 0) end
-    if attempt >= T.MAX_ATTEMPTS then return true, { err = errors.CONTENDED } end
+    -- Out of attempts or time: the reason the last attempt gave, else
+    -- contention, unless ZooKeeper is away (then that is why).
+    local _, connected = zk.session()
+    local why = res.why or (connected and errors.CONTENDED or errors.UNAVAILABLE)
+    if attempt >= T.MAX_ATTEMPTS then return true, { err = why } end
     local delay = res.delay or jitter(attempt)
     if host.deadline and host.now() + delay >= host.deadline() then
-        return true, { err = errors.CONTENDED }
+        return true, { err = why }
     end
     if delay > 0 then host.sleep(delay) end
     K.arrived() -- the re-run reads afresh
@@ -215,7 +222,7 @@ end
 
 function T.script(keys, fn)
     local co = coroutine.running()
-    local held <close> = hold_keys(keys)
+    local held <close> = hold_keys(keys, true)
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
     local seed -- records read by the failed attempt for the next one

@@ -136,6 +136,26 @@ local function check_keys(spec, args)
     end
 end
 
+-- A write command on a key this session owns (a renewal, a release) may
+-- wait for a reconnect as long as the session may still be alive, not
+-- only --zk-request-timeout: a renewal that fails during a short outage
+-- makes a client (Redisson's watchdog) give up a lock it still holds.
+local function lease_wait(spec, args)
+    if spec.writes == nil then
+        spec.writes = type(spec.flags) == "string" and spec.flags:find("write", 1, true) ~= nil
+    end
+    local first = spec.first_key or 0
+    if not spec.writes or first <= 0 then return end
+    local last = spec.last_key or first
+    if last < 0 then last = #args + last end
+    local step = spec.step and spec.step > 0 and spec.step or 1
+    local paths = {}
+    for i = first, last, step do
+        if args[i + 1] then paths[#paths + 1] = K.path(args[i + 1]) end
+    end
+    if K.owns(paths) then host.lease_wait() end
+end
+
 local function policy_abort(e)
     if not K.is_abort(e) and debug and debug.traceback then
         host.log("debug", debug.traceback(tostring(e), 2))
@@ -172,7 +192,8 @@ function M.dispatch(args, subscribed)
     if e then return { err = e } end
     -- A policy hook that fails outside the command's transaction (its
     -- key_path, while the keys' queues are taken) ends it the same way.
-    local ok, r = xpcall(spec.fn, policy_abort, args)
+    local ok, r = xpcall(lease_wait, policy_abort, spec, args)
+    if ok then ok, r = xpcall(spec.fn, policy_abort, args) end
     if ok or not K.is_abort(r) then
         if not ok then error(r, 0) end
         return r

@@ -56,7 +56,11 @@ struct co {
     lua_State *L;          /* the coroutine */
     int ref;               /* registry anchor of the thread */
     struct lua_task *task; /* NULL: background, or the requester left */
-    double deadline;
+    double started;
+    double deadline;    /* started + --zk-request-timeout */
+    uint64_t lease_gen; /* host.lease_wait: the session it may wait for */
+    double yielded_at;  /* when it last yielded (0: running) */
+    double waited;      /* ms spent yielded: host.busy() leaves them out */
     enum co_wait wait;
     int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
@@ -335,8 +339,13 @@ static void co_resume(struct co *c, int nargs)
         return;
     int nres = 0;
     c->wait = WAIT_NONE;
+    if (c->yielded_at > 0) {
+        c->waited += zk_now() - c->yielded_at;
+        c->yielded_at = 0;
+    }
     int status = lua_resume(c->L, c->h->L, nargs, &nres);
     if (status == LUA_YIELD) {
+        c->yielded_at = zk_now();
         if (c->wait == WAIT_NONE) {
             /* Something called coroutine.yield directly: a bug in Lua code. */
             lua_pop(c->L, nres);
@@ -368,7 +377,8 @@ static struct co *co_new(struct lua_host *h, struct lua_task *t)
     c->reusable = t != NULL;
     *(struct co **)lua_getextraspace(c->L) = c;
     c->task = t;
-    c->deadline = zk_now() + h->cfg->zk_request_timeout;
+    c->started = zk_now();
+    c->deadline = c->started + h->cfg->zk_request_timeout;
     h->coroutines++;
     if (t) {
         t->priv = c;
@@ -506,15 +516,33 @@ static void on_zk_done(const struct zk_result *res, void *arg)
     co_resume(c, n);
 }
 
+/* Until when c's ZooKeeper requests may wait: --zk-request-timeout of
+ * waiting in all (the time the coroutine spent running, a script's own work,
+ * does not count), or, for a command that host.lease_wait marked, as long
+ * as the session it marked may still be alive (the local lease). */
+static double co_deadline(const struct co *c)
+{
+    double now = zk_now();
+    double running = c->yielded_at > 0 ? c->yielded_at : now;
+    double d = c->deadline + (running - c->started - c->waited);
+    if (c->lease_gen && c->lease_gen == zk_generation(c->h->zk)) {
+        double lease = zk_lease_end(c->h->zk);
+        if (lease > d)
+            d = lease;
+    }
+    return d;
+}
+
 /* Submits c's operation; grouped: the write may go out with other
- * commands' writes in one multi (zk_submit_grouped), which the Lua caller
- * asks for with a trailing true. */
+ * commands' writes in one multi (ZK_GROUPED), which the Lua caller asks for
+ * with a trailing true.  A command's requests are answered by its deadline
+ * even once sent (ZK_BOUNDED); background work waits for its answers. */
 static void zk_send(struct co *c, enum zk_op_type type, const struct zk_op *ops,
                     int nops, int grouped)
 {
     c->wait = WAIT_ZK;
-    (grouped ? zk_submit_grouped : zk_submit)(c->h->zk, type, ops, nops,
-                                              c->deadline, on_zk_done, c);
+    int flags = (grouped ? ZK_GROUPED : 0) | (c->task ? ZK_BOUNDED : 0);
+    zk_submit(c->h->zk, type, ops, nops, co_deadline(c), flags, on_zk_done, c);
 }
 
 static int zk_call(lua_State *L, const char *fn, enum zk_op_type type,
@@ -706,7 +734,7 @@ static void caps_hook(lua_State *L, lua_Debug *ar)
     }
     if (!why && ++k->ticks >= k->time_every) {
         k->ticks = 0;
-        if (zk_now() > k->deadline)
+        if (zk_now() - c->waited > k->deadline)
             why = "time";
     }
     if (why) {
@@ -720,7 +748,7 @@ static void caps_hook(lua_State *L, lua_Debug *ar)
 /* host.caps(deadline, mem0_kb, limit_kb, kill, count, time_every) watches
  * the running command's client code: every `count` instructions the VM's
  * growth since mem0_kb against limit_kb (0: none), and every time_every
- * checks host.now() against deadline; past either, kill("memory" or
+ * checks host.busy() against deadline; past either, kill("memory" or
  * "time") is called.  host.caps() stops watching. */
 static int l_host_caps(lua_State *L)
 {
@@ -814,11 +842,34 @@ static int l_host_spawn(lua_State *L)
     return 0;
 }
 
+/* host.busy(): host.now() less the time the running coroutine has spent
+ * yielded (waiting for ZooKeeper, sleeping): a clock of its own work. */
+static int l_host_busy(lua_State *L)
+{
+    struct co *c = co_of(L);
+    lua_pushnumber(L, zk_now() - (c ? c->waited : 0));
+    return 1;
+}
+
 static int l_host_deadline(lua_State *L)
 {
     struct co *c = co_of(L);
-    lua_pushnumber(L, c ? c->deadline : zk_now());
+    lua_pushnumber(L, c ? co_deadline(c) : zk_now());
     return 1;
+}
+
+/* host.lease_wait(): the running command writes a key of this session's,
+ * so its requests may wait for a reconnect as long as the session may
+ * still be alive (zk_lease_end), not only --zk-request-timeout: a renewal
+ * that fails during a short outage makes clients (Redisson's watchdog) give
+ * up a lock they still hold.  Once the session is given up, its requests
+ * are answered and later ones keep the request timeout. */
+static int l_host_lease_wait(lua_State *L)
+{
+    struct co *c = co_of(L);
+    if (c && zk_lease_end(c->h->zk) > 0)
+        c->lease_gen = zk_generation(c->h->zk);
+    return 0;
 }
 
 static int l_host_log(lua_State *L)
@@ -1038,6 +1089,8 @@ static void open_bindings(struct lua_host *h)
                                         {"spawn", l_host_spawn},
                                         {"timer", l_host_timer},
                                         {"deadline", l_host_deadline},
+                                        {"busy", l_host_busy},
+                                        {"lease_wait", l_host_lease_wait},
                                         {"log", l_host_log},
                                         {"key_encode", l_host_key_encode},
                                         {"key_decode", l_host_key_decode},

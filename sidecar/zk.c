@@ -49,6 +49,8 @@ struct zk_req {
     void *arg;
     double deadline;
     double sent_at;
+    int flags;             /* enum zk_submit_flags */
+    int abandoned;         /* answered at its deadline; the reply is dropped */
     uint64_t gen;          /* handle generation the request went to */
     int ev_state;          /* ZK_EV_SESSION: the state; ZK_EV_WATCH: the type */
     struct zk_req *member; /* ZK_GROUP: its first member; a member: the next */
@@ -113,6 +115,15 @@ struct zk {
 double zk_now(void)
 {
     return (double)uv_hrtime() / 1e6;
+}
+
+/* The local lease: the session may have expired in the ensemble once the
+ * session timeout has passed since the send time of the last request the
+ * server answered; a margin covers the clocks' drift. */
+static double lease_margin(const struct zk *z)
+{
+    double margin = z->negotiated / 10.0;
+    return margin < 100 ? 100 : margin;
 }
 
 /* --- completion side (ZooKeeper's completion thread) -------------------- */
@@ -363,9 +374,31 @@ static void deliver(struct zk *z, struct zk_req *r)
     if (r->sent_at > 0 && !is_connection_rc(r->res.rc) &&
         r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
         z->last_contact = r->sent_at;
-    if (r->cb)
+    if (r->cb && !r->abandoned)
         r->cb(&r->res, r->arg);
     req_free(r);
+}
+
+/* Answers r, sent and still unanswered, now: its deadline passed.  Its
+ * outcome is unknown (ZOPERATIONTIMEOUT); the library still owns it, and
+ * its real completion, when it comes, only frees it. */
+static void abandon(struct zk_req *r)
+{
+    struct zk_result res = {.type = r->res.type, .rc = ZOPERATIONTIMEOUT};
+    r->abandoned = 1;
+    if (r->cb)
+        r->cb(&res, r->arg);
+}
+
+/* Answers the ZK_BOUNDED requests in flight whose deadline has passed. */
+static void abandon_late(struct zk *z, double now)
+{
+    for (struct zk_req *r = z->all, *next; r; r = next) {
+        next = r->all_next; /* a callback may submit: new ones go in front */
+        if ((r->flags & ZK_BOUNDED) && !r->abandoned && r->sent_at > 0 &&
+            now >= r->deadline)
+            abandon(r);
+    }
 }
 
 /* Completes r with rc from the loop thread, still asynchronously (through
@@ -428,16 +461,15 @@ static void park(struct zk *z, struct zk_req *r)
     z->parked_tail = r;
 }
 
+static void dispatch(struct zk *z, struct zk_req *r);
+
 static void flush_parked(struct zk *z)
 {
     struct zk_req *r = z->parked_head;
     z->parked_head = z->parked_tail = NULL;
     while (r) {
         struct zk_req *next = r->next;
-        if (r->gen != z->gen)
-            fail_later(r, ZSESSIONEXPIRED);
-        else
-            send_req(z, r);
+        dispatch(z, r);
         r = next;
     }
 }
@@ -498,6 +530,19 @@ static int build_multi(struct zk_req *r)
     return 0;
 }
 
+/* Whether the handle may be given a request now: our session is connected
+ * and the client library agrees.  The library's state runs ahead of ours
+ * (its events reach the loop through the queue), and a request must never
+ * reach it in an unrecoverable state: zoo_amulti then frees memory it does
+ * not own (it frees an uninitialised path for every operation after the
+ * first that fails to initialise, seen as a double free after a session
+ * expiry).  From CONNECTED the library reaches such a state only through a
+ * reconnection and a server's answer, never within one call. */
+static int handle_usable(const struct zk *z)
+{
+    return z->connected && z->zh && zoo_state(z->zh) == ZOO_CONNECTED_STATE;
+}
+
 /* Sends r now, or parks it until the session connects. */
 static void dispatch(struct zk *z, struct zk_req *r)
 {
@@ -505,7 +550,9 @@ static void dispatch(struct zk *z, struct zk_req *r)
         fail_later(r, ZK_CLOSING);
     else if (r->gen != z->gen)
         fail_later(r, ZSESSIONEXPIRED);
-    else if (z->connected && z->zh)
+    else if ((r->flags & ZK_BOUNDED) && zk_now() >= r->deadline)
+        fail_later(r, ZK_TIMEOUT);
+    else if (handle_usable(z))
         send_req(z, r);
     else if (zk_now() >= r->deadline)
         fail_later(r, ZK_TIMEOUT);
@@ -515,7 +562,7 @@ static void dispatch(struct zk *z, struct zk_req *r)
 
 /* --- group commit ---------------------------------------------------------
  *
- * Writes submitted with zk_submit_grouped in one turn of the loop are sent
+ * Writes submitted with ZK_GROUPED in one turn of the loop are sent
  * together, as one multi, when the turn's callbacks are done (or sooner,
  * when the group is full): ZooKeeper then handles one request and logs one
  * transaction for many commands, which is most of its cost per write.  Any
@@ -571,7 +618,7 @@ static void group_send(struct zk *z)
     group_arm(z, 0);
 
     struct zk_req *g = NULL;
-    if (head->member && z->connected && z->zh && !z->closed) {
+    if (head->member && handle_usable(z) && !z->closed) {
         g = calloc(1, sizeof *g);
         if (g) {
             g->zops = calloc((size_t)total, sizeof(zoo_op_t));
@@ -604,15 +651,17 @@ static void group_send(struct zk *z)
     g->nops = total;
     g->member = head;
     int off = 0;
+    double now = zk_now();
     for (m = head; m; m = m->member) {
         m->offset = off;
+        m->sent_at = now;
         memcpy(&g->zops[off], m->zops, (size_t)m->nops * sizeof(zoo_op_t));
         off += m->nops;
         z->gstats.members++;
     }
     z->gstats.groups++;
     list_add(&z->groups_out, g);
-    g->sent_at = zk_now();
+    g->sent_at = now;
     int rc = zoo_amulti(z->zh, total, g->zops, g->zres, on_group, g);
     if (rc != ZOK) {
         g->unsent = 1;
@@ -632,7 +681,7 @@ static void group_add(struct zk *z, struct zk_req *r)
     size_t bytes = req_bytes(r);
     if (r->nops >= z->group_max || bytes >= GROUP_MAX_BYTES) {
         group_send(z);
-        send_req(z, r);
+        dispatch(z, r);
         return;
     }
     if (z->group_ops + r->nops > z->group_max ||
@@ -713,8 +762,9 @@ static void group_done(struct zk *z, struct zk_req *g)
         memcpy(m->zres, &g->zres[m->offset],
                (size_t)m->nops * sizeof(zoo_op_result_t));
         if (!g->unsent && (failed < 0 || m == owner)) {
-            m->sent_at = g->sent_at;
             member_answer(m, rc); /* a failed multi answers its op's rc */
+            deliver(z, m);
+        } else if (m->abandoned) { /* answered already: not applied */
             deliver(z, m);
         } else {
             memset(m->zres, 0, (size_t)m->nops * sizeof(zoo_op_result_t));
@@ -728,9 +778,42 @@ static void group_done(struct zk *z, struct zk_req *g)
     free(g);
 }
 
-static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
-                   int nops, double deadline, int groupable, zk_done_cb cb,
-                   void *arg)
+/* Whether the client library accepts path (its own check, which runs in
+ * the library only after a multi has started: a path it refuses there makes
+ * it free memory it does not own, so every path is checked here first).
+ * Absolute, no empty, "." or ".." component, no trailing '/' (unless the
+ * node is sequential: the server appends the number), no byte 1-30. */
+static int path_ok(const char *path, int flags)
+{
+    size_t len = strlen(path);
+    if (len == 0 || path[0] != '/')
+        return 0;
+    if (len == 1)
+        return 1;
+    if (path[len - 1] == '/' && !(flags & ZOO_SEQUENCE))
+        return 0;
+    const char *c = path + 1, *part = c;
+    for (;; c++) {
+        if (*c == '/' || *c == '\0') {
+            size_t n = (size_t)(c - part);
+            int last = *c == '\0';
+            if (n == 0 && !(last && (flags & ZOO_SEQUENCE)))
+                return 0;
+            if ((n == 1 && part[0] == '.') ||
+                (n == 2 && part[0] == '.' && part[1] == '.'))
+                if (!last || !(flags & ZOO_SEQUENCE))
+                    return 0;
+            if (last)
+                return 1;
+            part = c + 1;
+        } else if ((unsigned char)*c < 0x1f) {
+            return 0;
+        }
+    }
+}
+
+void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
+               int nops, double deadline, int flags, zk_done_cb cb, void *arg)
 {
     struct zk_req *r = calloc(1, sizeof *r);
     if (!r)
@@ -741,6 +824,7 @@ static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
     r->cb = cb;
     r->arg = arg;
     r->deadline = deadline;
+    r->flags = flags;
     r->nops = type == ZK_OP_MULTI ? nops : 1;
     r->ops = calloc((size_t)r->nops, sizeof(struct zk_op));
     if (!r->ops)
@@ -759,12 +843,18 @@ static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
             r->ops[i].data = d;
         }
     }
-    if (type == ZK_OP_MULTI && build_multi(r) < 0) {
+    int valid = 1;
+    for (int i = 0; i < r->nops; i++)
+        valid = valid &&
+                path_ok(r->ops[i].path,
+                        r->ops[i].type == ZK_OP_CREATE ? r->ops[i].flags : 0);
+    if (!valid || (type == ZK_OP_MULTI && build_multi(r) < 0)) {
         fail_later(r, ZBADARGUMENTS);
         return;
     }
     r->gen = z->gen;
-    if (groupable && z->group_max > 1 && z->connected && z->zh &&
+    if ((flags & ZK_GROUPED) && z->group_max > 1 && handle_usable(z) &&
+        !((flags & ZK_BOUNDED) && zk_now() >= deadline) &&
         (type == ZK_OP_CREATE || type == ZK_OP_SET || type == ZK_OP_DELETE ||
          type == ZK_OP_MULTI)) {
         group_add(z, r);
@@ -772,19 +862,6 @@ static void submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
         group_send(z);  /* what was submitted before goes first */
         dispatch(z, r); /* which fails it when the bridge is closed */
     }
-}
-
-void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
-               int nops, double deadline, zk_done_cb cb, void *arg)
-{
-    submit(z, type, ops, nops, deadline, 0, cb, arg);
-}
-
-void zk_submit_grouped(struct zk *z, enum zk_op_type type,
-                       const struct zk_op *ops, int nops, double deadline,
-                       zk_done_cb cb, void *arg)
-{
-    submit(z, type, ops, nops, deadline, 1, cb, arg);
 }
 
 /* --- session lifecycle --------------------------------------------------- */
@@ -846,8 +923,23 @@ static void restart_session(struct zk *z, const char *why)
     log_warn("zk.session_restart", "reason=%s old_session=0x%llx", why,
              (unsigned long long)z->session_id);
     close_handle(z);
+    /* No session until the new one connects (a command that read under the
+     * old one sees that it changed); what was parked for the old one is
+     * answered now, never sent. */
+    z->session_id = 0;
     if (!z->closed && open_handle(z, NULL, 0) < 0)
         log_error("zk.init_failed", "zk=%s", z->hosts);
+    struct zk_req **pp = &z->parked_head, *r;
+    z->parked_tail = NULL;
+    while ((r = *pp) != NULL) {
+        if (r->gen != z->gen) {
+            *pp = r->next;
+            fail_later(r, ZSESSIONEXPIRED);
+        } else {
+            z->parked_tail = r;
+            pp = &r->next;
+        }
+    }
 }
 
 static void on_session_state(struct zk *z, int state)
@@ -892,10 +984,8 @@ static void on_session_state(struct zk *z, int state)
                state == ZOO_ASSOCIATING_STATE) {
         if (z->connected) {
             z->connected = 0;
-            double margin = z->negotiated / 10.0;
-            if (margin < 100)
-                margin = 100;
-            z->lease_deadline = z->last_contact + z->negotiated - margin;
+            z->lease_deadline =
+                z->last_contact + z->negotiated - lease_margin(z);
             log_warn("zk.disconnected", "session=0x%llx lease_left_ms=%.0f",
                      (unsigned long long)z->session_id,
                      z->lease_deadline - now);
@@ -965,6 +1055,8 @@ static void on_tick(uv_timer_t *t)
     double now = zk_now();
     if (z->parked_head)
         expire_parked(z, now, 0, ZK_TIMEOUT);
+    if (z->all)
+        abandon_late(z, now);
     if (z->closed)
         return;
     if (!z->connected && z->zh && !z->lease_lost && z->session_id != 0 &&
@@ -981,7 +1073,7 @@ static void on_tick(uv_timer_t *t)
     if (z->connected && now - z->last_heartbeat >= z->negotiated / 4.0) {
         z->last_heartbeat = now;
         struct zk_op op = {.type = ZK_OP_EXISTS, .path = "/"};
-        zk_submit(z, ZK_OP_EXISTS, &op, 1, now + z->negotiated, NULL, NULL);
+        zk_submit(z, ZK_OP_EXISTS, &op, 1, now + z->negotiated, 0, NULL, NULL);
     }
 }
 
@@ -1115,6 +1207,20 @@ void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg)
 int64_t zk_session_id(const struct zk *z)
 {
     return z->session_id;
+}
+
+uint64_t zk_generation(const struct zk *z)
+{
+    return z->gen;
+}
+
+double zk_lease_end(const struct zk *z)
+{
+    if (z->closed || z->lease_lost || z->session_id == 0)
+        return 0;
+    if (!z->connected)
+        return z->lease_deadline;
+    return z->last_contact + z->negotiated - lease_margin(z);
 }
 
 int zk_connected(const struct zk *z)

@@ -96,23 +96,30 @@ int zk_start(struct zk *z, char *err, size_t errlen);
 
 void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
 
+/* How a request is sent and answered (zk_submit's flags). */
+enum zk_submit_flags {
+    /* A write (create, set, delete or multi) that may go out with the other
+     * grouped writes of this loop turn as one multi (group commit, see
+     * zk.c).  It lands somewhere between its submission and its answer,
+     * not necessarily in submission order with requests of others; a
+     * grouped create's answer may carry no stat. */
+    ZK_GROUPED = 1,
+    /* Answered by its deadline even once sent: with ZOPERATIONTIMEOUT (its
+     * outcome unknown; a late answer from the server is dropped).  Submitted
+     * after its deadline, it is not sent and answers ZK_TIMEOUT. */
+    ZK_BOUNDED = 2,
+};
+
 /* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
  * otherwise nops is 1.  `deadline` (ms, zk_now() clock) bounds how long it
- * may wait for a connection.  cb is always called exactly once, on the loop
- * thread, and never before zk_submit returns.  An operation parked while
- * the session was being replaced (expiry, lost lease) is never sent under
- * the new session: it completes with ZSESSIONEXPIRED. */
+ * may wait for a connection (then ZK_TIMEOUT: not sent); with ZK_BOUNDED
+ * also how long it waits for its answer.  cb is always called exactly once,
+ * on the loop thread, and never before zk_submit returns.  An operation
+ * parked while the session was being replaced (expiry, lost lease) is never
+ * sent under the new session: it completes with ZSESSIONEXPIRED when the
+ * old session is given up. */
 void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
-               int nops, double deadline, zk_done_cb cb, void *arg);
-
-/* The same for a write that may go out grouped with other grouped writes
- * of this loop turn, as one multi (group commit, see zk.c): create, set,
- * delete or multi.  It lands somewhere between its submission and its
- * answer, not necessarily in submission order with requests of others; a
- * grouped create's answer may carry no stat. */
-void zk_submit_grouped(struct zk *z, enum zk_op_type type,
-                       const struct zk_op *ops, int nops, double deadline,
-                       zk_done_cb cb, void *arg);
+               int nops, double deadline, int flags, zk_done_cb cb, void *arg);
 
 /* Closes the session (ephemeral nodes vanish at once), fails parked
  * operations with ZK_CLOSING.  Operations in flight still complete. */
@@ -123,6 +130,14 @@ void zk_free(struct zk *z);
 double zk_now(void);
 
 int64_t zk_session_id(const struct zk *z);
+/* Counts the sessions this bridge has opened (a handle's generation): a
+ * request made for one generation is never sent under another. */
+uint64_t zk_generation(const struct zk *z);
+/* Until when (zk_now() ms) the current session may still be alive as far
+ * as this side can tell: connected, the time of the last answered request
+ * plus the session timeout less a margin; disconnected, the local lease
+ * deadline; 0 once the lease is lost or while there is no session. */
+double zk_lease_end(const struct zk *z);
 int zk_connected(const struct zk *z);
 /* "connected", "connecting", "expired", "closed" */
 const char *zk_state_name(const struct zk *z);

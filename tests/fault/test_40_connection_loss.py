@@ -239,3 +239,39 @@ def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk, kz)
     hist.check()
     assert pa.counters["cuts"] + pb.counters["cuts"] >= 5
     assert hist.count() >= 10, "too few acquisitions under cuts: %d" % hist.count()
+
+
+def test_request_timeout_bounds_slow_replies(make_proxy, make_zkresp, zk, kz):
+    """Issue 14 item 8: --zk-request-timeout bounds how long a command waits
+    for ZooKeeper, also once its request is sent: with every reply held
+    back 3 s (no disconnect) and a 1 s request timeout, a read and a lock
+    acquisition answer TRYAGAIN within the timeout.  The acquisition's
+    create did reach ZooKeeper after its client was told TRYAGAIN: the
+    sidecar removes it, so nobody holds the lock.  A renewal of a lock the
+    sidecar holds waits instead, inside the session's lease (item 7), and
+    answers 1."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=10000, request_timeout=1000)
+    b = make_zkresp(root=a.root)
+    c = a.client()
+    assert c.cmd("SET", "held", "tok-h", "NX", "PX", "30000") == b"+OK\r\n"
+    assert c.cmd("SET", "warm", "v") == b"+OK\r\n"
+    proxy.delay(3000)
+    try:
+        for args in (("GET", "warm"), ("SET", "lk", "tok-a", "NX", "PX", "30000")):
+            t0 = time.monotonic()
+            r = c.cmd(*args, timeout=15)
+            took = time.monotonic() - t0
+            assert r == b"-TRYAGAIN ZooKeeper unavailable\r\n", (args, r)
+            assert took < 1.0 + 0.5, "%s answered after %.2f s (zk-request-timeout 1000)" % (args[0], took)
+        t0 = time.monotonic()
+        assert c.cmd("PEXPIRE", "held", "30000", timeout=15) == b":1\r\n"
+        assert time.monotonic() - t0 >= 2.5
+    finally:
+        proxy.delay(0)
+    # The unconfirmed create landed; it is found and removed.
+    harness.wait_for(lambda: harness.key_stat(kz, a.root, "lk")[1] is None, 20, 0.1,
+                     "the unconfirmed lock to be removed")
+    assert b.client().cmd("SET", "lk", "tok-b", "NX", "PX", "30000") == b"+OK\r\n"
+    # (the proxy still delivers the replies it held back before new ones)
+    harness.wait_for(lambda: c.cmd("GET", "held") == b"$5\r\ntok-h\r\n", 10, 0.2, "GET of the renewed lock")

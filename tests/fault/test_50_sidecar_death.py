@@ -12,6 +12,7 @@
 
 import signal
 import socket
+import threading
 import time
 
 import harness
@@ -230,6 +231,52 @@ def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
     assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
     a.wait_ready(15)
     assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
+
+
+def test_sigstop_past_session_with_multis_in_flight(make_zkresp, kz):
+    """RELIABILITY 28, issue 14 item 3: frozen past its session while clients
+    keep multi-key scripts coming, the sidecar meets the expired session
+    with requests to send.  The client library frees memory it does not own
+    when a multi reaches it in that state (seen as a double free): zkresp
+    must never hand it one.  Five rounds, each SIGSTOP past the session
+    and SIGCONT; the sidecar stays up and serves; the ASan build's log is
+    scanned for reports by the fixture."""
+    ROUNDS = 5
+    a = make_zkresp(session_timeout=SESSION_MS, request_timeout=1000, log_level="info")
+    stop = threading.Event()
+    script = ("redis.call('set', KEYS[1], ARGV[1], 'px', 5000); "
+              "redis.call('set', KEYS[2], ARGV[1], 'px', 5000); return 1")
+
+    def worker(i):
+        while not stop.is_set():
+            try:
+                with RawClient(a.port, timeout=5) as c:
+                    while not stop.is_set():
+                        c.cmd("EVAL", script, "2", "a%d" % i, "b%d" % i, "v")
+            except Exception:  # noqa: BLE001 - the sidecar is frozen or restarting
+                time.sleep(0.05)
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(16)]
+    for t in threads:
+        t.start()
+    sessions = {a.session_id()}
+    try:
+        for _ in range(ROUNDS):
+            time.sleep(1.0)
+            a.stop()
+            time.sleep(SESSION_MS * 1.75 / 1000.0)
+            a.cont()
+            time.sleep(1.5)
+            assert a.alive(), "zkresp died after SIGCONT past its session:\n" + a.log_tail(40)
+            a.wait_ready(15)
+            sessions.add(a.session_id())
+    finally:
+        stop.set()
+        a.cont()
+        for t in threads:
+            t.join(10)
+    assert len(sessions) >= ROUNDS, "the session was not lost in the rounds (%r)" % sessions
+    with a.client() as c:
+        assert c.cmd("SET", "after", "v", "NX", "PX", "10000") == b"+OK\r\n"
 
 
 def test_repeated_signals_exit_cleanly(make_zkresp, kz):

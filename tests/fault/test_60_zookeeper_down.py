@@ -46,10 +46,18 @@ def test_zookeeper_down_shorter_than_session(make_zk, kz_factory, make_zkresp):
     harness.wait_for(lambda: a.zk_state() != "connected", 3, 0.02, "INFO zk_state to leave 'connected'")
     r = _tryagain_within(c, REQ_MS, "SET", "other", "v")
     assert r == b"-TRYAGAIN ZooKeeper unavailable\r\n", r
-    _tryagain_within(c, REQ_MS, "SET", "lk", "x", "NX", "PX", "1000")
+    _tryagain_within(c, REQ_MS, "SET", "free", "x", "NX", "PX", "1000")
+    _tryagain_within(c, REQ_MS, "GET", "lk")
+    # RELIABILITY 4: a renewal of the lock this sidecar holds waits for the
+    # reconnect inside the lease instead of failing (a failed renewal stops
+    # Redisson's watchdog), past --zk-request-timeout.
+    renewer = a.client()
+    renewer.send_cmd("PEXPIRE", "lk", "60000")
+    time.sleep(REQ_MS * 1.5 / 1000.0)
     zk2.start()
     down_s = time.monotonic() - t_down
     assert down_s < 7.0, "the outage lasted %.1f s, longer than this test means" % down_s
+    assert renewer.read_reply(timeout=15) == b":1\r\n"
     a.wait_ready(15)
     assert a.session_id() == sid, "a short outage cost the session"
     kz2 = kz_factory(zk2)

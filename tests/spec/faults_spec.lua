@@ -145,33 +145,50 @@ describe("dead sessions", function()
         b = W:sidecar()
     end)
 
-    it("a node of our previous session is foreign: never re-adopted", function()
+    it("a node of our previous session is foreign: never re-adopted, never written", function()
         a:call("SET", "lock", "t", "NX", "PX", "30000")
         local old = a:lose() -- lease lost locally; the server still has the old session
         assert.is_true(W.sessions[old].alive)
         assert.equal(old, W:node(a:path("lock")).stat.ephemeralOwner)
+        local mzxid = W:node(a:path("lock")).stat.mzxid
+        -- Held (by nobody alive): SET NX finds it held, and a write waits
+        -- for the session to end, then gives up: a renewal or a release
+        -- of the lost lock never answers 1.
         assert.equal(null, a:call("SET", "lock", "t", "NX", "PX", "30000"))
-        assert.equal(0, a:call("PEXPIRE", "lock", "30000"))
-        assert.equal(0, a:call("EXPIRE", "lock", "30"))
-        assert.equal(0, a:call("PEXPIREAT", "lock", tostring(math.floor(a.host.wall()) + 30000)))
-        assert.equal(0, a:call("EXPIREAT", "lock", tostring(math.floor(a.host.wall()) // 1000 + 30)))
-        assert.equal(0, a:call("PERSIST", "lock"))
+        local lost = { err = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again" }
+        assert.same(lost, a:call("PEXPIRE", "lock", "30000"))
+        assert.same(lost, a:call("EXPIRE", "lock", "30"))
+        assert.same(lost, a:call("PERSIST", "lock"))
+        assert.same(lost, a:call("DELIFEQ", "lock", "t"))
+        -- Redisson's renewal: its read and its write agree.
+        a:call("HSET", "rlock", "holder", "1")
+        assert.same(OK, a:call("SET", "plain", "t", "NX", "PX", "30000"))
+        local renew = "if redis.call('exists', KEYS[1]) == 1 then " ..
+                      "redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;"
+        local old2 = a:lose()
+        assert.same(lost, a:call("EVAL", renew, "1", "plain", "30000"))
+        assert.equal(old2, W:node(a:path("plain")).stat.ephemeralOwner)
+        assert.equal(mzxid, W:node(a:path("lock")).stat.mzxid)
         assert.equal(old, W:node(a:path("lock")).stat.ephemeralOwner)
         -- Still a live lock for everyone until the server expires the session.
         assert.equal("t", a:call("GET", "lock"))
         assert.equal(null, b:call("SET", "lock", "x", "NX", "PX", "30000"))
         W:expire_session(old)
+        W:expire_session(old2)
+        assert.equal(0, a:call("EVAL", renew, "1", "plain", "30000"))
+        assert.equal(0, a:call("DELIFEQ", "lock", "t"))
         assert.same(OK, a:call("SET", "lock", "t2", "NX", "PX", "30000"))
         assert.equal(a.sid, W:node(a:path("lock")).stat.ephemeralOwner)
     end)
 
-    it("SET NX stays null on a dead-session node even after its TTL", function()
+    it("SET NX stays null on a dead-session node even after its TTL, on every sidecar", function()
         a:call("SET", "lock", "t", "NX", "PX", "1000")
-        a:lose()
+        local old = a:lose()
         W:advance(2000)
         assert.is_not_nil(W:node(a:path("lock"))) -- a no longer owns it: no delete
         assert.equal(null, a:call("SET", "lock", "t", "NX", "PX", "1000"))
-        -- For another sidecar it is just an expired key.
+        assert.equal(null, b:call("SET", "lock", "tb", "NX", "PX", "1000"))
+        W:expire_session(old)
         assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "1000"))
     end)
 
@@ -179,10 +196,12 @@ describe("dead sessions", function()
         a:call("SET", "k1", "v", "PX", "1000")
         a:call("SET", "k2", "v", "PX", "2000")
         assert.is_not_nil(next(a.K.owned))
-        a:lose()
+        local old = a:lose()
         assert.is_nil(next(a.K.owned))
         W:advance(3000)
         assert.is_not_nil(W:node(a:path("k1")))
+        assert.equal("v", b:call("GET", "k1")) -- held until the session ends
+        W:expire_session(old)
         assert.equal(null, b:call("GET", "k1"))
     end)
 
@@ -234,6 +253,51 @@ describe("ZooKeeper unavailable", function()
         W:advance(1000)
         assert.is_nil(W:node(a:path("lock")))      -- and was removed: nobody holds it
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+    end)
+
+    it("a renewal of a held lock waits for the reconnect while the lease runs", function()
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        a:disconnect()
+        local t = a:start("PEXPIRE", "lock", "30000")
+        local o = a:start("SET", "other", "v")
+        W:advance(3000) -- past the request timeout, inside the lease
+        assert.same(UNAVAILABLE, o.result)
+        assert.is_nil(t.done)
+        a:reconnect()
+        W:run_until(function() return t.done end)
+        assert.equal(1, t.result)
+    end)
+
+    it("a renewal waiting when the lease is lost never answers 1", function()
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        a:call("SET", "plain", "t", "NX", "PX", "30000")
+        a:disconnect()
+        local renew = "if redis.call('exists', KEYS[1]) == 1 then " ..
+                      "redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;"
+        local t = a:start("PEXPIRE", "lock", "30000")
+        local s = a:start("EVAL", renew, "1", "plain", "30000")
+        W:advance(1000)
+        a:lose()
+        W:run_until(function() return t.done and s.done end)
+        assert.same({ err = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again" },
+                    t.result)
+        assert.same(t.result, s.result)
+    end)
+
+    it("a renewal whose outcome cannot be learned answers TRYAGAIN; the key still expires", function()
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "3000"))
+        a:fail_next({ op = "multi", when = "after", hook = function()
+            W:post(function() a.connected = false end)
+        end })
+        local t = a:start("PEXPIRE", "lock", "6000")
+        W:run_until(function() return t.done end)
+        assert.same(UNAVAILABLE, t.result)
+        a:reconnect()
+        local renewed = W.now
+        W:advance(3000) -- the renewal applied: the key outlives its first deadline
+        assert.is_not_nil(W:node(a:path("lock")))
+        W:advance(renewed + 6000 + 2250 - W.now) -- and expires (settled within 2.25 s)
+        assert.is_nil(W:node(a:path("lock")))
     end)
 
     it("answers TRYAGAIN while shutting down", function()

@@ -3,6 +3,7 @@
 -- the same multi; every write from the cache checks the guard.
 
 local zkmodel = require "zkmodel"
+local null = zkmodel.null
 
 describe("session guard", function()
     local W, a, b
@@ -112,7 +113,39 @@ describe("session guard", function()
         assert.equal(g.stat.czxid, a.K.guard.czxid)
         local from = #W.ops + 1
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
-        assert.same({ "get", "delete" }, kinds(from))
+        -- read afresh; the delete of our own node checks the guard as it
+        -- was when the read was sent
+        assert.same({ "get", "multi" }, kinds(from))
+    end)
+
+    it("a delete planned on a fresh read of our node never lands on its successor", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "30000")
+        a.K.CACHE_WRITES = false -- the release reads afresh
+        a:fail_next({ op = "multi", pass = true, latency = 50 })
+        local t = a:start("DELIFEQ", "lock", "ta")
+        W:advance(W.latency + 1) -- a's read is answered; its delete is on its way
+        -- b removes a's lock and takes it again: a new node at version 0,
+        -- the version a read
+        assert.equal(1, b:call("DEL", "lock"))
+        assert.same({ ok = "OK" }, b:call("SET", "lock", "tb", "NX", "PX", "30000"))
+        assert.equal(0, W:node(a:path("lock")).stat.version)
+        W:run_until(function() return t.done end)
+        assert.equal(0, t.result)
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+
+    it("a token-checked renewal planned on a fresh read never lands on the successor", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "30000")
+        a:fail_next({ op = "multi", pass = true, latency = 50 })
+        local t = a:start("SET", "lock", "ta", "IFEQ", "ta", "PX", "60000")
+        W:advance(W.latency + 1)
+        assert.equal(1, b:call("DEL", "lock"))
+        assert.same({ ok = "OK" }, b:call("SET", "lock", "tb", "NX", "PX", "30000"))
+        W:run_until(function() return t.done end)
+        assert.equal(null, t.result)
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
     end)
 
     it("follows a new session", function()

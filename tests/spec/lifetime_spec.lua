@@ -46,12 +46,14 @@ describe("lifetime", function()
         assert.equal("t", b:call("GET", "lock"))
     end)
 
-    it("rewriting one's own ephemeral key is a versioned set in place", function()
+    it("rewriting one's own ephemeral key is a versioned set in place, guarded", function()
         a:call("SET", "lock", "t", "PX", "30000")
         local czxid = W:node(a:path("lock")).stat.czxid
         local before = #W.ops
         assert.equal(1, a:call("PEXPIRE", "lock", "60000"))
-        assert.same({ "get", "set" }, kinds(W, before))
+        -- {set, check our guard}: a set of our node read afresh cannot land
+        -- on a node someone made after removing ours
+        assert.same({ "get", "multi" }, kinds(W, before))
         local n = W:node(a:path("lock"))
         assert.equal(czxid, n.stat.czxid)
         assert.equal(1, n.stat.version)
@@ -172,7 +174,8 @@ describe("fencing tokens", function()
     it("the czxid grows with every acquisition, even before the old node is deleted", function()
         local W = zkmodel.world()
         local a, b = W:sidecar(), W:sidecar()
-        a.K.expire_due = function() end -- a never gets to delete its nodes
+        local expire_due = a.K.expire_due
+        a.K.expire_due = function() end -- a does not get to delete its nodes
         local last = -1
         local function take(sc, tok)
             assert.same(OK, sc:call("SET", "fk", tok, "NX", "PX", "200"))
@@ -184,6 +187,10 @@ describe("fencing tokens", function()
         take(a, "t1")
         take(a, "t2")   -- re-taken on the same sidecar: a new node
         take(a, "t2b")
+        -- Another sidecar takes it once its owner deleted it.
+        assert.equal(null, b:call("SET", "fk", "t3", "NX", "PX", "200"))
+        a.K.expire_due = expire_due
+        a:run(function() a.K.expire_due(true) end)
         take(b, "t3")
         take(b, "t3b")
         take(a, "t4")

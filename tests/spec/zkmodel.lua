@@ -222,7 +222,12 @@ function World:resume(co, ...)
         error("resuming a coroutine that is " .. coroutine.status(co))
     end
     task.waiting = nil
+    if task.yielded then
+        task.waited = (task.waited or 0) + self.now - task.yielded
+        task.yielded = nil
+    end
     local res = table.pack(coroutine.resume(co, ...))
+    if coroutine.status(co) == "suspended" then task.yielded = self.now end
     if not res[1] then
         task.done = true
         local msg = res[2]
@@ -665,6 +670,8 @@ local function make_host(sc, opts)
     end
 
     function host.now() return W.now + sc.mono_base end
+    -- As the C host: host.now() less the time the task spent yielded.
+    function host.busy() return host.now() - (task().waited or 0) end
 
     -- The C host's count hook (lua_host.c's caps_hook), in Lua.
     function host.caps(deadline, mem0, limit, kill, count, time_every)
@@ -681,7 +688,7 @@ local function make_host(sc, opts)
             ticks = ticks + 1
             if ticks >= time_every then
                 ticks = 0
-                if host.now() > deadline then
+                if host.busy() > deadline then
                     debug.sethook()
                     kill("time")
                 end
@@ -736,6 +743,14 @@ local function make_host(sc, opts)
 
     function host.deadline()
         return task().deadline + sc.mono_base
+    end
+
+    -- As the bridge: the command may wait for a reconnect while the
+    -- session may live (the model has no lease clock: 90% of the session
+    -- timeout from now).
+    function host.lease_wait()
+        local t = task()
+        t.deadline = math.max(t.deadline, W.now + sc.config.session_timeout * 0.9)
     end
 
     -- Clients: a task started by Sidecar:call_as(id, ...) runs for client
@@ -883,6 +898,17 @@ function Sidecar:reconnect()
     self:event("connected")
 end
 
+-- The session is given up: what was parked for it is answered, never sent
+-- under the next one (as the bridge does).
+local function fail_pending(sc)
+    local pending = sc.pending
+    sc.pending = {}
+    for _, p in ipairs(pending) do
+        p.timeout.cancel()
+        sc.world:post(function() sc.world:resume(p.co, C.SESSIONEXPIRED) end)
+    end
+end
+
 -- The local lease deadline passed while disconnected: "lost", then a new
 -- session ("new").  The old session lives on in the server (its nodes stay)
 -- unless opts.expire_old.
@@ -890,9 +916,9 @@ function Sidecar:lose(opts)
     local old = self.sid
     self:event("lost", old)
     if opts and opts.expire_old then self.world:expire_session(old) end
+    fail_pending(self)
     self.sid = self.world:new_session()
     self.connected = true
-    flush(self)
     self:event("new", self.sid)
     return old
 end
@@ -901,9 +927,9 @@ end
 function Sidecar:expire()
     local old = self.sid
     self.world:expire_session(old)
+    fail_pending(self)
     self.sid = self.world:new_session()
     self.connected = true
-    flush(self)
     self:event("new", self.sid)
     return old
 end
