@@ -495,7 +495,68 @@ function K.presumed(key)
     return K.absent(key)
 end
 
+-- Commands waiting for another session's expired lock to go
+-- (await_expiry): path -> list of their coroutines.
+local expiry_waiters = {}
+K.EXPIRY_WAIT_MS = 250
+
+-- Commands that may write (write commands, scripts): coroutine -> true.
+local writer = U.per_command()
+function K.may_write(co) writer[co or coroutine.running()] = true end
+
+-- A node of another live session whose TTL has passed on our estimate of
+-- the leader's clock is its owner's to delete, and the owner does so at
+-- its own deadline, which our estimate never precedes (it errs late).  A
+-- command that may write and meets one, or one due within EXPIRY_WAIT_MS,
+-- waits for that delete, on a watch, rather than answer at once that the
+-- key is held: otherwise the owner's own clients, queued on the key there,
+-- would take the lock again every time before a client of another sidecar
+-- could (the owner's estimate and ours differ by a round trip).  Not when
+-- the deadline is long past (the owner cannot reach ZooKeeper: its session
+-- will end), and never beyond the command's deadline.  Returns true when
+-- the node went or changed meanwhile.
+local function await_expiry(rec)
+    local now = host.now()
+    local late = now - rec.deadline
+    local limit = host.config and host.config.session_timeout or 10000
+    if late > limit then return false end
+    local path = rec.path
+    local rc, stat = zk.exists(path, true)
+    if rc ~= zk.OK then return rc == zk.NONODE end
+    if stat.czxid ~= rec.node.czxid or stat.version ~= rec.node.version then return true end
+    local co = coroutine.running()
+    local list = expiry_waiters[path] or {}
+    expiry_waiters[path] = list
+    list[#list + 1] = co
+    local timer = host.timer(function()
+        for i = #list, 1, -1 do
+            if list[i] == co then table.remove(list, i) end
+        end
+        host.wake(co, false)
+    end)
+    local wait = math.max(0, -late) + K.EXPIRY_WAIT_MS
+    timer:start(math.max(0, math.min(wait, host.deadline() - host.now())))
+    local went = host.suspend()
+    timer:stop()
+    return went == true
+end
+
+local function foreign_expiring(rec)
+    local owner = rec.node and rec.node.ephemeralOwner or 0
+    return owner ~= 0 and not rec.mine and not rec.dead_owner and rec.deadline ~= nil and
+           rec.deadline <= host.now() + K.EXPIRY_WAIT_MS and writer[coroutine.running()]
+end
+
 function K.read(key)
+    local rec = K.read_once(key)
+    if foreign_expiring(rec) and await_expiry(rec) then
+        K.arrived() -- the read below is sent after the wait
+        rec = K.read_once(key)
+    end
+    return rec
+end
+
+function K.read_once(key)
     local path = K.path(key)
     local s = shared[path]
     local a = arrival[coroutine.running()]
@@ -870,6 +931,11 @@ function K.on_watch(event, path)
     if path == guard.path then
         host.spawn(K.refresh_guard)
         return
+    end
+    local waiting = expiry_waiters[path]
+    if waiting then
+        expiry_waiters[path] = nil
+        for _, co in ipairs(waiting) do host.wake(co, true) end
     end
     local e = owned[path]
     if e and (event == "deleted" or event == "changed") and H.has("on_lost") and e.key then

@@ -140,10 +140,13 @@ end
 -- wait for a reconnect as long as the session may still be alive, not
 -- only --zk-request-timeout: a renewal that fails during a short outage
 -- makes a client (Redisson's watchdog) give up a lock it still holds.
+local SCRIPTS = { eval = true, evalsha = true }
+
 local function lease_wait(spec, args)
     if spec.writes == nil then
         spec.writes = type(spec.flags) == "string" and spec.flags:find("write", 1, true) ~= nil
     end
+    if spec.writes or SCRIPTS[spec.name] then K.may_write() end
     local first = spec.first_key or 0
     if not spec.writes or first <= 0 then return end
     local last = spec.last_key or first

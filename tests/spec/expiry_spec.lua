@@ -164,11 +164,16 @@ describe("expiry", function()
         a:call("SET", "lock", "ta", "NX", "PX", "1000")
         a:fail_next({ op = "multi", pass = true, latency = 50 })
         W:advance(1005)
-        assert.equal(null, b:call("SET", "lock", "tb", "NX", "PX", "5000"))
-        W:advance(100)
-        assert.is_nil(W:node(a:path("lock")))
-        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "5000"))
+        -- b meets a's node past its TTL: it waits for a's delete, then
+        -- takes the lock (its create could not succeed before)
+        local t = b:start("SET", "lock", "tb", "NX", "PX", "5000")
+        W:advance(20)
+        assert.is_nil(t.done)
+        assert.equal(a.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
         assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
     end)
 
     it("the owner's look before its delete sees its own node; nobody else takes it meanwhile", function()
@@ -187,11 +192,42 @@ describe("expiry", function()
             if op.sc == a.id and op.kind == "get" and op.path == a:path("lock") then gets = gets + 1 end
         end
         assert.equal(1, gets) -- the expiry's look (SET NX only created)
-        assert.equal(null, b:call("SET", "lock", "tb", "NX", "PX", "5000"))
-        W:advance(100)
-        assert.is_nil(W:node(a:path("lock")))
-        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "5000"))
+        local t = b:start("SET", "lock", "tb", "NX", "PX", "5000")
+        W:advance(20)
+        assert.is_nil(t.done)
+        assert.equal(a.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
         assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+
+    it("a command on another sidecar's lock past its TTL waits a moment for the owner's delete", function()
+        b:call("SET", "warmup", "x")
+        a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        local expire_due = a.K.expire_due
+        a.K.expire_due = function() end -- the owner is late to delete
+        W:advance(1010)
+        -- Not deleted within the wait: held.
+        local t0 = W.now
+        assert.equal(null, b:call("SET", "lock", "tb", "NX", "PX", "1000"))
+        assert.is_true(W.now - t0 >= b.K.EXPIRY_WAIT_MS, tostring(W.now - t0))
+        -- Deleted while b waits: b takes it.
+        local t = b:start("SET", "lock", "tb", "NX", "PX", "1000")
+        W:advance(50)
+        assert.is_nil(t.done)
+        a.K.expire_due = expire_due
+        a:run(function() a.K.expire_due(true) end)
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+        -- Long past its deadline (its owner cannot reach ZooKeeper), a
+        -- foreign lock is answered at once.
+        a:call("SET", "lock2", "ta", "NX", "PX", "1000")
+        a:disconnect()
+        W:advance(b.config.session_timeout + 2000)
+        t0 = W.now
+        assert.equal(null, b:call("SET", "lock2", "tc", "NX", "PX", "1000"))
+        assert.is_true(W.now - t0 < b.K.EXPIRY_WAIT_MS, tostring(W.now - t0))
     end)
 
     it("a lock is free for others as soon as its owner deletes it", function()
