@@ -25,8 +25,9 @@ The report of every phase is printed (pytest -s shows it; it is also in
 the failure message).
 """
 
+import calendar
 import os
-import signal
+import re
 import time
 
 import pytest
@@ -138,8 +139,8 @@ class Phase:
     def now(self):
         return time.monotonic()
 
-    def fault(self, name, sidecars, costs_session=False, no_write=False):
-        f = Fault(name, sidecars, time.monotonic(), None, costs_session, no_write)
+    def fault(self, name, sidecars, costs_session=False, no_write=False, frozen=False):
+        f = Fault(name, sidecars, time.monotonic(), None, costs_session, no_write, frozen)
         self.faults.append(f)
         return f
 
@@ -152,6 +153,51 @@ class Phase:
 
     def sleep(self, s):
         time.sleep(max(0.0, s))
+
+
+_TS = re.compile(rb"^ts=(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z ")
+_BORING = (b"event=client.accepted", b"event=client.closed")
+
+
+def log_reader(c, w0):
+    """log_lines(sidecar, wall_from, wall_to) for the checker: a sidecar's
+    log lines of that time (times shown relative to the phase's start)."""
+    cache = {}
+
+    def lines(i, w_from, w_to):
+        if i not in cache:
+            parsed = []
+            for line in c.sidecars[i].log().splitlines():
+                m = _TS.match(line)
+                if not m or any(b in line for b in _BORING):
+                    continue
+                y, mo, d, hh, mm, ss, ms = (int(x) for x in m.groups())
+                w = calendar.timegm((y, mo, d, hh, mm, ss)) + ms / 1000.0
+                parsed.append((w, line[m.end():].decode("utf-8", "replace")))
+            cache[i] = parsed
+        out = []
+        for w, text in cache[i]:
+            if w_from <= w <= w_to:
+                out.append("%+.3f %s" % (w - w0, text[:300]))
+        return out
+    return lines
+
+
+def dump_history(wl, rep, name):
+    """Every hold and every failed request of the phase, to a file."""
+    d = harness.new_dir("history-" + name)
+    path = os.path.join(d, "history.txt")
+    with open(path, "w") as f:
+        f.write(rep.text(limit=1000) + "\n\n")
+        for h in sorted(wl.holds, key=lambda h: (h.key, h.acq.t_reply)):
+            f.write(h.describe(wl.t0, wl) + "\n")
+        f.write("\nfailed requests:\n")
+        for o in wl.ops:
+            if o.failed:
+                f.write("%s %s %s tok=%s on %s by %s\n" % (o.cmd, o.key, o.outcome(), o.token,
+                                                          wl.sidecar_name(o.sidecar), o.thread))
+                f.write("    %s\n" % o.times(wl.t0))
+    return path
 
 
 def run_phase(c, name, nemesis, expect_extra=None):
@@ -185,7 +231,7 @@ def run_phase(c, name, nemesis, expect_extra=None):
     time.sleep(0.5)          # let the servers flush their logs
     txns = committed_txns(c.ens)
     rep = check(wl, mon, ph.faults, c.timeouts, REQ_MS, name=name, txns=txns, root=c.root,
-                expect=ph.expect, t0=wl.t0)
+                expect=ph.expect, t0=wl.t0, log_lines=log_reader(c, wl.w0))
     for n in ph.notes:
         rep.notes.append(n)
     for f in ph.faults:
@@ -201,6 +247,7 @@ def run_phase(c, name, nemesis, expect_extra=None):
         rep.notes.append("%s states: %s" % (c.names[i], ", ".join(
             "%.2f %s 0x%x %s" % (t - wl.t0, st, sid or 0, c.proxies[i].server_of(srv))
             for t, st, sid, srv in mon.states(i))[:1500]))
+    rep.notes.append("history: %s" % dump_history(wl, rep, name))
     text = rep.text()
     print("\n" + text)
     harness.log(rep.summary().splitlines()[0])
@@ -356,7 +403,7 @@ def test_sidecar_sigstop_past_session(cluster):
         ph.sleep(WARM)
         ph.lose_sessions([0])
         z = ph.c.sidecars[0]
-        f = ph.fault("s0 SIGSTOP", [0], costs_session=True, no_write=True)
+        f = ph.fault("s0 SIGSTOP", [0], costs_session=True, no_write=True, frozen=True)
         z.stop()
         ph.sleep(LONG_FAULT)
         z.cont()

@@ -399,7 +399,7 @@ def committed_txns(ens):
     return [e for z, (cnt, e) in sorted(seen.items()) if cnt >= need]
 
 
-def describe_txn(e, root=None):
+def describe_txn(e, root=None, w0=None):
     """One line for a report: zxid, time, session, ops."""
     def p(path):
         if root and path and path.startswith(root):
@@ -417,5 +417,7 @@ def describe_txn(e, root=None):
         if o["op"] == "error":
             s += "(%d)" % o["err"]
         ops.append(s)
-    return "zxid 0x%x t=%.3f session 0x%x %s{%s}" % (
-        e["zxid"], e["time_ms"] / 1000.0, e["session"] & 0xFFFFFFFFFFFFFFFF, e["type"], "; ".join(ops))
+    t = e["time_ms"] / 1000.0
+    when = "t=%.3f" % (t - w0) if w0 is not None else "wall=%.3f" % t
+    return "zxid 0x%x %s session 0x%x %s{%s}" % (
+        e["zxid"], when, e["session"] & 0xFFFFFFFFFFFFFFFF, e["type"], "; ".join(ops))

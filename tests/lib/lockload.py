@@ -70,6 +70,7 @@ may have ended are then not checked for overlap (their end is unknown).
 import hashlib
 import itertools
 import random
+import re
 import socket
 import threading
 import time
@@ -85,6 +86,15 @@ DOCUMENTED_ERRORS = frozenset({
     "TRYAGAIN zkresp is shutting down",
 })
 UNAVAILABLE = "TRYAGAIN ZooKeeper unavailable"
+# An error raised by redis.call inside a script reaches the client with
+# Redis 7's suffix naming the script and line; the error itself is the
+# documented one.
+_SCRIPT_SUFFIX = re.compile(r" script: [0-9a-f]{40}, on @user_script:\d+\.$")
+
+
+def base_error(text):
+    """The error text without Redis's script suffix."""
+    return _SCRIPT_SUFFIX.sub("", text)
 
 # redis-py's Lock scripts (redis/lock.py).
 LUA_RELEASE = """
@@ -261,10 +271,13 @@ class Fault:
     t_end] (monotonic), whether it must cost their sessions and whether
     nothing could be written through them meanwhile."""
 
-    def __init__(self, name, sidecars, t_start, t_end=None, costs_session=False, no_write=False):
+    def __init__(self, name, sidecars, t_start, t_end=None, costs_session=False, no_write=False,
+                 frozen=False):
         self.name, self.sidecars = name, set(sidecars)
         self.t_start, self.t_end = t_start, t_end
         self.costs_session, self.no_write = costs_session, no_write
+        self.frozen = frozen      # the sidecar itself was stopped (SIGSTOP)
+        self.old_sessions = {}    # sidecar -> the session it had when the fault began (check() fills it)
 
     def __repr__(self):
         return "Fault(%s on %s [%.3f, %s])" % (self.name, sorted(self.sidecars), self.t_start,
@@ -368,6 +381,7 @@ class Workload:
 
     def start(self):
         self.t0 = time.monotonic()
+        self.w0 = time.time()
         for n, (s, mode) in enumerate(self.plan):
             name = "%s.%s%d" % (self.names[s], mode, n)
             t = threading.Thread(target=self._run, args=(s, mode, name, random.Random(self.rnd_seed + n)),
@@ -691,7 +705,7 @@ def _session_hex(v):
 
 
 def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="workload",
-          txns=None, root=None, expect=None, t0=None):
+          txns=None, root=None, expect=None, t0=None, log_lines=None):
     """Checks the recorded history.  faults: [Fault]; session_timeout_ms:
     the negotiated timeout per sidecar (list); txns: committed transactions
     (ensemble.committed_txns) or None; root: the sidecars' --root (for the
@@ -699,9 +713,11 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
       sessions_survive: sidecar indices whose session must not change
       renewals_never_fail: sidecar indices whose renewals must not fail
       no_unavailable: no '-TRYAGAIN ZooKeeper unavailable' at all
-    Returns a Report."""
+    log_lines(sidecar, wall_from, wall_to): the sidecar's log lines of that
+    time, for the evidence.  Returns a Report."""
     expect = expect or {}
     t0 = wl.t0 if t0 is None else t0
+    w0 = wl.w0 + (t0 - wl.t0)
     rep = Report(name)
     holds = list(wl.holds)
     ops = list(wl.ops)
@@ -715,7 +731,18 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
         return "%.3f" % (t - t0) if t is not None else "-"
 
     def hd(h):
-        return h.describe(t0, wl)
+        return h.describe(t0, wl) + logs_of(h)
+
+    def logs_of(h):
+        if log_lines is None:
+            return ""
+        w_from = h.acq.w_sent - 0.5
+        last = [o for o in [h.acq, h.info, h.release] + h.renewals if o is not None and (o.w_reply or o.w_sent)]
+        w_to = max((o.w_reply or o.w_sent) for o in last) + 0.5
+        lines = log_lines(h.sidecar, w_from, w_to)
+        if not lines:
+            return ""
+        return "\n        %s log:\n%s" % (wl.sidecar_name(h.sidecar), "\n".join("          " + l for l in lines[:12]))
 
     # ---- errors and missing replies
     req_s = request_timeout_ms / 1000.0
@@ -724,14 +751,16 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
             rep.errors[o.err] = rep.errors.get(o.err, 0) + 1
             lat = o.t_reply - o.t_sent
             rep.error_latency[o.err] = max(rep.error_latency.get(o.err, 0.0), lat)
-            if o.err not in DOCUMENTED_ERRORS:
+            if base_error(o.err) not in DOCUMENTED_ERRORS:
                 rep.counts["undocumented_errors"] += 1
                 rep.add("undocumented_error", "%s %s on %s by %s: -%s %s" % (
                     o.cmd, o.key, wl.sidecar_name(o.sidecar), o.thread, o.err, o.times(t0)))
-            if o.err == UNAVAILABLE and lat > req_s + 0.5:
+            frozen = any(f.frozen and o.sidecar in f.sidecars and f.t_start < o.t_reply and
+                         (f.t_end is None or f.t_end > o.t_sent) for f in faults)
+            if base_error(o.err) == UNAVAILABLE and lat > req_s + 0.5 and not frozen:
                 rep.late_unavailable.append((lat, "%s %s on %s %s" % (o.cmd, o.key, wl.sidecar_name(o.sidecar),
                                                                        o.times(t0))))
-            if o.err == UNAVAILABLE and expect.get("no_unavailable"):
+            if base_error(o.err) == UNAVAILABLE and expect.get("no_unavailable"):
                 rep.add("expectation", "-%s in a phase where ZooKeeper stayed available: %s %s on %s %s" % (
                     o.err, o.cmd, o.key, wl.sidecar_name(o.sidecar), o.times(t0)))
         elif o.status == "timeout":
@@ -766,6 +795,13 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
         if any(s[2] == "unreachable" for s in monitor.samples[i][-3:]):
             rep.add("session_lost", "%s unreachable at the end of the phase" % wl.sidecar_name(i))
 
+    # ---- the session each sidecar had when a session-costing fault began
+    for f in faults:
+        for i in f.sidecars:
+            before = [smp for smp in monitor.samples[i] if smp[1] <= f.t_start and smp[3]]
+            if before:
+                f.old_sessions[i] = before[-1][3]
+
     # ---- intervals
     for h in holds:
         if h.info is not None and h.info.status == "reply" and isinstance(h.info.answer, dict) and \
@@ -786,10 +822,26 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
                 end = min(end, h.release.t_sent)
         untruncated = end
         for f in faults:
-            if f.costs_session and h.sidecar in f.sidecars and \
-                    (f.t_end is None or h.acq.t_sent < f.t_end) and end > f.t_start:
+            if not (f.costs_session and h.sidecar in f.sidecars and end > f.t_start):
+                continue
+            old = f.old_sessions.get(h.sidecar)
+            if h.session is not None:
+                # LOCKINFO named our token: we know the node's session.
+                of_old = old is not None and h.session == old
+                if old is None and h.acq.t_reply < f.t_start:
+                    of_old = True
+            else:
+                # Unknown: a hold whose acquisition was sent before the fault
+                # ended may be of the old session; ending it at the fault's
+                # start only shortens it.
+                of_old = f.t_end is None or h.acq.t_sent < f.t_end
+            if of_old:
                 end = min(end, f.t_start)
                 h.lost_by = f
+                # The resurrection rule needs certainty that the hold was of
+                # the lost session.
+                h.notes.append("old" if (h.session is not None and h.session == old) or
+                               h.acq.t_reply < f.t_start else "maybe-old")
         for ch in unexpected.get(h.sidecar, ()):
             t_last_old, t_first_new, old, new = ch
             if t_first_new > h.acq.t_sent and t_last_old < untruncated:
@@ -810,7 +862,7 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
                 rep.counts["overlaps"] += 1
                 rep.add("overlap", "%s: two holders for %.0f ms:\n      A %s\n      B %s%s" % (
                     key, 1000 * (min(best.end, h.end) - h.start), hd(best), hd(h),
-                    _txn_evidence(txns, root, key, [best, h], t0)))
+                    _txn_evidence(txns, root, key, [best, h], t0, w0)))
             if best is None or h.end > best.end:
                 best = h
         # fencing: A's OK received before B's acquire was sent => fence(A) < fence(B)
@@ -831,7 +883,7 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
     # ---- session loss: resurrection; no-write windows: false answers
     for h in holds:
         f = h.lost_by
-        if f is not None:
+        if f is not None and "old" in h.notes and h.unexpected is None:
             limit = f.t_start + session_timeout_ms[h.sidecar] / 1000.0
             for r in h.renewals + ([h.release] if h.release is not None else []):
                 if r.answer == 1 and r.t_sent is not None and r.t_sent > limit:
@@ -874,11 +926,11 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
                 rep.counts["lying_answers"] += 1
                 rep.add("lost_hold", "LOCKINFO answered %.0f ms before the lease end names %s, no "
                         "session loss: %s%s" % (1000 * (h.lease_end - li.t_reply), _info_str(li), hd(h),
-                                                _txn_evidence(txns, root, h.key, [h], t0)))
+                                                _txn_evidence(txns, root, h.key, [h], t0, w0)))
 
     # ---- the transaction log
     if txns is not None and root is not None:
-        _check_txns(rep, wl, holds, txns, root, t0)
+        _check_txns(rep, wl, holds, txns, root, t0, w0)
     return rep
 
 
@@ -910,7 +962,7 @@ def _indexed(txns, root):
     return _txn_cache[k]
 
 
-def _txn_evidence(txns, root, key, hs, t0):
+def _txn_evidence(txns, root, key, hs, t0, w0=None):
     """The committed writes of key's node around the given holds, with the
     whole transaction of each (who replaced whom)."""
     if txns is None or root is None:
@@ -927,21 +979,22 @@ def _txn_evidence(txns, root, key, hs, t0):
     lines = []
     shown = set()
     for e, o in entries:
+        if e["zxid"] in shown:
+            continue
         ts = e["time_ms"] / 1000.0
-        data = o.get("data") or b""
-        mine = [i for i, t in enumerate(toks) if t in data]
+        mine = sorted({i for op in e["ops"] if op.get("path") == path
+                       for i, t in enumerate(toks) if t in (op.get("data") or b"")})
         if lo <= ts <= hi or mine:
-            if e["zxid"] in shown:
-                continue
             shown.add(e["zxid"])
-            tag = ("data has token of " + "/".join("AB"[i] if len(hs) == 2 else "the hold" for i in mine)) if mine else ""
-            lines.append("        %s %s" % (describe_txn(e, root), tag))
+            who = ["AB"[i] if len(hs) == 2 else "the hold" for i in mine]
+            tag = (" <- token of " + "/".join(who)) if mine else ""
+            lines.append("        %s%s" % (describe_txn(e, root, w0), tag))
     if not lines:
         return "\n      txn log: no committed write of %s around these holds" % path
-    return "\n      txn log (%s, times are wall clock):\n%s" % (path, "\n".join(lines[:20]))
+    return "\n      committed transactions on %s:\n%s" % (path, "\n".join(lines[:20]))
 
 
-def _check_txns(rep, wl, holds, txns, root, t0):
+def _check_txns(rep, wl, holds, txns, root, t0, w0):
     idx = _indexed(txns, root)
 
     def writes(path, token, lo, hi):
@@ -960,7 +1013,7 @@ def _check_txns(rep, wl, holds, txns, root, t0):
         if not writes(path, tok, a.w_sent, a.w_reply):
             rep.counts["txn_mismatch"] += 1
             rep.add("txn_acquire", "OK without a committed write of the token between request and "
-                    "reply: %s%s" % (h.describe(t0, wl), _txn_evidence(txns, root, h.key, [h], t0)))
+                    "reply: %s%s" % (h.describe(t0, wl), _txn_evidence(txns, root, h.key, [h], t0, w0)))
         creates = [e["zxid"] for e, o in idx.get(path, []) if o["op"] == "create" and tok in (o.get("data") or b"")]
         if h.fence is not None and creates and h.fence not in creates:
             rep.counts["txn_mismatch"] += 1
@@ -971,7 +1024,7 @@ def _check_txns(rep, wl, holds, txns, root, t0):
                 rep.counts["txn_mismatch"] += 1
                 rep.add("false_renewal", "renewal answered 1 %s but no committed write of the node between "
                         "request and reply: %s%s" % (r.times(t0), h.describe(t0, wl),
-                                                     _txn_evidence(txns, root, h.key, [h], t0)))
+                                                     _txn_evidence(txns, root, h.key, [h], t0, w0)))
         r = h.release
         if r is not None and r.answer == 1:
             ok = False
@@ -988,4 +1041,4 @@ def _check_txns(rep, wl, holds, txns, root, t0):
                 rep.counts["txn_mismatch"] += 1
                 rep.add("false_release", "release answered 1 %s but no committed delete of the hold's node "
                         "between request and reply: %s%s" % (r.times(t0), h.describe(t0, wl),
-                                                             _txn_evidence(txns, root, h.key, [h], t0)))
+                                                             _txn_evidence(txns, root, h.key, [h], t0, w0)))
