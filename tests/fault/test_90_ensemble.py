@@ -328,13 +328,23 @@ def test_follower_of_a_sidecar_kill9(cluster):
     restart it 2 s later: sessions survive (the sidecar moves to another
     server), operations of unknown outcome are resolved, zero overlaps."""
     def nemesis(ph):
-        ph.sleep(WARM)
         ld = ph.c.ens.leader()
         try:
-            side, srv = _wait_attached(ph.c, lambda s: s != ld, 5)
+            side, srv = _wait_attached(ph.c, lambda s: s != ld, 0.5)
         except AssertionError:
-            side, srv = None, [i for i in range(3) if i != ld][0]
-            ph.notes.append("no sidecar was attached to a follower; killing follower %d anyway" % (srv + 1))
+            # Every sidecar is on the leader: move s0 to a follower (its
+            # proxy to the leader refuses while it reconnects).
+            side, srv = 0, None
+            p = ph.c.proxies[0].proxies[ld]
+            p.refuse(True)
+            p.cut()
+            try:
+                srv = wait_for(lambda: (lambda a: a if a is not None and a != ld else None)(ph.c.attached(0)),
+                               10, 0.05, "s0 to attach to a follower")
+            finally:
+                p.refuse(False)
+            ph.notes.append("moved s0 from the leader (server %d) to server %d" % (ld + 1, srv + 1))
+        ph.sleep(WARM)
         f = ph.fault("follower %d kill -9 (attached: %s)" % (srv + 1, ph.c.names[side] if side is not None else "-"), [])
         ph.c.ens.kill9(srv)
         ph.sleep(2.0)

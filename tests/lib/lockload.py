@@ -977,6 +977,28 @@ def _txn_evidence(txns, root, key, hs, t0, w0=None):
     lo = min(ws) - 0.5
     hi = max(max(ws), max(h.acq.w_sent + h.px / 1000.0 for h in hs)) + 0.5
     lines = []
+    # Each hold's node: the write that put its token there and the write
+    # that ended that node (a delete, or a replacement), with its session.
+    for n, h in enumerate(hs):
+        tok = toks[n]
+        who = "AB"[n] if len(hs) == 2 else "the hold"
+        born = None
+        for e, o in entries:
+            d = o.get("data") or b""
+            if born is None:
+                if o["op"] in ("create", "setData") and tok in d:
+                    born = e
+            elif o["op"] == "delete" or (o["op"] in ("create", "setData") and tok not in d):
+                lines.append("        %s's node: written 0x%x by session 0x%x, ended at 0x%x (%+.3f) by session "
+                             "0x%x, %s" % (who, born["zxid"], born["session"], e["zxid"],
+                                           e["time_ms"] / 1000.0 - (w0 or 0), e["session"],
+                                           "its own session" if e["session"] == born["session"] else
+                                           "ANOTHER session"))
+                break
+        else:
+            if born is not None:
+                lines.append("        %s's node: written 0x%x by session 0x%x, not ended in the log" % (
+                    who, born["zxid"], born["session"]))
     shown = set()
     for e, o in entries:
         if e["zxid"] in shown:
