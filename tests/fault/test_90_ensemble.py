@@ -331,7 +331,7 @@ def test_follower_of_a_sidecar_kill9(cluster):
     def nemesis(ph):
         ld = ph.c.ens.leader()
         try:
-            side, srv = _wait_attached(ph.c, lambda s: s != ld, 0.5)
+            side, srv = _wait_attached(ph.c, lambda s: s != ld, 2.0)
         except AssertionError:
             # Every sidecar is on the leader: move s0 to a follower (its
             # proxy to the leader refuses while it reconnects).
@@ -340,8 +340,8 @@ def test_follower_of_a_sidecar_kill9(cluster):
             p.refuse(True)
             p.cut()
             try:
-                srv = wait_for(lambda: (lambda a: a if a is not None and a != ld else None)(ph.c.attached(0)),
-                               10, 0.05, "s0 to attach to a follower")
+                srv = wait_for(lambda: (lambda a: [a] if a is not None and a != ld else None)(ph.c.attached(0)),
+                               10, 0.05, "s0 to attach to a follower")[0]
             finally:
                 p.refuse(False)
             ph.notes.append("moved s0 from the leader (server %d) to server %d" % (ld + 1, srv + 1))
