@@ -22,7 +22,7 @@ SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 UNIT_SRCS:= $(wildcard tests/unit/*.c)
 
-.PHONY: all deps run test test-unit test-spec test-integration bench fuzz format format-check clean
+.PHONY: all deps run test test-unit test-spec test-integration soak bench fuzz format format-check clean
 
 all: $(BUILD)/zkresp
 
@@ -31,7 +31,7 @@ all: $(BUILD)/zkresp
 DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 libzookeeper-mt-dev \
             libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
             redis-tools python3-redis python3-pytest python3-kazoo clang-format \
-            prometheus python3-yaml
+            prometheus python3-yaml faketime
 # kubectl (for `kubectl kustomize docker/k8s`): Debian's kubernetes-client,
 # unless a kubectl is already installed (Google Cloud SDK's kubectl package
 # owns /usr/bin/kubectl and the two cannot be installed together).
@@ -80,6 +80,17 @@ test-spec:
 
 test-integration: $(BUILD)/zkresp
 	@tests/run.sh integration
+
+# The ensemble fault suite (tests/fault/test_90_ensemble.py), longer and
+# repeated: every nemesis ZKRESP_SOAK_ROUNDS times (default 5), the workload
+# around each fault ZKRESP_SOAK_SCALE times longer (default 2).  ZKRESP_BIN
+# picks the build (build/zkresp-asan for the sanitizers).
+soak: deps
+	@$(MAKE) --no-print-directory $(BUILD)/zkresp $(BUILD)/zkresp-asan
+	@rounds=$${ZKRESP_SOAK_ROUNDS:-5}; scale=$${ZKRESP_SOAK_SCALE:-2}; \
+	ZKRESP_BIN=$${ZKRESP_BIN:-build/zkresp} ZKRESP_ENSEMBLE_ROUNDS=$$rounds ZKRESP_ENSEMBLE_SCALE=$$scale \
+	ZKRESP_TEST_TIMEOUT=$$(( rounds * (scale * 15 + 25) + 120 )) \
+	/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/fault/test_90_ensemble.py
 
 bench: deps
 	@$(MAKE) --no-print-directory $(BUILD)/zkresp
