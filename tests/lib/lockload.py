@@ -69,6 +69,7 @@ may have ended are then not checked for overlap (their end is unknown).
 
 import hashlib
 import itertools
+import os
 import random
 import re
 import socket
@@ -80,11 +81,20 @@ import keyenc
 from resp import RawClient, ConnectionClosed, Err, decode_one
 
 REPLY_TIMEOUT = 20.0
-DOCUMENTED_ERRORS = frozenset({
-    "TRYAGAIN ZooKeeper unavailable",
-    "TRYAGAIN too many conflicting writes, try again",
-    "TRYAGAIN zkresp is shutting down",
-})
+
+
+def _documented_errors():
+    """The retryable error texts a lock client may see under faults: the
+    TRYAGAIN constants of scripts/errors.lua, where every error text of
+    the system layer is written down."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "errors.lua")
+    with open(path) as f:
+        found = re.findall(r'^E\.[A-Z_]+ = "(TRYAGAIN [^"]*)"', f.read(), re.M)
+    assert "TRYAGAIN ZooKeeper unavailable" in found, "scripts/errors.lua changed shape: %r" % found
+    return frozenset(found)
+
+
+DOCUMENTED_ERRORS = _documented_errors()
 UNAVAILABLE = "TRYAGAIN ZooKeeper unavailable"
 # An error raised by redis.call inside a script reaches the client with
 # Redis 7's suffix naming the script and line; the error itself is the
