@@ -137,6 +137,27 @@ describe("unknown outcomes", function()
     end)
 end)
 
+describe("writes under a session given up", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("a renewal that lands under a session given up meanwhile never answers 1", function()
+        assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
+        a:fail_next({ skip = 1, pass = true, latency = 50 }) -- the read passes; the write is slow
+        local t = a:start("PEXPIRE", "lock", "60000")
+        W:advance(10) -- the renewal's write is on its way under the old session
+        local old = a:lose() -- the lease runs out; the server keeps the old session
+        W:run_until(function() return t.done end)
+        assert.are_not.equal(1, t.result)
+        -- the node stays the old session's, never moved to the new one
+        assert.equal(old, W:node(a:path("lock")).stat.ephemeralOwner)
+        assert.is_nil(next(a.K.owned))
+    end)
+end)
+
 describe("dead sessions", function()
     local W, a, b
     before_each(function()
