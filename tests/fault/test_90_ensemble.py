@@ -28,13 +28,12 @@ the failure message).
 import calendar
 import os
 import re
-import socket
 import time
 
 import pytest
 
 import harness
-from harness import Zkresp, RawClient, wait_for
+from harness import Zkresp, wait_for
 from ensemble import ZkEnsemble, ProxySet, committed_txns
 from lockload import Workload, Monitor, Fault, check
 
@@ -551,89 +550,3 @@ def test_wall_clock_jump_on_one_sidecar(cluster):
 
 # --------------------------------------------------------------------------
 # one ZooKeeper server: the crash of issue 14 item 3
-
-PIPE_SCRIPT = """
-local v = redis.call('get', KEYS[1])
-redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
-redis.call('hincrby', KEYS[2], ARGV[1], 1)
-redis.call('pexpire', KEYS[2], ARGV[2])
-return v
-"""
-
-
-def test_sidecar_sigstop_with_pipelined_scripts_one_server(zk, make_zkresp, make_proxy):
-    """Issue 14 item 3, RELIABILITY 28: clients pipelining scripts and
-    MULTI/EXEC-free multi-key writes at a sidecar that is SIGSTOPped past its
-    session and SIGCONTed, five times (the crash was seen on a sidecar that
-    had been through reconnects): it stays up and sanitizer-clean (the
-    harness scans its log) and serves new locks after each round."""
-    import threading
-    proxy = make_proxy(zk)
-    z = make_zkresp(zk_target=proxy, session_timeout=1500, request_timeout=1000)
-    stop = threading.Event()
-    errors = []
-
-    def client(n):
-        c = None
-        i = 0
-        while not stop.is_set():
-            try:
-                if c is None:
-                    c = RawClient(z.port, timeout=15, connect_timeout=1)
-                batch = []
-                for _ in range(16):
-                    i += 1
-                    k1, k2 = "p%d:%d" % (n, i % 5), "h%d:%d" % (n, i % 3)
-                    batch.append(harness.encode("EVAL", PIPE_SCRIPT, 2, k1, k2, "v%d" % i, 3000))
-                    batch.append(harness.encode("SET", "s%d:%d" % (n, i % 7), "t%d" % i, "NX", "PX", 2000))
-                    batch.append(harness.encode("PEXPIRE", "s%d:%d" % (n, i % 7), 2500))
-                    batch.append(harness.encode("DELIFEQ", "s%d:%d" % (n, (i + 3) % 7), "t%d" % (i - 3)))
-                c.send(b"".join(batch))
-                t_sent = time.monotonic()
-                for _ in range(len(batch)):
-                    c.read_reply()
-            except socket.timeout:
-                # 15 s without the batch's replies, while the sidecar was
-                # stopped for at most 3.5 s of it: requests were lost.
-                errors.append("pipelined requests sent %.1f s before were never answered (sidecar %s)" % (
-                    time.monotonic() - t_sent, "alive" if z.alive() else "dead"))
-                c.close()
-                c = None
-            except (OSError, harness.ConnectionClosed) as e:
-                if c is not None:
-                    c.close()
-                c = None
-                if not stop.is_set() and not z.alive():
-                    errors.append(repr(e))
-                    return
-                time.sleep(0.05)
-        if c is not None:
-            c.close()
-
-    ts = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(4)]
-    for t in ts:
-        t.start()
-    try:
-        for rnd in range(5):
-            time.sleep(1.0)
-            sid = z.session_id()
-            if rnd % 2 == 1:
-                proxy.cut()          # a reconnect in between, as in the report
-                time.sleep(0.5)
-            z.stop()
-            time.sleep(1.5 * 2 + 0.5)
-            z.cont()
-            time.sleep(1.0)
-            assert z.alive(), "zkresp exited with status %s after SIGCONT (round %d):\n%s" % (
-                z.proc.popen.returncode, rnd, z.log_tail(60))
-            z.wait_ready(15)
-            assert z.session_id() != sid, "the session outlived a SIGSTOP past its timeout"
-            with z.client(timeout=10) as c:
-                tok = harness.unique("t")
-                assert c.cmd("SET", tok, tok, "NX", "PX", "5000") == b"+OK\r\n"
-    finally:
-        stop.set()
-        for t in ts:
-            t.join(20)
-    assert z.alive(), "zkresp exited with status %s:\n%s" % (z.proc.popen.returncode, z.log_tail(60))
-    assert not errors, "\n".join(errors[:10])
