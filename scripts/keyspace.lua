@@ -528,17 +528,23 @@ local function await_expiry(rec)
     local list = expiry_waiters[path] or {}
     expiry_waiters[path] = list
     list[#list + 1] = co
-    local timer = host.timer(function()
+    local function leave()
         for i = #list, 1, -1 do
             if list[i] == co then table.remove(list, i) end
         end
+    end
+    local timer = host.timer(function()
+        leave()
         host.wake(co, false)
     end)
+    -- However this coroutine ends, nothing wakes it later.
+    local done <close> = setmetatable({}, { __close = function()
+        timer:stop()
+        leave()
+    end })
     local wait = math.max(0, -late) + K.EXPIRY_WAIT_MS
     timer:start(math.max(0, math.min(wait, host.deadline() - host.now())))
-    local went = host.suspend()
-    timer:stop()
-    return went == true
+    return host.suspend() == true
 end
 
 local function foreign_expiring(rec)
@@ -1129,6 +1135,7 @@ function K.settle_later(path, w, keep)
             local ok, done = pcall(function()
                 local held <close> = queue.hold({ path })
                 zsync(path)
+                local gv = guard_now()
                 local rc, data, stat = zget(path)
                 if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
                 if keep then
@@ -1140,7 +1147,15 @@ function K.settle_later(path, w, keep)
                     return true
                 end
                 K.touched(path)
-                local drc = zk.delete(path, stat.version)
+                -- (checking our guard as before the read, as expiry does)
+                local drc
+                if gv and stat.ephemeralOwner == zk.session() then
+                    local results
+                    drc, results = zk.multi({ { "delete", path, stat.version }, { "check", guard.path, gv } })
+                    drc = first_error(drc, results)
+                else
+                    drc = zk.delete(path, stat.version)
+                end
                 if drc == zk.OK then
                     host.log("info", "deleted unconfirmed write " .. path)
                     if owned[path] and owned[path].nonce == w.nonce then forget(path) end
