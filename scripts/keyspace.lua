@@ -1255,7 +1255,12 @@ K.LOST_RETRY_MS = 200
 -- by nobody alive, and is never written, so a renewal or a release by its
 -- old holder cannot answer 1; it vanishes when ZooKeeper ends that session.
 local function writable(rec)
-    if rec.sid ~= zk.session() then K.retry(0) end
+    if rec.sid == 0 or rec.sid ~= zk.session() then
+        -- Between two sessions (the lease ran out): wait for the next one
+        -- (a sync is parked until it connects), then plan again.
+        if zk.session() == 0 then zsync(K.root()) end
+        K.retry(0)
+    end
     if rec.dead_owner then K.retry(K.LOST_RETRY_MS, nil, errors.LOST_SESSION) end
 end
 K.writable = writable

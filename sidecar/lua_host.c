@@ -526,7 +526,12 @@ static double co_deadline(const struct co *c)
     double running = c->yielded_at > 0 ? c->yielded_at : now;
     double d = c->deadline + (running - c->started - c->waited);
     if (c->lease_gen && c->lease_gen == zk_generation(c->h->zk)) {
+        /* The lease moves on with every answer and reconnection; a command
+         * waits at most one session timeout from its start for it. */
         double lease = zk_lease_end(c->h->zk);
+        double cap = c->started + zk_negotiated_timeout(c->h->zk);
+        if (lease > cap)
+            lease = cap;
         if (lease > d)
             d = lease;
     }

@@ -158,6 +158,41 @@ describe("writes under a session given up", function()
     end)
 end)
 
+describe("between two sessions", function()
+    local W, a
+    before_each(function()
+        W = zkmodel.world()
+        a = W:sidecar()
+    end)
+
+    it("a script started between two sessions runs under the next one, and applies once", function()
+        a:lose({ gap = true })
+        local acquire = "if redis.call('exists', KEYS[1]) == 0 or " ..
+                        "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then " ..
+                        "redis.call('hincrby', KEYS[1], ARGV[2], 1); " ..
+                        "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; " ..
+                        "return redis.call('pttl', KEYS[1]);"
+        local t = a:start("EVAL", acquire, "1", "rlock", "30000", "holder")
+        W:advance(500)
+        assert.is_nil(t.done)
+        a:next_session()
+        W:run_until(function() return t.done end)
+        assert.equal(null, t.result)
+        assert.equal("1", a:call("HGET", "rlock", "holder"))
+        assert.equal(a.sid, W:node(a:path("rlock")).stat.ephemeralOwner)
+    end)
+
+    it("a SET NX started between two sessions takes the lock once", function()
+        a:lose({ gap = true })
+        local t = a:start("SET", "lock", "t", "NX", "PX", "30000")
+        W:advance(500)
+        a:next_session()
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+        assert.equal(a.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+end)
+
 describe("dead sessions", function()
     local W, a, b
     before_each(function()

@@ -911,16 +911,30 @@ end
 
 -- The local lease deadline passed while disconnected: "lost", then a new
 -- session ("new").  The old session lives on in the server (its nodes stay)
--- unless opts.expire_old.
+-- unless opts.expire_old.  With opts.gap the next session is not there yet
+-- (zk.session() answers 0, as the bridge's between two sessions) until
+-- Sidecar:next_session().
 function Sidecar:lose(opts)
     local old = self.sid
     self:event("lost", old)
     if opts and opts.expire_old then self.world:expire_session(old) end
     fail_pending(self)
+    if opts and opts.gap then
+        self.sid, self.connected = 0, false
+        return old
+    end
     self.sid = self.world:new_session()
     self.connected = true
     self:event("new", self.sid)
     return old
+end
+
+-- After lose({gap = true}): the new session connects.
+function Sidecar:next_session()
+    self.sid = self.world:new_session()
+    self.connected = true
+    flush(self)
+    self:event("new", self.sid)
 end
 
 -- The server expired our session; the bridge opens a new one ("new").
