@@ -352,6 +352,7 @@ function K.record(key, path, data, stat)
     local o = owned[path]
     if o and o.sid == sid and v.nonce and o.nonce == v.nonce and o.version == stat.version then
         rec.owned = o
+        o.doubted = nil -- the node is confirmed ours, as the entry says
         rec.deadline = o.deadline
     elseif v.ttl > 0 then
         K.ensure_clock()
@@ -672,7 +673,7 @@ function K.cached(key)
     if not K.CACHE_WRITES then return nil end
     local path = K.path(key)
     local o = owned[path]
-    if not o or o.value == nil or o.gv == nil or o.sid ~= zk.session() then return nil end
+    if not o or o.value == nil or o.gv == nil or o.doubted or o.sid ~= zk.session() then return nil end
     -- A guard bumped since the entry was written fails its check anyway.
     if o.gv ~= guard.version or o.gcz ~= guard.czxid or o.sid ~= guard.sid then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
@@ -880,6 +881,14 @@ local function forget(path)
     owned[path] = nil
 end
 
+-- A write or delete of path's node had an unknown outcome: our entry for
+-- it no longer stands in for a read (K.cached) nor lets expiry delete
+-- without looking, until the node is written again.
+local function doubt(path)
+    local e = owned[path]
+    if e then e.doubted = true end
+end
+
 -- Our delete of path's node applied.
 local function deleted(path)
     forget(path)
@@ -998,11 +1007,16 @@ function K.expire_one(path, e)
         end
     end
     -- While the guard vouches for the entry (as for K.cached), nobody else
-    -- removed our node: one multi {delete, check guard}, grouped.
-    if e.gv and e.gv == guard.version and e.gcz == guard.czxid and e.sid == guard.sid then
+    -- removed our node: one multi {delete, check guard}, grouped.  Not once
+    -- a write or delete of the entry's node has had an unknown outcome: the
+    -- node may be gone, and another's made since at our version (the guard
+    -- only tells of removals).
+    if e.gv and not e.doubted and e.gv == guard.version and e.gcz == guard.czxid and
+       e.sid == guard.sid then
         K.touched(path)
         local mrc = zk.multi({ { "delete", path, e.version }, { "check", guard.path, e.gv } }, true)
         if mrc == zk.OK then return expired(mrc) end
+        if unknown(mrc) then e.doubted = true end
         -- failed, or its outcome unknown: look
     end
     -- Look before deleting: the node may have been replaced (an overwrite by
@@ -1037,6 +1051,7 @@ function K.expire_one(path, e)
     end
     if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then return expired(rc) end
     if unknown(rc) then
+        e.doubted = true
         local ok, rc2, data = pcall(function()
             zsync(path)
             return zget(path)
@@ -1386,6 +1401,7 @@ function K.put(rec, vtype, payload, ttl)
         -- a wrong presumption runs again at once, reading
         K.retry(rec.presumed and 0 or nil)
     elseif unknown(rc) then
+        doubt(path)
         local ok, applied, st = pcall(resolve_write, path, nonce, lifetime)
         if not ok then
             K.settle_later(path, {
@@ -1449,6 +1465,7 @@ local function delete_some(recs)
     end
     if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end
     if unknown(rc) then
+        for i = 1, #recs do doubt(recs[i].path) end
         if not resolve_delete(recs) then K.retry(nil, nil, errors.UNAVAILABLE) end
     elseif rc ~= zk.OK then
         fail(rc, "delete")
@@ -1595,6 +1612,8 @@ function K.commit(t)
         -- a wrong presumption runs again at once, reading
         K.retry(presumed_wrong and 0 or nil)
     elseif unknown(frc) then
+        for _, p in ipairs(puts) do doubt(p.rec.path) end
+        for _, rec in ipairs(dels) do doubt(rec.path) end
         if #puts > 0 then
             local p = puts[1]
             local ok, applied, st = pcall(resolve_write, p.rec.path, p.nonce, p.lifetime)

@@ -230,6 +230,22 @@ describe("expiry", function()
         assert.is_true(W.now - t0 < b.K.EXPIRY_WAIT_MS, tostring(W.now - t0))
     end)
 
+    it("an expiry whose delete had an unknown outcome never deletes the next holder's node", function()
+        b:call("SET", "warmup", "x")
+        a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        -- a's guarded expiry delete applies, its answer is lost with the
+        -- connection, and a cannot look before its expiry gives up
+        a:fail_next({ op = "multi", when = "after", hook = function() a.connected = false end })
+        W:advance(1005)
+        assert.is_nil(W:node(a:path("lock")))
+        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "10000"))
+        W:advance(2500)
+        a:reconnect()
+        W:advance(2000)
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+
     it("a lock is free for others as soon as its owner deletes it", function()
         a:call("SET", "lock", "ta", "NX", "PX", "1000")
         W:advance(1003)
