@@ -46,7 +46,8 @@ static const struct opt opts[] = {
     {"session-timeout", OPT_INT, OFF(session_timeout), "10000", 100, 3600000,
      "ZooKeeper session timeout to request, ms"},
     {"zk-request-timeout", OPT_INT, OFF(zk_request_timeout), "2000", 1, 3600000,
-     "how long a request waits while ZooKeeper is unreachable, ms"},
+     "how long a command may wait for ZooKeeper (its own running time "
+     "aside; a write on a key held here: the lease), ms"},
     {"zk-group-max", OPT_INT, OFF(zk_group_max), "128", 0, 1000,
      "most operations of concurrent writes sent as one multi (group commit; "
      "0 or 1: off)"},

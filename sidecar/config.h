@@ -15,7 +15,7 @@ struct config {
     char *zk;               /* ZooKeeper connect string */
     char *root;             /* znode root, e.g. /zkresp */
     int session_timeout;    /* ms, requested */
-    int zk_request_timeout; /* ms a request waits while disconnected */
+    int zk_request_timeout; /* ms a command may wait for ZooKeeper */
     int zk_group_max;       /* most operations in one group commit */
     char *policy;           /* policy file */
     char *scripts;          /* directory of the system Lua scripts */
