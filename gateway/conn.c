@@ -33,6 +33,8 @@ struct wreq {
 };
 
 static void process(struct conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 
 static uint64_t now_ms(struct conn *c)
 {
@@ -252,8 +254,14 @@ static void process(struct conn *c)
     }
     int want = under_limits(c);
     if (want && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, NULL) == 0)
-            c->reading = 1;
+        /* Resume reading.  libuv refuses a NULL read callback, so this must
+         * be the same pair conn_accept started with. */
+        int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (rc < 0) {
+            conn_close(c, uv_strerror(rc));
+            return;
+        }
+        c->reading = 1;
     } else if (!want && c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
