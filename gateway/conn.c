@@ -388,7 +388,7 @@ void conn_accept(struct server *s)
     }
 
     struct proto_limits lim = {
-        .max_args = 1024 * 1024,
+        .max_args = (size_t)s->cfg->max_args,
         .max_bulk = (size_t)s->cfg->max_bulk_len,
         .max_inline = 64 * 1024,
         .max_query = (size_t)s->cfg->max_query_len,

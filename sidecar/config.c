@@ -64,6 +64,9 @@ static const struct opt opts[] = {
      "longest key, bytes"},
     {"max-value-len", OPT_SIZE, OFF(max_value_len), "262144", 1, 900 << 10,
      "largest value, bytes"},
+    {"max-args", OPT_INT, OFF(max_args), "4096", 16, 1 << 20,
+     "most arguments in one command, its name included (more: protocol "
+     "error, connection closed)"},
     {"max-bulk-len", OPT_SIZE, OFF(max_bulk_len), "8388608", 1024, 512LL << 20,
      "longest single argument accepted, bytes"},
     {"max-query-len", OPT_SIZE, OFF(max_query_len), "67108864", 1024, 1LL << 30,

@@ -24,6 +24,7 @@ struct config {
     int maxclients;
     long long max_key_len;   /* bytes */
     long long max_value_len; /* bytes */
+    int max_args;            /* most arguments in one request, name included */
     long long max_bulk_len;  /* longest bulk argument accepted */
     long long max_query_len; /* query buffer per connection */
     long long max_output;    /* reply bytes pending per connection */

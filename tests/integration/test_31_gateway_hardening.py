@@ -343,3 +343,52 @@ def test_command_surface_random_shapes(make_zkresp):
         "\n".join("%s -> %r" % i for i in internal[:20])
     errors = [l for l in z.log().splitlines() if b"event=lua.error" in l]
     assert not errors, "Lua errors logged (seed %d):\n%s" % (seed, b"\n".join(errors[:10]).decode("utf-8", "replace"))
+
+
+# ------------------------------------------------------------------ --max-args
+
+def test_max_args_refused_at_the_header(make_proxy, make_zkresp, zk):
+    """A request announcing more than --max-args arguments (the name
+    included) gets Redis's answer to a multibulk count over its cap and is
+    closed as soon as its "*N" line arrives: nothing of it is buffered and
+    nothing reaches ZooKeeper.  At the cap, it runs."""
+    proxy = make_proxy(zk)
+    z = make_zkresp(zk_target=proxy, extra=["--max-args", "100"])
+    keys = ["gw-ma:%d" % i for i in range(120)]
+    with z.client() as c:
+        for k in keys:
+            assert c.cmd("SET", k, "v") == b"+OK\r\n"
+    time.sleep(0.2)
+    before = len(proxy.requests_containing(b"/k/gw-ma:"))
+    # 101 arguments, sent whole: refused, the keys are still there.
+    with z.client() as c:
+        c.send(encode("DEL", *keys[:100]))
+        assert c.read_until_close(5) == b"-ERR Protocol error: invalid multibulk length\r\n"
+    time.sleep(0.2)
+    assert len(proxy.requests_containing(b"/k/gw-ma:")) == before, \
+        "a refused request reached ZooKeeper"
+    with z.client() as c:
+        assert c.cmd("EXISTS", *keys[:99]) == b":99\r\n"
+        # Only the header: answered at once, before any argument arrives.
+        c2 = z.client()
+        c2.send(b"*1000000\r\n")
+        t0 = time.monotonic()
+        assert c2.read_until_close(5) == b"-ERR Protocol error: invalid multibulk length\r\n"
+        assert time.monotonic() - t0 < 2
+        # At the cap: 100 arguments run.
+        assert c.cmd("DEL", *keys[:99]) == b":99\r\n"
+        assert c.cmd("EXISTS", *keys[:99]) == b":0\r\n"
+        assert c.cmd("PING") == b"+PONG\r\n"
+
+
+def test_max_args_default(zkresp):
+    """The default cap (4096 arguments) admits the lock clients' largest
+    commands (Redisson renews up to 100 locks in one script) and refuses a
+    million-argument request."""
+    with zkresp.client() as c:
+        assert c.cmd("EXISTS", *["gw-md:%d" % i for i in range(4095)]) == b":0\r\n"
+    with zkresp.client() as c:
+        c.send(encode("EXISTS", *["gw-md:%d" % i for i in range(4096)]))
+        assert c.read_until_close(5) == b"-ERR Protocol error: invalid multibulk length\r\n"
+    with zkresp.client() as c:
+        assert c.cmd("PING") == b"+PONG\r\n"
