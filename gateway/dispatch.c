@@ -218,8 +218,7 @@ static void cmd_auth(struct cmd_ctx *x)
         conn_set_authed(c, 1);
         reply_status(x->out, "OK");
     } else {
-        log_info("client.auth_failed", "id=%llu addr=%s",
-                 (unsigned long long)c->id, c->addr);
+        conn_auth_failed(c);
         reply_error(x->out, "WRONGPASS invalid username-password pair or "
                             "user is disabled.");
     }
@@ -262,8 +261,7 @@ static void cmd_hello(struct cmd_ctx *x)
     }
     if (user) {
         if (!check_auth(c, user, pass)) {
-            log_info("client.auth_failed", "id=%llu addr=%s",
-                     (unsigned long long)c->id, c->addr);
+            conn_auth_failed(c);
             reply_error(x->out, "WRONGPASS invalid username-password pair or "
                                 "user is disabled.");
             return;

@@ -58,6 +58,9 @@ static const struct opt opts[] = {
      "debug, info, warn or error"},
     {"requirepass", OPT_STR, OFF(requirepass), "", 0, 0,
      "password clients must AUTH with (empty: none)"},
+    {"auth-fail-delay", OPT_INT, OFF(auth_fail_delay), "100", 0, 10000,
+     "after a failed AUTH, the connection's next command waits this long, "
+     "ms (0: no wait)"},
     {"maxclients", OPT_INT, OFF(maxclients), "10000", 1, 1000000,
      "most simultaneous client connections"},
     {"max-key-len", OPT_SIZE, OFF(max_key_len), "1024", 1, 1 << 20,

@@ -20,7 +20,8 @@ struct config {
     char *policy;           /* policy file */
     char *scripts;          /* directory of the system Lua scripts */
     int log_level;
-    char *requirepass; /* NULL: no authentication */
+    char *requirepass;   /* NULL: no authentication */
+    int auth_fail_delay; /* ms a connection waits after a failed AUTH */
     int maxclients;
     long long max_key_len;   /* bytes */
     long long max_value_len; /* bytes */

@@ -392,3 +392,75 @@ def test_max_args_default(zkresp):
         assert c.read_until_close(5) == b"-ERR Protocol error: invalid multibulk length\r\n"
     with zkresp.client() as c:
         assert c.cmd("PING") == b"+PONG\r\n"
+
+
+# ------------------------------------------------------------ failed AUTHs
+
+def auth_failures_logged(z):
+    """(lines, failures they account for) of client.auth_failed in z's log."""
+    lines = [l for l in z.log().splitlines() if b"event=client.auth_failed" in l]
+    total = 0
+    for l in lines:
+        m = re.search(rb"suppressed=(\d+)", l)
+        assert m, "client.auth_failed line without its suppressed count: %r" % l
+        total += int(m.group(1)) + (1 if b" id=" in l else 0)
+    return lines, total
+
+
+def test_failed_auths_paced_and_logged_sparingly(make_zkresp):
+    """50k wrong AUTHs pipelined once ran at 277k/s with a log line each.
+    Now each failure pauses its connection for --auth-fail-delay (100 ms)
+    before its next request, the WRONGPASS itself leaving at once; the log
+    has at most one client.auth_failed line a second for all clients, whose
+    suppressed= counts account for every failure; no password is logged;
+    other clients, and a right AUTH, are not slowed."""
+    secret = "gw-the-real-secret"
+    z = make_zkresp(extra=["--requirepass", secret])
+    # One connection, 2000 wrong AUTHs in one send.
+    s = socket.create_connection(("127.0.0.1", z.port), timeout=5)
+    t0 = time.monotonic()
+    s.sendall(b"".join(encode("AUTH", "gw-guess-%d" % i) for i in range(2000)))
+    s.settimeout(0.5)
+    first = s.recv(200)
+    assert first.startswith(b"-WRONGPASS invalid username-password pair"), first
+    assert time.monotonic() - t0 < 0.5, "the first WRONGPASS was not sent at once"
+    got = first
+    while time.monotonic() - t0 < 1.0:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            break
+        got += chunk
+    n = got.count(b"-WRONGPASS")
+    assert 3 <= n <= 15, "%d failed AUTHs answered in 1 s on one connection" % n
+    # Meanwhile another client authenticates and is served at once.
+    with z.client() as c:
+        t1 = time.monotonic()
+        assert c.cmd("AUTH", secret) == b"+OK\r\n"
+        assert c.cmd("PING") == b"+PONG\r\n"
+        assert time.monotonic() - t1 < 0.5
+    s.close()
+    # Many connections, one failure each: not paced, but logged sparingly.
+    socks = []
+    for i in range(200):
+        c = RawClient(z.port)
+        c.send(encode("AUTH", "gw-guess-many-%d" % i))
+        socks.append(c)
+    for c in socks:
+        assert c.read_reply().startswith(b"-WRONGPASS")
+        c.close()
+    # HELLO ... AUTH counts too.
+    with z.client() as c:
+        assert c.cmd("HELLO", "3", "AUTH", "default", "gw-guess-hello").startswith(b"-WRONGPASS")
+    expected_min = n + 200 + 1
+
+    def all_accounted():
+        return auth_failures_logged(z)[1] >= expected_min
+    harness.wait_for(all_accounted, 5, 0.1, "the suppressed failures to be reported")
+    lines, total = auth_failures_logged(z)
+    elapsed = time.monotonic() - t0
+    assert len(lines) <= elapsed + 3, "%d client.auth_failed lines in %.1f s" % (len(lines), elapsed)
+    log = z.log()
+    assert b"gw-guess" not in log and secret.encode() not in log, "a password reached the log"
