@@ -464,3 +464,77 @@ def test_failed_auths_paced_and_logged_sparingly(make_zkresp):
     assert len(lines) <= elapsed + 3, "%d client.auth_failed lines in %.1f s" % (len(lines), elapsed)
     log = z.log()
     assert b"gw-guess" not in log and secret.encode() not in log, "a password reached the log"
+
+
+# ------------------------------------------------------------ the metrics port
+
+def healthz(port, timeout=5.0):
+    """GET /healthz on a fresh connection: (status line, seconds taken)."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\r\n", 1)[0], time.monotonic() - t0
+
+
+def test_healthz_answered_whatever_other_connections_do(make_zkresp):
+    """64 connections each sending half a request head once kept every
+    /healthz unanswered for 10 s per batch (a failed liveness probe restarts
+    the pod and drops its locks).  Now a new connection replaces the oldest
+    slow one, a head must arrive within 2 s, and /healthz is answered at
+    once however many slow connections there are; memory stays bounded."""
+    mport = free_port()
+    z = make_zkresp(extra=["--metrics-port", mport])
+    assert healthz(mport)[0] == b"HTTP/1.1 200 OK"
+    rss0 = z.rss_kb()
+    slow = []
+    try:
+        for batch in range(4):
+            for _ in range(64):
+                s = socket.create_connection(("127.0.0.1", mport), timeout=5)
+                s.sendall(b"GET /healthz HTTP/1.1\r\n")
+                slow.append(s)
+            status, took = healthz(mport)
+            assert status == b"HTTP/1.1 200 OK", "batch %d: /healthz answered %r" % (batch, status)
+            assert took < 1.0, "batch %d: /healthz took %.2f s" % (batch, took)
+        # Silent connections and endless heads do not hold it up either.
+        for _ in range(100):
+            s = socket.create_connection(("127.0.0.1", mport), timeout=5)
+            slow.append(s)
+        assert healthz(mport)[0] == b"HTTP/1.1 200 OK"
+        # Every slow connection but the newest MAX_CONNS was closed.
+        closed = 0
+        for s in slow[:-64]:
+            s.settimeout(2)
+            try:
+                if s.recv(100) == b"":
+                    closed += 1
+            except ConnectionResetError:
+                closed += 1
+            except socket.timeout:
+                pass
+        assert closed == len(slow) - 64, "%d of %d replaced connections closed" % (closed, len(slow) - 64)
+        # The newest are cut at the head deadline.
+        s = slow[-1]
+        s.settimeout(5)
+        t0 = time.monotonic()
+        try:
+            assert s.recv(100) == b""
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - t0 < 4
+        assert z.rss_kb() - rss0 < 16 * 1024, "RSS grew by %d KiB" % (z.rss_kb() - rss0)
+    finally:
+        for s in slow:
+            s.close()
+    # The Redis port was never affected.
+    with z.client() as c:
+        assert c.cmd("PING") == b"+PONG\r\n"
