@@ -538,3 +538,26 @@ def test_healthz_answered_whatever_other_connections_do(make_zkresp):
     # The Redis port was never affected.
     with z.client() as c:
         assert c.cmd("PING") == b"+PONG\r\n"
+
+
+# ------------------------------------------------------- the configuration table
+
+def test_readme_configuration_table_matches_help():
+    """Every option `zkresp --help` prints is in README's configuration
+    table with the same default, and the table has no option zkresp lacks."""
+    import subprocess
+    out = subprocess.run([harness.zkresp_bin(), "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=10).stdout.decode()
+    helped = dict(re.findall(r"^  --([a-z0-9-]+) .*\n\s+default: (\S*)", out, re.M))
+    assert "max-args" in helped and "auth-fail-delay" in helped, out
+    readme = open(os.path.join(harness.REPO, "README.md")).read()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `--([a-z0-9-]+)` \| ([^|]*) \|", table, re.M))
+    assert set(rows) == set(helped) - {"config"}, (set(rows) ^ set(helped))
+
+    def size(v):
+        v = v.strip().strip("`").lower()
+        m = re.match(r"^(\d+)([kmg]?)$", v)
+        return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)] if m else v
+    for name in ("max-args", "auth-fail-delay", "max-inflight", "max-output", "maxclients"):
+        assert size(rows[name]) == size(helped[name]), (name, rows[name], helped[name])
