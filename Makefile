@@ -99,7 +99,7 @@ bench: deps
 FMT_SRCS := $(SRCS) $(HDRS) $(UNIT_SRCS) $(wildcard tests/unit/*.h) \
             $(wildcard tests/fuzz/*.c) $(wildcard tests/bench/*.c) $(wildcard tests/bench/*.h)
 
-fuzz:
+fuzz: $(BUILD)/zkresp-asan
 	@tests/fuzz/run.sh
 
 format:

@@ -171,6 +171,9 @@ def test_subscribed_command_without_subcommand(zkresp):
 PASSWORD = "gw-fuzz-secret"
 FUZZ_STEPS = int(os.environ.get("ZKRESP_FUZZ_STEPS", "4000"))
 FUZZ_SEED = os.environ.get("ZKRESP_FUZZ_SEED")
+# `make fuzz` runs it for as long as asked: at least FUZZ_STEPS steps and
+# until ZKRESP_FUZZ_SECONDS have passed.
+FUZZ_SECONDS = float(os.environ.get("ZKRESP_FUZZ_SECONDS", "0"))
 
 SUBCOMMANDS = {
     "client": ["setname", "getname", "id", "setinfo", "info", "list", "kill", "no-evict",
@@ -314,7 +317,12 @@ def test_command_surface_random_shapes(make_zkresp):
         lane.setup()
     internal = []
     weights = [30, 30, 12, 12, 16]
-    for step in range(FUZZ_STEPS):
+    deadline = time.monotonic() + FUZZ_SECONDS
+    step = -1
+    while True:
+        step += 1
+        if step >= FUZZ_STEPS and time.monotonic() >= deadline:
+            break
         lane = rng.choices(lanes, weights)[0]
         if rng.random() < 0.04:
             lane.setup()
