@@ -310,6 +310,7 @@ def test_command_surface_random_shapes(make_zkresp):
     names = sorted(table)
     seed = int(FUZZ_SEED) if FUZZ_SEED else random.randrange(1 << 30)
     rng = random.Random(seed)
+    print("command-surface fuzz: seed %d (ZKRESP_FUZZ_SEED repeats it)" % seed)
     lanes = [Lane(z.port, 2, False, True), Lane(z.port, 3, False, True),
              Lane(z.port, 2, True, True), Lane(z.port, 3, True, True),
              Lane(z.port, 2, False, False)]
@@ -343,7 +344,6 @@ def test_command_surface_random_shapes(make_zkresp):
                 internal.append((where, r[:300]))
         if b"+RESET\r\n" in replies and lane.authed:
             lane.setup()   # back to its mode: RESET left it unauthenticated
-    print("GWSTATS", seed, sum(l.n for l in lanes))
     assert z.alive(), "zkresp died (seed %d)" % seed
     with z.admin() as c:
         assert c.cmd("PING") == b"+PONG\r\n"
