@@ -423,9 +423,14 @@ static void cmd_client(struct cmd_ctx *x)
             x->r->close_after = 1;
         else if (victim)
             conn_close(victim, "client kill");
+    } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH") ||
+               arg_is(sub, "REPLY")) {
+        reply_status(x->out, "OK"); /* accepted, nothing to do */
     } else {
-        /* NO-EVICT, NO-TOUCH, REPLY: accepted, nothing to do. */
-        reply_status(x->out, "OK");
+        /* In client_subs but without a branch here: a bug, answered as
+         * Redis answers a subcommand it does not know. */
+        reply_errorf(x->out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
+                     (int)(sub->len > 128 ? 128 : sub->len), sub->ptr);
     }
 }
 
