@@ -28,7 +28,7 @@ import pytest
 
 import harness
 from harness import RawClient, free_port
-from resp import encode, decode_one, frame_end, ConnectionClosed, Incomplete
+from resp import encode, frame_end, ConnectionClosed, Incomplete
 
 
 def collect(port, data, n, timeout):
@@ -119,8 +119,8 @@ SHORT_REQUESTS = [
     ("CLIENT", "INFO", "x"),
     ("ECHO",), ("SELECT",), ("AUTH",), ("WAIT",), ("WAIT", "0"),
     ("TIME", "x"), ("READONLY", "x"), ("INFO",), ("HELLO",),
-    ("GET",), ("GET", "k"), ("SET", "k"), ("PUBSUB",), ("PUBSUB", "NUMSUB"),
-    ("PUBSUB", "NOPE"), ("PUBSUB", "NUMPAT", "x"), ("PUBSUB", "CHANNELS"),
+    ("GET",), ("GET", "gw-short:none"), ("SET", "k"), ("PUBSUB",), ("PUBSUB", "NUMSUB"),
+    ("PUBSUB", "NOPE"), ("PUBSUB", "NUMPAT", "x"), ("PUBSUB", "CHANNELS", "gw-short-none*"),
     ("SCRIPT",), ("SCRIPT", "NOPE"), ("SCRIPT", "LOAD"), ("SCRIPT", "EXISTS"),
     ("SCRIPT", "KILL", "x"), ("SCRIPT", "nope\x00x"), ("EVAL",), ("EVAL", "return 1"),
     ("PING",), ("PING", "a", "b"),
