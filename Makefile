@@ -55,7 +55,7 @@ $(BUILD)/zkresp-asan: $(ASAN_OBJS)
 	$(CC) $(SAN) $^ -o $@ $(LDLIBS)
 
 # The unit tests link only the pure modules they test.
-UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/keyenc.c sidecar/lua_alloc.c
+UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/keyenc.c sidecar/lua_alloc.c sidecar/log.c
 
 $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)
@@ -99,7 +99,7 @@ bench: deps
 FMT_SRCS := $(SRCS) $(HDRS) $(UNIT_SRCS) $(wildcard tests/unit/*.h) \
             $(wildcard tests/fuzz/*.c) $(wildcard tests/bench/*.c) $(wildcard tests/bench/*.h)
 
-fuzz:
+fuzz: $(BUILD)/zkresp-asan
 	@tests/fuzz/run.sh
 
 format:

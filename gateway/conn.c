@@ -33,6 +33,8 @@ struct wreq {
 };
 
 static void process(struct conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 
 static uint64_t now_ms(struct conn *c)
 {
@@ -66,7 +68,7 @@ static void req_done(struct lua_task *t)
 
 static int under_limits(const struct conn *c)
 {
-    return c->inflight < (size_t)c->srv->cfg->max_inflight &&
+    return !c->paused && c->inflight < (size_t)c->srv->cfg->max_inflight &&
            c->out.len + c->writing < OUT_SOFT;
 }
 
@@ -252,8 +254,14 @@ static void process(struct conn *c)
     }
     int want = under_limits(c);
     if (want && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, NULL) == 0)
-            c->reading = 1;
+        /* Resume reading.  libuv refuses a NULL read callback, so this must
+         * be the same pair conn_accept started with. */
+        int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (rc < 0) {
+            conn_close(c, uv_strerror(rc));
+            return;
+        }
+        c->reading = 1;
     } else if (!want && c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
@@ -282,9 +290,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     process(c);
 }
 
+/* Runs for each of the connection's two handles; the second frees it. */
 static void on_closed(uv_handle_t *h)
 {
     struct conn *c = h->data;
+    if (--c->open_handles > 0)
+        return;
     struct server *s = c->srv;
     struct req *r = c->head;
     while (r) {
@@ -327,6 +338,8 @@ void conn_close(struct conn *c, const char *why)
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
+    uv_timer_stop(&c->pause_timer);
+    uv_close((uv_handle_t *)&c->pause_timer, on_closed);
     uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
@@ -380,7 +393,7 @@ void conn_accept(struct server *s)
     }
 
     struct proto_limits lim = {
-        .max_args = 1024 * 1024,
+        .max_args = (size_t)s->cfg->max_args,
         .max_bulk = (size_t)s->cfg->max_bulk_len,
         .max_inline = 64 * 1024,
         .max_query = (size_t)s->cfg->max_query_len,
@@ -390,6 +403,9 @@ void conn_accept(struct server *s)
         uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
         return;
     }
+    uv_timer_init(s->loop, &c->pause_timer);
+    c->pause_timer.data = c;
+    c->open_handles = 2;
     c->id = ++s->next_client_id;
     server_index_add(s, c);
     c->resp = 2;
@@ -411,6 +427,27 @@ void conn_set_authed(struct conn *c, int authed)
 {
     c->authed = authed;
     proto_set_authenticated(c->proto, authed);
+}
+
+static void on_pause_end(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    c->paused = 0;
+    process(c);
+}
+
+void conn_auth_failed(struct conn *c)
+{
+    struct server *s = c->srv;
+    unsigned long suppressed;
+    if (log_limit_allow(&s->auth_log, uv_now(s->loop), &suppressed))
+        log_info("client.auth_failed", "id=%llu addr=%s suppressed=%lu",
+                 (unsigned long long)c->id, c->addr, suppressed);
+    if (s->cfg->auth_fail_delay <= 0 || c->closing)
+        return;
+    c->paused = 1;
+    uv_timer_start(&c->pause_timer, on_pause_end,
+                   (uint64_t)s->cfg->auth_fail_delay, 0);
 }
 
 void conn_cron(struct conn *c, uint64_t now)

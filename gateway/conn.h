@@ -38,6 +38,10 @@ struct req {
 
 struct conn {
     uv_tcp_t tcp;
+    uv_timer_t pause_timer; /* ends the wait after a failed AUTH */
+    int open_handles;       /* tcp and pause_timer: freed when both closed */
+    int paused;             /* waiting after a failed AUTH: nothing is read
+                               or dispatched */
     struct server *srv;
     struct conn *prev, *next; /* server's list */
     struct conn *id_next;     /* server's index by id */
@@ -82,6 +86,14 @@ void conn_close(struct conn *c, const char *why);
 /* Records whether the client has authenticated; until it has, the request
  * reader applies Redis's tight pre-authentication limits. */
 void conn_set_authed(struct conn *c, int authed);
+
+/* The client failed AUTH or HELLO ... AUTH: logs it (at most one line a
+ * second for all clients together, with the number of failures left out;
+ * never the password) and pauses c for --auth-fail-delay ms, so that its
+ * next request waits (the WRONGPASS reply itself leaves at once).  One
+ * connection then tries at most a few passwords a second, however many it
+ * pipelines. */
+void conn_auth_failed(struct conn *c);
 
 /* Called once a second: idle and stall timeouts. */
 void conn_cron(struct conn *c, uint64_t now_ms);

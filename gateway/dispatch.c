@@ -40,11 +40,24 @@ struct cmd_ctx {
 
 typedef void (*cmd_fn)(struct cmd_ctx *x);
 
+/* A subcommand: its lower-case name and Redis's arity for it, counted from
+ * the command's own name (CLIENT SETNAME name: 3).  A negative arity -n
+ * means at least n. */
+struct csub {
+    const char *name;
+    int arity;
+};
+
+/* One command answered in C.  dispatch() checks the request against arity
+ * and, when the command has subcommands, against the subcommand's entry
+ * before fn runs, so fn may read every argument the arity guarantees and
+ * only those. */
 struct ccmd {
     const char *name;
     int arity;
     const char *flags;
     cmd_fn fn;
+    const struct csub *subs; /* NULL, or the subcommands, ended by {NULL} */
 };
 
 static int arg_is(const struct proto_arg *a, const char *s)
@@ -205,8 +218,7 @@ static void cmd_auth(struct cmd_ctx *x)
         conn_set_authed(c, 1);
         reply_status(x->out, "OK");
     } else {
-        log_info("client.auth_failed", "id=%llu addr=%s",
-                 (unsigned long long)c->id, c->addr);
+        conn_auth_failed(c);
         reply_error(x->out, "WRONGPASS invalid username-password pair or "
                             "user is disabled.");
     }
@@ -249,8 +261,7 @@ static void cmd_hello(struct cmd_ctx *x)
     }
     if (user) {
         if (!check_auth(c, user, pass)) {
-            log_info("client.auth_failed", "id=%llu addr=%s",
-                     (unsigned long long)c->id, c->addr);
+            conn_auth_failed(c);
             reply_error(x->out, "WRONGPASS invalid username-password pair or "
                                 "user is disabled.");
             return;
@@ -310,21 +321,14 @@ static void cmd_reset(struct cmd_ctx *x)
     reply_status(x->out, "RESET");
 }
 
+/* CLIENT <subcommand> ...: dispatch() has checked the subcommand's arity
+ * (client_subs), so each branch reads only what that arity guarantees. */
 static void cmd_client(struct cmd_ctx *x)
 {
     struct conn *c = x->c;
     const struct proto_arg *sub = &x->argv[1];
-    char full[64];
-    snprintf(full, sizeof full, "client|%.*s",
-             (int)(sub->len > 40 ? 40 : sub->len), sub->ptr);
-    for (char *p = full; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
 
     if (arg_is(sub, "SETNAME")) {
-        if (x->argc != 3) {
-            err_arity(x->out, full);
-            return;
-        }
         if (!valid_name(&x->argv[2])) {
             reply_error(x->out, "ERR Client names cannot contain "
                                 "spaces, newlines or special "
@@ -335,25 +339,13 @@ static void cmd_client(struct cmd_ctx *x)
         c->name = x->argv[2].len ? arg_dup(&x->argv[2]) : NULL;
         reply_status(x->out, "OK");
     } else if (arg_is(sub, "GETNAME")) {
-        if (x->argc != 2) {
-            err_arity(x->out, full);
-            return;
-        }
         if (c->name)
             reply_bulk_str(x->out, c->name);
         else
             reply_null(x->out, c->resp);
     } else if (arg_is(sub, "ID")) {
-        if (x->argc != 2) {
-            err_arity(x->out, full);
-            return;
-        }
         reply_int(x->out, (long long)c->id);
     } else if (arg_is(sub, "SETINFO")) {
-        if (x->argc != 4) {
-            err_arity(x->out, full);
-            return;
-        }
         const struct proto_arg *attr = &x->argv[2], *val = &x->argv[3];
         char **slot;
         const char *label;
@@ -364,12 +356,9 @@ static void cmd_client(struct cmd_ctx *x)
             slot = &c->lib_ver;
             label = "lib-ver";
         } else {
-            {
-                reply_errorf(x->out, "ERR Unrecognized option '%.*s'",
-                             (int)(attr->len > 128 ? 128 : attr->len),
-                             attr->ptr);
-                return;
-            }
+            reply_errorf(x->out, "ERR Unrecognized option '%.*s'",
+                         (int)(attr->len > 128 ? 128 : attr->len), attr->ptr);
+            return;
         }
         if (!valid_name(val)) {
             reply_errorf(x->out,
@@ -382,10 +371,6 @@ static void cmd_client(struct cmd_ctx *x)
         *slot = val->len ? arg_dup(val) : NULL;
         reply_status(x->out, "OK");
     } else if (arg_is(sub, "INFO")) {
-        if (x->argc != 2) {
-            err_arity(x->out, full);
-            return;
-        }
         struct buf b;
         buf_init(&b);
         conn_describe(c, &b);
@@ -426,10 +411,8 @@ static void cmd_client(struct cmd_ctx *x)
                 if (!o->closing && arg_is(&x->argv[3], o->addr))
                     victim = o;
         } else {
-            {
-                reply_error(x->out, "ERR syntax error");
-                return;
-            }
+            reply_error(x->out, "ERR syntax error");
+            return;
         }
         if (!filters) {
             reply_status(x->out, "OK");
@@ -442,12 +425,10 @@ static void cmd_client(struct cmd_ctx *x)
             conn_close(victim, "client kill");
     } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH") ||
                arg_is(sub, "REPLY")) {
-        if (x->argc != 3) {
-            err_arity(x->out, full);
-            return;
-        }
-        reply_status(x->out, "OK");
+        reply_status(x->out, "OK"); /* accepted, nothing to do */
     } else {
+        /* In client_subs but without a branch here: a bug, answered as
+         * Redis answers a subcommand it does not know. */
         reply_errorf(x->out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
                      (int)(sub->len > 128 ? 128 : sub->len), sub->ptr);
     }
@@ -802,6 +783,8 @@ static void cmd_docs(struct cmd_ctx *x)
                       kinds[i - 2] == 1 ? "connection" : "keyspace");
 }
 
+/* COMMAND [COUNT | DOCS [name ...] | INFO [name ...]]: dispatch() has
+ * checked the subcommand (command_subs). */
 static void cmd_command(struct cmd_ctx *x)
 {
     struct lua_host *lua = x->c->srv->lua;
@@ -810,7 +793,7 @@ static void cmd_command(struct cmd_ctx *x)
         reply_int(x->out, (long long)(nlua + nccmds));
     } else if (x->argc >= 2 && arg_is(&x->argv[1], "DOCS")) {
         cmd_docs(x);
-    } else if (x->argc >= 2 && arg_is(&x->argv[1], "INFO")) {
+    } else if (x->argc >= 3 && arg_is(&x->argv[1], "INFO")) {
         reply_array(x->out, x->argc - 2);
         for (int i = 2; i < x->argc; i++) {
             const struct ccmd *cc = ccmd_find(&x->argv[i]);
@@ -834,36 +817,50 @@ static void cmd_command(struct cmd_ctx *x)
                 reply_null(x->out, x->c->resp);
             }
         }
-    } else if (x->argc == 1) {
+    } else {
+        /* COMMAND, and COMMAND INFO without names (Redis 7): every
+         * command. */
         reply_array(x->out, (long)(nlua + nccmds));
         for (size_t i = 0; i < nccmds; i++)
             entry_reply(x->out, ccmds[i].name, ccmds[i].arity, ccmds[i].flags,
                         0, 0, 0);
         struct cmd_list l = {.out = x->out};
         lua_host_commands(lua, list_lua_cmd, &l);
-    } else {
-        reply_errorf(x->out, "ERR unknown subcommand '%.*s'. Try COMMAND HELP.",
-                     (int)(x->argv[1].len > 128 ? 128 : x->argv[1].len),
-                     x->argv[1].ptr);
     }
 }
 
+/* The subcommands answered here, with Redis 7.2's arities. */
+static const struct csub client_subs[] = {
+    {"setname", 3},  {"getname", 2}, {"id", 2},    {"setinfo", 4},
+    {"info", 2},     {"list", -2},   {"kill", -3}, {"no-evict", 3},
+    {"no-touch", 3}, {"reply", 3},   {NULL, 0},
+};
+static const struct csub command_subs[] = {
+    {"count", 2},
+    {"docs", -2},
+    {"info", -2},
+    {NULL, 0},
+};
+
 static const struct ccmd ccmds[] = {
-    {"ping", -1, "fast stale", cmd_ping},
-    {"echo", 2, "fast stale", cmd_echo},
-    {"quit", -1, "noauth allow_busy fast", cmd_quit},
-    {"select", 2, "loading stale fast", cmd_select},
-    {"auth", -2, "noscript loading stale fast noauth allow_busy", cmd_auth},
-    {"hello", -1, "noscript loading stale fast noauth allow_busy", cmd_hello},
-    {"reset", 1, "noscript loading stale fast noauth allow_busy", cmd_reset},
-    {"client", -2, "noscript loading stale", cmd_client},
-    {"info", -1, "loading stale", cmd_info},
-    {"command", -1, "loading stale", cmd_command},
-    {"time", 1, "loading stale fast", cmd_time},
-    {"wait", 3, "noscript", cmd_wait},
-    {"waitaof", 4, "noscript", cmd_waitaof},
-    {"readonly", 1, "loading stale fast", cmd_cluster_disabled},
-    {"readwrite", 1, "loading stale fast", cmd_cluster_disabled},
+    {"ping", -1, "fast stale", cmd_ping, NULL},
+    {"echo", 2, "fast stale", cmd_echo, NULL},
+    {"quit", -1, "noauth allow_busy fast", cmd_quit, NULL},
+    {"select", 2, "loading stale fast", cmd_select, NULL},
+    {"auth", -2, "noscript loading stale fast noauth allow_busy", cmd_auth,
+     NULL},
+    {"hello", -1, "noscript loading stale fast noauth allow_busy", cmd_hello,
+     NULL},
+    {"reset", 1, "noscript loading stale fast noauth allow_busy", cmd_reset,
+     NULL},
+    {"client", -2, "noscript loading stale", cmd_client, client_subs},
+    {"info", -1, "loading stale", cmd_info, NULL},
+    {"command", -1, "loading stale", cmd_command, command_subs},
+    {"time", 1, "loading stale fast", cmd_time, NULL},
+    {"wait", 3, "noscript", cmd_wait, NULL},
+    {"waitaof", 4, "noscript", cmd_waitaof, NULL},
+    {"readonly", 1, "loading stale fast", cmd_cluster_disabled, NULL},
+    {"readwrite", 1, "loading stale fast", cmd_cluster_disabled, NULL},
 };
 static const size_t nccmds = sizeof ccmds / sizeof ccmds[0];
 
@@ -882,19 +879,56 @@ static int subscribed_allowed(const struct ccmd *cc)
            strcmp(cc->name, "reset") == 0;
 }
 
-static void err_subscribed(struct buf *out, const char *name,
-                           const struct proto_req *pr)
+/* The subcommand entry of cc that argv[1] names, or NULL. */
+static const struct csub *csub_find(const struct ccmd *cc,
+                                    const struct proto_arg *name)
 {
-    char full[96];
-    if (strcmp(name, "client") == 0 || strcmp(name, "command") == 0) {
-        const struct proto_arg *sub = &pr->argv[1];
-        snprintf(full, sizeof full, "%s|%.*s", name,
-                 (int)(sub->len > 40 ? 40 : sub->len), sub->ptr);
-        for (char *p = full; *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-    } else {
-        snprintf(full, sizeof full, "%s", name);
+    for (const struct csub *sc = cc->subs; sc && sc->name; sc++)
+        if (arg_is(name, sc->name))
+            return sc;
+    return NULL;
+}
+
+/* Checks pr against cc's arity and, for a command with subcommands, against
+ * the named subcommand's.  Returns 1 when fn may run; otherwise writes
+ * Redis's error (wrong number of arguments, unknown subcommand) to out and
+ * returns 0.  full receives the name Redis reports for the command:
+ * "client|setname" for a subcommand, else the command's name. */
+static int ccmd_check(const struct ccmd *cc, const struct proto_req *pr,
+                      struct buf *out, char *full, size_t fullcap)
+{
+    snprintf(full, fullcap, "%s", cc->name);
+    if ((cc->arity > 0 && pr->argc != cc->arity) ||
+        (cc->arity < 0 && pr->argc < -cc->arity)) {
+        err_arity(out, cc->name);
+        return 0;
     }
+    if (!cc->subs || pr->argc < 2)
+        return 1; /* COMMAND alone is the command itself */
+    const struct proto_arg *name = &pr->argv[1];
+    const struct csub *sc = csub_find(cc, name);
+    if (!sc) {
+        char upper[32];
+        size_t i = 0;
+        for (; cc->name[i] && i + 1 < sizeof upper; i++)
+            upper[i] = (char)toupper((unsigned char)cc->name[i]);
+        upper[i] = 0;
+        reply_errorf(out, "ERR unknown subcommand '%.*s'. Try %s HELP.",
+                     (int)(name->len > 128 ? 128 : name->len), name->ptr,
+                     upper);
+        return 0;
+    }
+    snprintf(full, fullcap, "%s|%s", cc->name, sc->name);
+    if ((sc->arity > 0 && pr->argc != sc->arity) ||
+        (sc->arity < 0 && pr->argc < -sc->arity)) {
+        err_arity(out, full);
+        return 0;
+    }
+    return 1;
+}
+
+static void err_subscribed(struct buf *out, const char *full)
+{
     reply_errorf(out,
                  "ERR Can't execute '%s': only (P|S)SUBSCRIBE / "
                  "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
@@ -935,13 +969,13 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         return;
     }
     if (cc) {
-        if ((cc->arity > 0 && pr->argc != cc->arity) ||
-            (cc->arity < 0 && pr->argc < -cc->arity))
-            err_arity(&r->reply, cc->name);
-        else if (conn_subscribed_resp2(c) && !subscribed_allowed(cc))
-            err_subscribed(&r->reply, cc->name, pr);
-        else
-            cc->fn(&x);
+        char full[64];
+        if (ccmd_check(cc, pr, &r->reply, full, sizeof full)) {
+            if (conn_subscribed_resp2(c) && !subscribed_allowed(cc))
+                err_subscribed(&r->reply, full);
+            else
+                cc->fn(&x);
+        }
         if (!r->c_pending)
             r->done = 1;
         return;

@@ -35,6 +35,9 @@ static void on_cron(uv_timer_t *t)
         conn_cron(c, now);
         c = next;
     }
+    unsigned long suppressed;
+    if (log_limit_flush(&s->auth_log, now, &suppressed))
+        log_info("client.auth_failed", "suppressed=%lu", suppressed);
 }
 
 static int is_loopback(const char *addr)
@@ -51,6 +54,7 @@ int server_init(struct server *s, uv_loop_t *loop, const struct config *cfg,
     s->cfg = cfg;
     s->zk = zk;
     s->lua = lua;
+    s->auth_log.interval_ms = 1000;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     s->started_ms = (double)tv.tv_sec * 1000 + tv.tv_usec / 1000.0;

@@ -4,6 +4,8 @@
 #ifndef ZKRESP_SERVER_H
 #define ZKRESP_SERVER_H
 
+#include "log.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -37,6 +39,7 @@ struct server {
     double started_ms; /* wall clock, for uptime */
     int stopping;      /* SIGTERM received: accept nothing new */
     struct server_stats stats;
+    struct log_limit auth_log; /* client.auth_failed lines, for all clients */
     char run_id[41];
     int tcp_port; /* the port actually bound */
 };

@@ -49,6 +49,7 @@ local function policy(args)
 end
 
 C.policy = { fn = policy, arity = -2, flags = "admin noscript loading stale",
-             first_key = 0, last_key = 0, step = 0 }
+             first_key = 0, last_key = 0, step = 0,
+             subcommands = { reload = 2, status = 2, help = 2 } }
 
 return C

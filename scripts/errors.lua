@@ -53,6 +53,14 @@ function E.unknown_command(args)
     return (msg:gsub("[\r\n]", " "))
 end
 
+-- Redis's commandCheckExistence for a container command: the subcommand
+-- as a C string cut at 128 bytes, the command's name in upper case.
+function E.unknown_subcommand(name, sub)
+    local msg = "ERR unknown subcommand '" .. cstr(sub):sub(1, 128) .. "'. Try " ..
+                name:upper() .. " HELP."
+    return (msg:gsub("[\r\n]", " "))
+end
+
 -- `name` is the command's declared (lower-case) name.
 function E.wrong_arity(name)
     return "ERR wrong number of arguments for '" .. name .. "' command"

@@ -440,5 +440,6 @@ return {
     evalsha = { fn = evalsha(false), arity = -3, flags = FLAGS, first_key = 0, last_key = 0, step = 0 },
     eval_ro = { fn = eval(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
     evalsha_ro = { fn = evalsha(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
-    script = { fn = script, arity = -2, flags = "noscript", first_key = 0, last_key = 0, step = 0 },
+    script = { fn = script, arity = -2, flags = "noscript", first_key = 0, last_key = 0, step = 0,
+               subcommands = { load = 3, exists = -3, flush = -2, kill = 2 } },
 }

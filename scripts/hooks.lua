@@ -328,9 +328,22 @@ function H.load(path)
             return nil, path .. ": policy.commands." .. tostring(name) ..
                         " needs a lower-case name, fn and an integer arity"
         end
+        local subs = spec.subcommands
+        if subs ~= nil then
+            local ok = type(subs) == "table"
+            for sub, arity in pairs(ok and subs or {}) do
+                if type(sub) ~= "string" or sub ~= sub:lower() or math.type(arity) ~= "integer" then
+                    ok = false
+                end
+            end
+            if not ok then
+                return nil, path .. ": policy.commands." .. name .. ".subcommands must map " ..
+                            "lower-case names to integer arities"
+            end
+        end
         cmds[name] = { fn = spec.fn, arity = spec.arity, first_key = spec.first_key or 0,
                        last_key = spec.last_key or 0, step = spec.step or 0,
-                       flags = spec.flags or "", name = name }
+                       flags = spec.flags or "", name = name, subcommands = subs }
     end
     local sok, serr = self_check(p, path)
     if not sok then return nil, serr end

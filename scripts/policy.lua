@@ -115,5 +115,10 @@ local policy = {}
 --   lower-case names, the same shape as the command tables in
 --   cmd_string.lua; listed by COMMAND, callable from scripts; they may use
 --   require "txn", "keyspace", "codec", "errors" (scripts/examples/lockinfo.lua).
+--   fn never sees fewer arguments than arity asks for.  A command with
+--   subcommands may list them, subcommands = { status = 2, set = 4 } (lower
+--   case, arities counted from the command's name as Redis does); a request
+--   naming another one, or with the wrong count for its subcommand, gets
+--   Redis's error before fn runs.
 
 return policy

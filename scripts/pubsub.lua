@@ -1053,7 +1053,8 @@ P.commands = {
     -- SPUBLISH's channel is a key for cluster routing (COMMAND shows 1 1 1).
     spublish = { fn = publish_cmd("s"), arity = 3, flags = "pubsub loading stale fast may-replicate",
                  first_key = 1, last_key = 1, step = 1 },
-    pubsub = { fn = pubsub, arity = -2, flags = "pubsub loading stale", first_key = 0, last_key = 0, step = 0 },
+    pubsub = { fn = pubsub, arity = -2, flags = "pubsub loading stale", first_key = 0, last_key = 0, step = 0,
+               subcommands = PUBSUB_ARITY },
 }
 
 -- In RESP2 subscribed mode only these (and PING, QUIT, RESET in C).

@@ -5,12 +5,16 @@
 --                                (SIGHUP: load the policy again; if it fails
 --                                the old policy stays)
 --   M.commands                   every command: lower-case name -> {fn,
---                                arity, first_key, last_key, step, flags}
+--                                arity, first_key, last_key, step, flags,
+--                                subcommands}
 --                                (cmd_string.lua, cmd_keys.lua, and the
 --                                policy's own `commands`); the host lists it
 --                                for COMMAND
 --
--- dispatch checks the name, the arity and the key length, then calls fn.
+-- dispatch checks the name, the arity (and, for a command with a
+-- `subcommands` table of lower-case name -> arity, the subcommand and its
+-- arity, counted as Redis does from the command's name) and the key length,
+-- then calls fn.  So fn may read every argument its arity guarantees.
 
 local errors = require "errors"
 local K = require "keyspace"
@@ -166,14 +170,34 @@ local function policy_abort(e)
     return e
 end
 
--- Redis's refusal in RESP2 subscribed mode, with the command's full name.
-local function not_while_subscribed(spec, args)
-    local name = spec.name
-    if (name == "pubsub" or name == "script" or name == "object") and args[2] then
-        name = name .. "|" .. args[2]:lower()
-    end
-    return { err = "ERR Can't execute '" .. name .. "': only (P|S)SUBSCRIBE / " ..
+-- Redis's refusal in RESP2 subscribed mode, with the command's full name
+-- ("pubsub|numsub" for a subcommand).
+local function not_while_subscribed(full)
+    return { err = "ERR Can't execute '" .. full .. "': only (P|S)SUBSCRIBE / " ..
                    "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context" }
+end
+
+local function arity_ok(arity, n)
+    return (arity > 0 and n == arity) or (arity < 0 and n >= -arity)
+end
+
+-- Checks args against the spec's arity and, when it has subcommands,
+-- against the named subcommand's.  Returns the name Redis reports for the
+-- command ("script|load" for a subcommand), or nil and the error reply.
+local function check_shape(spec, args)
+    if not arity_ok(spec.arity, #args) then
+        return nil, { err = errors.wrong_arity(spec.name) }
+    end
+    local subs = spec.subcommands
+    if not subs or not args[2] then return spec.name end
+    local sub = args[2]:lower()
+    local arity = subs[sub]
+    if math.type(arity) ~= "integer" then
+        return nil, { err = errors.unknown_subcommand(spec.name, args[2]) }
+    end
+    local full = spec.name .. "|" .. sub
+    if not arity_ok(arity, #args) then return nil, { err = errors.wrong_arity(full) } end
+    return full
 end
 
 function M.dispatch(args, subscribed)
@@ -181,12 +205,10 @@ function M.dispatch(args, subscribed)
     U.new_command(co)
     local spec = M.commands[args[1]:lower()]
     if not spec then return { err = errors.unknown_command(args) } end
-    local arity = spec.arity
-    if (arity > 0 and #args ~= arity) or (arity < 0 and #args < -arity) then
-        return { err = errors.wrong_arity(spec.name) }
-    end
+    local full, bad = check_shape(spec, args)
+    if not full then return bad end
     if subscribed and not pubsub.SUBSCRIBED_OK[spec.name] then
-        return spec.name == "pubsub" and pubsub.pubsub_precheck(args) or not_while_subscribed(spec, args)
+        return not_while_subscribed(full)
     end
     local e = check_keys(spec, args)
     if e then return { err = e } end

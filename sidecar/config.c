@@ -59,12 +59,18 @@ static const struct opt opts[] = {
      "debug, info, warn or error"},
     {"requirepass", OPT_STR, OFF(requirepass), "", 0, 0,
      "password clients must AUTH with (empty: none)"},
+    {"auth-fail-delay", OPT_INT, OFF(auth_fail_delay), "100", 0, 10000,
+     "after a failed AUTH, the connection's next command waits this long, "
+     "ms (0: no wait)"},
     {"maxclients", OPT_INT, OFF(maxclients), "10000", 1, 1000000,
      "most simultaneous client connections"},
     {"max-key-len", OPT_SIZE, OFF(max_key_len), "1024", 1, 1 << 20,
      "longest key, bytes"},
     {"max-value-len", OPT_SIZE, OFF(max_value_len), "262144", 1, 900 << 10,
      "largest value, bytes"},
+    {"max-args", OPT_INT, OFF(max_args), "4096", 16, 1 << 20,
+     "most arguments in one command, its name included (more: protocol "
+     "error, connection closed)"},
     {"max-bulk-len", OPT_SIZE, OFF(max_bulk_len), "8388608", 1024, 512LL << 20,
      "longest single argument accepted, bytes"},
     {"max-query-len", OPT_SIZE, OFF(max_query_len), "67108864", 1024, 1LL << 30,

@@ -20,10 +20,12 @@ struct config {
     char *policy;           /* policy file */
     char *scripts;          /* directory of the system Lua scripts */
     int log_level;
-    char *requirepass; /* NULL: no authentication */
+    char *requirepass;   /* NULL: no authentication */
+    int auth_fail_delay; /* ms a connection waits after a failed AUTH */
     int maxclients;
     long long max_key_len;   /* bytes */
     long long max_value_len; /* bytes */
+    int max_args;            /* most arguments in one request, name included */
     long long max_bulk_len;  /* longest bulk argument accepted */
     long long max_query_len; /* query buffer per connection */
     long long max_output;    /* reply bytes pending per connection */

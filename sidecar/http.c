@@ -1,12 +1,20 @@
 /*
  * http.c — the operations port (see http.h for the routes).
  *
- *   accept ──► read head (≤ HEAD_MAX bytes, ≤ TIMEOUT_MS) ──► route
- *          ──► one response, Connection: close ──► shutdown ──► close
+ *   accept ──► read head (≤ HEAD_MAX bytes, ≤ HEAD_TIMEOUT_MS) ──► route
+ *          ──► one response (≤ WRITE_TIMEOUT_MS), Connection: close
+ *          ──► shutdown ──► close
  *
  * Each connection owns two handles (socket, deadline timer); its memory is
  * freed in the second close callback.  Nothing here blocks or calls into
  * ZooKeeper: /metrics reads counters and gauges the loop already keeps.
+ *
+ * /healthz must be answered whatever other connections do (a liveness probe
+ * that fails restarts the pod and drops its locks), so a slow client can
+ * hold a slot only briefly and never keeps a new one out: at most MAX_CONNS
+ * connections are open, and a connection arriving when all are taken
+ * replaces the oldest one still sending its head (or, if none is, the
+ * oldest).  Memory is bounded by MAX_CONNS heads and responses.
  */
 #include "http.h"
 
@@ -20,15 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HEAD_MAX 8192    /* request line and headers */
-#define TIMEOUT_MS 10000 /* to send the head and read the response */
-#define MAX_CONNS 64     /* more at once are closed on accept */
+#define HEAD_MAX 8192          /* request line and headers */
+#define HEAD_TIMEOUT_MS 2000   /* to send the head, from the connection */
+#define WRITE_TIMEOUT_MS 10000 /* to read the response, once it is ready */
+#define MAX_CONNS 64           /* open at once; the next replaces one */
 
 struct http_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
     struct http *h;
-    struct http_conn *prev, *next;
+    struct http_conn *prev, *next; /* newest first */
     char head[HEAD_MAX];
     size_t len;
     int responded;
@@ -66,6 +75,32 @@ static void conn_close(struct http_conn *c)
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
+static void on_timeout(uv_timer_t *t)
+{
+    struct http_conn *c = t->data;
+    log_debug("http.timeout", "bytes=%zu responded=%d", c->len, c->responded);
+    conn_close(c);
+}
+
+/* All MAX_CONNS slots are taken: closes the oldest connection still
+ * sending its head, else the oldest of all.  Returns 0 if there was none. */
+static int evict_one(struct http *h)
+{
+    struct http_conn *oldest = NULL, *oldest_reading = NULL;
+    for (struct http_conn *c = h->conns; c; c = c->next) {
+        oldest = c;
+        if (!c->responded)
+            oldest_reading = c;
+    }
+    struct http_conn *victim = oldest_reading ? oldest_reading : oldest;
+    if (victim) {
+        log_debug("http.evicted", "bytes=%zu responded=%d", victim->len,
+                  victim->responded);
+        conn_close(victim);
+    }
+    return victim != NULL;
+}
+
 static void on_shutdown(uv_shutdown_t *sd, int status)
 {
     (void)status;
@@ -89,6 +124,7 @@ static void respond(struct http_conn *c, int status, const char *reason,
         return;
     c->responded = 1;
     uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_start(&c->timer, on_timeout, WRITE_TIMEOUT_MS, 0);
     buf_printf(&c->out,
                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                "Connection: close\r\nCache-Control: no-store\r\n\r\n",
@@ -203,13 +239,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
                      "request head too large\n");
 }
 
-static void on_timeout(uv_timer_t *t)
-{
-    struct http_conn *c = t->data;
-    log_debug("http.timeout", "bytes=%zu", c->len);
-    conn_close(c);
-}
-
 static void on_connection(uv_stream_t *l, int status)
 {
     struct http *h = l->data;
@@ -222,10 +251,13 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     uv_tcp_init(h->loop, &c->tcp);
     c->tcp.data = c;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0 || h->nconns >= MAX_CONNS) {
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0) {
         uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
         return;
     }
+    while (h->nconns >= MAX_CONNS)
+        if (!evict_one(h))
+            break;
     c->h = h;
     buf_init(&c->out);
     uv_timer_init(h->loop, &c->timer);
@@ -236,7 +268,7 @@ static void on_connection(uv_stream_t *l, int status)
         h->conns->prev = c;
     h->conns = c;
     h->nconns++;
-    uv_timer_start(&c->timer, on_timeout, TIMEOUT_MS, 0);
+    uv_timer_start(&c->timer, on_timeout, HEAD_TIMEOUT_MS, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
         conn_close(c);
 }

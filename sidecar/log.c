@@ -69,6 +69,30 @@ char *log_quote(const char *s, size_t n, char *out, size_t cap)
     return out;
 }
 
+int log_limit_allow(struct log_limit *l, uint64_t now_ms,
+                    unsigned long *suppressed)
+{
+    if (now_ms < l->next_ms) {
+        l->suppressed++;
+        return 0;
+    }
+    *suppressed = l->suppressed;
+    l->suppressed = 0;
+    l->next_ms = now_ms + l->interval_ms;
+    return 1;
+}
+
+int log_limit_flush(struct log_limit *l, uint64_t now_ms,
+                    unsigned long *suppressed)
+{
+    if (l->suppressed == 0 || now_ms < l->next_ms)
+        return 0;
+    *suppressed = l->suppressed;
+    l->suppressed = 0;
+    l->next_ms = now_ms + l->interval_ms;
+    return 1;
+}
+
 void log_event(enum log_level level, const char *event, const char *fmt, ...)
 {
     if (level < min_level)

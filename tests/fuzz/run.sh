@@ -8,6 +8,10 @@
 #   tests/fuzz/run.sh FILE...          run the harness once on each FILE
 #
 # FUZZ_JOBS (default 1) runs that many fuzzing processes in parallel.
+#
+# Then the command-surface fuzzer (tests/integration/test_31_gateway_hardening.py,
+# test_command_surface_random_shapes) runs for FUZZ_SECONDS too, against
+# build/zkresp-asan with a real ZooKeeper; ZKRESP_FUZZ_SEED repeats a run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -38,3 +42,9 @@ if [ "$jobs" -gt 1 ]; then
     args+=(-fork="$jobs")
 fi
 "$out/proto_fuzz" "${args[@]}" "$out/corpus" tests/fuzz/corpus
+
+echo "fuzz: the command surface for ${seconds}s (build/zkresp-asan)"
+ZKRESP_BIN=build/zkresp-asan ZKRESP_FUZZ_SECONDS="$seconds" \
+    ZKRESP_TEST_TIMEOUT=$((seconds + 180)) \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    tests/integration/test_31_gateway_hardening.py -k command_surface

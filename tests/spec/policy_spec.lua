@@ -459,4 +459,28 @@ describe("extra commands", function()
         assert.is_nil(a.M.commands.whoholds)
         os.remove(file)
     end)
+
+    it("may declare subcommands, checked before fn runs", function()
+        local W = zkmodel.world()
+        local calls = 0
+        _G.__gw_calls = function() calls = calls + 1 end
+        local file = policy_file([[
+            return { commands = { lease = { arity = -2, subcommands = { show = 2, set = 4 },
+                fn = function(args) __gw_calls() return { ok = args[2]:upper() } end } } }
+        ]])
+        local a = W:sidecar({ config = { policy = file } })
+        assert.same({ ok = "SHOW" }, a:call("LEASE", "show"))
+        assert.same({ ok = "SET" }, a:call("LEASE", "Set", "k", "v"))
+        assert.same(E("ERR unknown subcommand 'nope'. Try LEASE HELP."), a:call("LEASE", "nope"))
+        assert.same(E("ERR wrong number of arguments for 'lease|set' command"), a:call("LEASE", "set", "k"))
+        assert.same(E("ERR wrong number of arguments for 'lease|show' command"), a:call("LEASE", "show", "x"))
+        assert.same(E("ERR wrong number of arguments for 'lease' command"), a:call("LEASE"))
+        assert.equal(2, calls)
+        _G.__gw_calls = nil
+        rewrite(file, "return { commands = { lease = { arity = -2, fn = print, subcommands = { Show = 2 } } } }")
+        local ok, e = a.M.reload_policy()
+        assert.is_nil(ok)
+        assert.truthy(tostring(e):find("subcommands must map lower-case names to integer arities", 1, true))
+        os.remove(file)
+    end)
 end)

@@ -62,3 +62,5 @@ UNIT_TEST(keyenc_decode_exhaustive_short)
 /* sidecar/lua_alloc.c */
 UNIT_TEST(lua_alloc_keeps_bytes_across_resizes)
 UNIT_TEST(lua_alloc_reuses_freed_small_blocks)
+/* sidecar/log.c */
+UNIT_TEST(log_limit_one_line_per_interval)
