@@ -289,9 +289,13 @@ static int capture_index(struct matcher *m, int d)
 static const char *back_reference(struct matcher *m, const char *s, int d)
 {
     int l = capture_index(m, d);
+    /* A position capture's "length" is negative: as a size it never fits,
+     * so %n of a () capture never matches (as in 5.1). */
     size_t len = (size_t)m->cap[l].len;
+    if ((size_t)(m->src_end - s) < len)
+        return NULL;
     charge(m, (long long)(len / 16));
-    if ((size_t)(m->src_end - s) >= len && memcmp(m->cap[l].init, s, len) == 0)
+    if (memcmp(m->cap[l].init, s, len) == 0)
         return s + len;
     return NULL;
 }
