@@ -222,7 +222,10 @@ function World:resume(co, ...)
         error("resuming a coroutine that is " .. coroutine.status(co))
     end
     task.waiting = nil
-    task.paused = nil
+    if task.paused then
+        task.paused = nil
+        task.sc.paused[task] = nil
+    end
     if task.yielded then
         task.waited = (task.waited or 0) + self.now - task.yielded
         task.yielded = nil
@@ -731,22 +734,19 @@ local function make_host(sc, opts)
         kill_fn(t.killed)
     end
     function host.busy_scripts()
+        if next(sc.paused) == nil then return end
         local me = W.tasks[coroutine.running()]
         local out = {}
-        for co, t in pairs(W.tasks) do
-            if t.sc == sc and t.paused and not t.done and (me == nil or (t.client or 1) ~= (me.client or 1)) then
-                out[#out + 1] = co
-            end
+        for t in pairs(sc.paused) do
+            if me == nil or (t.client or 1) ~= (me.client or 1) then out[#out + 1] = t.co end
         end
         return table.unpack(out)
     end
     function host.kill_scripts()
         local n = 0
-        for _, t in pairs(W.tasks) do
-            if t.sc == sc and t.paused and not t.done then
-                mark(t, "killed")
-                n = n + 1
-            end
+        for t in pairs(sc.paused) do
+            mark(t, "killed")
+            n = n + 1
         end
         return n
     end
@@ -865,7 +865,7 @@ function World:sidecar(opts)
     opts = opts or {}
     local id = #self.sidecars + 1
     local sc = setmetatable({
-        world = self, id = id, logs = {}, faults = {}, pending = {},
+        world = self, id = id, logs = {}, faults = {}, pending = {}, paused = {},
         mono_base = opts.mono_base or (id * 1000003),
         wall_base = opts.wall_base or (1800000000000 + id * 7919),
         connected = false,
@@ -906,6 +906,7 @@ end
 function Sidecar:pause_script(task)
     assert(not task.done and task.yielded, "pause_script: the task must be waiting")
     task.paused = true
+    self.paused[task] = true
 end
 
 -- Runs a command of client id to completion and returns its reply.
