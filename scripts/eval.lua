@@ -47,7 +47,9 @@ local function to_integer(x)
     return math.tointeger(x < 0 and math.ceil(x) or math.floor(x))
 end
 
--- A script's value -> a reply (lua_host.h's reply values).
+-- A script's value -> a reply (lua_host.h's reply values).  Only raw
+-- access (rawget, next): the script's metamethods would run client code
+-- after its caps are off.
 local function to_reply(v, depth, resp)
     local tv = type(v)
     -- After redis.setresp(3) a boolean is a RESP3 boolean: #t/#f to a RESP3
@@ -59,25 +61,30 @@ local function to_reply(v, depth, resp)
     if tv == "string" then return v end
     if tv ~= "table" then return host.null end
     if depth > 1000 then error("reached lua stack limit", 0) end
-    if type(v.err) == "string" then return { err = clean(v.err) } end
-    if type(v.ok) == "string" then return { ok = clean(v.ok) } end
-    if type(v.double) == "number" then return { double = v.double } end
-    if type(v.map) == "table" then
+    local f = rawget(v, "err")
+    if type(f) == "string" then return { err = clean(f) } end
+    f = rawget(v, "ok")
+    if type(f) == "string" then return { ok = clean(f) } end
+    f = rawget(v, "double")
+    if type(f) == "number" then return { double = f } end
+    f = rawget(v, "map")
+    if type(f) == "table" then
         local flat = {}
-        for k, val in pairs(v.map) do
+        for k, val in next, f do
             flat[#flat + 1] = to_reply(k, depth + 1, resp)
             flat[#flat + 1] = to_reply(val, depth + 1, resp)
         end
         return { map = flat }
     end
-    if type(v.set) == "table" then
+    f = rawget(v, "set")
+    if type(f) == "table" then
         local list = {}
-        for k in pairs(v.set) do list[#list + 1] = to_reply(k, depth + 1, resp) end
+        for k in next, f do list[#list + 1] = to_reply(k, depth + 1, resp) end
         return { set = list }
     end
     local out, i = {}, 1
-    while v[i] ~= nil do
-        out[i] = to_reply(v[i], depth + 1, resp)
+    while rawget(v, i) ~= nil do
+        out[i] = to_reply(rawget(v, i), depth + 1, resp)
         i = i + 1
     end
     return out
@@ -286,30 +293,40 @@ local function user_line()
     for level = 2, 200 do
         local info = debug.getinfo(level, "Sl")
         if not info then break end
-        if info.source == "@user_script" then return info.currentline end
+        if info.source == SB.CHUNK then return info.currentline end
     end
     return 1
 end
 
+-- The message handler of the script's call: it runs before the script's
+-- frames unwind, so the caps stay on (the script's __close handlers run in
+-- that unwinding); a kill in here shows as host.killed().
 local function handler(e)
-    SB.user(false)
-    if K.is_retry(e) or K.is_abort(e) then return e end
+    if SB.is_signal(e) and not SB.is_kill(e) then return e end
     return { failed = e, line = user_line() }
+end
+
+local KILLED = {
+    time = function(c)
+        return string.format("ERR Script ran past the time limit of %d ms and was aborted, " ..
+                             "nothing was written", c.time_limit)
+    end,
+    memory = function(c)
+        return string.format("ERR Script exceeded the memory limit of %d KB and was aborted, " ..
+                             "nothing was written", c.mem_limit_kb)
+    end,
+    killed = function() return "ERR Script killed by user with SCRIPT KILL..." end,
+}
+
+local function with_origin(text, c, line)
+    return { err = clean(string.format("%s script: %s, on @user_script:%d.", text, c.sha, line)) }
 end
 
 local function format_error(f, c)
     local e = f.failed
     local text
-    if getmetatable(e) == SB.Kill then
-        if e.why == "time" then
-            text = string.format("ERR Script ran past the time limit of %d ms and was aborted, " ..
-                                 "nothing was written", c.time_limit)
-        else
-            text = string.format("ERR Script exceeded the memory limit of %d KB and was aborted, " ..
-                                 "nothing was written", c.mem_limit_kb)
-        end
-    elseif type(e) == "table" and type(e.err) == "string" then
-        text = e.err
+    if type(e) == "table" and type(rawget(e, "err")) == "string" then
+        text = rawget(e, "err")
     elseif type(e) == "string" then
         text = "ERR " .. e
     elseif math.type(e) then
@@ -319,7 +336,7 @@ local function format_error(f, c)
     else
         text = "ERR unknown error"
     end
-    return { err = clean(string.format("%s script: %s, on @user_script:%d.", text, c.sha, f.line)) }
+    return with_origin(text, c, f.line)
 end
 
 local function limits()
@@ -336,7 +353,7 @@ V.limits = limits
 local function compile(sha, body)
     local fn = compiled[sha]
     if fn then return fn end
-    local f, e = load(body, "@user_script", "t", environment())
+    local f, e = load(body, SB.CHUNK, "t", environment())
     if not f then return nil, "ERR Error compiling script (new function): " .. clean(e) end
     compiled[sha] = f
     scripts[sha] = body
@@ -372,8 +389,19 @@ local function run(args, sha, body, ro)
             return res
         end, handler)
         SB.user(false)
+        -- A kill is what the script gets, whatever error the unwinding
+        -- left (one from a __close handler, "not enough memory", an error
+        -- in the handler).
+        local why = SB.killed()
+        if why then
+            local line = not ok and type(r) == "table" and rawget(r, "line")
+            return with_origin(KILLED[why](c), c, math.type(line) and line or 1), false
+        end
         if not ok then
-            if K.is_retry(r) or K.is_abort(r) then error(r, 0) end
+            if SB.is_signal(r) then error(r, 0) end
+            if type(r) ~= "table" or rawget(r, "failed") == nil and rawget(r, "line") == nil then
+                r = { failed = r, line = 1 } -- not through the handler ("not enough memory")
+            end
             return format_error(r, c), false
         end
         local cok, reply = pcall(to_reply, r, 0, c.resp)
@@ -428,6 +456,10 @@ local function script(args)
         return { ok = "OK" }
     elseif sub == "kill" then
         if #args ~= 2 then return err(E.wrong_arity("script|kill")) end
+        -- Every script paused between slices (sandbox.lua): Redis has one
+        -- at most.  Nothing a script wrote is committed before it ends, so
+        -- there is no UNKILLABLE case.
+        if host.kill_scripts() > 0 then return { ok = "OK" } end
         return err("NOTBUSY No scripts in execution right now.")
     end
     return err("ERR unknown subcommand '" .. clean(args[2]):sub(1, 128) .. "'. Try SCRIPT HELP.")

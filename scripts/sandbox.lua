@@ -11,6 +11,8 @@
 --                                  only interrupt client code, never the
 --                                  system code under redis.call)
 --   sandbox.is_signal(e)           errors scripts must not catch
+--   sandbox.busy_reply(name, args) Redis's -BUSY answer while another
+--                                  client's script is running past a slice
 --
 -- What scripts see is Redis's Lua 5.1 API under Lua 5.4: the base functions
 -- (with error, pcall, xpcall, tostring, setmetatable, getmetatable, rawset,
@@ -22,19 +24,32 @@
 -- other and the string metatable with the system layer.
 --
 -- The caps: a count hook on the script's coroutine (host.caps, in C since
--- it runs every few instructions) checks, every HOOK_COUNT instructions of
--- client code, the growth of the VM's memory since the script started (and
--- every TIME_EVERY checks the time since then); past either it raises a
--- Kill, which pcall inside the script cannot catch.  The memory measure is
--- the whole VM's, so it is approximate; a hard bound needs a limit in the
--- host's allocator.  Nothing is committed before a script ends (txn.lua),
--- so killing one writes nothing.
+-- it runs every few instructions) watches client code: every TIME_EVERY
+-- calls it compares the script's own running time (host.busy(), which
+-- leaves out the time it waited for ZooKeeper or was paused) with the time
+-- cap, and after SLICE_MS of running it pauses the script so that the loop
+-- serves everyone else; meanwhile other clients' commands are answered
+-- Redis's -BUSY and SCRIPT KILL kills it.  While client code runs, the VM's
+-- allocator refuses to grow past the memory cap (one C call included).
+-- A kill ("time", "memory", "killed") is sticky: the host raises it again
+-- in any client function that would run afterwards, so neither the
+-- script's pcall nor its __close handlers outlive it.  Scripts cannot have
+-- finalizers at all: as in Lua 5.1, a table's __gc does nothing.  System
+-- code never looks into a script's values through metamethods (it uses
+-- rawget/next), so client code never runs outside the caps.  Nothing is
+-- committed before a script ends (txn.lua), so killing one writes nothing.
 
 local U = require "util"
 
 local SB = {}
 
 SB.HOOK_COUNT = 8
+
+-- The chunk name of client scripts: the host tells client functions from
+-- system ones by it (and by not starting with "@", see env.load).
+SB.CHUNK = "@user_script"
+
+SB.BUSY = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
 
 local Kill = {}
 SB.Kill = Kill
@@ -45,12 +60,21 @@ SB.contexts = contexts
 local signal_tests = {}
 function SB.add_signal(test) signal_tests[#signal_tests + 1] = test end
 
+-- Signals are the system's tables; a script's error object is only looked
+-- at raw (its metatable's own metatable could hold an __eq of the script's).
 function SB.is_signal(e)
-    if getmetatable(e) == Kill then return true end
+    if type(e) ~= "table" then return false end
+    local mt = getmetatable(e)
+    if type(mt) ~= "table" or getmetatable(mt) ~= nil then return false end
+    if rawequal(mt, Kill) then return true end
     for _, test in ipairs(signal_tests) do
         if test(e) then return true end
     end
     return false
+end
+
+function SB.is_kill(e)
+    return type(e) == "table" and rawequal(getmetatable(e), Kill)
 end
 
 local function ctx()
@@ -108,13 +132,23 @@ local function rep(s, n, sep)
     local lim = memory_limit_kb()
     if lim and type(n) == "number" and n > 0 and
        (#tostring(s) + #tostring(sep or "")) * n > lim * 1024 then
-        SB.kill(ctx(), "memory")
+        host.kill("memory")
     end
     return real_rep(s, n, sep)
 end
 
+-- Pattern matching: the C host's Lua 5.1 find/match/gmatch/gsub
+-- (sidecar/lua_pattern.h), bounded by a step budget while client code runs
+-- and the stock functions otherwise (the specs' model has none: there the
+-- stock functions serve both).
+local patterns = {}
+for _, name in ipairs({ "find", "match", "gmatch", "gsub" }) do
+    patterns[name] = host.patterns and host.patterns[name] or string[name]
+end
+
 local string_lib = {}
 for k, v in pairs(string) do string_lib[k] = v end
+for k, v in pairs(patterns) do string_lib[k] = v end
 string_lib.dump = nil
 string_lib.rep = rep
 SB.string_lib = string_lib
@@ -129,36 +163,35 @@ do
         mt.zkresp_sandbox = true
         local idx = {}
         for k, v in pairs(string) do idx[k] = v end
+        for k, v in pairs(patterns) do idx[k] = v end
         idx.rep = rep
         idx.dump = nil
         mt.__index = idx
     end
 end
 
--- The kill: a signal no script can catch.
-function SB.kill(c, why)
-    -- From here on the hook stays quiet: the error handlers that run next
-    -- are the system's.
-    if c then c.user = false end
-    host.caps()
-    error(setmetatable({ why = why, ctx = c }, Kill), 0)
+-- The kill: a signal no script can catch.  host.kill records it (sticky,
+-- see above) and raises the error raise_kill makes.
+local function raise_kill(why)
+    error(setmetatable({ why = why }, Kill), 0)
 end
 
--- Memory is looked at on every hook call (cheap), so that a script
--- doubling a string in a loop overshoots the cap by a few doublings at
--- most; the clock every TIME_EVERY calls.
-SB.TIME_EVERY = 128
-local gccount = collectgarbage
+function SB.kill(_, why)
+    host.kill(why)
+end
 
--- What the hook calls past a cap ("memory" or "time").
-local function kill(why) SB.kill(ctx(), why) end
+-- The clock is looked at every TIME_EVERY hook calls; a script runs at most
+-- SLICE_MS at a time before the loop serves the others (0: never paused).
+SB.TIME_EVERY = 128
+SB.SLICE_MS = 5
+local gccount = collectgarbage
 
 -- ctx: {keys, argv, time_limit (ms), mem_limit_kb, ...}.
 function SB.enter(c)
     local co = coroutine.running()
     -- The time cap counts the script's own running time: host.busy() stops
-    -- while its coroutine waits (for ZooKeeper, which may be a reconnect),
-    -- since the VM serves everyone else meanwhile.
+    -- while its coroutine waits (for ZooKeeper, which may be a reconnect,
+    -- or for its next slice), since the VM serves everyone else meanwhile.
     c.start = host.busy()
     c.time_deadline = c.start + (c.time_limit or 5000)
     c.mem0 = collectgarbage("count")
@@ -170,26 +203,43 @@ function SB.enter(c)
     end })
 end
 
+-- Why the running script was killed ("time", "memory", "killed"), or nil.
+function SB.killed()
+    return host.killed()
+end
+
 -- The hook is set only while client code runs: the system code under
 -- redis.call and the commit run at full speed.
 function SB.user(on)
     local c = ctx()
     if not c then return end
     c.user = on
-    if on then
-        host.caps(c.time_deadline, c.mem0, c.mem_limit_kb or 0, kill, SB.HOOK_COUNT, SB.TIME_EVERY)
-    else
+    if not on then
         host.caps()
+        return
     end
+    host.caps(c.time_deadline, c.mem0, c.mem_limit_kb or 0, raise_kill, SB.HOOK_COUNT,
+              SB.TIME_EVERY, SB.SLICE_MS, SB.CHUNK)
     -- Back from redis.call: the count restarts with each call, so a loop
     -- of calls is looked at here.
-    if on and c.start then
-        if host.busy() > c.time_deadline then SB.kill(c, "time") end
+    local why = host.killed()
+    if why then host.kill(why) end
+    if c.start then
+        if host.busy() > c.time_deadline then host.kill("time") end
         if c.mem_limit_kb and gccount("count") - c.mem0 > c.mem_limit_kb then
             gccount("collect")
-            if gccount("count") - c.mem0 > c.mem_limit_kb then SB.kill(c, "memory") end
+            if gccount("count") - c.mem0 > c.mem_limit_kb then host.kill("memory") end
         end
     end
+end
+
+-- While another client's script is paused between slices, Redis answers
+-- -BUSY to all but SCRIPT KILL (the commands the C gateway answers, PING,
+-- CLIENT, INFO..., never get here and are served).
+function SB.busy_reply(name, args)
+    if not host.busy_scripts() then return nil end
+    if name == "script" and args[2] and args[2]:lower() == "kill" then return nil end
+    return { err = SB.BUSY }
 end
 
 function SB.env(redis_api, cjson_lib, bit_lib)
@@ -219,25 +269,34 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     -- `return error(...)` (a tail call), and with it the position.
     env.error = error
 
-    -- As in Redis 7.0: an error table {err = text} (what redis.call raises)
-    -- reaches the script's pcall as its text.
-    env.pcall = function(f, ...)
-        local r = table.pack(rawpcall(f, ...))
-        if not r[1] then
-            local e = r[2]
-            if SB.is_signal(e) then rawerror(e, 0) end
-            if type(e) == "table" and type(e.err) == "string" then r[2] = e.err end
+    -- After a pcall or xpcall: a killed script goes on being killed (the
+    -- error that reached the pcall may be another one, raised by a C
+    -- function the script made its __close handler, or "not enough
+    -- memory"); signals are never caught.
+    local function caught(ok, ...)
+        local why = host.killed()
+        if why then host.kill(why) end
+        if ok then return ok, ... end
+        local e = ...
+        if SB.is_signal(e) then rawerror(e, 0) end
+        -- As in Redis 7.0: an error table {err = text} (what redis.call
+        -- raises) reaches the script's pcall as its text.
+        if type(e) == "table" then
+            local text = rawget(e, "err")
+            if type(text) == "string" then return false, text end
         end
-        return table.unpack(r, 1, r.n)
+        return false, ...
+    end
+
+    env.pcall = function(f, ...)
+        return caught(rawpcall(f, ...))
     end
 
     env.xpcall = function(f, handler, ...)
-        local r = table.pack(rawxpcall(f, function(e)
-            if SB.is_signal(e) then return e end
+        return caught(rawxpcall(f, function(e)
+            if SB.is_signal(e) or host.killed() then return e end
             return handler(e)
         end, ...))
-        if not r[1] and SB.is_signal(r[2]) then rawerror(r[2], 0) end
-        return table.unpack(r, 1, r.n)
     end
 
     env.rawset = function(t, k, v)
@@ -245,8 +304,23 @@ function SB.env(redis_api, cjson_lib, bit_lib)
         return rawset(t, k, v)
     end
 
+    -- Lua 5.1 (Redis's) has no __gc for tables: the field may be set and
+    -- read back, and does nothing.  Lua 5.4 marks a table for finalization
+    -- when its metatable has __gc as it is set, so the field is held aside
+    -- meanwhile (a finalizer would run later, in whatever command the
+    -- collector happens to run in: another client's script).
     env.setmetatable = function(t, mt)
         if protected[t] then rawerror(READONLY, 0) end
+        if type(mt) == "table" and not protected[mt] then
+            local gc = rawget(mt, "__gc")
+            if gc ~= nil then
+                rawset(mt, "__gc", nil)
+                local ok, e = rawpcall(setmetatable, t, mt)
+                rawset(mt, "__gc", gc)
+                if not ok then rawerror(e, 0) end
+                return t
+            end
+        end
         return setmetatable(t, mt)
     end
 
@@ -258,7 +332,11 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     end
 
     -- Text chunks only, in the script environment unless one is given.
+    -- A name "@x" becomes "=x" (shown the same): names starting with "@"
+    -- are the system's files, whose code the caps leave alone once a
+    -- script is killed.
     env.load = function(chunk, name, _, e)
+        if type(name) == "string" and name:sub(1, 1) == "@" then name = "=" .. name:sub(2) end
         return load(chunk, name, "t", e or env)
     end
 

@@ -19,6 +19,7 @@
 local errors = require "errors"
 local K = require "keyspace"
 local U = require "util"
+local SB = require "sandbox"
 
 local M = {}
 
@@ -215,6 +216,9 @@ function M.dispatch(args, subscribed)
     K.arrived(co)
     e = H.authorize(spec.name, spec, args)
     if e then return { err = e } end
+    -- Another client's script is running in slices: Redis's -BUSY.
+    local busy = SB.busy_reply(spec.name, args)
+    if busy then return busy end
     -- A policy hook that fails outside the command's transaction (its
     -- key_path, while the keys' queues are taken) ends it the same way.
     local ok, r = xpcall(lease_wait, policy_abort, spec, args)

@@ -7,6 +7,8 @@
  *
  * Lua always tells the allocator a block's size when it frees or resizes
  * it (osize), so a block needs no header: its class follows from osize.
+ * The same sizes keep `used` exact, and let a limit refuse growth before
+ * anything is allocated.
  */
 #include "lua_alloc.h"
 
@@ -47,6 +49,9 @@ struct lua_alloc {
     struct block *free[CLASSES]; /* per class, blocks Lua gave back */
     struct chunk *chunks;        /* every chunk, for lua_alloc_free */
     char *tail, *end;            /* the newest chunk's unused part */
+    size_t used;                 /* bytes handed out to Lua */
+    size_t limit;                /* refuse growth past this (0: none) */
+    unsigned long refused;       /* requests refused since last taken */
 };
 
 /* The class of a small size (1..LUA_ALLOC_SMALL). */
@@ -137,11 +142,29 @@ static void give(struct lua_alloc *a, void *p, size_t k)
     a->free[k] = b;
 }
 
-void *lua_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize)
+size_t lua_alloc_used(const struct lua_alloc *a)
 {
-    struct lua_alloc *a = ud;
-    if (!ptr)
-        osize = 0; /* then osize only says what kind of object it is */
+    return a->used;
+}
+
+size_t lua_alloc_set_limit(struct lua_alloc *a, size_t limit)
+{
+    size_t old = a->limit;
+    a->limit = limit;
+    return old;
+}
+
+unsigned long lua_alloc_take_refused(struct lua_alloc *a)
+{
+    unsigned long n = a->refused;
+    a->refused = 0;
+    return n;
+}
+
+/* The block resized (or made, or freed) as Lua asked; the caller keeps the
+ * count. */
+static void *resize(struct lua_alloc *a, void *ptr, size_t osize, size_t nsize)
+{
     if (nsize == 0) {
         if (small(osize))
             give(a, ptr, class_of(osize));
@@ -172,4 +195,20 @@ void *lua_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize)
             free(ptr);
     }
     return n;
+}
+
+void *lua_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    struct lua_alloc *a = ud;
+    if (!ptr)
+        osize = 0; /* then osize only says what kind of object it is */
+    if (nsize > osize && a->limit &&
+        (nsize - osize > a->limit || a->used > a->limit - (nsize - osize))) {
+        a->refused++;
+        return NULL;
+    }
+    void *p = resize(a, ptr, osize, nsize);
+    if (p || nsize == 0)
+        a->used = a->used - osize + nsize;
+    return p;
 }

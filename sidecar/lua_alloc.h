@@ -14,6 +14,13 @@
  * VM's small-object footprint stays at its peak (the live objects of its
  * busiest moment, not the traffic it has seen).  Under AddressSanitizer every
  * block goes to malloc, so that ASan still sees the VM's heap.
+ *
+ * The allocator also counts the bytes it has handed out (every block at the
+ * size Lua asked for, including the buffers lauxlib grows through it
+ * directly, which Lua's own count misses) and can refuse growth past a
+ * limit: the host arms it while a client script's code runs, so that one C
+ * call (a gsub, a table.concat) cannot take the VM past the script's memory
+ * cap.  Lua turns a refused request into a "not enough memory" error.
  */
 #ifndef ZKRESP_LUA_ALLOC_H
 #define ZKRESP_LUA_ALLOC_H
@@ -32,5 +39,17 @@ void lua_alloc_free(struct lua_alloc *a);
 
 /* The lua_Alloc function; ud is the struct lua_alloc. */
 void *lua_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* Bytes handed out to Lua and not yet given back. */
+size_t lua_alloc_used(const struct lua_alloc *a);
+
+/* From now on, a request that grows a block (or makes a new one) and would
+ * take lua_alloc_used() past limit bytes is refused (NULL); 0: no limit.
+ * Shrinking and freeing never fail, as Lua requires.  Returns the limit it
+ * replaces. */
+size_t lua_alloc_set_limit(struct lua_alloc *a, size_t limit);
+
+/* How many requests were refused since the last call (and resets it). */
+unsigned long lua_alloc_take_refused(struct lua_alloc *a);
 
 #endif

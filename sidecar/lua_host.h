@@ -109,6 +109,23 @@
  *     host.subscriptions(id, channels, patterns, shard)
  *                            tells the gateway client id's subscription
  *                            counts (RESP2 subscribed mode, CLIENT LIST)
+ *     host.busy()            host.now() less the time the running command
+ *                            spent yielded (waiting for ZooKeeper, sleeping,
+ *                            paused between slices): its own running time
+ *     host.caps(deadline, mem0_kb, limit_kb, kill, count, time_every,
+ *               slice_ms, client_source) / host.caps()
+ *                            watch / stop watching the running command's
+ *                            client script code (lua_host.c: time cap,
+ *                            memory cap in the allocator, 5 ms slices,
+ *                            sticky kills; kill(why) raises)
+ *     host.killed()          why the running script was killed ("time",
+ *                            "memory", "killed"), or nil
+ *     host.kill(why)         kills the running script (sticky) and raises
+ *     host.busy_scripts()    the coroutines of other clients' scripts paused
+ *                            between slices (none: no values)
+ *     host.kill_scripts()    SCRIPT KILL: kills every paused script; how many
+ *     host.patterns          {find, match, gmatch, gsub}: Lua 5.1's, bounded
+ *                            for client code, stock otherwise (lua_pattern.h)
  *     host.instance          16 random bytes identifying this process
  *     host.config            {root, max_key_len, max_value_len,
  *                             request_timeout, session_timeout}

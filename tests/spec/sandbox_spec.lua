@@ -132,4 +132,101 @@ describe("sandbox", function()
         assert.truthy(r:find("memory limit", 1, true))
         assert.equal("ok", eval("return 'ok'", "0"))
     end)
+    -- Issue 15 item 2: a finalizer planted by one client's script ran in
+    -- another client's script (whichever the collector ran in) and
+    -- rewrote its KEYS and ARGV.
+    it("never runs one script's finalizer inside another's", function()
+        local attacker = "local function mk() setmetatable({}, {__gc=function() pcall(function() " ..
+                         "if KEYS and KEYS[1] then KEYS[1]='attacker:'..KEYS[1]; ARGV[1]='pwned' end end) " ..
+                         "mk() end}) end mk()"
+        local victim = "local j={} for i=1,200000 do j[i]={i} end return redis.call('SET',KEYS[1],ARGV[1])"
+        assert.equal(null, a:call_as(1, "EVAL", attacker, "0"))
+        for i = 1, 3 do
+            local key = "victim:" .. i
+            assert.same({ ok = "OK" }, a:call_as(2, "EVAL", victim, "1", key, "secret-token"))
+            assert.equal("secret-token", a:call("GET", key))
+            assert.equal(0, a:call("EXISTS", "attacker:" .. key))
+        end
+        -- As in Lua 5.1: the field is there and does nothing.
+        assert.equal("function", eval("local t = setmetatable({}, {__gc = function() error('ran') end}) " ..
+                                      "collectgarbage() return type(getmetatable(t).__gc)", "0"))
+        assert.equal("done", eval("setmetatable({}, {__gc=function() while true do end end}) " ..
+                                  "collectgarbage() collectgarbage() return 'done'", "0"))
+    end)
+
+    -- Issue 15 item 3: __close handlers ran with the time cap off, during
+    -- the unwinding of a kill or of the script's own error.
+    it("keeps __close handlers under the time cap", function()
+        a.config.script_time_limit = 100
+        local fake = a.host.now
+        local endless = "setmetatable({}, {__close=function() while true do end end})"
+        for _, body in ipairs({
+            "local t <close> = " .. endless .. " while true do end",
+            "local t <close> = " .. endless .. " error('boom')",
+            "local t <close> = " .. endless .. " return 1",
+            "pcall(function() local t <close> = " .. endless .. " while true do end end) return 1",
+            "pcall(function() local t <close> = " .. endless .. " error('boom') end) return 1",
+            "for _ in next, {}, nil, " .. endless .. " do end return 1",
+            "local t <close> = setmetatable({}, {__close = error}) while true do end",
+        }) do
+            local t0 = os.clock()
+            a.host.now = function() return fake() + (os.clock() - t0) * 1000 end
+            local r = eval(body, "0")
+            a.host.now = fake
+            assert.truthy(errtext(r):find("time limit of 100 ms", 1, true), body)
+        end
+        assert.equal("ok", eval("return 'ok'", "0"))
+    end)
+
+    it("never runs a script's metamethods outside its caps", function()
+        -- The reply and the error object are read raw, after the caps.
+        assert.same({}, eval("return setmetatable({}, {__index = function() while true do end end})", "0"))
+        local r = errtext(eval("error(setmetatable({}, {__index = function() while true do end end}))", "0"))
+        assert.truthy(r:find("^ERR unknown error script: "))
+        -- An __eq on the error's metatable is not consulted either.
+        r = errtext(eval("local mt = setmetatable({}, {__eq = function() while true do end end}) " ..
+                         "error(setmetatable({}, {__metatable = mt}))", "0"))
+        assert.truthy(r:find("^ERR unknown error script: "))
+        r = eval("return {pcall(error, setmetatable({}, {__metatable = setmetatable({}, " ..
+                 "{__eq = function() while true do end end})}))}", "0")
+        assert.same({ null }, { r[1] })
+    end)
+
+    it("gives a killed script no second chance through pcall", function()
+        a.config.script_time_limit = 100
+        local fake = a.host.now
+        local t0 = os.clock()
+        a.host.now = function() return fake() + (os.clock() - t0) * 1000 end
+        local r = eval("local n = 0 while true do pcall(function() while true do end end) n = n + 1 " ..
+                       "if n > 3 then return 'escaped' end end", "0")
+        a.host.now = fake
+        assert.truthy(errtext(r):find("time limit", 1, true))
+    end)
+
+    -- Issue 15 item 6: while a script runs past a slice (the C host pauses
+    -- it; the model is told to), the other clients get Redis's -BUSY and
+    -- SCRIPT KILL ends it.
+    it("answers -BUSY while another client's script is paused, and SCRIPT KILL kills it", function()
+        local BUSY = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+        local b = W:sidecar()
+        assert.same({ ok = "OK" }, b:call("SET", "k", "v"))
+        assert.same({ err = "NOTBUSY No scripts in execution right now." }, a:call_as(2, "SCRIPT", "KILL"))
+        local body = "local v = redis.call('get', KEYS[1]) redis.call('set', KEYS[2], v) return v"
+        local t = a:start("EVAL", body, "2", "k", "copy")
+        W:run_until(function() return t.yielded ~= nil end)
+        a:pause_script(t)
+        assert.same({ err = BUSY }, a:call_as(2, "GET", "k"))
+        assert.same({ err = BUSY }, a:call_as(2, "EVAL", "return 1", "0"))
+        -- The script's own client is served (its pipelined commands).
+        assert.equal(1, a:call_as(1, "EVAL", "return 1", "0"))
+        assert.same({ ok = "OK" }, a:call_as(2, "SCRIPT", "KILL"))
+        W:run_until(function() return t.done end)
+        assert.same({ err = "ERR Script killed by user with SCRIPT KILL... script: " ..
+                           a.require("sha1").hex(body) .. ", on @user_script:1." }, t.result)
+        assert.same({ err = "NOTBUSY No scripts in execution right now." }, a:call_as(2, "SCRIPT", "KILL"))
+        assert.is_nil(W:node(a:path("copy")))
+        assert.equal("v", a:call_as(2, "GET", "k"))
+        assert.equal("v", a:call_as(2, "EVAL", body, "2", "k", "copy"))
+        assert.equal("v", a:call("GET", "copy"))
+    end)
 end)

@@ -222,6 +222,10 @@ function World:resume(co, ...)
         error("resuming a coroutine that is " .. coroutine.status(co))
     end
     task.waiting = nil
+    if task.paused then
+        task.paused = nil
+        task.sc.paused[task] = nil
+    end
     if task.yielded then
         task.waited = (task.waited or 0) + self.now - task.yielded
         task.yielded = nil
@@ -673,15 +677,40 @@ local function make_host(sc, opts)
     -- As the C host: host.now() less the time the task spent yielded.
     function host.busy() return host.now() - (task().waited or 0) end
 
-    -- The C host's count hook (lua_host.c's caps_hook), in Lua.
-    function host.caps(deadline, mem0, limit, kill, count, time_every)
-        if not deadline then return debug.sethook() end
+    -- The C host's caps (lua_host.c's caps_hook), in Lua: the time and
+    -- memory caps of client code and the sticky kill.  A Lua hook cannot
+    -- yield, so the model never pauses a script between slices by itself;
+    -- Sidecar:pause_script(task) marks a task (waiting for ZooKeeper) as
+    -- paused, which is what host.busy_scripts and host.kill_scripts see.
+    local kill_fn, client_source
+    local function is_client(info)
+        return info ~= nil and info.what ~= "C" and
+               (info.source == client_source or info.source:sub(1, 1) ~= "@")
+    end
+    local function mark(t, why)
+        t.killed = t.killed or why
+        if t.caps_on then
+            debug.sethook(t.co, function()
+                if is_client(debug.getinfo(2, "S")) then kill_fn(t.killed) end
+            end, "c", 1)
+        end
+    end
+    function host.caps(deadline, mem0, limit, kill, count, time_every, _, chunk)
+        local t = W.tasks[coroutine.running()]
+        if not deadline then
+            if t then t.caps_on = false end
+            return debug.sethook()
+        end
+        t = task()
+        kill_fn, client_source = kill, chunk
+        t.caps_on = true
+        if t.killed then return mark(t, t.killed) end
         local ticks = 0
         debug.sethook(function()
             if limit > 0 and collectgarbage("count") - mem0 > limit then
                 collectgarbage("collect")
                 if collectgarbage("count") - mem0 > limit then
-                    debug.sethook()
+                    mark(t, "memory")
                     kill("memory")
                 end
             end
@@ -689,11 +718,37 @@ local function make_host(sc, opts)
             if ticks >= time_every then
                 ticks = 0
                 if host.busy() > deadline then
-                    debug.sethook()
+                    mark(t, "time")
                     kill("time")
                 end
             end
         end, "", count)
+    end
+    function host.killed()
+        local t = W.tasks[coroutine.running()]
+        return t and t.killed
+    end
+    function host.kill(why)
+        local t = task()
+        mark(t, why)
+        kill_fn(t.killed)
+    end
+    function host.busy_scripts()
+        if next(sc.paused) == nil then return end
+        local me = W.tasks[coroutine.running()]
+        local out = {}
+        for t in pairs(sc.paused) do
+            if me == nil or (t.client or 1) ~= (me.client or 1) then out[#out + 1] = t.co end
+        end
+        return table.unpack(out)
+    end
+    function host.kill_scripts()
+        local n = 0
+        for t in pairs(sc.paused) do
+            mark(t, "killed")
+            n = n + 1
+        end
+        return n
     end
     function host.wall() return W.now + sc.wall_base end
 
@@ -810,7 +865,7 @@ function World:sidecar(opts)
     opts = opts or {}
     local id = #self.sidecars + 1
     local sc = setmetatable({
-        world = self, id = id, logs = {}, faults = {}, pending = {},
+        world = self, id = id, logs = {}, faults = {}, pending = {}, paused = {},
         mono_base = opts.mono_base or (id * 1000003),
         wall_base = opts.wall_base or (1800000000000 + id * 7919),
         connected = false,
@@ -843,6 +898,15 @@ function Sidecar:start(...)
     for i = 1, args.n do list[i] = args[i] end
     local M = self.M
     return self.world:spawn(self, function() return M.dispatch(list) end)
+end
+
+-- Marks a started script's task, now waiting, as paused between slices
+-- (the C host pauses a script that runs past sandbox.SLICE_MS; a Lua hook
+-- cannot): until it is resumed the VM is busy for other clients.
+function Sidecar:pause_script(task)
+    assert(not task.done and task.yielded, "pause_script: the task must be waiting")
+    task.paused = true
+    self.paused[task] = true
 end
 
 -- Runs a command of client id to completion and returns its reply.

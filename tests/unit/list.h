@@ -62,5 +62,12 @@ UNIT_TEST(keyenc_decode_exhaustive_short)
 /* sidecar/lua_alloc.c */
 UNIT_TEST(lua_alloc_keeps_bytes_across_resizes)
 UNIT_TEST(lua_alloc_reuses_freed_small_blocks)
+UNIT_TEST(lua_alloc_counts_and_refuses_growth_past_its_limit)
+UNIT_TEST(lua_alloc_limit_holds_for_one_c_call)
+/* sidecar/lua_pattern.c */
+UNIT_TEST(lua_pattern_agrees_with_lua_on_generated_patterns)
+UNIT_TEST(lua_pattern_keeps_lua_5_1_behaviours)
+UNIT_TEST(lua_pattern_stops_at_its_budget)
+UNIT_TEST(lua_pattern_falls_back_to_the_stock_functions)
 /* sidecar/log.c */
 UNIT_TEST(log_limit_one_line_per_interval)

@@ -11,6 +11,10 @@
 #include "lua_alloc.h"
 #include "unit.h"
 
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -109,5 +113,75 @@ TEST(lua_alloc_reuses_freed_small_blocks)
     ASSERT(lua_alloc_fn(a, r, 48, 33) == r);
     lua_alloc_fn(a, r, 33, 0);
     lua_alloc_fn(a, q, 40, 0);
+    lua_alloc_free(a);
+}
+
+TEST(lua_alloc_counts_and_refuses_growth_past_its_limit)
+{
+    struct lua_alloc *a = lua_alloc_create();
+    ASSERT(a != NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 0);
+    void *p = lua_alloc_fn(a, NULL, 0, 40);
+    void *big = lua_alloc_fn(a, NULL, 0, 10000);
+    ASSERT(p != NULL && big != NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 10040);
+    p = lua_alloc_fn(a, p, 40, 100);
+    ASSERT(p != NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 10100);
+    ASSERT_INT_EQ(lua_alloc_set_limit(a, 10150), 0);
+    void *q = lua_alloc_fn(a, NULL, 0, 40);
+    ASSERT(q != NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 10140);
+    /* Past the limit: refused, counted, nothing changes. */
+    ASSERT(lua_alloc_fn(a, NULL, 0, 20) == NULL);
+    memset(p, 7, 100);
+    ASSERT(lua_alloc_fn(a, p, 100, 200) == NULL);
+    ASSERT(((unsigned char *)p)[99] == 7);
+    ASSERT(lua_alloc_fn(a, NULL, 0, (size_t)-1) == NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 10140);
+    ASSERT_INT_EQ(lua_alloc_take_refused(a), 3);
+    ASSERT_INT_EQ(lua_alloc_take_refused(a), 0);
+    /* Shrinking and freeing never fail, whatever the limit. */
+    ASSERT_INT_EQ(lua_alloc_set_limit(a, 1), 10150);
+    big = lua_alloc_fn(a, big, 10000, 5000);
+    ASSERT(big != NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 5140);
+    ASSERT(lua_alloc_fn(a, q, 40, 0) == NULL);
+    ASSERT_INT_EQ(lua_alloc_used(a), 5100);
+    ASSERT_INT_EQ(lua_alloc_take_refused(a), 0);
+    lua_alloc_set_limit(a, 0);
+    lua_alloc_fn(a, big, 5000, 0);
+    lua_alloc_fn(a, p, 100, 0);
+    ASSERT_INT_EQ(lua_alloc_used(a), 0);
+    lua_alloc_free(a);
+}
+
+/* The limit holds for one C call that grows a lauxlib buffer (which Lua's
+ * own memory count does not see): table.concat of 200 references to one
+ * 1 MB string fails with "not enough memory" and nothing stays allocated. */
+TEST(lua_alloc_limit_holds_for_one_c_call)
+{
+    struct lua_alloc *a = lua_alloc_create();
+    ASSERT(a != NULL);
+    lua_State *L = lua_newstate(lua_alloc_fn, a);
+    ASSERT(L != NULL);
+    luaL_openlibs(L);
+    ASSERT(luaL_dostring(L, "s = string.rep('x', 1000000) t = {} "
+                            "for i = 1, 200 do t[i] = s end") == LUA_OK);
+    lua_gc(L, LUA_GCCOLLECT);
+    size_t before = lua_alloc_used(a);
+    lua_alloc_set_limit(a, before + 8 * 1024 * 1024);
+    int rc = luaL_dostring(L, "return #table.concat(t)");
+    lua_alloc_set_limit(a, 0);
+    ASSERT(rc != LUA_OK);
+    ASSERT_STR_EQ(lua_tostring(L, -1), "not enough memory");
+    ASSERT(lua_alloc_take_refused(a) > 0);
+    lua_settop(L, 0);
+    lua_gc(L, LUA_GCCOLLECT);
+    ASSERT(lua_alloc_used(a) < before + 64 * 1024);
+    /* Without the limit the same call works. */
+    ASSERT(luaL_dostring(L, "return #table.concat(t, '', 1, 3)") == LUA_OK);
+    ASSERT_INT_EQ(lua_tointeger(L, -1), 3000000);
+    lua_close(L);
     lua_alloc_free(a);
 }
