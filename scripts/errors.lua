@@ -76,6 +76,13 @@ function E.unsupported_option(opt)
 end
 
 -- A ZooKeeper result no command expects (ZNOAUTH, ZINVALIDACL...).
+-- ZooKeeper refuses this sidecar a node (NOAUTH: its credentials are not
+-- those of the node's ACL; INVALIDACL: it has none for the ACL it asks).
+function E.zookeeper_denied(what)
+    return "ERR ZooKeeper denies zkresp access" .. (what and (" (" .. what .. ")") or "") ..
+           ": check --zk-auth-file and the ACL of --root"
+end
+
 function E.zookeeper(rc, what)
     return "ERR ZooKeeper error " .. tostring(rc) .. (what and (" on " .. what) or "")
 end

@@ -124,10 +124,17 @@ local function unknown(rc)
 end
 K.unknown = unknown
 
+-- ZooKeeper refuses us the node (see errors.zookeeper_denied).
+local function denied(rc)
+    return rc == zk.NOAUTH or rc == zk.INVALIDACL or rc == zk.AUTHFAILED
+end
+K.denied = denied
+
 -- Ends the command for a ZooKeeper result it cannot go on with.
 local function fail(rc, what)
     if rc == zk.TIMEOUT then K.abort({ err = errors.UNAVAILABLE }) end
     if rc == zk.CLOSING then K.abort({ err = errors.CLOSING }) end
+    if denied(rc) then K.abort({ err = errors.zookeeper_denied(what) }) end
     K.abort({ err = errors.zookeeper(rc, what) })
 end
 K.fail = fail
@@ -1706,10 +1713,51 @@ function K.forget_session(sid)
     if state.timer then state.timer:stop() end
 end
 
--- Makes sure <root> and <root>/k exist and learns the leader clock.
+-- Makes sure <root> and <root>/k exist and that this sidecar may write
+-- the root (setting it teaches us the leader clock, K.refresh_clock), and,
+-- when zkresp keeps its nodes to itself (--zk-acl creator), warns of a root
+-- that anyone may write.  Returns true, or nil and the reason when
+-- ZooKeeper refuses us (raises on other failures, such as an outage).
 function K.init()
-    K.ensure_path(K.keys_dir())
-    K.refresh_clock()
+    local prefix = ""
+    for part in K.keys_dir():gmatch("[^/]+") do
+        prefix = prefix .. "/" .. part
+        local rc
+        for _ = 1, K.READ_TRIES do
+            rc = zk.create(prefix, "", 0)
+            if not unknown(rc) then break end
+        end
+        if denied(rc) then
+            return nil, "ZooKeeper refuses zkresp the creation of " .. prefix ..
+                        (rc == zk.NOAUTH and " (NOAUTH)" or " (" .. tostring(rc) .. ")")
+        elseif rc ~= zk.OK and rc ~= zk.NODEEXISTS then
+            fail(rc, "create " .. prefix)
+        end
+    end
+    local rc, stat
+    for _ = 1, K.READ_TRIES do
+        rc, stat = zk.set(K.root(), "", -1)
+        if not unknown(rc) then break end
+    end
+    if denied(rc) then
+        return nil, "ZooKeeper refuses zkresp writes to " .. K.root() .. " (NOAUTH)"
+    elseif rc ~= zk.OK then
+        fail(rc, "set " .. K.root())
+    end
+    learn_offset(stat)
+    if host.config and host.config.zk_acl == "creator" then
+        local arc, acl = zk.get_acl(K.root())
+        local writes = zk.PERM_WRITE | zk.PERM_CREATE | zk.PERM_DELETE | zk.PERM_ADMIN
+        for _, a in ipairs(arc == zk.OK and acl or {}) do
+            if a.scheme == "world" and a.id == "anyone" and a.perms & writes ~= 0 then
+                host.log("warn", "the root " .. K.root() .. " lets anyone change it " ..
+                         "(ACL world:anyone): zkresp's locks there are not private; " ..
+                         "give it an ACL of zkresp's credentials only")
+                break
+            end
+        end
+    end
+    return true
 end
 
 function K.on_session(event, sid)
@@ -1718,9 +1766,16 @@ function K.on_session(event, sid)
             K.forget_session(state.sid)
         end
         state.sid = sid
-        local ok, err = pcall(K.init)
+        local ok, done, why = pcall(K.init)
         if not ok then
-            host.log("warn", "init: " .. tostring(K.is_abort(err) and err.reply.err or err))
+            host.log("warn", "init: " .. tostring(K.is_abort(done) and done.reply.err or done))
+        elseif not done then
+            -- At start a root zkresp may not write ends the process (exit
+            -- status 2); later, every command fails closed and /readyz says
+            -- why.
+            if state.started then host.log("error", why) else host.fatal(why) end
+        else
+            state.started = true
         end
         K.refresh_guard()
         K.expire_due(true)

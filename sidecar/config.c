@@ -48,6 +48,12 @@ static const struct opt opts[] = {
     {"zk-request-timeout", OPT_INT, OFF(zk_request_timeout), "2000", 1, 3600000,
      "how long a command may wait for ZooKeeper (its own running time "
      "aside; a write on a key held here: the lease), ms"},
+    {"zk-auth-file", OPT_STR, OFF(zk_auth_file), "", 0, 0,
+     "file holding ZooKeeper digest credentials user:password (read once, "
+     "never logged)"},
+    {"zk-acl", OPT_STR, OFF(zk_acl), "", 0, 0,
+     "ACL of the nodes zkresp creates: creator (only these credentials) or "
+     "open (world:anyone); default creator with --zk-auth-file, else open"},
     {"zk-group-max", OPT_INT, OFF(zk_group_max), "128", 0, 1000,
      "most operations of concurrent writes sent as one multi (group commit; "
      "0 or 1: off)"},
@@ -354,6 +360,28 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
     if (cfg->requirepass[0] == 0) {
         free(cfg->requirepass);
         cfg->requirepass = NULL;
+    }
+    if (cfg->zk_auth_file[0] == 0) {
+        free(cfg->zk_auth_file);
+        cfg->zk_auth_file = NULL;
+    }
+    if (cfg->zk_acl[0] == 0) {
+        free(cfg->zk_acl);
+        cfg->zk_acl = strdup(cfg->zk_auth_file ? "creator" : "open");
+        if (!cfg->zk_acl)
+            return ZR_ENOMEM;
+    }
+    if (strcmp(cfg->zk_acl, "creator") != 0 &&
+        strcmp(cfg->zk_acl, "open") != 0) {
+        snprintf(err, errlen, "--zk-acl must be creator or open, got '%s'",
+                 cfg->zk_acl);
+        return ZR_EINVAL;
+    }
+    if (strcmp(cfg->zk_acl, "creator") == 0 && !cfg->zk_auth_file) {
+        snprintf(err, errlen,
+                 "--zk-acl creator needs ZooKeeper credentials "
+                 "(--zk-auth-file)");
+        return ZR_EINVAL;
     }
     return 0;
 }

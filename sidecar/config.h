@@ -17,6 +17,8 @@ struct config {
     int session_timeout;    /* ms, requested */
     int zk_request_timeout; /* ms a command may wait for ZooKeeper */
     int zk_group_max;       /* most operations in one group commit */
+    char *zk_auth_file;     /* digest credentials user:password; NULL: none */
+    char *zk_acl;           /* "creator" or "open": ACL of created nodes */
     char *policy;           /* policy file */
     char *scripts;          /* directory of the system Lua scripts */
     int log_level;

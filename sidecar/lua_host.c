@@ -118,6 +118,8 @@ struct lua_host {
     } spare[SPARE_THREADS]; /* finished commands' threads, still anchored */
     int nspare;
     struct co *busy; /* scripts paused between slices (host.busy_scripts) */
+    void (*fatal)(void *arg, const char *reason);
+    void *fatal_arg;
 };
 
 static const char NULL_KEY = 0; /* address used as host.null */
@@ -573,6 +575,23 @@ static int push_result(lua_State *L, const struct zk_result *r)
             lua_rawseti(L, -2, i + 1);
         }
         return 2;
+    case ZK_OP_GET_ACL:
+        if (r->rc != ZOK) {
+            lua_pushnil(L);
+            return 2;
+        }
+        lua_createtable(L, r->nacl, 0);
+        for (int i = 0; i < r->nacl; i++) {
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, r->acl[i].perms);
+            lua_setfield(L, -2, "perms");
+            lua_pushstring(L, r->acl[i].scheme ? r->acl[i].scheme : "");
+            lua_setfield(L, -2, "scheme");
+            lua_pushstring(L, r->acl[i].id ? r->acl[i].id : "");
+            lua_setfield(L, -2, "id");
+            lua_rawseti(L, -2, i + 1);
+        }
+        return 2;
     default:
         return 1;
     }
@@ -645,6 +664,13 @@ static int l_zk_children(lua_State *L)
     struct zk_op op = {.type = ZK_OP_CHILDREN, .path = luaL_checkstring(L, 1)};
     op.watch = lua_toboolean(L, 2);
     return zk_call(L, "zk.children", ZK_OP_CHILDREN, &op, 1, 0);
+}
+
+/* zk.get_acl(path) -> rc, {{perms =, scheme =, id =}, ...} */
+static int l_zk_get_acl(lua_State *L)
+{
+    struct zk_op op = {.type = ZK_OP_GET_ACL, .path = luaL_checkstring(L, 1)};
+    return zk_call(L, "zk.get_acl", ZK_OP_GET_ACL, &op, 1, 0);
 }
 
 static int l_zk_sync(lua_State *L)
@@ -1157,6 +1183,23 @@ static int l_host_lease_wait(lua_State *L)
     return 0;
 }
 
+/* host.fatal(reason): see lua_host_set_fatal. */
+static int l_host_fatal(lua_State *L)
+{
+    struct lua_host *h = host_of(L);
+    const char *reason = luaL_checkstring(L, 1);
+    if (h->fatal)
+        h->fatal(h->fatal_arg, reason);
+    return 0;
+}
+
+void lua_host_set_fatal(struct lua_host *h,
+                        void (*fatal)(void *arg, const char *reason), void *arg)
+{
+    h->fatal = fatal;
+    h->fatal_arg = arg;
+}
+
 static int l_host_log(lua_State *L)
 {
     const char *lvl = luaL_checkstring(L, 1);
@@ -1360,12 +1403,17 @@ static void set_str(lua_State *L, const char *k, const char *v)
 static void open_bindings(struct lua_host *h)
 {
     lua_State *L = h->L;
-    static const luaL_Reg zk_fns[] = {
-        {"get", l_zk_get},           {"exists", l_zk_exists},
-        {"children", l_zk_children}, {"create", l_zk_create},
-        {"set", l_zk_set},           {"delete", l_zk_delete},
-        {"sync", l_zk_sync},         {"multi", l_zk_multi},
-        {"session", l_zk_session},   {NULL, NULL}};
+    static const luaL_Reg zk_fns[] = {{"get", l_zk_get},
+                                      {"exists", l_zk_exists},
+                                      {"children", l_zk_children},
+                                      {"create", l_zk_create},
+                                      {"set", l_zk_set},
+                                      {"delete", l_zk_delete},
+                                      {"sync", l_zk_sync},
+                                      {"multi", l_zk_multi},
+                                      {"session", l_zk_session},
+                                      {"get_acl", l_zk_get_acl},
+                                      {NULL, NULL}};
     static const luaL_Reg host_fns[] = {{"now", l_host_now},
                                         {"wall", l_host_wall},
                                         {"sleep", l_host_sleep},
@@ -1377,6 +1425,7 @@ static void open_bindings(struct lua_host *h)
                                         {"busy", l_host_busy},
                                         {"lease_wait", l_host_lease_wait},
                                         {"log", l_host_log},
+                                        {"fatal", l_host_fatal},
                                         {"key_encode", l_host_key_encode},
                                         {"key_decode", l_host_key_decode},
                                         {"client", l_host_client},
@@ -1413,6 +1462,13 @@ static void open_bindings(struct lua_host *h)
         {"BADVERSION", ZBADVERSION},
         {"NOTEMPTY", ZNOTEMPTY},
         {"NOCHILDRENFOREPHEMERALS", ZNOCHILDRENFOREPHEMERALS},
+        {"NOAUTH", ZNOAUTH},
+        {"INVALIDACL", ZINVALIDACL},
+        {"AUTHFAILED", ZAUTHFAILED},
+        {"PERM_WRITE", ZOO_PERM_WRITE},
+        {"PERM_CREATE", ZOO_PERM_CREATE},
+        {"PERM_DELETE", ZOO_PERM_DELETE},
+        {"PERM_ADMIN", ZOO_PERM_ADMIN},
         {"CONNECTIONLOSS", ZCONNECTIONLOSS},
         {"OPERATIONTIMEOUT", ZOPERATIONTIMEOUT},
         {"SESSIONEXPIRED", ZSESSIONEXPIRED},
@@ -1445,6 +1501,7 @@ static void open_bindings(struct lua_host *h)
     set_int(L, "request_timeout", cfg->zk_request_timeout);
     set_int(L, "session_timeout", cfg->session_timeout);
     set_str(L, "policy", cfg->policy);
+    set_str(L, "zk_acl", cfg->zk_acl ? cfg->zk_acl : "open");
     set_str(L, "scripts", cfg->scripts);
     set_int(L, "script_time_limit", cfg->script_time_limit);
     set_int(L, "script_memory_limit", cfg->script_memory_limit);

@@ -196,6 +196,13 @@ void lua_host_free(struct lua_host *h);
  * arrive are dropped.  For the exit, before the bridge goes. */
 void lua_host_stop(struct lua_host *h);
 
+/* host.fatal(reason) from the Lua layer (a start-up check that cannot pass,
+ * such as a root zkresp may not write) calls fatal(arg, reason): the
+ * process is to stop with exit status 2.  The reason is plain text. */
+void lua_host_set_fatal(struct lua_host *h,
+                        void (*fatal)(void *arg, const char *reason),
+                        void *arg);
+
 /* Connects host.client(), host.push() and host.subscriptions() to the
  * requester's connections (ops copied). */
 void lua_host_set_client_ops(struct lua_host *h,

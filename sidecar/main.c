@@ -33,6 +33,7 @@ static struct {
     uv_timer_t drain;
     double shutdown_deadline;
     int shutting_down;
+    int exit_status; /* 2 after a fatal start-up check */
 } app;
 
 static void on_zk_event(const char *event, int64_t session_id, void *arg)
@@ -110,6 +111,18 @@ static void on_terminate(uv_signal_t *h, int signum)
     uv_timer_start(&app.drain, on_drain, 0, 10);
 }
 
+/* A start-up check failed (lua_host_set_fatal): stop as on SIGTERM, with
+ * exit status 2. */
+static void on_fatal(void *arg, const char *reason)
+{
+    (void)arg;
+    char q[512];
+    log_error("zkresp.fatal", "reason=%s",
+              log_quote(reason, strlen(reason), q, sizeof q));
+    app.exit_status = 2;
+    on_terminate(NULL, 0);
+}
+
 static void on_hup(uv_signal_t *h, int signum)
 {
     (void)h;
@@ -145,6 +158,7 @@ int main(int argc, char **argv)
         return 2;
     }
     zk_set_watch_cb(app.zk, on_zk_watch, NULL);
+    lua_host_set_fatal(app.lua, on_fatal, NULL);
     if (server_init(&app.srv, app.loop, &app.cfg, app.zk, app.lua, err,
                     sizeof err) < 0) {
         fprintf(stderr, "zkresp: %s\n", err);
@@ -185,6 +199,6 @@ int main(int argc, char **argv)
     lua_host_stop(app.lua);
     zk_free(app.zk);
     uv_run(app.loop, UV_RUN_NOWAIT);
-    log_info("zkresp.exit", "");
-    return 0;
+    log_info("zkresp.exit", "status=%d", app.exit_status);
+    return app.exit_status;
 }

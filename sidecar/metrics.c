@@ -156,6 +156,8 @@ int metrics_ready(char *why, size_t cap)
         snprintf(why, cap, "policy not loaded");
         return 0;
     }
+    if (m.src.zk && zk_denied(m.src.zk, why, cap))
+        return 0;
     if (!m.src.zk || !zk_connected(m.src.zk)) {
         snprintf(why, cap, "zookeeper session %s",
                  m.src.zk ? zk_state_name(m.src.zk) : "not started");

@@ -30,6 +30,8 @@
 #define ZK_EV_SESSION (-1) /* a queued session event, not an operation */
 #define ZK_EV_WATCH (-2)   /* a queued watch event */
 #define ZK_GROUP (-3)      /* a group: several requests sent as one multi */
+#define ZK_EV_AUTH (-4)    /* a queued answer to our credentials */
+#define AUTH_RETRY_MS 5000 /* a new session after the server refused them */
 #define TICK_MS 20
 #define RESOLVE_DELAY_MS 10000
 
@@ -105,6 +107,12 @@ struct zk {
 
     char *hosts;
     char *root;
+    char *auth;             /* digest user:password, or NULL */
+    struct ACL_vector *acl; /* of every node we create */
+    int auth_failed;        /* the server refused the credentials */
+    double auth_retry_at;   /* when to try a new session then */
+    int denied;             /* the last write answered NOAUTH */
+    char denied_path[256];
     int session_timeout;
     zk_event_cb on_event;
     void *event_arg;
@@ -224,6 +232,29 @@ static void on_strings(int rc, const struct String_vector *sv,
     enqueue(r);
 }
 
+static void on_acl(int rc, struct ACL_vector *acl, struct Stat *stat,
+                   const void *data)
+{
+    struct zk_req *r = (struct zk_req *)data;
+    r->res.rc = rc;
+    if (rc == ZOK && acl && acl->count > 0) {
+        r->res.acl = calloc((size_t)acl->count, sizeof(struct zk_acl));
+        if (r->res.acl) {
+            for (int i = 0; i < acl->count; i++) {
+                r->res.acl[i].perms = acl->data[i].perms;
+                r->res.acl[i].scheme = strdup(acl->data[i].id.scheme);
+                r->res.acl[i].id = strdup(acl->data[i].id.id);
+            }
+            r->res.nacl = acl->count;
+        } else {
+            r->res.rc = ZSYSTEMERROR;
+        }
+    }
+    if (rc == ZOK)
+        set_stat(&r->res, stat);
+    enqueue(r);
+}
+
 static void on_string(int rc, const char *value, const void *data)
 {
     struct zk_req *r = (struct zk_req *)data;
@@ -319,6 +350,22 @@ static void on_watch(zhandle_t *zh, int type, int state, const char *path,
     enqueue(r);
 }
 
+/* The answer to the credentials a handle sent (zoo_add_auth). */
+static void on_auth(int rc, const void *data)
+{
+    const struct zk_handle_ctx *hc = data;
+    if (rc == ZCLOSING)
+        return; /* the handle is being closed: hc may go with it */
+    struct zk_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return;
+    r->z = hc->z;
+    r->gen = hc->gen;
+    r->kind = ZK_EV_AUTH;
+    r->ev_state = rc;
+    enqueue(r);
+}
+
 /* --- loop side ----------------------------------------------------------- */
 
 static void req_free(struct zk_req *r)
@@ -342,6 +389,11 @@ static void req_free(struct zk_req *r)
     for (int i = 0; i < r->res.nmulti; i++)
         free(r->res.multi[i].path);
     free(r->res.multi);
+    for (int i = 0; i < r->res.nacl; i++) {
+        free(r->res.acl[i].scheme);
+        free(r->res.acl[i].id);
+    }
+    free(r->res.acl);
     free(r);
 }
 
@@ -365,6 +417,23 @@ static void list_remove(struct zk_req **head, struct zk_req *r)
         r->all_next->all_prev = r->all_prev;
 }
 
+/* Keeps zk_denied's state: a write answered NOAUTH (or INVALIDACL: our
+ * credentials are not those of the ACL we ask for) means ZooKeeper refuses
+ * this sidecar; a write that succeeds, that it does not. */
+static void note_access(struct zk *z, const struct zk_req *r)
+{
+    int write = r->kind == ZK_OP_CREATE || r->kind == ZK_OP_SET ||
+                r->kind == ZK_OP_DELETE || r->kind == ZK_OP_MULTI;
+    if (r->res.rc == ZNOAUTH || r->res.rc == ZINVALIDACL) {
+        z->denied = 1;
+        snprintf(z->denied_path, sizeof z->denied_path, "%s %s",
+                 r->res.rc == ZNOAUTH ? "NOAUTH on" : "INVALIDACL on",
+                 r->nops > 0 ? r->ops[0].path : "");
+    } else if (write && r->res.rc == ZOK) {
+        z->denied = 0;
+    }
+}
+
 static void deliver(struct zk *z, struct zk_req *r)
 {
     list_remove(&z->all, r);
@@ -374,6 +443,7 @@ static void deliver(struct zk *z, struct zk_req *r)
     if (r->sent_at > 0 && !is_connection_rc(r->res.rc) &&
         r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
         z->last_contact = r->sent_at;
+    note_access(z, r);
     if (r->cb && !r->abandoned)
         r->cb(&r->res, r->arg);
     req_free(r);
@@ -427,8 +497,11 @@ static void send_req(struct zk *z, struct zk_req *r)
         rc = zoo_aget_children2(zh, op->path, op->watch, on_strings, r);
         break;
     case ZK_OP_CREATE:
-        rc = zoo_acreate2(zh, op->path, op->data, (int)op->datalen,
-                          &ZOO_OPEN_ACL_UNSAFE, op->flags, on_string_stat, r);
+        rc = zoo_acreate2(zh, op->path, op->data, (int)op->datalen, z->acl,
+                          op->flags, on_string_stat, r);
+        break;
+    case ZK_OP_GET_ACL:
+        rc = zoo_aget_acl(zh, op->path, on_acl, r);
         break;
     case ZK_OP_SET:
         rc = zoo_aset(zh, op->path, op->data, (int)op->datalen, op->version,
@@ -509,8 +582,8 @@ static int build_multi(struct zk_req *r)
                 return ZR_ENOMEM;
             r->pathbufs[i][0] = '\0';
             zoo_create_op_init(&r->zops[i], op->path, op->data,
-                               (int)op->datalen, &ZOO_OPEN_ACL_UNSAFE,
-                               op->flags, r->pathbufs[i], (int)cap);
+                               (int)op->datalen, r->z->acl, op->flags,
+                               r->pathbufs[i], (int)cap);
             break;
         }
         case ZK_OP_DELETE:
@@ -888,8 +961,16 @@ static int open_handle(struct zk *z, char *err, size_t errlen)
      * still follows DNS changes of the ensemble, and a connection loss
      * always resolves anew. */
     zoo_set_servers_resolution_delay(z->zh, RESOLVE_DELAY_MS);
-    log_info("zk.connecting", "zk=%s session_timeout=%d", z->hosts,
-             z->session_timeout);
+    /* The library sends them on every (re)connection, before any request. */
+    if (z->auth) {
+        int arc = zoo_add_auth(z->zh, "digest", z->auth, (int)strlen(z->auth),
+                               on_auth, hc);
+        if (arc != ZOK)
+            log_error("zk.auth", "rc=%d err=\"%s\"", arc, zerror(arc));
+    }
+    log_info("zk.connecting", "zk=%s session_timeout=%d credentials=%s acl=%s",
+             z->hosts, z->session_timeout, z->auth ? "digest" : "none",
+             z->acl == &ZOO_CREATOR_ALL_ACL ? "creator" : "open");
     return 0;
 }
 
@@ -1000,8 +1081,15 @@ static void on_session_state(struct zk *z, int state)
         }
         restart_session(z, "expired");
     } else if (state == ZOO_AUTH_FAILED_STATE) {
-        log_error("zk.auth_failed", "zk=%s", z->hosts);
+        /* The handle is dead: a new session after a while (the credentials
+         * may be fixed meanwhile); until then every request fails closed. */
+        log_error("zk.auth_failed",
+                  "zk=%s reason=\"ZooKeeper refused the credentials of "
+                  "--zk-auth-file\"",
+                  z->hosts);
         z->connected = 0;
+        z->auth_failed = 1;
+        z->auth_retry_at = now + AUTH_RETRY_MS;
         if (!z->lease_lost) {
             z->lease_lost = 1;
             emit(z, "lost");
@@ -1040,6 +1128,17 @@ static void on_async(uv_async_t *h)
                 z->on_watch(watch_name(r->ev_state), r->res.path, z->watch_arg);
             free(r->res.path);
             free(r);
+        } else if (r->kind == ZK_EV_AUTH) {
+            if (r->gen == z->gen && !z->closed) {
+                if (r->ev_state == ZOK) {
+                    z->auth_failed = 0;
+                } else {
+                    z->auth_failed = 1;
+                    log_error("zk.auth_failed", "rc=%d err=\"%s\"", r->ev_state,
+                              zerror(r->ev_state));
+                }
+            }
+            free(r);
         } else if (r->kind == ZK_GROUP) {
             group_done(z, r);
         } else {
@@ -1059,6 +1158,11 @@ static void on_tick(uv_timer_t *t)
         abandon_late(z, now);
     if (z->closed)
         return;
+    if (z->auth_failed && z->auth_retry_at > 0 && now >= z->auth_retry_at) {
+        z->auth_retry_at = 0;
+        restart_session(z, "auth");
+        return;
+    }
     if (!z->connected && z->zh && !z->lease_lost && z->session_id != 0 &&
         now >= z->lease_deadline) {
         z->lease_lost = 1;
@@ -1089,6 +1193,36 @@ static ssize_t zklog_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)n;
 }
 
+/* The digest credentials in path: one line "user:password" (a trailing
+ * newline allowed).  Returns them (malloc'd), or NULL with the reason in err,
+ * which never quotes the file's content. */
+static char *read_credentials(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--zk-auth-file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char buf[4097];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int toolong = !feof(f);
+    fclose(f);
+    buf[n] = 0;
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = 0;
+    const char *colon = memchr(buf, ':', n);
+    int ok = !toolong && colon && colon > buf && colon[1] != 0 &&
+             strlen(buf) == n && !strpbrk(buf, "\r\n");
+    char *out = ok ? strdup(buf) : NULL;
+    explicit_bzero(buf, sizeof buf);
+    if (!ok)
+        snprintf(err, errlen,
+                 "--zk-auth-file %s: expected one line user:password", path);
+    else if (!out)
+        snprintf(err, errlen, "out of memory");
+    return out;
+}
+
 struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
                      zk_event_cb on_event, void *arg, char *err, size_t errlen)
 {
@@ -1111,6 +1245,16 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     z->loop = loop;
     z->hosts = strdup(cfg->zk);
     z->root = strdup(cfg->root);
+    z->acl = strcmp(cfg->zk_acl ? cfg->zk_acl : "open", "creator") == 0
+                 ? &ZOO_CREATOR_ALL_ACL
+                 : &ZOO_OPEN_ACL_UNSAFE;
+    if (cfg->zk_auth_file &&
+        !(z->auth = read_credentials(cfg->zk_auth_file, err, errlen))) {
+        free(z->hosts);
+        free(z->root);
+        free(z);
+        return NULL;
+    }
     z->session_timeout = cfg->session_timeout;
     z->negotiated = cfg->session_timeout;
     z->on_event = on_event;
@@ -1155,6 +1299,10 @@ static void on_handle_closed(uv_handle_t *h)
         pthread_mutex_destroy(&z->mu);
         free(z->hosts);
         free(z->root);
+        if (z->auth) {
+            explicit_bzero(z->auth, strlen(z->auth));
+            free(z->auth);
+        }
         free(z);
     }
 }
@@ -1221,6 +1369,23 @@ double zk_lease_end(const struct zk *z)
     if (!z->connected)
         return z->lease_deadline;
     return z->last_contact + z->negotiated - lease_margin(z);
+}
+
+int zk_denied(const struct zk *z, char *why, size_t cap)
+{
+    if (z->auth_failed) {
+        snprintf(why, cap,
+                 "zookeeper refused the credentials of --zk-auth-file");
+        return 1;
+    }
+    if (z->denied) {
+        snprintf(why, cap,
+                 "zookeeper denies access (%s): check --zk-auth-file and the "
+                 "ACL of --root",
+                 z->denied_path);
+        return 1;
+    }
+    return 0;
 }
 
 int zk_connected(const struct zk *z)

@@ -39,6 +39,7 @@ enum zk_op_type {
     ZK_OP_CHECK, /* only inside a multi */
     ZK_OP_SYNC,
     ZK_OP_MULTI,
+    ZK_OP_GET_ACL,
 };
 
 /* One operation.  zk_submit() copies path and data. */
@@ -50,6 +51,13 @@ struct zk_op {
     int version; /* set, delete, check; -1: any */
     int flags;   /* create: ZOO_EPHEMERAL | ZOO_SEQUENCE */
     int watch;   /* get, exists, children: leave a one-shot watch */
+};
+
+/* One entry of a node's ACL (ZK_OP_GET_ACL). */
+struct zk_acl {
+    int perms; /* ZOO_PERM_* bits */
+    char *scheme;
+    char *id;
 };
 
 struct zk_stat {
@@ -73,6 +81,8 @@ struct zk_result {
     int nchildren;
     struct zk_result *multi; /* multi: one per op */
     int nmulti;
+    struct zk_acl *acl; /* get_acl */
+    int nacl;
 };
 
 typedef void (*zk_done_cb)(const struct zk_result *res, void *arg);
@@ -144,6 +154,10 @@ const char *zk_state_name(const struct zk *z);
 int zk_negotiated_timeout(const struct zk *z);
 /* The server we are connected to, or "" */
 const char *zk_server(const struct zk *z);
+/* Whether ZooKeeper refuses this sidecar (its credentials failed, or the
+ * last answer to a write was NOAUTH); the reason in why (never the
+ * credentials).  Cleared by a write that succeeds. */
+int zk_denied(const struct zk *z, char *why, size_t cap);
 /* Operations submitted and not completed. */
 size_t zk_inflight(const struct zk *z);
 uint64_t zk_sessions_started(const struct zk *z);

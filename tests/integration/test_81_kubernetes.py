@@ -175,6 +175,45 @@ def test_policy_configmap_is_mounted_where_policy_points(rendered, make_zkresp):
     assert "policy=%s" % path in z.log_tail(400)
 
 
+def test_zookeeper_credentials_come_from_a_secret(rendered, make_zk, make_zkresp):
+    """Issue 16: --zk-auth-file points into a Secret volume the sidecar's
+    user may read, the Secret holds user:password, and a zkresp given those
+    credentials makes its nodes theirs alone."""
+    spec, zk = sidecar_of(one(rendered, "Deployment"))
+    auth = args_of(zk).get("zk-auth-file")
+    assert auth, "the sidecar gets no ZooKeeper credentials (--zk-auth-file)"
+    assert args_of(zk).get("zk-acl", "creator") == "creator"
+    mdir, fname = os.path.split(auth)
+    mounts = [m for m in zk.get("volumeMounts", []) if m["mountPath"].rstrip("/") == mdir]
+    assert len(mounts) == 1 and mounts[0].get("readOnly"), "nothing read-only is mounted at %s" % mdir
+    vol = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]]
+    assert len(vol) == 1 and "secret" in vol[0], "the credentials mount is not a Secret volume"
+    sv = vol[0]["secret"]
+    mode = sv.get("defaultMode", 0o644)
+    group = spec["securityContext"].get("fsGroup")
+    assert not mode & 0o007, "the credentials are readable by everyone (mode %o)" % mode
+    assert group is not None and mode & 0o040, "the sidecar's user cannot read its credentials"
+    secret = one(rendered, "Secret", sv["secretName"])
+    items = sv.get("items")
+    key = fname if not items else [i["key"] for i in items if i["path"] == fname][0]
+    import base64
+    data = secret.get("stringData", {}).get(key)
+    if data is None:
+        data = base64.b64decode(secret["data"][key]).decode()
+    user, _, password = data.strip().partition(":")
+    assert user and password, "the Secret's %s is not user:password" % key
+    zkd = make_zk()
+    z = make_zkresp(zk_target=zkd, zk_auth=data.strip())
+    with z.client() as c:
+        assert c.cmd("SET", "lock", "t", "NX", "PX", "10000") == b"+OK\r\n"
+    outsider = harness.kazoo_client(zkd, auth="")
+    acls, _ = harness.kazoo_client(zkd, auth=data.strip()).get_acls(z.root)
+    assert [(a.id.scheme, a.perms) for a in acls] == [("digest", 31)]
+    from kazoo.exceptions import NoAuthError
+    with pytest.raises(NoAuthError):
+        outsider.get_children(z.root)
+
+
 def test_grace_period_exceeds_shutdown_grace(rendered):
     spec, zk = sidecar_of(one(rendered, "Deployment"))
     grace_ms = int(args_of(zk).get("shutdown-grace", "5000"))
@@ -311,3 +350,15 @@ def test_compose_has_an_ensemble_and_two_sidecars():
         assert sorted(h.split(":")[0] for h in a["zk"].split(",")) == sorted(zks)
         assert a.get("bind") == "127.0.0.1" or s["environment"].get("ZKRESP_REQUIREPASS"), \
             "%s: a non-loopback bind needs a password" % n
+        # Issue 16: ZooKeeper credentials from a compose secret.
+        auth = a.get("zk-auth-file")
+        assert auth, "%s gets no ZooKeeper credentials" % n
+        targets = {(x["target"] if isinstance(x, dict) else "/run/secrets/" + x):
+                   (x["source"] if isinstance(x, dict) else x) for x in s.get("secrets", [])}
+        assert auth in targets, "%s: --zk-auth-file %s is not a secret's target" % (n, auth)
+        src = doc["secrets"][targets[auth]]["file"]
+        m = re.match(r"\$\{[A-Z_]+:-(.+)\}$", src)
+        path = os.path.join(os.path.dirname(COMPOSE), m.group(1) if m else src)
+        with open(path) as f:
+            user, _, password = f.read().strip().partition(":")
+        assert user and password, "%s is not user:password" % path

@@ -36,6 +36,13 @@ REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 SANITIZER_RE = re.compile(rb"ERROR: \w*Sanitizer|runtime error:|SUMMARY: \w*Sanitizer")
 
+# ZKRESP_TEST_ZK_AUTH=user:password runs the suites with ZooKeeper
+# credentials: every ZooKeeper server gets the digest provider, every zkresp
+# the credentials (--zk-auth-file, so its nodes carry the creator-only ACL),
+# every inspecting kazoo client too (tests/run.sh does that for one pass).
+TEST_ZK_AUTH = os.environ.get("ZKRESP_TEST_ZK_AUTH") or None
+DIGEST_PROVIDER = "authProvider.1=org.apache.zookeeper.server.auth.DigestAuthenticationProvider"
+
 
 def zkresp_bin():
     b = os.environ.get("ZKRESP_BIN", "build/zkresp")
@@ -300,6 +307,7 @@ class ZkServer:
                 "forceSync=no",
                 "maxClientCnxns=0",
                 "autopurge.purgeInterval=0",
+                DIGEST_PROVIDER,
                 "",
             ]))
         env = dict(os.environ)
@@ -419,7 +427,7 @@ class Zkresp:
     stdout) to a file in its own temp dir."""
 
     def __init__(self, zk, root=None, session_timeout=2000, request_timeout=1000,
-                 extra=(), port=None, env=None, log_level="debug"):
+                 extra=(), port=None, env=None, log_level="debug", zk_auth=None):
         self.zk = zk
         self.root = root or "/" + unique("t")
         self.port = port or free_port()
@@ -434,6 +442,15 @@ class Zkresp:
             env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
         self.env = dict(env)
         self.log_level = log_level
+        # ZooKeeper credentials (user:password; default the suite's, "" for
+        # none): written to a file in its dir, passed as --zk-auth-file.
+        self.zk_auth = TEST_ZK_AUTH if zk_auth is None else zk_auth
+        if self.zk_auth and "--zk-auth-file" not in self.extra:
+            path = os.path.join(self.dir, "zk-auth")
+            with open(path, "w") as f:
+                f.write(self.zk_auth + "\n")
+            os.chmod(path, 0o600)
+            self.extra += ["--zk-auth-file", path]
         self.fake = bool(os.environ.get("ZKRESP_FAKE_REDIS"))
         self.starts = 0
         self.scan_offset = 0
@@ -611,13 +628,17 @@ class Zkresp:
 # ZooKeeper inspection
 
 
-def kazoo_client(zk, timeout=15.0):
+def kazoo_client(zk, timeout=15.0, auth=None):
     """A started kazoo client on zk (ZkServer, ZkProxy or address), stopped
-    at exit."""
+    at exit.  auth: digest credentials "user:password" (default: the suite's,
+    ZKRESP_TEST_ZK_AUTH; "" for none)."""
     import logging
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     from kazoo.client import KazooClient
-    kz = KazooClient(hosts=_zk_address(zk), timeout=10.0, connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5})
+    auth = TEST_ZK_AUTH if auth is None else auth
+    kz = KazooClient(hosts=_zk_address(zk), timeout=10.0,
+                     connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
+                     auth_data=[("digest", auth)] if auth else None)
     kz.start(timeout=timeout)
 
     def close():

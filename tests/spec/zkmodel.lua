@@ -40,6 +40,7 @@ Z.codes = {
     AUTHFAILED = -115, SESSIONMOVED = -118,
     TIMEOUT = -1000, CLOSING = -1001,      -- ours (lua_host.h)
     EPHEMERAL = 1, SEQUENCE = 2,
+    PERM_WRITE = 2, PERM_CREATE = 4, PERM_DELETE = 8, PERM_ADMIN = 16,
 }
 local C = Z.codes
 
@@ -606,6 +607,14 @@ local function make_zk(sc)
         end, grouped)
     end
 
+    -- Every node is open (world:anyone, all): the model has no ACLs.
+    function zk.get_acl(path)
+        return op("get_acl", path, function()
+            if not W.nodes[path] then return C.NONODE end
+            return C.OK, { { perms = 31, scheme = "world", id = "anyone" } }
+        end)
+    end
+
     function zk.sync(path)
         return op("sync", path, function() return C.OK end)
     end
@@ -825,6 +834,9 @@ local function make_host(sc, opts)
     function host.subscriptions(id, c, p, s)
         sc.subcounts[id] = { c, p, s }
     end
+
+    -- A start-up check that cannot pass (lua_host_set_fatal): recorded.
+    function host.fatal(reason) sc.fatal = reason end
 
     function host.log(level, msg)
         sc.logs[#sc.logs + 1] = level .. " " .. msg
