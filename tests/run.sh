@@ -11,7 +11,11 @@
 #   asan         the same pytest suites against build/zkresp-asan
 #                (ASan + UBSan; the harness fails a test whose zkresp printed
 #                a sanitizer report).  ZKRESP_ASAN_TESTS narrows it, e.g.
-#                ZKRESP_ASAN_TESTS="tests/integration".
+#                ZKRESP_ASAN_TESTS="tests/integration".  This pass also
+#                runs with ZooKeeper credentials and the creator ACL on
+#                (ZKRESP_TEST_ZK_AUTH, see tests/lib/harness.py), so the whole
+#                suite is run once each way; ZKRESP_ASAN_ZK_AUTH="" turns
+#                that off.
 #
 # Each suite's output is printed as it runs.  The last line is
 # "N passed, N failed" (", N skipped" when any), summed over the suites.
@@ -181,7 +185,7 @@ suite_integration() {
 }
 
 suite_asan() {
-    echo "### asan: pytest against build/zkresp-asan (ASan + UBSan)"
+    echo "### asan: pytest against build/zkresp-asan (ASan + UBSan), ZooKeeper credentials on"
     if [ ! -x build/zkresp-asan ]; then
         record asan 0 1 0 "build/zkresp-asan missing: could not run"
         return
@@ -189,6 +193,7 @@ suite_asan() {
     # shellcheck disable=SC2206
     local targets=(${ZKRESP_ASAN_TESTS:-tests/integration tests/fault})
     pytest_suite asan ZKRESP_BIN=build/zkresp-asan \
+        ZKRESP_TEST_ZK_AUTH="${ZKRESP_ASAN_ZK_AUTH-zkresp:asan-pass}" \
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 -- "${targets[@]}"
 }
