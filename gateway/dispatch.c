@@ -592,13 +592,18 @@ static void info_write(struct server *s, unsigned sections, long long keys,
             "zk_session_timeout:%d\r\nzk_server:%s\r\nzk_connect:%s\r\n"
             "zk_root:%s\r\nzk_inflight:%zu\r\nzk_sessions:%llu\r\n"
             "zk_groups:%llu\r\nzk_grouped_requests:%llu\r\n"
-            "zk_group_resends:%llu\r\nlua_running:%zu\r\n\r\n",
+            "zk_group_resends:%llu\r\nzk_disconnects:%llu\r\n"
+            "zk_max_request:%zu\r\nzk_requests_too_large:%llu\r\n"
+            "lua_running:%zu\r\n\r\n",
             zk_state_name(s->zk), (unsigned long long)zk_session_id(s->zk),
             zk_negotiated_timeout(s->zk), zk_server(s->zk), s->cfg->zk,
             s->cfg->root, zk_inflight(s->zk),
             (unsigned long long)zk_sessions_started(s->zk),
             (unsigned long long)gs.groups, (unsigned long long)gs.members,
-            (unsigned long long)gs.resent, lua_host_running(s->lua));
+            (unsigned long long)gs.resent,
+            (unsigned long long)zk_disconnects(s->zk), zk_max_request(s->zk),
+            (unsigned long long)zk_requests_too_large(s->zk),
+            lua_host_running(s->lua));
     }
     if (sections & INFO_POLICY) {
         buf_printf(&b, "# Policy\r\n");

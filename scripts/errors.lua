@@ -83,6 +83,15 @@ function E.zookeeper_denied(what)
            ": check --zk-auth-file and the ACL of --root"
 end
 
+-- A command whose ZooKeeper request (one multi: a script's commit, a
+-- write and its checks) would be larger than ZooKeeper takes (jute.maxbuffer;
+-- zkresp's --zk-max-request, `limit` bytes): refused before sending, so
+-- nothing of it was written.
+function E.request_too_large(limit)
+    return "ERR this command's ZooKeeper request exceeds ZooKeeper's request limit of " ..
+           tostring(limit) .. " bytes (jute.maxbuffer, --zk-max-request); nothing was written"
+end
+
 function E.zookeeper(rc, what)
     return "ERR ZooKeeper error " .. tostring(rc) .. (what and (" on " .. what) or "")
 end

@@ -134,6 +134,7 @@ K.denied = denied
 local function fail(rc, what)
     if rc == zk.TIMEOUT then K.abort({ err = errors.UNAVAILABLE }) end
     if rc == zk.CLOSING then K.abort({ err = errors.CLOSING }) end
+    if rc == zk.TOOBIG then K.abort({ err = errors.request_too_large(zk.max_request()) }) end
     if denied(rc) then K.abort({ err = errors.zookeeper_denied(what) }) end
     K.abort({ err = errors.zookeeper(rc, what) })
 end
@@ -1448,21 +1449,31 @@ function K.put(rec, vtype, payload, ttl)
     return true
 end
 
--- Deletes the nodes of `recs` (live keys just read), atomically up to
--- MULTI_MAX nodes (one multi), in several multis beyond; done(recs) is
--- called after each multi that applied.
+-- Deletes the nodes of `recs` (live keys just read): each multi takes as
+-- many as one ZooKeeper request carries (at most MULTI_MAX nodes and
+-- zk.max_request() bytes, see "Request size" in the README), so a DEL of
+-- many or long keys is atomic per multi, not as a whole; done(part) is
+-- called after each multi that applied.  A key whose delete alone does not
+-- fit is refused before anything is deleted.
 K.MULTI_MAX = 1000
+K.DELETE_RESERVE = 4096 -- bytes kept for the guard ops of a multi
 
-local function delete_some(recs)
+local function delete_some(recs, done)
     local rc, results
     local ops = {}
     for i = 1, #recs do writable(recs[i]) end
     for i = 1, #recs do
         local rec = recs[i]
-        K.touched(rec.path)
         ops[i] = { "delete", rec.path, rec.node.version }
     end
     guard_ops(ops, recs, recs)
+    if #recs > 1 and zk.request_size(ops) > zk.max_request() then
+        -- the guard ops took more than the reserve: halves
+        local half = #recs // 2
+        delete_some(table.move(recs, 1, half, 1, {}), done)
+        return delete_some(table.move(recs, half + 1, #recs, 1, {}), done)
+    end
+    for i = 1, #recs do K.touched(recs[i].path) end
     if #ops == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version, true)
     else
@@ -1481,15 +1492,34 @@ local function delete_some(recs)
     if H.has("on_release") then
         for _, rec in ipairs(recs) do notify_release(rec) end
     end
+    if done then done(recs) end
+end
+
+-- recs cut into runs that each fit one multi (MULTI_MAX nodes, the request
+-- limit less DELETE_RESERVE); fails the command, before any write, when
+-- one delete alone does not fit.
+local function delete_parts(recs)
+    local limit = zk.max_request()
+    local parts, part, bytes = {}, {}, 0
+    for _, rec in ipairs(recs) do
+        local op = { "delete", rec.path, rec.node.version }
+        local one = zk.request_size({ op })
+        local each = zk.request_size({ op, op }) - one -- one more op's bytes
+        if one > limit then fail(zk.TOOBIG, "delete") end
+        if #part > 0 and (#part >= K.MULTI_MAX or bytes + each > limit - K.DELETE_RESERVE) then
+            parts[#parts + 1] = part
+            part, bytes = {}, 0
+        end
+        if #part == 0 then bytes = one - each end -- the multi's own bytes
+        part[#part + 1] = rec
+        bytes = bytes + each
+    end
+    if #part > 0 then parts[#parts + 1] = part end
+    return parts
 end
 
 function K.delete(recs, done)
-    for first = 1, #recs, K.MULTI_MAX do
-        local some = #recs <= K.MULTI_MAX and recs or
-                     table.move(recs, first, math.min(first + K.MULTI_MAX - 1, #recs), 1, {})
-        delete_some(some)
-        if done then done(some) end
-    end
+    for _, part in ipairs(delete_parts(recs)) do delete_some(part, done) end
     return true
 end
 

@@ -57,6 +57,10 @@ static const struct opt opts[] = {
     {"zk-group-max", OPT_INT, OFF(zk_group_max), "128", 0, 1000,
      "most operations of concurrent writes sent as one multi (group commit; "
      "0 or 1: off)"},
+    {"zk-max-request", OPT_SIZE, OFF(zk_max_request), "983040", 16384,
+     1LL << 30,
+     "largest ZooKeeper request sent, bytes (keep it under the servers' "
+     "jute.maxbuffer, 1 MiB by default); larger ones are refused or split"},
     {"policy", OPT_STR, OFF(policy), "", 0, 0,
      "policy file (default: <scripts>/policy.lua)"},
     {"scripts", OPT_STR, OFF(scripts), "", 0, 0,

@@ -12,15 +12,16 @@
 struct config {
     char *bind;
     int port;
-    char *zk;               /* ZooKeeper connect string */
-    char *root;             /* znode root, e.g. /zkresp */
-    int session_timeout;    /* ms, requested */
-    int zk_request_timeout; /* ms a command may wait for ZooKeeper */
-    int zk_group_max;       /* most operations in one group commit */
-    char *zk_auth_file;     /* digest credentials user:password; NULL: none */
-    char *zk_acl;           /* "creator" or "open": ACL of created nodes */
-    char *policy;           /* policy file */
-    char *scripts;          /* directory of the system Lua scripts */
+    char *zk;                 /* ZooKeeper connect string */
+    char *root;               /* znode root, e.g. /zkresp */
+    int session_timeout;      /* ms, requested */
+    int zk_request_timeout;   /* ms a command may wait for ZooKeeper */
+    int zk_group_max;         /* most operations in one group commit */
+    long long zk_max_request; /* bytes of the largest ZooKeeper request */
+    char *zk_auth_file;       /* digest credentials user:password; NULL: none */
+    char *zk_acl;             /* "creator" or "open": ACL of created nodes */
+    char *policy;             /* policy file */
+    char *scripts;            /* directory of the system Lua scripts */
     int log_level;
     char *requirepass;   /* NULL: no authentication */
     int auth_fail_delay; /* ms a connection waits after a failed AUTH */

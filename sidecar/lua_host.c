@@ -729,15 +729,13 @@ static int field_int(lua_State *L, int t, int k, int dflt)
  * Each operation's table is popped once read, so the stack stays small
  * whatever the number of operations; the strings stay referenced through
  * the list at index 1 until zk_submit has copied them. */
-static int l_zk_multi(lua_State *L)
+/* Reads the operation list at index 1 (the stack holds only it) into
+ * *out (the caller frees it); raises for a malformed list. */
+static int read_ops(lua_State *L, const char *fn, struct zk_op **out)
 {
-    struct co *c = co_check(L, "zk.multi");
-    luaL_checktype(L, 1, LUA_TTABLE);
-    int grouped = lua_toboolean(L, 2);
-    lua_settop(L, 1);
     int n = (int)luaL_len(L, 1);
     if (n < 1 || n > 10000)
-        return luaL_error(L, "zk.multi needs 1 to 10000 operations");
+        return luaL_error(L, "%s needs 1 to 10000 operations", fn);
     struct zk_op *ops = calloc((size_t)n, sizeof *ops);
     if (!ops)
         return luaL_error(L, "out of memory");
@@ -779,12 +777,50 @@ static int l_zk_multi(lua_State *L)
     }
     if (bad) {
         free(ops);
-        return luaL_error(L, "zk.multi: operation %d %s", bad_at, bad);
+        return luaL_error(L, "%s: operation %d %s", fn, bad_at, bad);
     }
+    *out = ops;
+    return n;
+}
+
+static int l_zk_multi(lua_State *L)
+{
+    struct co *c = co_check(L, "zk.multi");
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int grouped = lua_toboolean(L, 2);
+    lua_settop(L, 1);
+    struct zk_op *ops = NULL;
+    int n = read_ops(L, "zk.multi", &ops);
     zk_send(c, ZK_OP_MULTI, ops, n, grouped);
     free(ops);
     lua_settop(L, 0);
     return lua_yield(L, 0);
+}
+
+/* zk.request_size(ops) -> the bytes ZooKeeper would read for
+ * zk.multi(ops) (zk_request_size); does not yield. */
+static int l_zk_request_size(lua_State *L)
+{
+    struct lua_host *h =
+        *(struct lua_host **)lua_touserdata(L, lua_upvalueindex(1));
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    struct zk_op *ops = NULL;
+    int n = read_ops(L, "zk.request_size", &ops);
+    size_t bytes = zk_request_size(h->zk, ZK_OP_MULTI, ops, n);
+    free(ops);
+    lua_pushinteger(L, (lua_Integer)bytes);
+    return 1;
+}
+
+/* zk.max_request() -> the largest request the bridge sends, bytes; a
+ * larger one answers zk.TOOBIG (zk_max_request). */
+static int l_zk_max_request(lua_State *L)
+{
+    struct lua_host *h =
+        *(struct lua_host **)lua_touserdata(L, lua_upvalueindex(1));
+    lua_pushinteger(L, (lua_Integer)zk_max_request(h->zk));
+    return 1;
 }
 
 static int l_zk_session(lua_State *L)
@@ -1412,6 +1448,8 @@ static void open_bindings(struct lua_host *h)
                                       {"sync", l_zk_sync},
                                       {"multi", l_zk_multi},
                                       {"session", l_zk_session},
+                                      {"request_size", l_zk_request_size},
+                                      {"max_request", l_zk_max_request},
                                       {"get_acl", l_zk_get_acl},
                                       {NULL, NULL}};
     static const luaL_Reg host_fns[] = {{"now", l_host_now},
@@ -1477,6 +1515,7 @@ static void open_bindings(struct lua_host *h)
         {"BADARGUMENTS", ZBADARGUMENTS},
         {"TIMEOUT", ZK_TIMEOUT},
         {"CLOSING", ZK_CLOSING},
+        {"TOOBIG", ZK_TOOBIG},
         {"EPHEMERAL", ZOO_EPHEMERAL},
         {"SEQUENCE", ZOO_SEQUENCE},
     };
@@ -1498,6 +1537,7 @@ static void open_bindings(struct lua_host *h)
     set_str(L, "root", cfg->root);
     set_int(L, "max_key_len", cfg->max_key_len);
     set_int(L, "max_value_len", cfg->max_value_len);
+    set_int(L, "zk_max_request", cfg->zk_max_request);
     set_int(L, "request_timeout", cfg->zk_request_timeout);
     set_int(L, "session_timeout", cfg->session_timeout);
     set_str(L, "policy", cfg->policy);

@@ -71,13 +71,18 @@
  *               {"set", path, data, version}, {"check", path, version}, ...}
  *         results: {{rc = n, path = p|nil, stat = s|nil}, ...} (one per op)
  *     zk.session()                   -> session_id, connected   (no yield)
+ *     zk.request_size(ops)           -> bytes ZooKeeper reads for
+ *                                       zk.multi(ops)            (no yield)
+ *     zk.max_request()               -> the largest request sent (no yield)
  *   stat: {czxid, mzxid, ctime, mtime, version, cversion, aversion,
  *          ephemeralOwner, dataLength, numChildren, pzxid}, all integers.
  *   Constants: zk.OK, zk.NONODE, zk.NODEEXISTS, zk.BADVERSION, zk.NOTEMPTY,
  *   zk.CONNECTIONLOSS, zk.OPERATIONTIMEOUT, zk.SESSIONEXPIRED,
  *   zk.SESSIONMOVED, zk.RUNTIMEINCONSISTENCY, zk.TIMEOUT (ours: the request's
  *   zk-request-timeout passed while disconnected), zk.CLOSING (ours: the
- *   sidecar is shutting down), zk.EPHEMERAL, zk.SEQUENCE (create flags).
+ *   sidecar is shutting down), zk.TOOBIG (ours: the request is larger than
+ *   zk.max_request(); it was never sent), zk.EPHEMERAL, zk.SEQUENCE (create
+ *   flags).
  *   An operation still waiting when the session is replaced returns
  *   zk.SESSIONEXPIRED: it is never sent under a later session.
  *   While the session is not connected an operation waits, at most until the
@@ -128,7 +133,8 @@
  *                            for client code, stock otherwise (lua_pattern.h)
  *     host.instance          16 random bytes identifying this process
  *     host.config            {root, max_key_len, max_value_len,
- *                             request_timeout, session_timeout}
+ *                             zk_max_request, request_timeout,
+ *                             session_timeout}
  *   Command code must never call coroutine.yield itself.
  */
 #ifndef ZKRESP_LUA_HOST_H

@@ -298,6 +298,17 @@ void metrics_render(struct buf *out)
             "Grouped writes sent again alone after another write of their "
             "group failed.",
             gs.resent);
+    counter(out, "zkresp_zookeeper_disconnects_total",
+            "Times the connected ZooKeeper session lost its connection.",
+            z ? zk_disconnects(z) : 0);
+    counter(out, "zkresp_zookeeper_requests_too_large_total",
+            "ZooKeeper requests refused before sending: larger than the "
+            "request limit (--zk-max-request).",
+            z ? zk_requests_too_large(z) : 0);
+    gauge(out, "zkresp_zookeeper_max_request_bytes",
+          "The largest ZooKeeper request sent (--zk-max-request, or less "
+          "once ZooKeeper dropped the connection over larger ones).",
+          z ? (double)zk_max_request(z) : 0);
 
     struct lua_stats ls = {0};
     if (m.src.lua)

@@ -58,6 +58,8 @@ struct zk_req {
     struct zk_req *member; /* ZK_GROUP: its first member; a member: the next */
     int offset;            /* a member: where its ops start in the group */
     int unsent;            /* ZK_GROUP: zoo_amulti refused it */
+    size_t bytes;          /* zk_request_size of it (a group: of the multi) */
+    uint64_t conn;         /* z->connects when it was sent */
 };
 
 /* The context a handle's watcher sees. */
@@ -99,6 +101,14 @@ struct zk {
     int group_armed;
     struct zk_req *groups_out; /* groups sent and not answered */
     struct zk_group_stats gstats;
+
+    /* Requests too large (see "requests too large" below). */
+    size_t max_request;    /* --zk-max-request */
+    size_t learned_max;    /* 0, or less: what ZooKeeper turned out to take */
+    size_t suspect_bytes;  /* a large request lost with its connection */
+    uint64_t suspect_conn; /* on which connection (z->connects) */
+    double suspect_at;
+    uint64_t connects, disconnects, too_large;
 
     double last_contact;   /* send time of the newest answered request */
     double lease_deadline; /* while disconnected */
@@ -434,12 +444,15 @@ static void note_access(struct zk *z, const struct zk_req *r)
     }
 }
 
+static void note_loss(struct zk *z, const struct zk_req *r);
+
 static void deliver(struct zk *z, struct zk_req *r)
 {
     list_remove(&z->all, r);
     z->inflight--;
     if (r->res.rc == ZCLOSING || r->res.rc == ZINVALIDSTATE)
         r->res.rc = z->closed ? ZK_CLOSING : ZCONNECTIONLOSS;
+    note_loss(z, r);
     if (r->sent_at > 0 && !is_connection_rc(r->res.rc) &&
         r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
         z->last_contact = r->sent_at;
@@ -486,6 +499,7 @@ static void send_req(struct zk *z, struct zk_req *r)
     struct zk_op *op = &r->ops[0];
     int rc;
     r->sent_at = zk_now();
+    r->conn = z->connects;
     switch (r->kind) {
     case ZK_OP_GET:
         rc = zoo_aget(zh, op->path, op->watch, on_data, r);
@@ -633,6 +647,117 @@ static void dispatch(struct zk *z, struct zk_req *r)
         park(z, r);
 }
 
+/* --- requests too large ---------------------------------------------------
+ *
+ * A ZooKeeper server drops the connection of a client that sends a request
+ * longer than its jute.maxbuffer (1 MiB - 1 by default), without an answer;
+ * the client reconnects and the request is lost with the connection, its
+ * outcome unknown to the command, which may send it again.  So every
+ * request's serialized size is computed before it is sent, and one over the
+ * limit (--zk-max-request, under jute.maxbuffer by default) completes with
+ * ZK_TOOBIG and is never sent.
+ *
+ * Should a server take less than that (its jute.maxbuffer set lower than
+ * --zk-max-request), the first request over its limit costs a reconnect.
+ * When a second connection is lost with a request at least SUSPECT_MIN
+ * bytes long in flight, within SUSPECT_WINDOW_MS of the first, the limit in
+ * force becomes the smaller of the two sizes less one, for as long as the
+ * process runs: a request is then refused rather than sent again into the
+ * same drop (never a reconnect loop).  Ordinary connection losses rarely
+ * meet two such requests in a row; when they do, only requests that large
+ * are refused, with an error that names the limit. */
+#define SUSPECT_MIN (64 * 1024)
+#define SUSPECT_WINDOW_MS 60000
+
+static size_t jute_string(const char *s)
+{
+    return 4 + (s ? strlen(s) : 0);
+}
+
+/* One operation's record, without the request or multi header. */
+static size_t op_size(const struct zk *z, enum zk_op_type type,
+                      const struct zk_op *op)
+{
+    size_t n = jute_string(op->path);
+    switch (type) {
+    case ZK_OP_GET:
+    case ZK_OP_EXISTS:
+    case ZK_OP_CHILDREN:
+        return n + 1; /* the watch flag */
+    case ZK_OP_SYNC:
+    case ZK_OP_GET_ACL:
+        return n;
+    case ZK_OP_CREATE:
+        n += 4 + op->datalen + 4 + 4; /* data, ACL count, flags */
+        for (int i = 0; z->acl && i < z->acl->count; i++)
+            n += 4 + jute_string(z->acl->data[i].id.scheme) +
+                 jute_string(z->acl->data[i].id.id);
+        return n;
+    case ZK_OP_SET:
+        return n + 4 + op->datalen + 4; /* data, version */
+    case ZK_OP_DELETE:
+    case ZK_OP_CHECK:
+        return n + 4; /* version */
+    default:
+        return n;
+    }
+}
+
+#define REQUEST_HEADER 8 /* xid, type */
+#define MULTI_HEADER 9   /* type, done, err: before each op and at the end */
+
+size_t zk_request_size(const struct zk *z, enum zk_op_type type,
+                       const struct zk_op *ops, int nops)
+{
+    if (type != ZK_OP_MULTI)
+        return REQUEST_HEADER + op_size(z, type, &ops[0]);
+    size_t n = REQUEST_HEADER + MULTI_HEADER;
+    for (int i = 0; i < nops; i++)
+        n += MULTI_HEADER + op_size(z, ops[i].type, &ops[i]);
+    return n;
+}
+
+size_t zk_max_request(const struct zk *z)
+{
+    if (z->learned_max && z->learned_max < z->max_request)
+        return z->learned_max;
+    return z->max_request;
+}
+
+/* r (a request, or a group) completed: when its connection was lost under
+ * it and it was large, it may be why (see above). */
+static void note_loss(struct zk *z, const struct zk_req *r)
+{
+    if (r->res.rc != ZCONNECTIONLOSS || r->sent_at <= 0 ||
+        r->bytes < SUSPECT_MIN)
+        return;
+    double now = zk_now();
+    if (z->suspect_bytes && r->conn != z->suspect_conn &&
+        now - z->suspect_at < SUSPECT_WINDOW_MS) {
+        size_t lim =
+            (r->bytes < z->suspect_bytes ? r->bytes : z->suspect_bytes) - 1;
+        if (lim < zk_max_request(z)) {
+            z->learned_max = lim;
+            log_warn("zk.request_dropped",
+                     "bytes=%zu earlier_bytes=%zu max_request=%zu "
+                     "reason=\"ZooKeeper dropped the connection twice with a "
+                     "request this large in flight; larger requests are "
+                     "refused from now on (check the servers' jute.maxbuffer "
+                     "and --zk-max-request)\"",
+                     r->bytes, z->suspect_bytes, lim);
+        }
+        z->suspect_bytes = 0;
+        return;
+    }
+    /* the largest request lost with a connection is its suspect */
+    if (!z->suspect_bytes || r->conn != z->suspect_conn ||
+        r->bytes > z->suspect_bytes) {
+        z->suspect_bytes = r->bytes;
+        z->suspect_conn = r->conn;
+        z->suspect_at = now;
+    }
+}
+
 /* --- group commit ---------------------------------------------------------
  *
  * Writes submitted with ZK_GROUPED in one turn of the loop are sent
@@ -670,12 +795,21 @@ static void group_arm(struct zk *z, int on)
     }
 }
 
-static size_t req_bytes(const struct zk_req *r)
+/* r's part of a group's multi: its operations with their headers. */
+static size_t member_bytes(const struct zk *z, const struct zk_req *r)
 {
     size_t n = 0;
     for (int i = 0; i < r->nops; i++)
-        n += strlen(r->ops[i].path) + r->ops[i].datalen + 32;
+        n += MULTI_HEADER + op_size(z, r->ops[i].type, &r->ops[i]);
     return n;
+}
+
+/* The most bytes of members a group holds: GROUP_MAX_BYTES, and never a
+ * multi over the request limit. */
+static size_t group_cap(const struct zk *z)
+{
+    size_t cap = zk_max_request(z) - REQUEST_HEADER - MULTI_HEADER;
+    return cap < GROUP_MAX_BYTES ? cap : GROUP_MAX_BYTES;
 }
 
 /* Sends the group held so far. */
@@ -723,11 +857,15 @@ static void group_send(struct zk *z)
     g->gen = z->gen;
     g->nops = total;
     g->member = head;
+    g->bytes = REQUEST_HEADER + MULTI_HEADER;
+    g->conn = z->connects;
     int off = 0;
     double now = zk_now();
     for (m = head; m; m = m->member) {
         m->offset = off;
         m->sent_at = now;
+        m->conn = z->connects;
+        g->bytes += member_bytes(z, m);
         memcpy(&g->zops[off], m->zops, (size_t)m->nops * sizeof(zoo_op_t));
         off += m->nops;
         z->gstats.members++;
@@ -751,14 +889,13 @@ static void on_group_turn(uv_handle_t *h)
 /* Holds r, a write that may be grouped, for this turn's group. */
 static void group_add(struct zk *z, struct zk_req *r)
 {
-    size_t bytes = req_bytes(r);
-    if (r->nops >= z->group_max || bytes >= GROUP_MAX_BYTES) {
+    size_t bytes = member_bytes(z, r), cap = group_cap(z);
+    if (r->nops >= z->group_max || bytes >= cap) {
         group_send(z);
         dispatch(z, r);
         return;
     }
-    if (z->group_ops + r->nops > z->group_max ||
-        z->group_bytes + bytes > GROUP_MAX_BYTES)
+    if (z->group_ops + r->nops > z->group_max || z->group_bytes + bytes > cap)
         group_send(z);
     r->member = NULL;
     if (z->group_tail)
@@ -816,6 +953,8 @@ static void member_answer(struct zk_req *m, int rc)
 static void group_done(struct zk *z, struct zk_req *g)
 {
     list_remove(&z->groups_out, g);
+    if (!g->unsent)
+        note_loss(z, g);
 
     /* An operation that failed answers the multi's rc; after a connection
      * failure the results may hold anything. */
@@ -923,6 +1062,14 @@ void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
                         r->ops[i].type == ZK_OP_CREATE ? r->ops[i].flags : 0);
     if (!valid || (type == ZK_OP_MULTI && build_multi(r) < 0)) {
         fail_later(r, ZBADARGUMENTS);
+        return;
+    }
+    r->bytes = zk_request_size(z, type, r->ops, r->nops);
+    if (r->bytes > zk_max_request(z)) {
+        z->too_large++;
+        log_debug("zk.request_too_large", "bytes=%zu max_request=%zu ops=%d",
+                  r->bytes, zk_max_request(z), r->nops);
+        fail_later(r, ZK_TOOBIG);
         return;
     }
     r->gen = z->gen;
@@ -1033,6 +1180,7 @@ static void on_session_state(struct zk *z, int state)
         z->session_id = sid;
         z->negotiated = zoo_recv_timeout(z->zh);
         z->connected = 1;
+        z->connects++;
         z->lease_lost = 0;
         z->last_contact = now;
         z->last_heartbeat = now;
@@ -1065,6 +1213,7 @@ static void on_session_state(struct zk *z, int state)
                state == ZOO_ASSOCIATING_STATE) {
         if (z->connected) {
             z->connected = 0;
+            z->disconnects++;
             z->lease_deadline =
                 z->last_contact + z->negotiated - lease_margin(z);
             log_warn("zk.disconnected", "session=0x%llx lease_left_ms=%.0f",
@@ -1269,6 +1418,7 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     uv_check_init(loop, &z->group_check);
     z->group_check.data = z;
     z->group_max = cfg->zk_group_max;
+    z->max_request = (size_t)cfg->zk_max_request;
     z->handles_open = 4;
     return z;
 }
@@ -1425,4 +1575,14 @@ uint64_t zk_sessions_started(const struct zk *z)
 struct zk_group_stats zk_group_stats(const struct zk *z)
 {
     return z->gstats;
+}
+
+uint64_t zk_disconnects(const struct zk *z)
+{
+    return z->disconnects;
+}
+
+uint64_t zk_requests_too_large(const struct zk *z)
+{
+    return z->too_large;
 }

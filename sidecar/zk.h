@@ -28,6 +28,8 @@ struct config;
 /* Our result codes, next to ZooKeeper's (which are > -1000). */
 #define ZK_TIMEOUT (-1000) /* deadline passed while disconnected */
 #define ZK_CLOSING (-1001) /* the bridge is shutting down */
+#define ZK_TOOBIG                                                              \
+    (-1002) /* over the request limit (zk_max_request): never sent */
 
 enum zk_op_type {
     ZK_OP_GET,
@@ -131,6 +133,20 @@ enum zk_submit_flags {
 void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
                int nops, double deadline, int flags, zk_done_cb cb, void *arg);
 
+/* The bytes ZooKeeper reads for the request zk_submit(type, ops, nops)
+ * would send: its header and the jute serialization of its body (paths,
+ * data, the ACL of creates, a multi's per-operation headers), the length
+ * that the server compares with its jute.maxbuffer and drops the
+ * connection over. */
+size_t zk_request_size(const struct zk *z, enum zk_op_type type,
+                       const struct zk_op *ops, int nops);
+
+/* The largest request zk_submit sends (--zk-max-request, or less once
+ * ZooKeeper dropped the connection twice over requests of a size: see
+ * zk.c, "requests too large").  A larger one completes with ZK_TOOBIG and
+ * is never sent. */
+size_t zk_max_request(const struct zk *z);
+
 /* Closes the session (ephemeral nodes vanish at once), fails parked
  * operations with ZK_CLOSING.  Operations in flight still complete. */
 void zk_close(struct zk *z);
@@ -161,6 +177,11 @@ int zk_denied(const struct zk *z, char *why, size_t cap);
 /* Operations submitted and not completed. */
 size_t zk_inflight(const struct zk *z);
 uint64_t zk_sessions_started(const struct zk *z);
+
+/* Times the connected session lost its connection (reconnects). */
+uint64_t zk_disconnects(const struct zk *z);
+/* Requests refused with ZK_TOOBIG. */
+uint64_t zk_requests_too_large(const struct zk *z);
 
 struct zk_group_stats {
     uint64_t groups;  /* multis sent carrying several requests */

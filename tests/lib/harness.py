@@ -288,7 +288,10 @@ class ZkServer:
     """One standalone ZooKeeper server with its own dataDir and port.
     restart() keeps the dataDir and the port."""
 
-    def __init__(self, tick=200, min_session=400, max_session=60000, port=None):
+    def __init__(self, tick=200, min_session=400, max_session=60000, port=None,
+                 jvm_flags=""):
+        """jvm_flags: extra JVM options of the server (system properties
+        such as -Djute.maxbuffer=N)."""
         self.dir = new_dir("zk")
         self.port = port or free_port()
         self.cfg = os.path.join(self.dir, "zoo.cfg")
@@ -311,7 +314,8 @@ class ZkServer:
                 "",
             ]))
         env = dict(os.environ)
-        env.update({"SERVER_JVMFLAGS": "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        env.update({"SERVER_JVMFLAGS": ("-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 " +
+                                        jvm_flags).strip(),
                     "JMXDISABLE": "true", "ZOO_LOG_DIR": self.dir, "ZOOPIDFILE":
                     os.path.join(self.dir, "zk.pid")})
         self.proc = Proc("zookeeper", [ZK_SERVER_SH, "start-foreground", self.cfg],

@@ -246,3 +246,43 @@ describe("DEL of many keys", function()
         assert.equal(4, multis)  -- 3 keys, 3 (refused), then 3 + 2
     end)
 end)
+
+describe("requests over ZooKeeper's limit", function()
+    local function long_keys(n, prefix)
+        local keys = {}
+        for i = 1, n do keys[i] = prefix .. i .. ":" .. string.rep("/", 900) end
+        return keys
+    end
+
+    it("a DEL is split into multis that each fit, and counts every key", function()
+        local W = zkmodel.world()
+        local a = W:sidecar({ config = { zk_max_request = 40000 } })
+        local keys = long_keys(60, "d") -- 2.7 KB of path each: 160 KB of deletes
+        for _, k in ipairs(keys) do assert.equal("OK", a:call("SET", k, "v").ok) end
+        W.ops = {}
+        assert.equal(60, a:call("DEL", table.unpack(keys)))
+        assert.same({}, W:children("/zkresp/k"))
+        local multis = 0
+        for _, op in ipairs(W.ops) do if op.kind == "multi" then multis = multis + 1 end end
+        assert.is_true(multis >= 5, "multis: " .. multis)
+        assert.is_nil(W.refused)
+    end)
+
+    it("a script whose commit does not fit is refused, nothing written", function()
+        local W = zkmodel.world()
+        local a = W:sidecar({ config = { zk_max_request = 40000 } })
+        local keys = long_keys(20, "s")
+        for _, k in ipairs(keys) do assert.equal("OK", a:call("SET", k, "v").ok) end
+        local r = a:call("EVAL", "return redis.call('DEL', unpack(KEYS))", tostring(#keys), table.unpack(keys))
+        assert.is_table(r)
+        assert.matches("exceeds ZooKeeper's request limit of 40000 bytes", r.err, 1, true)
+        assert.equal(20, #W:children("/zkresp/k"))
+        assert.equal(1, #W.refused)
+        r = a:call("EVAL", "for i = 1, 3 do redis.call('SET', KEYS[i], string.rep('x', 15000)) end return 1",
+                   "3", table.unpack(keys))
+        assert.matches("exceeds ZooKeeper's request limit", r.err, 1, true)
+        assert.equal("v", a:call("GET", keys[1]))
+        assert.equal(1, a:call("EVAL", "for i = 1, 2 do redis.call('SET', KEYS[i], string.rep('x', 15000)) end return 1",
+                               "2", table.unpack(keys)))
+    end)
+end)

@@ -38,7 +38,7 @@ Z.codes = {
     NOCHILDRENFOREPHEMERALS = -108, NODEEXISTS = -110, NOTEMPTY = -111,
     SESSIONEXPIRED = -112, INVALIDCALLBACK = -113, INVALIDACL = -114,
     AUTHFAILED = -115, SESSIONMOVED = -118,
-    TIMEOUT = -1000, CLOSING = -1001,      -- ours (lua_host.h)
+    TIMEOUT = -1000, CLOSING = -1001, TOOBIG = -1002, -- ours (lua_host.h)
     EPHEMERAL = 1, SEQUENCE = 2,
     PERM_WRITE = 2, PERM_CREATE = 4, PERM_DELETE = 8, PERM_ADMIN = 16,
 }
@@ -516,9 +516,43 @@ end
 local Sidecar = {}
 Sidecar.__index = Sidecar
 
+-- The bytes ZooKeeper reads for a request, as the bridge computes them
+-- (zk.c, zk_request_size): an 8-byte header, then the operation's record;
+-- a multi has a 9-byte header before each operation and one at the end.
+-- Strings and buffers carry a 4-byte length; a create carries the ACL of
+-- world:anyone (the model's nodes are open) and its flags.
+local function op_size(kind, path, data)
+    local n = 4 + #path
+    if kind == "get" or kind == "exists" or kind == "children" then return n + 1 end
+    if kind == "create" then return n + 4 + #(data or "") + 4 + (4 + 4 + 5 + 4 + 6) + 4 end
+    if kind == "set" then return n + 4 + #(data or "") + 4 end
+    if kind == "delete" or kind == "check" then return n + 4 end
+    return n
+end
+Z.op_size = op_size
+
+local function multi_size(ops)
+    local n = 8 + 9
+    for _, o in ipairs(ops) do n = n + 9 + op_size(o[1], o[2], o[3]) end
+    return n
+end
+
 local function make_zk(sc)
     local W = sc.world
     local zk = copy(C)
+
+    -- The request limit (host.config.zk_max_request; the bridge's default).
+    function zk.max_request()
+        return sc.config.zk_max_request or 983040
+    end
+    function zk.request_size(ops) return multi_size(ops) end
+    -- A request over the limit is never sent (recorded in W.refused).
+    local function too_big(kind, path, bytes)
+        if bytes <= zk.max_request() then return false end
+        W.refused = W.refused or {}
+        W.refused[#W.refused + 1] = { sc = sc.id, kind = kind, path = path, bytes = bytes }
+        return true
+    end
 
     -- Issues one operation for the running task; returns its results.
     -- grouped: the caller let the bridge group the write (the trailing
@@ -580,6 +614,7 @@ local function make_zk(sc)
     -- sc.grouped_creates_stat_less: a grouped create answers its path and no
     -- stat, as the bridge's does when it went out in a group (a multi).
     function zk.create(path, data, flags, grouped)
+        if too_big("create", path, 8 + op_size("create", path, data)) then return C.TOOBIG end
         return op("create", path, function(sid)
             local tx = W:begin(false)
             local res = table.pack(W:op_create(tx, sid, path, data, flags))
@@ -590,6 +625,7 @@ local function make_zk(sc)
     end
 
     function zk.set(path, data, version, grouped)
+        if too_big("set", path, 8 + op_size("set", path, data)) then return C.TOOBIG end
         return op("set", path, function()
             local tx = W:begin(false)
             local res = table.pack(W:op_set(tx, path, data, version))
@@ -622,6 +658,7 @@ local function make_zk(sc)
     function zk.multi(ops, grouped)
         local paths = {}
         for i, o in ipairs(ops) do paths[i] = o[1] .. " " .. o[2] end
+        if too_big("multi", table.concat(paths, ", "), multi_size(ops)) then return C.TOOBIG end
         return op("multi", table.concat(paths, ", "), function(sid)
             return W:op_multi(sid, ops)
         end, grouped)
