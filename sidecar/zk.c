@@ -548,7 +548,7 @@ static void park(struct zk *z, struct zk_req *r)
     z->parked_tail = r;
 }
 
-static void dispatch(struct zk *z, struct zk_req *r);
+static void send_or_park(struct zk *z, struct zk_req *r);
 
 static void flush_parked(struct zk *z)
 {
@@ -556,7 +556,7 @@ static void flush_parked(struct zk *z)
     z->parked_head = z->parked_tail = NULL;
     while (r) {
         struct zk_req *next = r->next;
-        dispatch(z, r);
+        send_or_park(z, r);
         r = next;
     }
 }
@@ -631,7 +631,7 @@ static int handle_usable(const struct zk *z)
 }
 
 /* Sends r now, or parks it until the session connects. */
-static void dispatch(struct zk *z, struct zk_req *r)
+static void send_or_park(struct zk *z, struct zk_req *r)
 {
     if (z->closed)
         fail_later(r, ZK_CLOSING);
@@ -848,7 +848,7 @@ static void group_send(struct zk *z)
             m = head;
             head = m->member;
             m->member = NULL;
-            dispatch(z, m);
+            send_or_park(z, m);
         }
         return;
     }
@@ -892,7 +892,7 @@ static void group_add(struct zk *z, struct zk_req *r)
     size_t bytes = member_bytes(z, r), cap = group_cap(z);
     if (r->nops >= z->group_max || bytes >= cap) {
         group_send(z);
-        dispatch(z, r);
+        send_or_park(z, r);
         return;
     }
     if (z->group_ops + r->nops > z->group_max || z->group_bytes + bytes > cap)
@@ -981,7 +981,7 @@ static void group_done(struct zk *z, struct zk_req *g)
         } else {
             memset(m->zres, 0, (size_t)m->nops * sizeof(zoo_op_result_t));
             z->gstats.resent++;
-            dispatch(z, m);
+            send_or_park(z, m);
         }
         m = next;
     }
@@ -1079,8 +1079,8 @@ void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
          type == ZK_OP_MULTI)) {
         group_add(z, r);
     } else {
-        group_send(z);  /* what was submitted before goes first */
-        dispatch(z, r); /* which fails it when the bridge is closed */
+        group_send(z);      /* what was submitted before goes first */
+        send_or_park(z, r); /* which fails it when the bridge is closed */
     }
 }
 
