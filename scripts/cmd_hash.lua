@@ -16,11 +16,9 @@ local HASH = codec.HASH
 
 local H = {}
 
-local function err(text) return { err = text } end
+local err = E.reply
 
-local function spec(fn, arity, flags)
-    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
-end
+local spec = U.key_command
 
 -- Reads the hash at key inside t: rec and the hash (nil when missing).
 local function load(t, key) return P.load(t, key, HASH) end

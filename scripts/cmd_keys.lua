@@ -10,7 +10,7 @@ local codec = require "codec"
 
 local C = {}
 
-local function err(text) return { err = text } end
+local err = E.reply
 
 local function key_args(args)
     local keys = {}

@@ -15,11 +15,9 @@ local LIST = codec.LIST
 
 local L = {}
 
-local function err(text) return { err = text } end
+local err = E.reply
 
-local function spec(fn, arity, flags)
-    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
-end
+local spec = U.key_command
 
 local function load(t, key) return P.load(t, key, LIST) end
 

@@ -6,6 +6,7 @@
 -- TTL; removing the last member deletes the key.
 
 local T = require "txn"
+local U = require "util"
 local P = require "payload"
 local codec = require "codec"
 
@@ -13,9 +14,7 @@ local SET = codec.SET
 
 local S = {}
 
-local function spec(fn, arity, flags)
-    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
-end
+local spec = U.key_command
 
 local function load(t, key) return P.load(t, key, SET) end
 

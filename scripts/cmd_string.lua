@@ -17,7 +17,7 @@ local STRING = codec.STRING
 
 local S = {}
 
-local function err(text) return { err = text } end
+local err = E.reply
 local function ok() return { ok = "OK" } end
 
 ---------------------------------------------------------------------------

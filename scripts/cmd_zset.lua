@@ -25,11 +25,9 @@ local NAN_SCORE = "ERR resulting score is not a number (NaN)"
 local RANGE_NOT_FLOAT = "ERR min or max is not a float"
 local LEX_RANGE = "ERR min or max not valid string range item"
 
-local function err(text) return { err = text } end
+local err = E.reply
 
-local function spec(fn, arity, flags)
-    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
-end
+local spec = U.key_command
 
 local function load(t, key) return P.load(t, key, ZSET) end
 

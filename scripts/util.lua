@@ -129,4 +129,10 @@ function U.is(arg, word)
     return #arg == #word and arg:lower() == word
 end
 
+-- A command table entry for a command whose one key is its first argument
+-- (the shape cmd_*.lua export; see zkresp.lua's command table).
+function U.key_command(fn, arity, flags)
+    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
+end
+
 return U
