@@ -1,9 +1,9 @@
 -- zkresp.lua — the system layer's entry point (see sidecar/lua_host.h).
 --
 --   M.dispatch(args)             one Redis command -> its reply value
---   M.on_session(event, id)      ZooKeeper session events, and "reload"
---                                (SIGHUP: load the policy again; if it fails
---                                the old policy stays)
+--   M.on_session(event, id)      ZooKeeper session events
+--   M.on_reload()                SIGHUP: load the policy again; if it
+--                                fails the old policy stays
 --   M.commands                   every command: lower-case name -> {fn,
 --                                arity, first_key, last_key, step, flags,
 --                                subcommands}
@@ -267,11 +267,11 @@ function M.on_client_gone(id)
     pubsub.client_gone(id)
 end
 
+function M.on_reload()
+    M.reload_policy()
+end
+
 function M.on_session(event, session_id)
-    if event == "reload" then
-        M.reload_policy()
-        return
-    end
     host.log("info", string.format("session %s 0x%x", tostring(event),
                                    math.tointeger(session_id) or 0))
     K.on_session(event, session_id)

@@ -1749,6 +1749,13 @@ void lua_host_session_event(struct lua_host *h, const char *event,
     call_hook(h, "on_session", event, NULL, session_id);
 }
 
+void lua_host_reload(struct lua_host *h)
+{
+    struct co *c = hook_co(h, "on_reload");
+    if (c)
+        co_resume(c, 0);
+}
+
 void lua_host_watch_event(struct lua_host *h, const char *event,
                           const char *path)
 {

@@ -25,8 +25,8 @@
  *                           of earlier sessions are foreign), "disconnected",
  *                           "lost" (the local lease deadline passed while
  *                           disconnected: every owned ephemeral key is lost;
- *                           the bridge then opens a new session),
- *                           "reload" (SIGHUP: reload the policy).
+ *                           the bridge then opens a new session).
+ *     M.on_reload()         SIGHUP: reload the policy (a fresh coroutine).
  *     M.on_client_gone(id)  a client that had subscriptions closed or was
  *                           RESET (see lua_host_client_gone)
  *     M.on_watch(event, path)
@@ -231,6 +231,9 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t);
 /* Session events from the bridge, forwarded to M.on_session. */
 void lua_host_session_event(struct lua_host *h, const char *event,
                             long long session_id);
+
+/* SIGHUP: M.on_reload() reloads the policy. */
+void lua_host_reload(struct lua_host *h);
 
 /* Visits the command table (M.commands): name, arity, first key, last key,
  * key step, flags (space separated).  For COMMAND. */

@@ -130,7 +130,7 @@ static void on_hup(uv_signal_t *h, int signum)
     if (finished)
         return;
     log_info("policy.reload_requested", "");
-    lua_host_session_event(app.lua, "reload", zk_session_id(app.zk));
+    lua_host_reload(app.lua);
 }
 
 int main(int argc, char **argv)

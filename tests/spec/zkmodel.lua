@@ -940,6 +940,12 @@ function Sidecar:event(event, sid)
     self.world:run_until(function() return t.done end)
 end
 
+-- SIGHUP: M.on_reload in a fresh task, run to its end.
+function Sidecar:reload()
+    local t = self.world:spawn(self, self.M.on_reload)
+    self.world:run_until(function() return t.done end)
+end
+
 -- Starts a command; returns its task (task.done, task.result).
 function Sidecar:start(...)
     local args = table.pack(...)
