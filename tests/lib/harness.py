@@ -318,7 +318,11 @@ class TlsFiles:
     ZooKeeper's PKCS12 keystore and truststore, the tunnels' client
     certificate and key."""
 
-    def __init__(self, hosts=(), clients=("zkresp",)):
+    def __init__(self, hosts=(), clients=("zkresp",), existing=None):
+        if existing:
+            # Files made elsewhere (by the same script), named as it names them.
+            self.dir, self.output = existing, ""
+            return
         self.dir = new_dir("tls")
         env = dict(os.environ, ZK_TLS_CLIENTS=" ".join(clients))
         p = subprocess.run([MAKE_CERTS, self.dir] + list(hosts), stdout=subprocess.PIPE,
@@ -442,7 +446,7 @@ class ZkServer:
     tunnels' client certificate)."""
 
     def __init__(self, tick=200, min_session=400, max_session=60000, port=None,
-                 tls=None, client_auth="need", plaintext=True, secure_port=None):
+                 tls=None, client_auth="need", plaintext=True, secure_port=None, tls_cfg=None):
         if not plaintext and tls is None:
             raise ValueError("a ZooKeeper without a plaintext port needs tls")
         self.dir = new_dir("zk")
@@ -467,7 +471,9 @@ class ZkServer:
         if plaintext:
             lines += ["clientPort=%d" % self.port, "clientPortAddress=127.0.0.1"]
         if tls:
-            lines += tls.zoo_cfg(self.secure_port, client_auth)
+            # tls_cfg: the TLS lines to use instead of the harness's own
+            # (a manifest's settings, with their ports and paths local).
+            lines += tls_cfg if tls_cfg is not None else tls.zoo_cfg(self.secure_port, client_auth)
         with open(self.cfg, "w") as f:
             f.write("\n".join(lines + [""]))
         env = dict(os.environ)
