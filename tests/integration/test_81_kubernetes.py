@@ -585,3 +585,71 @@ def test_tls_rendered_settings_carry_a_lock(rendered_tls, make_zkresp):
         assert p.returncode == 0 and b"Mode: standalone" in p.stdout, p.stdout.decode(errors="replace")
     finally:
         srv.close()
+
+
+def _compose_merged():
+    """compose.yaml with compose.tls.yaml on top, merged as `docker compose
+    -f a -f b` does for what these files use: mappings merge, command is
+    replaced, secrets and volumes are appended."""
+    with open(COMPOSE) as f:
+        doc = yaml.safe_load(f)
+    with open(COMPOSE_TLS) as f:
+        over = yaml.safe_load(f)
+    doc.setdefault("secrets", {}).update(over.get("secrets", {}))
+    for name, svc in over["services"].items():
+        base = doc["services"].setdefault(name, {})
+        for k, v in svc.items():
+            if isinstance(v, dict) and isinstance(base.get(k), dict):
+                base[k] = dict(base[k], **v)
+            elif k in ("secrets", "volumes") and k in base:
+                base[k] = base[k] + v
+            else:
+                base[k] = v
+    return doc
+
+
+def test_compose_tls_tunnel_beside_each_sidecar():
+    doc = _compose_merged()
+    svcs = doc["services"]
+    zks = {n: s for n, s in svcs.items() if "zookeeper" in str(s.get("image", ""))}
+    assert len(zks) == 3
+    for n, s in zks.items():
+        env = s["environment"]
+        assert str(env["ZOO_MY_ID"]) == n[-1]
+        assert not any(";" in x for x in env["ZOO_SERVERS"].split()), "%s keeps a plaintext client port" % n
+        extra = dict(x.split("=", 1) for x in env["ZOO_CFG_EXTRA"].split())
+        assert extra["serverCnxnFactory"] == harness.NETTY_FACTORY and extra["secureClientPort"] == "2281"
+        assert extra["ssl.clientAuth"] == "need"
+        targets = {x["target"] for x in s["secrets"] if isinstance(x, dict)}
+        for k in ("ssl.keyStore.location", "ssl.keyStore.passwordPath", "ssl.trustStore.location"):
+            assert extra[k] in targets, "%s: %s is not mounted" % (n, extra[k])
+        assert "-Dzookeeper.client.secure=true" in env["CLIENT_JVMFLAGS"]
+    sidecars = {n: s for n, s in svcs.items() if s.get("build", {}).get("dockerfile") == "docker/Dockerfile"}
+    assert len(sidecars) == 2
+    for n, s in sidecars.items():
+        a = args_of({"args": s["command"]})
+        hosts = a["zk"].split(",")
+        assert all(h.startswith("127.0.0.1:") for h in hosts), "%s: --zk %s is not the tunnel" % (n, hosts)
+        assert a.get("zk-auth-file"), "%s lost its credentials" % n
+        tunnels = [t for t in svcs.values() if t.get("network_mode") == "service:" + n]
+        assert len(tunnels) == 1, "%s has no tunnel in its network namespace" % n
+        t = tunnels[0]
+        conf = [v.split(":")[0] for v in t["volumes"] if v.split(":")[1] == "/etc/zk-tunnel/stunnel.conf"]
+        assert len(conf) == 1
+        with open(os.path.join(os.path.dirname(COMPOSE_TLS), conf[0])) as f:
+            glob, services = stunnel_conf(f.read())
+        assert glob.get("verifyChain") == "yes" and glob.get("client") == "yes"
+        assert sorted(hosts) == sorted(x["accept"] for x in services.values())
+        for x in services.values():
+            host, port = x["connect"].rsplit(":", 1)
+            assert host in zks and port == "2281" and x.get("checkHost") == host, x
+        mounted = {"/run/secrets/" + (x if isinstance(x, str) else x["source"]): x for x in t["secrets"]}
+        for opt in ("CAfile", "cert", "key"):
+            assert glob[opt] in mounted, "the tunnel's %s %s is not a secret" % (opt, glob[opt])
+    # Every secret file is one docker/tls/make-certs.sh writes.
+    d = harness.new_dir("compose-tls")
+    p = subprocess.run([harness.MAKE_CERTS, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert p.returncode == 0, p.stdout
+    for name, sec in doc["secrets"].items():
+        if sec["file"].startswith("./tls/out/"):
+            assert os.path.exists(os.path.join(d, os.path.basename(sec["file"]))), (name, sec)
