@@ -31,7 +31,10 @@ all: $(BUILD)/zkresp
 DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 libzookeeper-mt-dev \
             libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
             redis-tools python3-redis python3-pytest python3-kazoo clang-format \
-            prometheus python3-yaml faketime
+            prometheus python3-yaml faketime stunnel4 openssl
+# stunnel4 and openssl: the TLS tunnel to ZooKeeper and its throwaway
+# certificates (docker/tls/make-certs.sh, tests/integration/test_84_zk_tls.py);
+# keytool comes with the JDK that zookeeper pulls in.
 # kubectl (for `kubectl kustomize docker/k8s`): Debian's kubernetes-client,
 # unless a kubectl is already installed (Google Cloud SDK's kubectl package
 # owns /usr/bin/kubectl and the two cannot be installed together).

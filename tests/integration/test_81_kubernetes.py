@@ -12,6 +12,15 @@ No Docker engine nor cluster is needed: the files are checked.
   docker/Dockerfile the runtime packages are exactly those `ldd build/zkresp`
                     maps to (dpkg -S), so the image cannot miss a library
   docker/compose    a 3-node ensemble and two sidecars
+  docker/k8s-tls    the overlay with TLS to ZooKeeper (issue 16), rendered
+                    with certificates from docker/tls/make-certs.sh: a
+                    stunnel native sidecar before zkresp, its config and
+                    certificates mounted, zkresp's --zk on the tunnel's
+                    loopback ports, a ZooKeeper with only a TLS client port;
+                    then the rendered tunnel config and ZooKeeper settings
+                    run for real (ports and paths made local) and carry a
+                    lock, and the rendered health check answers
+  docker/compose.tls.yaml  the same for compose
 """
 
 import os
@@ -26,6 +35,8 @@ import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(ROOT, "docker", "k8s")
+K8S_TLS = os.path.join(ROOT, "docker", "k8s-tls")
+COMPOSE_TLS = os.path.join(ROOT, "docker", "compose.tls.yaml")
 DOCKERFILE = os.path.join(ROOT, "docker", "Dockerfile")
 COMPOSE = os.path.join(ROOT, "docker", "compose.yaml")
 KUBECTL = shutil.which("kubectl")
@@ -362,3 +373,283 @@ def test_compose_has_an_ensemble_and_two_sidecars():
         with open(path) as f:
             user, _, password = f.read().strip().partition(":")
         assert user and password, "%s is not user:password" % path
+
+
+# ------------------------------------------------------------------ TLS (issue 16)
+
+@pytest.fixture(scope="module")
+def rendered_tls():
+    """docker/k8s-tls rendered from a copy of docker/k8s and docker/k8s-tls
+    whose certs/ docker/tls/make-certs.sh has just filled."""
+    assert KUBECTL, "kubectl not found (Debian package kubernetes-client)"
+    d = harness.new_dir("k8s-tls")
+    shutil.copytree(K8S, os.path.join(d, "k8s"))
+    shutil.copytree(K8S_TLS, os.path.join(d, "k8s-tls"), ignore=shutil.ignore_patterns("certs"))
+    p = subprocess.run([harness.MAKE_CERTS, os.path.join(d, "k8s-tls", "certs")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=120)
+    assert p.returncode == 0, p.stdout.decode(errors="replace")
+    p = subprocess.run([KUBECTL, "kustomize", os.path.join(d, "k8s-tls")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    assert p.returncode == 0, "kubectl kustomize docker/k8s-tls failed: %s" % p.stderr.decode(errors="replace")
+    return [x for x in yaml.safe_load_all(p.stdout) if x]
+
+
+def stunnel_conf(text):
+    """stunnel.conf -> (global options, {service: options})."""
+    glob, services, cur = {}, {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith((";", "#")):
+            continue
+        if line.startswith("["):
+            cur = services.setdefault(line.strip("[]"), {})
+            continue
+        k, _, v = line.partition("=")
+        (cur if cur is not None else glob)[k.strip()] = v.strip()
+    return glob, services
+
+
+def secret_files(secret):
+    import base64
+    out = {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
+    out.update({k: v.encode() for k, v in secret.get("stringData", {}).items()})
+    return out
+
+
+def mounted_secret(spec, container, path):
+    """(Secret volume source, the file's key) of the Secret mounted at
+    path's directory in container, read-only."""
+    mdir, fname = os.path.split(path)
+    mounts = [m for m in container.get("volumeMounts", []) if m["mountPath"].rstrip("/") == mdir]
+    assert len(mounts) == 1 and mounts[0].get("readOnly"), "%s: nothing read-only at %s" % (container["name"], mdir)
+    vol = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]]
+    assert len(vol) == 1 and "secret" in vol[0], "%s: %s is not a Secret volume" % (container["name"], mdir)
+    sv = vol[0]["secret"]
+    items = sv.get("items")
+    key = fname if not items else [i["key"] for i in items if i["path"] == fname][0]
+    mode = sv.get("defaultMode", 0o644)
+    assert not mode & 0o007, "%s is readable by everyone (mode %o)" % (sv["secretName"], mode)
+    assert spec["securityContext"].get("fsGroup") is not None and mode & 0o040, \
+        "%s: the container's group cannot read %s" % (container["name"], sv["secretName"])
+    return sv, key
+
+
+def tunnel_of(rendered_tls):
+    deploy = one(rendered_tls, "Deployment")
+    spec = deploy["spec"]["template"]["spec"]
+    inits = spec.get("initContainers", [])
+    names = [c["name"] for c in inits]
+    assert "zk-tunnel" in names and "zkresp" in names, names
+    assert names.index("zk-tunnel") < names.index("zkresp"), \
+        "the tunnel must start before zkresp and stop after it: %s" % names
+    tunnel = inits[names.index("zk-tunnel")]
+    zk = inits[names.index("zkresp")]
+    assert tunnel.get("restartPolicy") == "Always", "the tunnel must be a native sidecar"
+    # Its config: the ConfigMap file its argument names.
+    conf_path = (tunnel.get("args") or tunnel.get("command"))[-1]
+    mounts = [m for m in tunnel["volumeMounts"] if m["mountPath"] == conf_path
+              or m["mountPath"].rstrip("/") == os.path.dirname(conf_path)]
+    assert len(mounts) == 1, "stunnel's config %s is not mounted" % conf_path
+    vol = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]][0]
+    cm = one(rendered_tls, "ConfigMap", vol["configMap"]["name"])
+    key = mounts[0].get("subPath") or os.path.basename(conf_path)
+    return spec, tunnel, zk, cm["data"][key]
+
+
+def test_tls_overlay_keeps_the_base_and_adds_a_tunnel(rendered, rendered_tls):
+    spec, tunnel, zk, _ = tunnel_of(rendered_tls)
+    # Everything of the base is still there.
+    base = {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    assert base <= {(d["kind"], d["metadata"]["name"]) for d in rendered_tls}
+    _restricted(spec, tunnel, "zk-tunnel")
+    assert tunnel.get("resources", {}).get("limits", {}).get("memory"), "the tunnel needs a memory limit"
+    assert not tunnel.get("ports"), "the tunnel listens on the pod's loopback only"
+    assert tunnel["image"].split(":")[0].endswith("zkresp-stunnel")
+
+
+def test_tls_zkresp_reaches_zookeeper_only_through_the_tunnel(rendered_tls):
+    spec, tunnel, zk, conf = tunnel_of(rendered_tls)
+    glob, services = stunnel_conf(conf)
+    assert glob.get("foreground") == "yes" and glob.get("client") == "yes"
+    assert glob.get("verifyChain") == "yes", "the tunnel must verify the server's chain"
+    hosts = args_of(zk)["zk"].split(",")
+    accepts = {s["accept"]: s for s in services.values()}
+    assert len(hosts) == 3 and all(h.startswith("127.0.0.1:") for h in hosts), \
+        "--zk %r must target the tunnel on localhost" % hosts
+    assert sorted(hosts) == sorted(accepts), "--zk %r vs the tunnel's accept %r" % (hosts, sorted(accepts))
+    sts = one(rendered_tls, "StatefulSet")
+    svc = one(rendered_tls, "Service", sts["spec"]["serviceName"])
+    want = {"%s-%d.%s" % (sts["metadata"]["name"], i, svc["metadata"]["name"]) for i in range(3)}
+    for s in services.values():
+        host, port = s["connect"].rsplit(":", 1)
+        assert host in want and port == "2281", s
+        assert s.get("checkHost", glob.get("checkHost")) == host, "the tunnel must check %s's name" % host
+    # CA, certificate and key from the Secret mounted in the tunnel.
+    secrets = {}
+    for opt in ("CAfile", "cert", "key"):
+        path = glob[opt]
+        sv, key = mounted_secret(spec, tunnel, path)
+        files = secret_files(one(rendered_tls, "Secret", sv["secretName"]))
+        assert key in files, "Secret %s has no %s (for %s)" % (sv["secretName"], key, opt)
+        secrets[opt] = files[key]
+    assert b"BEGIN CERTIFICATE" in secrets["CAfile"] and b"PRIVATE KEY" in secrets["key"]
+    # zkresp itself mounts no TLS material: it never speaks TLS.
+    assert all("tls" not in m["mountPath"] for m in zk.get("volumeMounts", []))
+
+
+def _zk_tls_settings(rendered_tls):
+    sts = one(rendered_tls, "StatefulSet")
+    spec = sts["spec"]["template"]["spec"]
+    c = [x for x in spec["containers"] if x["name"] == "zookeeper"][0]
+    env = {e["name"]: e.get("value", "") for e in c.get("env", [])}
+    return spec, c, env
+
+
+def test_tls_zookeeper_has_only_a_tls_client_port(rendered_tls):
+    spec, c, env = _zk_tls_settings(rendered_tls)
+    servers = env["ZOO_SERVERS"].split()
+    assert len(servers) == 3 and not any(";" in x for x in servers), \
+        "ZOO_SERVERS must carry no plaintext client port: %s" % servers
+    extra = dict(x.split("=", 1) for x in env["ZOO_CFG_EXTRA"].split())
+    assert "clientPort" not in extra
+    assert extra["serverCnxnFactory"] == harness.NETTY_FACTORY
+    assert extra["secureClientPort"] == "2281" and extra["ssl.clientAuth"] == "need"
+    for k in ("ssl.keyStore.location", "ssl.keyStore.passwordPath", "ssl.trustStore.location",
+              "ssl.trustStore.passwordPath"):
+        sv, key = mounted_secret(spec, c, extra[k])
+        assert key in secret_files(one(rendered_tls, "Secret", sv["secretName"])), (k, key)
+    assert [p["containerPort"] for p in c["ports"] if p["containerPort"] in (2181, 2281)] == [2281]
+    assert c["livenessProbe"]["tcpSocket"]["port"] == 2281
+    for svc in (d for d in rendered_tls if d["kind"] == "Service"):
+        if "zookeeper" in svc["metadata"].get("labels", {}).get("app.kubernetes.io/name", ""):
+            assert 2181 not in [p["port"] for p in svc["spec"]["ports"]], svc["metadata"]["name"]
+
+
+def test_tls_rendered_settings_carry_a_lock(rendered_tls, make_zkresp):
+    """The rendered tunnel config and ZooKeeper settings, run: ZooKeeper
+    with ZOO_CFG_EXTRA's TLS lines (paths into the rendered Secrets' files,
+    a local port), stunnel with the rendered stunnel.conf (paths and ports
+    made local, checkHost and everything else as rendered), zkresp with the
+    rendered --zk (ports remapped): a lock works, and the rendered readiness
+    check (zkServer.sh status with CLIENT_JVMFLAGS) finds the server."""
+    d = harness.new_dir("k8s-tls-run")
+    for sec in (x for x in rendered_tls if x["kind"] == "Secret"):
+        for k, v in secret_files(sec).items():
+            with open(os.path.join(d, k), "wb") as f:
+                f.write(v)
+    spec, c, env = _zk_tls_settings(rendered_tls)
+    local = lambda s: re.sub(r"/(tls|etc/zk-tunnel/tls)/", d + "/", s)  # noqa: E731
+    secure = harness.free_port()
+    tls_lines = []
+    for x in env["ZOO_CFG_EXTRA"].split():
+        k, v = x.split("=", 1)
+        if k == "secureClientPort":
+            v = str(secure)
+        elif k == "quorumListenOnAllIPs":
+            continue
+        tls_lines.append("%s=%s" % (k, local(v)))
+    tls_lines.append("secureClientPortAddress=127.0.0.1")
+    os.rename(os.path.join(d, "client.pem"), os.path.join(d, "zkresp-client.pem"))
+    os.rename(os.path.join(d, "client.key"), os.path.join(d, "zkresp-client.key"))
+    files = harness.TlsFiles(existing=d)
+    srv = harness.ZkServer(tls=files, plaintext=False, secure_port=secure, tls_cfg=tls_lines).start()
+    try:
+        _, tunnel, zk, conf = tunnel_of(rendered_tls)
+        conf = conf.replace("/etc/zk-tunnel/tls/client.", "/etc/zk-tunnel/tls/zkresp-client.")
+        ports = {}
+
+        def accept(m):
+            ports[m.group(1)] = harness.free_port()
+            return "accept = 127.0.0.1:%d" % ports[m.group(1)]
+        conf = re.sub(r"accept\s*=\s*(\S+)", accept, conf)
+        conf = re.sub(r"connect\s*=\s*\S+", "connect = 127.0.0.1:%d" % secure, conf)
+        conf = local(conf)
+        path = os.path.join(d, "stunnel.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        st = harness.Proc("stunnel", [harness.STUNNEL, path], d).start()
+        try:
+            hosts = ["127.0.0.1:%d" % ports[h] for h in args_of(zk)["zk"].split(",")]
+            z = make_zkresp(zk_target=",".join(hosts))
+            with z.client() as cl:
+                assert cl.cmd("SET", "lock", "t", "NX", "PX", "10000") == b"+OK\r\n"
+                assert cl.cmd("DELIFEQ", "lock", "t") == b":1\r\n"
+        finally:
+            st.term(10)
+        flags = local(env["CLIENT_JVMFLAGS"])
+        probe = c["readinessProbe"]["exec"]["command"]
+        assert probe == ["zkServer.sh", "status"], probe
+        p = subprocess.run([harness.ZK_SERVER_SH, "status", srv.cfg],
+                           env=dict(os.environ, CLIENT_JVMFLAGS=flags, ZOO_LOG_DIR=srv.dir),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        assert p.returncode == 0 and b"Mode: standalone" in p.stdout, p.stdout.decode(errors="replace")
+    finally:
+        srv.close()
+
+
+def _compose_merged():
+    """compose.yaml with compose.tls.yaml on top, merged as `docker compose
+    -f a -f b` does for what these files use: mappings merge, command is
+    replaced, secrets and volumes are appended."""
+    with open(COMPOSE) as f:
+        doc = yaml.safe_load(f)
+    with open(COMPOSE_TLS) as f:
+        over = yaml.safe_load(f)
+    doc.setdefault("secrets", {}).update(over.get("secrets", {}))
+    for name, svc in over["services"].items():
+        base = doc["services"].setdefault(name, {})
+        for k, v in svc.items():
+            if isinstance(v, dict) and isinstance(base.get(k), dict):
+                base[k] = dict(base[k], **v)
+            elif k in ("secrets", "volumes") and k in base:
+                base[k] = base[k] + v
+            else:
+                base[k] = v
+    return doc
+
+
+def test_compose_tls_tunnel_beside_each_sidecar():
+    doc = _compose_merged()
+    svcs = doc["services"]
+    zks = {n: s for n, s in svcs.items() if "zookeeper" in str(s.get("image", ""))}
+    assert len(zks) == 3
+    for n, s in zks.items():
+        env = s["environment"]
+        assert str(env["ZOO_MY_ID"]) == n[-1]
+        assert not any(";" in x for x in env["ZOO_SERVERS"].split()), "%s keeps a plaintext client port" % n
+        extra = dict(x.split("=", 1) for x in env["ZOO_CFG_EXTRA"].split())
+        assert extra["serverCnxnFactory"] == harness.NETTY_FACTORY and extra["secureClientPort"] == "2281"
+        assert extra["ssl.clientAuth"] == "need"
+        targets = {x["target"] for x in s["secrets"] if isinstance(x, dict)}
+        for k in ("ssl.keyStore.location", "ssl.keyStore.passwordPath", "ssl.trustStore.location"):
+            assert extra[k] in targets, "%s: %s is not mounted" % (n, extra[k])
+        assert "-Dzookeeper.client.secure=true" in env["CLIENT_JVMFLAGS"]
+    sidecars = {n: s for n, s in svcs.items() if s.get("build", {}).get("dockerfile") == "docker/Dockerfile"}
+    assert len(sidecars) == 2
+    for n, s in sidecars.items():
+        a = args_of({"args": s["command"]})
+        hosts = a["zk"].split(",")
+        assert all(h.startswith("127.0.0.1:") for h in hosts), "%s: --zk %s is not the tunnel" % (n, hosts)
+        assert a.get("zk-auth-file"), "%s lost its credentials" % n
+        tunnels = [t for t in svcs.values() if t.get("network_mode") == "service:" + n]
+        assert len(tunnels) == 1, "%s has no tunnel in its network namespace" % n
+        t = tunnels[0]
+        conf = [v.split(":")[0] for v in t["volumes"] if v.split(":")[1] == "/etc/zk-tunnel/stunnel.conf"]
+        assert len(conf) == 1
+        with open(os.path.join(os.path.dirname(COMPOSE_TLS), conf[0])) as f:
+            glob, services = stunnel_conf(f.read())
+        assert glob.get("verifyChain") == "yes" and glob.get("client") == "yes"
+        assert sorted(hosts) == sorted(x["accept"] for x in services.values())
+        for x in services.values():
+            host, port = x["connect"].rsplit(":", 1)
+            assert host in zks and port == "2281" and x.get("checkHost") == host, x
+        mounted = {"/run/secrets/" + (x if isinstance(x, str) else x["source"]): x for x in t["secrets"]}
+        for opt in ("CAfile", "cert", "key"):
+            assert glob[opt] in mounted, "the tunnel's %s %s is not a secret" % (opt, glob[opt])
+    # Every secret file is one docker/tls/make-certs.sh writes.
+    d = harness.new_dir("compose-tls")
+    p = subprocess.run([harness.MAKE_CERTS, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert p.returncode == 0, p.stdout
+    for name, sec in doc["secrets"].items():
+        if sec["file"].startswith("./tls/out/"):
+            assert os.path.exists(os.path.join(d, os.path.basename(sec["file"]))), (name, sec)

@@ -33,6 +33,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ZK_SERVER_SH = "/usr/share/zookeeper/bin/zkServer.sh"
 SCRIPTS_DIR = os.environ.get("ZKRESP_TEST_SCRIPTS", os.path.join(REPO, "scripts"))
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel") or "/usr/bin/stunnel4"
+MAKE_CERTS = os.path.join(REPO, "docker", "tls", "make-certs.sh")
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"   # zkEnv.sh's
+NETTY_CODEC_JAR = "/usr/share/java/netty-codec.jar"
 
 SANITIZER_RE = re.compile(rb"ERROR: \w*Sanitizer|runtime error:|SUMMARY: \w*Sanitizer")
 
@@ -284,38 +289,207 @@ def four_letter(host, port, cmd, timeout=2.0):
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def four_letter_tls(host, port, cmd, tls, timeout=2.0):
+    """A four-letter word over TLS, with the tunnels' client certificate
+    (ZooKeeper may require one) and the server's name checked."""
+    import ssl
+    ctx = tls.client_context()
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        with ctx.wrap_socket(raw, server_hostname=host) as s:
+            s.sendall(cmd.encode())
+            chunks = []
+            while True:
+                try:
+                    c = s.recv(65536)
+                except (socket.timeout, ssl.SSLError):
+                    break
+                if not c:
+                    break
+                chunks.append(c)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------
+# TLS: certificates (docker/tls/make-certs.sh) and stunnel tunnels
+
+
+class TlsFiles:
+    """The output of docker/tls/make-certs.sh in a temp dir: a throwaway CA,
+    ZooKeeper's PKCS12 keystore and truststore, the tunnels' client
+    certificate and key."""
+
+    def __init__(self, hosts=(), clients=("zkresp",), existing=None):
+        if existing:
+            # Files made elsewhere (by the same script), named as it names them.
+            self.dir, self.output = existing, ""
+            return
+        self.dir = new_dir("tls")
+        env = dict(os.environ, ZK_TLS_CLIENTS=" ".join(clients))
+        p = subprocess.run([MAKE_CERTS, self.dir] + list(hosts), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120, env=env)
+        if p.returncode != 0:
+            raise AssertionError("make-certs.sh failed: %s" % p.stdout.decode(errors="replace"))
+        self.output = p.stdout.decode(errors="replace")
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    @property
+    def ca(self):
+        return self.path("ca.pem")
+
+    @property
+    def client_cert(self):
+        return self.path("zkresp-client.pem")
+
+    @property
+    def client_key(self):
+        return self.path("zkresp-client.key")
+
+    def zoo_cfg(self, secure_port, client_auth="need"):
+        """zoo.cfg lines for a server that listens with TLS on secure_port."""
+        return [
+            "serverCnxnFactory=%s" % NETTY_FACTORY,
+            "secureClientPort=%d" % secure_port,
+            "secureClientPortAddress=127.0.0.1",
+            "ssl.keyStore.location=%s" % self.path("zk-keystore.p12"),
+            "ssl.keyStore.passwordPath=%s" % self.path("zk-store.password"),
+            "ssl.trustStore.location=%s" % self.path("zk-truststore.p12"),
+            "ssl.trustStore.passwordPath=%s" % self.path("zk-store.password"),
+            "ssl.clientAuth=%s" % client_auth,
+        ]
+
+    def client_context(self):
+        import ssl
+        ctx = ssl.create_default_context(cafile=self.ca)
+        ctx.load_cert_chain(self.client_cert, self.client_key)
+        return ctx
+
+
+def make_tls_files(hosts=(), clients=("zkresp",)):
+    return TlsFiles(hosts, clients)
+
+
+class Stunnel:
+    """A stunnel client in the foreground: plaintext on 127.0.0.1:port,
+    TLS to target (a ZkServer's secure port or "host:port"), the server's
+    certificate checked against ca (default: tls's CA) and its name
+    (check_host or, by default, check_ip 127.0.0.1); the client certificate
+    and key of tls unless client_cert=False.  Started and stopped by PID like
+    every other process here."""
+
+    def __init__(self, target, tls, ca=None, check_host=None, check_ip="127.0.0.1",
+                 client_cert=True, port=None):
+        self.dir = new_dir("stunnel")
+        self.port = port or free_port()
+        self.target = target if isinstance(target, str) else target.secure_address
+        self.conf = os.path.join(self.dir, "stunnel.conf")
+        lines = [
+            "foreground = yes",
+            "pid =",
+            "debug = info",
+            "[zookeeper]",
+            "client = yes",
+            "accept = 127.0.0.1:%d" % self.port,
+            "connect = %s" % self.target,
+            "sslVersionMin = TLSv1.2",
+            "verifyChain = yes",
+            "CAfile = %s" % (ca or tls.ca),
+        ]
+        if check_host:
+            lines.append("checkHost = %s" % check_host)
+        elif check_ip:
+            lines.append("checkIP = %s" % check_ip)
+        if client_cert:
+            lines += ["cert = %s" % tls.client_cert, "key = %s" % tls.client_key]
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines + [""]))
+        self.proc = Proc("stunnel", [STUNNEL, self.conf], self.dir)
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def start(self, timeout=20):
+        if not os.access(STUNNEL, os.X_OK):
+            raise AssertionError("stunnel not found (Debian package stunnel4; `make deps` installs it)")
+        self.proc.start()
+
+        def listening():
+            if not self.proc.alive():
+                raise Fatal("stunnel exited: %s" % self.proc.output()[-2000:].decode("utf-8", "replace"))
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        wait_for(listening, timeout, 0.05, "stunnel on port %d" % self.port)
+        return self
+
+    def log(self):
+        return self.proc.output()
+
+    def close(self):
+        if self.proc.alive():
+            try:
+                self.proc.term(10)
+            except AssertionError:
+                pass
+
+
 class ZkServer:
     """One standalone ZooKeeper server with its own dataDir and port.
-    restart() keeps the dataDir and the port."""
+    restart() keeps the dataDir and the port.
+
+    tls: a TlsFiles (make_tls_files()): the server also listens on
+    secure_port with Netty's TLS (keystore, truststore, ssl.clientAuth =
+    client_auth: none, want or need).  plaintext=False leaves out the
+    plaintext clientPort altogether: then only TLS clients reach it, and the
+    harness's own four-letter words and kazoo clients use TLS too (with the
+    tunnels' client certificate).  jvm_flags: extra JVM options of the
+    server (system properties such as -Djute.maxbuffer=N)."""
 
     def __init__(self, tick=200, min_session=400, max_session=60000, port=None,
+                 tls=None, client_auth="need", plaintext=True, secure_port=None, tls_cfg=None,
                  jvm_flags=""):
-        """jvm_flags: extra JVM options of the server (system properties
-        such as -Djute.maxbuffer=N)."""
+        if not plaintext and tls is None:
+            raise ValueError("a ZooKeeper without a plaintext port needs tls")
         self.dir = new_dir("zk")
-        self.port = port or free_port()
+        self.tls = tls
+        self.port = (port or free_port()) if plaintext else None
+        self.secure_port = (secure_port or free_port()) if tls else None
         self.cfg = os.path.join(self.dir, "zoo.cfg")
+        lines = [
+            "tickTime=%d" % tick,
+            "initLimit=10",
+            "syncLimit=5",
+            "dataDir=%s" % os.path.join(self.dir, "data"),
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            "minSessionTimeout=%d" % min_session,
+            "maxSessionTimeout=%d" % max_session,
+            "forceSync=no",
+            "maxClientCnxns=0",
+            "autopurge.purgeInterval=0",
+            DIGEST_PROVIDER,
+        ]
+        if plaintext:
+            lines += ["clientPort=%d" % self.port, "clientPortAddress=127.0.0.1"]
+        if tls:
+            # tls_cfg: the TLS lines to use instead of the harness's own
+            # (a manifest's settings, with their ports and paths local).
+            lines += tls_cfg if tls_cfg is not None else tls.zoo_cfg(self.secure_port, client_auth)
         with open(self.cfg, "w") as f:
-            f.write("\n".join([
-                "tickTime=%d" % tick,
-                "initLimit=10",
-                "syncLimit=5",
-                "dataDir=%s" % os.path.join(self.dir, "data"),
-                "clientPort=%d" % self.port,
-                "clientPortAddress=127.0.0.1",
-                "admin.enableServer=false",
-                "4lw.commands.whitelist=*",
-                "minSessionTimeout=%d" % min_session,
-                "maxSessionTimeout=%d" % max_session,
-                "forceSync=no",
-                "maxClientCnxns=0",
-                "autopurge.purgeInterval=0",
-                DIGEST_PROVIDER,
-                "",
-            ]))
+            f.write("\n".join(lines + [""]))
         env = dict(os.environ)
-        env.update({"SERVER_JVMFLAGS": ("-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 " +
-                                        jvm_flags).strip(),
+        flags = "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+        if tls:
+            # Debian's zookeeper 3.8.0 lists netty-handler in its jar's
+            # Class-Path but not netty-codec, which Netty's SslHandler needs:
+            # without it every TLS connection fails (NoClassDefFoundError
+            # ByteToMessageDecoder).  zkServer.sh puts $SERVER_JVMFLAGS after
+            # its own -cp, and the java launcher takes the last one.
+            flags += " -cp %s:%s" % (ZK_CLASSPATH, NETTY_CODEC_JAR)
+        if jvm_flags:
+            flags += " " + jvm_flags
+        env.update({"SERVER_JVMFLAGS": flags,
                     "JMXDISABLE": "true", "ZOO_LOG_DIR": self.dir, "ZOOPIDFILE":
                     os.path.join(self.dir, "zk.pid")})
         self.proc = Proc("zookeeper", [ZK_SERVER_SH, "start-foreground", self.cfg],
@@ -323,7 +497,13 @@ class ZkServer:
 
     @property
     def address(self):
+        if self.port is None:
+            raise AssertionError("this ZooKeeper speaks only TLS: connect through a Stunnel")
         return "127.0.0.1:%d" % self.port
+
+    @property
+    def secure_address(self):
+        return "127.0.0.1:%d" % self.secure_port
 
     def start(self, timeout=60):
         self.proc.start()
@@ -337,10 +517,12 @@ class ZkServer:
             if self.four_letter("ruok", 0.5) != "imok":
                 return False
             return "Mode:" in self.four_letter("srvr", 0.5)
-        wait_for(serving, timeout, 0.05, "ZooKeeper on port %d to serve" % self.port)
+        wait_for(serving, timeout, 0.05, "ZooKeeper on port %d to serve" % (self.port or self.secure_port))
 
     def four_letter(self, cmd, timeout=2.0):
         try:
+            if self.port is None:
+                return four_letter_tls("127.0.0.1", self.secure_port, cmd, self.tls, timeout)
             return four_letter("127.0.0.1", self.port, cmd, timeout)
         except OSError:
             return ""
@@ -632,17 +814,29 @@ class Zkresp:
 # ZooKeeper inspection
 
 
-def kazoo_client(zk, timeout=15.0, auth=None):
+def kazoo_client(zk, timeout=15.0, auth=None, client_cert="zkresp"):
     """A started kazoo client on zk (ZkServer, ZkProxy or address), stopped
     at exit.  auth: digest credentials "user:password" (default: the suite's,
-    ZKRESP_TEST_ZK_AUTH; "" for none)."""
+    ZKRESP_TEST_ZK_AUTH; "" for none).  On a TLS-only ZkServer it speaks TLS
+    with the client certificate client_cert (a name of make_tls_files'
+    clients)."""
     import logging
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     from kazoo.client import KazooClient
     auth = TEST_ZK_AUTH if auth is None else auth
-    kz = KazooClient(hosts=_zk_address(zk), timeout=10.0,
+    kw = {}
+    if isinstance(zk, ZkServer) and zk.port is None:
+        # A TLS-only server: kazoo speaks TLS itself, with the tunnels'
+        # client certificate.
+        kw = dict(use_ssl=True, verify_certs=True, ca=zk.tls.ca,
+                  certfile=zk.tls.path(client_cert + "-client.pem"),
+                  keyfile=zk.tls.path(client_cert + "-client.key"))
+        hosts = zk.secure_address
+    else:
+        hosts = _zk_address(zk)
+    kz = KazooClient(hosts=hosts, timeout=10.0,
                      connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
-                     auth_data=[("digest", auth)] if auth else None)
+                     auth_data=[("digest", auth)] if auth else None, **kw)
     kz.start(timeout=timeout)
 
     def close():
