@@ -9,9 +9,16 @@
  * it (osize), so a block needs no header: its class follows from osize.
  * The same sizes keep `used` exact, and let a limit refuse growth before
  * anything is allocated.
+ *
+ * lua_alloc_trim (when the VM is idle) finds the chunks whose every block
+ * is on a free list and gives them back to malloc:
+ *
+ *   chunks sorted by address -> each free block counted to its chunk
+ *   -> a chunk with free == carved is dropped from the lists and freed
  */
 #include "lua_alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,8 +55,10 @@ struct block {
 struct lua_alloc {
     struct block *free[CLASSES]; /* per class, blocks Lua gave back */
     struct chunk *chunks;        /* every chunk, for lua_alloc_free */
+    struct chunk *carving;       /* the chunk tail..end belongs to */
     char *tail, *end;            /* the newest chunk's unused part */
     size_t used;                 /* bytes handed out to Lua */
+    size_t nchunks;              /* chunks held */
     size_t limit;                /* refuse growth past this (0: none) */
     unsigned long refused;       /* requests refused since last taken */
 };
@@ -127,6 +136,8 @@ static void *take(struct lua_alloc *a, size_t k)
             return NULL;
         c->next = a->chunks;
         a->chunks = c;
+        a->nchunks++;
+        a->carving = c;
         a->tail = (char *)c + head;
         a->end = a->tail + CHUNK;
     }
@@ -152,6 +163,107 @@ size_t lua_alloc_set_limit(struct lua_alloc *a, size_t limit)
     size_t old = a->limit;
     a->limit = limit;
     return old;
+}
+
+size_t lua_alloc_pooled(const struct lua_alloc *a)
+{
+    return a->nchunks * CHUNK;
+}
+
+/* What lua_alloc_trim knows of one chunk. */
+struct span {
+    char *start; /* its first block */
+    size_t free; /* bytes of it on the free lists */
+    size_t size; /* bytes carved from it (CHUNK but for the newest) */
+    struct chunk *c;
+};
+
+static int span_cmp(const void *x, const void *y)
+{
+    uintptr_t a = (uintptr_t)((const struct span *)x)->start;
+    uintptr_t b = (uintptr_t)((const struct span *)y)->start;
+    return a < b ? -1 : a > b;
+}
+
+/* The span holding p, or NULL (a binary search of the sorted spans). */
+static struct span *span_of(struct span *s, size_t n, const void *p)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)p < (uintptr_t)s[mid].start)
+            hi = mid;
+        else if ((uintptr_t)p >= (uintptr_t)s[mid].start + CHUNK)
+            lo = mid + 1;
+        else
+            return &s[mid];
+    }
+    return NULL;
+}
+
+size_t lua_alloc_trim(struct lua_alloc *a)
+{
+    if (a->nchunks == 0)
+        return 0;
+    struct span *s = malloc(a->nchunks * sizeof *s);
+    if (!s)
+        return 0;
+    size_t head = (sizeof(struct chunk) + GRAIN - 1) / GRAIN * GRAIN;
+    size_t n = 0;
+    for (struct chunk *c = a->chunks; c; c = c->next, n++) {
+        s[n].c = c;
+        s[n].start = (char *)c + head;
+        s[n].free = 0;
+        /* Every byte of an older chunk went to Lua or to a free list; the
+         * newest one is carved up to tail. */
+        s[n].size = c == a->carving ? (size_t)(a->tail - s[n].start) : CHUNK;
+    }
+    qsort(s, n, sizeof *s, span_cmp);
+    for (size_t k = 0; k < CLASSES; k++)
+        for (struct block *b = a->free[k]; b; b = b->next) {
+            struct span *sp = span_of(s, n, b);
+            if (sp)
+                sp->free += class_size(k);
+        }
+    /* A chunk is released when all of it is free; the newest one too (the
+     * next block then starts a new chunk). */
+    size_t released = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].free != s[i].size) {
+            s[i].c = NULL; /* kept */
+            continue;
+        }
+        released++;
+        if (s[i].c == a->carving) {
+            a->carving = NULL;
+            a->tail = a->end = NULL;
+        }
+    }
+    if (released) {
+        for (size_t k = 0; k < CLASSES; k++) {
+            struct block **pp = &a->free[k];
+            while (*pp) {
+                struct span *sp = span_of(s, n, *pp);
+                if (sp && sp->c)
+                    *pp = (*pp)->next;
+                else
+                    pp = &(*pp)->next;
+            }
+        }
+        for (struct chunk **cp = &a->chunks; *cp;) {
+            struct span *sp = span_of(s, n, (char *)*cp + head);
+            if (sp && sp->c) {
+                struct chunk *dead = *cp;
+                *cp = dead->next;
+                free(dead);
+                a->nchunks--;
+            } else {
+                cp = &(*cp)->next;
+            }
+        }
+    }
+    free(s);
+    return released * CHUNK;
 }
 
 unsigned long lua_alloc_take_refused(struct lua_alloc *a)

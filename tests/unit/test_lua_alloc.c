@@ -185,3 +185,103 @@ TEST(lua_alloc_limit_holds_for_one_c_call)
     lua_close(L);
     lua_alloc_free(a);
 }
+
+/* lua_alloc_trim gives back exactly the chunks with no live block: after
+ * 3 MB of small blocks are freed but one, one chunk stays (the live block
+ * intact), and the allocator goes on working as before. */
+TEST(lua_alloc_trim_gives_back_free_chunks)
+{
+    enum { N = 3 * 1024 * 1024 / 48 };
+    struct lua_alloc *a = lua_alloc_create();
+    ASSERT(a != NULL);
+    ASSERT_INT_EQ(lua_alloc_trim(a), 0);
+    unsigned char **p = malloc(N * sizeof *p);
+    ASSERT(p != NULL);
+    for (int i = 0; i < N; i++) {
+        p[i] = lua_alloc_fn(a, NULL, 0, 48);
+        ASSERT(p[i] != NULL);
+        memset(p[i], i & 0xff, 48);
+    }
+    size_t pooled = lua_alloc_pooled(a);
+    ASSERT(pooled >= (size_t)N * 48);
+    /* Nothing is free yet: nothing goes. */
+    ASSERT_INT_EQ(lua_alloc_trim(a), 0);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), pooled);
+    int keep = N / 2;
+    for (int i = 0; i < N; i++)
+        if (i != keep)
+            lua_alloc_fn(a, p[i], 48, 0);
+    size_t given = lua_alloc_trim(a);
+    ASSERT(given > 0);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), pooled - given);
+    ASSERT(lua_alloc_pooled(a) <= 64 * 1024);
+    for (int k = 0; k < 48; k++)
+        ASSERT(p[keep][k] == (keep & 0xff));
+    ASSERT_INT_EQ(lua_alloc_used(a), 48);
+    /* The blocks still listed all lie in the kept chunk: a new round of
+     * allocations never overlaps the live block. */
+    for (int i = 0; i < N; i++) {
+        if (i == keep)
+            continue;
+        p[i] = lua_alloc_fn(a, NULL, 0, 48);
+        ASSERT(p[i] != NULL);
+        memset(p[i], 0xee, 48);
+    }
+    for (int k = 0; k < 48; k++)
+        ASSERT(p[keep][k] == (keep & 0xff));
+    for (int i = 0; i < N; i++)
+        lua_alloc_fn(a, p[i], 48, 0);
+    ASSERT(lua_alloc_trim(a) > 0);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), 0);
+    ASSERT_INT_EQ(lua_alloc_used(a), 0);
+    /* And from nothing again. */
+    void *q = lua_alloc_fn(a, NULL, 0, 100);
+    ASSERT(q != NULL);
+    lua_alloc_fn(a, q, 100, 0);
+    free(p);
+    lua_alloc_free(a);
+}
+
+/* Trims between random allocations, resizes and frees never lose a live
+ * block's bytes. */
+TEST(lua_alloc_trim_keeps_live_blocks)
+{
+    struct lua_alloc *a = lua_alloc_create();
+    ASSERT(a != NULL);
+    static struct slot slots[4096];
+    memset(slots, 0, sizeof slots);
+    for (int r = 0; r < 200000; r++) {
+        struct slot *s = &slots[unit_rand() % 4096];
+        if (r % 5000 == 0)
+            lua_alloc_trim(a);
+        if (s->p == NULL) {
+            s->size = any_size();
+            s->p = lua_alloc_fn(a, NULL, 0, s->size);
+            ASSERT(s->p != NULL);
+            s->fill = (unsigned char)unit_rand();
+            fill(s, 0);
+        } else if (unit_rand() % 2 == 0) {
+            ASSERT(intact(s, s->size));
+            lua_alloc_fn(a, s->p, s->size, 0);
+            s->p = NULL;
+        } else {
+            size_t n = any_size();
+            unsigned char *q = lua_alloc_fn(a, s->p, s->size, n);
+            ASSERT(q != NULL);
+            s->p = q;
+            size_t kept = s->size < n ? s->size : n;
+            ASSERT(intact(s, kept));
+            s->size = n;
+            fill(s, kept);
+        }
+    }
+    for (int i = 0; i < 4096; i++) {
+        if (slots[i].p) {
+            ASSERT(intact(&slots[i], slots[i].size));
+            lua_alloc_fn(a, slots[i].p, slots[i].size, 0);
+        }
+    }
+    lua_alloc_trim(a);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), 0);
+    lua_alloc_free(a);
+}
