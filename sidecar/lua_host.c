@@ -106,6 +106,8 @@ struct lua_host {
     int ref_module; /* the table scripts/zkresp.lua returned */
     size_t running; /* coroutines with a task */
     size_t coroutines;
+    unsigned long long started;     /* coroutines ever started */
+    unsigned long long collections; /* lua_host_collect runs */
     struct co *ready_head, *ready_tail;
     uv_idle_t idle;
     int idle_on;
@@ -446,6 +448,7 @@ static struct co *co_new(struct lua_host *h, struct lua_task *t)
         c->ref = luaL_ref(h->L, LUA_REGISTRYINDEX);
     }
     c->reusable = t != NULL;
+    h->started++;
     *(struct co **)lua_getextraspace(c->L) = c;
     c->task = t;
     c->started = zk_now();
@@ -1774,6 +1777,39 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
 size_t lua_host_running(const struct lua_host *h)
 {
     return h->running;
+}
+
+unsigned long long lua_host_started(const struct lua_host *h)
+{
+    return h->started;
+}
+
+void lua_host_memory(const struct lua_host *h, struct lua_host_memory *m)
+{
+    m->used = lua_alloc_used(h->alloc);
+    m->pooled = lua_alloc_pooled(h->alloc);
+    m->spare_threads = (size_t)h->nspare;
+    m->collections = h->collections;
+}
+
+/* Called from the loop (a timer), never from inside Lua code: no coroutine
+ * is running, the suspended ones are just objects to the collector. */
+size_t lua_host_collect(struct lua_host *h)
+{
+    if (h->stopped)
+        return 0;
+    for (int i = 0; i < h->nspare; i++)
+        luaL_unref(h->L, LUA_REGISTRYINDEX, h->spare[i].ref);
+    h->nspare = 0;
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    if (push_module_field(h, "on_idle") == LUA_TFUNCTION &&
+        lua_pcall(L, 0, 0, 0) != LUA_OK)
+        log_lua_error(L, LOG_WARN, "lua.on_idle_failed");
+    lua_settop(L, top);
+    lua_gc(L, LUA_GCCOLLECT);
+    h->collections++;
+    return lua_alloc_trim(h->alloc);
 }
 
 /* Metrics only: a plain call on the main state, no coroutine, no task, so it

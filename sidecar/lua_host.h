@@ -240,6 +240,25 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);
 
+/* Coroutines started so far (commands, hooks, timers, host.spawn): how
+ * much Lua work the sidecar has seen, for its idle check. */
+unsigned long long lua_host_started(const struct lua_host *h);
+
+/* What the VM holds, for INFO memory. */
+struct lua_host_memory {
+    size_t used;          /* bytes handed out to Lua (live and garbage) */
+    size_t pooled;        /* bytes of the small-block pool (lua_alloc.h) */
+    size_t spare_threads; /* finished commands' threads kept for reuse */
+    unsigned long long collections; /* lua_host_collect runs */
+};
+void lua_host_memory(const struct lua_host *h, struct lua_host_memory *m);
+
+/* The sidecar went idle after work: lets the spare threads go, runs a full
+ * collection and gives the pool's free chunks back to malloc (the caller
+ * may then malloc_trim).  Returns the pool bytes given back.  Costs a full
+ * mark and sweep of the live heap (a few ms): for idle moments only. */
+size_t lua_host_collect(struct lua_host *h);
+
 /* For /metrics: calls M.stats() if the module has it, on the main state
  * under lua_pcall (it cannot yield: zk.* and host.sleep refuse outside a
  * command coroutine), and passes each numeric field of the table it returns
