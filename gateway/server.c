@@ -29,9 +29,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-/* A cron second with at most IDLE_QUIET new connections and coroutines is
- * quiet (a periodic timer or a health check does not count as work); at
- * least IDLE_WORK of them since the last trim make one worth doing. */
+/* A cron second with at most IDLE_QUIET new connections and coroutines
+ * started or finished is quiet (a periodic timer or a health check does not
+ * count as work); at least IDLE_WORK of them since the last trim make one
+ * worth doing. */
 #define IDLE_QUIET 4
 #define IDLE_WORK 64
 
@@ -67,14 +68,17 @@ void server_trim_memory(struct server *s)
 /* Once a cron second: trims after work, when a quiet second follows. */
 static void idle_check(struct server *s)
 {
-    uint64_t seen =
-        s->stats.connections_received + (s->lua ? lua_host_started(s->lua) : 0);
+    uint64_t seen = s->stats.connections_received +
+                    (s->lua ? lua_host_activity(s->lua) : 0);
     uint64_t delta = seen - s->idle.seen;
     s->idle.seen = seen;
     s->idle.work += delta;
     if (delta > IDLE_QUIET || s->idle.work < IDLE_WORK)
         return;
-    if (s->lua && lua_host_running(s->lua) > 0)
+    /* Not while a command runs, abandoned ones included: a second can be
+     * quiet while thousands wait for ZooKeeper, and their garbage comes
+     * when they end.  Every command ends by its deadline. */
+    if (s->lua && lua_host_commands_alive(s->lua) > 0)
         return;
     s->idle.work = 0;
     server_trim_memory(s);

@@ -240,9 +240,15 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);
 
-/* Coroutines started so far (commands, hooks, timers, host.spawn): how
- * much Lua work the sidecar has seen, for its idle check. */
-unsigned long long lua_host_started(const struct lua_host *h);
+/* Coroutines of commands still running, those whose requester left
+ * included (lua_host_running leaves them out). */
+size_t lua_host_commands_alive(const struct lua_host *h);
+
+/* Coroutines started plus coroutines finished so far (commands, hooks,
+ * timers, host.spawn): how much Lua work the sidecar has seen, for its idle
+ * check.  Finishes count too: a command whose client left still runs, and
+ * leaves its garbage when it ends. */
+unsigned long long lua_host_activity(const struct lua_host *h);
 
 /* What the VM holds, for INFO memory. */
 struct lua_host_memory {
