@@ -35,6 +35,10 @@
  *     M.authenticate(user, password, addr), M.policy_info()
  *                           called on the main state, outside any command
  *                           (lua_host_authenticate, lua_host_policy_info)
+ *     M.on_idle()           called on the main state when the sidecar is
+ *                           idle after work, before full collections
+ *                           (lua_host_collect): tables grown for a burst
+ *                           are to give their room back; must not yield
  *
  *   Reply values (what M.dispatch returns):
  *     nil or host.null  -> null bulk ($-1 / _)     false -> null bulk
