@@ -19,6 +19,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -496,12 +497,13 @@ enum info_section {
     INFO_KEYSPACE = 1 << 5,
     INFO_ZOOKEEPER = 1 << 6,
     INFO_POLICY = 1 << 7,
-    INFO_ALL = (1 << 8) - 1,
+    INFO_MEMORY = 1 << 8,
+    INFO_ALL = (1 << 9) - 1,
 };
 
 static const char *const info_names[] = {
-    "server",      "clients",  "persistence", "stats",
-    "replication", "keyspace", "zookeeper",   "policy",
+    "server",   "clients",   "persistence", "stats",  "replication",
+    "keyspace", "zookeeper", "policy",      "memory",
 };
 
 /* One "name:value" line of INFO's # Policy section (lua_host_policy_info);
@@ -559,6 +561,23 @@ static void info_write(struct server *s, unsigned sections, long long keys,
                    "# Clients\r\nconnected_clients:%zu\r\nmaxclients:%d\r\n"
                    "blocked_clients:0\r\n\r\n",
                    s->nconns, s->cfg->maxclients);
+    if (sections & INFO_MEMORY) {
+        /* used_memory: what malloc has handed out plus the Lua pool's
+         * pages; used_memory_lua: what the VM holds, garbage included
+         * until its collector runs (see server.c on idle trims). */
+        struct lua_host_memory lm = {0};
+        if (s->lua)
+            lua_host_memory(s->lua, &lm);
+        struct mallinfo2 mi = mallinfo2();
+        buf_printf(&b,
+                   "# Memory\r\nused_memory:%zu\r\nused_memory_rss:%zu\r\n"
+                   "used_memory_lua:%zu\r\nused_memory_lua_pool:%zu\r\n"
+                   "lua_spare_threads:%zu\r\nmem_allocator:libc\r\n"
+                   "mem_idle_trims:%llu\r\n\r\n",
+                   mi.uordblks + mi.hblkhd + lm.pooled, server_rss(), lm.used,
+                   lm.pooled, lm.spare_threads,
+                   (unsigned long long)s->idle.trims);
+    }
     if (sections & INFO_PERSISTENCE)
         buf_printf(&b, "# Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n");
     if (sections & INFO_STATS)

@@ -1,5 +1,15 @@
 /*
  * server.c — the listener, the connection list and the once-a-second cron.
+ *
+ * The cron also gives memory back after bursts.  While clients work, the Lua
+ * VM keeps its garbage until its collector runs, its small-block pool keeps
+ * its peak and glibc keeps freed pages in its heaps; nothing of that shrinks
+ * by itself once traffic stops.  So when a second passes with (almost) no
+ * new connection and no Lua work after enough of both, the cron runs a full
+ * Lua collection, gives the pool's free chunks back (lua_host_collect) and
+ * calls malloc_trim(0), which returns the free pages of every arena:
+ *
+ *   busy ... busy | quiet second -> collect + trim -> idle RSS
  */
 #include "server.h"
 
@@ -8,12 +18,71 @@
 #include "errors.h"
 #include "log.h"
 
+#include "lua_host.h"
+
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/time.h>
+#include <unistd.h>
+
+/* A cron second with at most IDLE_QUIET new connections and coroutines
+ * started or finished is quiet (a periodic timer or a health check does not
+ * count as work); at least IDLE_WORK of them since the last trim make one
+ * worth doing. */
+#define IDLE_QUIET 4
+#define IDLE_WORK 64
+
+size_t server_rss(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    unsigned long size = 0, resident = 0;
+    int n = fscanf(f, "%lu %lu", &size, &resident);
+    fclose(f);
+    return n == 2 ? (size_t)resident * (size_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+void server_trim_memory(struct server *s)
+{
+    size_t rss0 = server_rss();
+    struct lua_host_memory m0 = {0}, m1 = {0};
+    size_t given = 0;
+    if (s->lua) {
+        lua_host_memory(s->lua, &m0);
+        given = lua_host_collect(s->lua);
+        lua_host_memory(s->lua, &m1);
+    }
+    malloc_trim(0);
+    s->idle.trims++;
+    log_debug("memory.trimmed",
+              "lua_before=%zu lua_after=%zu pool_released=%zu "
+              "rss_before=%zu rss_after=%zu",
+              m0.used, m1.used, given, rss0, server_rss());
+}
+
+/* Once a cron second: trims after work, when a quiet second follows. */
+static void idle_check(struct server *s)
+{
+    uint64_t seen = s->stats.connections_received +
+                    (s->lua ? lua_host_activity(s->lua) : 0);
+    uint64_t delta = seen - s->idle.seen;
+    s->idle.seen = seen;
+    s->idle.work += delta;
+    if (delta > IDLE_QUIET || s->idle.work < IDLE_WORK)
+        return;
+    /* Not while a command runs, abandoned ones included: a second can be
+     * quiet while thousands wait for ZooKeeper, and their garbage comes
+     * when they end.  Every command ends by its deadline. */
+    if (s->lua && lua_host_commands_alive(s->lua) > 0)
+        return;
+    s->idle.work = 0;
+    server_trim_memory(s);
+}
 
 static void on_connection(uv_stream_t *l, int status)
 {
@@ -38,6 +107,7 @@ static void on_cron(uv_timer_t *t)
     unsigned long suppressed;
     if (log_limit_flush(&s->auth_log, now, &suppressed))
         log_info("client.auth_failed", "suppressed=%lu", suppressed);
+    idle_check(s);
 }
 
 static int is_loopback(const char *addr)

@@ -39,6 +39,11 @@ struct server {
     double started_ms; /* wall clock, for uptime */
     int stopping;      /* SIGTERM received: accept nothing new */
     struct server_stats stats;
+    struct {
+        uint64_t seen;  /* connections + coroutines at the last cron */
+        uint64_t work;  /* of those, since the last trim */
+        uint64_t trims; /* server_trim_memory runs */
+    } idle;
     struct log_limit auth_log; /* client.auth_failed lines, for all clients */
     char run_id[41];
     int tcp_port; /* the port actually bound */
@@ -53,6 +58,13 @@ void server_stop_accepting(struct server *s);
 
 /* Closes every connection and the listener. */
 void server_close(struct server *s);
+
+/* Gives memory back now: a full Lua collection, the pool's free chunks,
+ * malloc_trim(0).  The cron calls it when a quiet second follows work. */
+void server_trim_memory(struct server *s);
+
+/* The process's resident set (bytes, from /proc/self/statm); 0 if unknown. */
+size_t server_rss(void);
 
 /* The connection index by client id (for pushes to subscribers). */
 void server_index_add(struct server *s, struct conn *c);

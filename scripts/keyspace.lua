@@ -1814,4 +1814,33 @@ function K.on_session(event, sid)
     end
 end
 
+---------------------------------------------------------------------------
+-- Idle compaction
+--
+-- Lua tables keep the room they grew to: after a burst of 10k locks the
+-- owned-key cache, the expiry heap and the read caches hold space for the
+-- burst's peak though they are nearly empty.  When the sidecar is idle
+-- (lua_host_collect, through M.on_idle) each is replaced by a copy of what
+-- it holds now, and the memo of key paths, which only saves an encoding, is
+-- dropped.  Nothing a command relies on changes: the same entries stay.
+
+local function compacted(t)
+    local c = {}
+    for k, v in pairs(t) do c[k] = v end
+    return c
+end
+
+function K.compact()
+    owned = compacted(owned)
+    K.owned = owned
+    local h = {}
+    for i = 1, #heap do h[i] = heap[i] end
+    heap = h
+    shared = compacted(shared)
+    pending = compacted(pending)
+    live_new, live_old = compacted(live_new), compacted(live_old)
+    expiry_waiters = compacted(expiry_waiters)
+    path_memo, path_memo_n = {}, 0
+end
+
 return K

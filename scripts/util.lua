@@ -12,19 +12,38 @@ local U = {}
 -- coroutine.running() for the running command lives in tables made here,
 -- and M.dispatch clears them for its coroutine before the command starts.
 
-local per_command = {}
+--
+-- A table of Lua never shrinks by itself: one that held the state of 2,000
+-- concurrent commands keeps room for them after they are gone.  So the
+-- table a module gets is an empty front whose metatable sends every read
+-- and write to a weak-keyed store behind it, which U.compact_per_command
+-- replaces with a copy of its live entries when the sidecar is idle.  (No
+-- pairs, next or rawget on these tables: they see the empty front.)
+
+local per_command = {} -- the fronts' metatables
 
 -- A weak-keyed table for state of the running command (or of a background
 -- coroutine: those are never reused).
 function U.per_command()
-    local t = setmetatable({}, { __mode = "k" })
-    per_command[#per_command + 1] = t
-    return t
+    local store = setmetatable({}, { __mode = "k" })
+    local mt = { __index = store, __newindex = store }
+    per_command[#per_command + 1] = mt
+    return setmetatable({}, mt)
 end
 
 -- Forgets what earlier commands left for coroutine co.
 function U.new_command(co)
-    for i = 1, #per_command do per_command[i][co] = nil end
+    for i = 1, #per_command do per_command[i].__index[co] = nil end
+end
+
+-- Gives every per-command table a store of its size now (for idle times).
+function U.compact_per_command()
+    for i = 1, #per_command do
+        local mt = per_command[i]
+        local store = setmetatable({}, { __mode = "k" })
+        for co, v in pairs(mt.__index) do store[co] = v end
+        mt.__index, mt.__newindex = store, store
+    end
 end
 
 -- Redis's string2ll: a decimal integer in the signed 64-bit range with no

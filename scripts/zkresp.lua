@@ -234,6 +234,13 @@ end
 -- scrape outside any command: cheap, and never a zk.* call.  owned_keys is
 -- exported as zkresp_owned_keys; names ending in _total become counters
 -- zkresp_lua_<name>, the others gauges.
+-- The sidecar is idle after work (lua_host_collect, on the main state, just
+-- before a full collection): tables grown for a burst give their room back.
+function M.on_idle()
+    U.compact_per_command()
+    K.compact()
+end
+
 function M.stats()
     local T = require "txn"
     local sid = zk.session()

@@ -9,18 +9,29 @@
  * it (osize), so a block needs no header: its class follows from osize.
  * The same sizes keep `used` exact, and let a limit refuse growth before
  * anything is allocated.
+ *
+ * lua_alloc_trim (when the VM is idle) finds the chunks whose every block
+ * is on a free list and gives them back to malloc:
+ *
+ *   chunks sorted by address -> each free block counted to its chunk
+ *   -> a chunk with free == carved is dropped from the lists and freed
  */
 #include "lua_alloc.h"
 
+#include <stdint.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define GRAIN 16 /* class width up to FINE */
 #define FINE 512
 #define COARSE 256 /* class width from FINE to LUA_ALLOC_SMALL */
 #define FINE_CLASSES (FINE / GRAIN)
 #define CLASSES (FINE_CLASSES + (LUA_ALLOC_SMALL - FINE) / COARSE)
-#define CHUNK (64 * 1024)
+#define CHUNK (64 * 1024) /* at least; one page where pages are larger */
+#define MAX_PAGES 16      /* pages of a chunk (4 KiB pages or larger) */
 
 /* LUA_ALLOC_POOLED=1 keeps the free lists under ASan (the unit test). */
 #if defined(LUA_ALLOC_POOLED)
@@ -36,22 +47,27 @@
 #define POOLED 1
 #endif
 
-struct chunk {
-    struct chunk *next;
-    /* The blocks follow, aligned like max_align_t. */
-};
-
 struct block {
     struct block *next;
 };
 
+/* A chunk: chunk bytes of mapped memory.  `released` has a bit per page
+ * given back by lua_alloc_trim and not yet carved again. */
+struct chunk {
+    char *base;
+    unsigned released;
+};
+
 struct lua_alloc {
     struct block *free[CLASSES]; /* per class, blocks Lua gave back */
-    struct chunk *chunks;        /* every chunk, for lua_alloc_free */
-    char *tail, *end;            /* the newest chunk's unused part */
-    size_t used;                 /* bytes handed out to Lua */
-    size_t limit;                /* refuse growth past this (0: none) */
-    unsigned long refused;       /* requests refused since last taken */
+    struct chunk *chunks;        /* every chunk, by address */
+    size_t nchunks, cap;
+    size_t page, chunk;    /* page size; chunk size, a multiple of it */
+    size_t released;       /* pages given back and not carved again */
+    char *tail, *end;      /* the part being carved */
+    size_t used;           /* bytes handed out to Lua */
+    size_t limit;          /* refuse growth past this (0: none) */
+    unsigned long refused; /* requests refused since last taken */
 };
 
 /* The class of a small size (1..LUA_ALLOC_SMALL). */
@@ -87,20 +103,98 @@ static int small(size_t n)
 
 struct lua_alloc *lua_alloc_create(void)
 {
-    return calloc(1, sizeof(struct lua_alloc));
+    struct lua_alloc *a = calloc(1, sizeof(struct lua_alloc));
+    if (!a)
+        return NULL;
+    long pg = sysconf(_SC_PAGESIZE);
+    a->page = pg > 0 ? (size_t)pg : 4096;
+    a->chunk = a->page >= CHUNK ? a->page : CHUNK;
+    if (a->chunk / a->page > MAX_PAGES)
+        a->page = a->chunk / MAX_PAGES; /* pages smaller than 4 KiB */
+    return a;
 }
 
 void lua_alloc_free(struct lua_alloc *a)
 {
     if (!a)
         return;
-    struct chunk *c = a->chunks;
-    while (c) {
-        struct chunk *next = c->next;
-        free(c);
-        c = next;
-    }
+    for (size_t i = 0; i < a->nchunks; i++)
+        munmap(a->chunks[i].base, a->chunk);
+    free(a->chunks);
     free(a);
+}
+
+/* Lists the bytes p..end (16-byte aligned) as free blocks, largest first. */
+static void list_range(struct lua_alloc *a, char *p, char *end)
+{
+    while ((size_t)(end - p) >= GRAIN) {
+        size_t j = class_within((size_t)(end - p));
+        struct block *r = (struct block *)p;
+        r->next = a->free[j];
+        a->free[j] = r;
+        p += class_size(j);
+    }
+}
+
+/* The index of the chunk holding p, or nchunks (a binary search). */
+static size_t chunk_of(const struct lua_alloc *a, const void *p)
+{
+    size_t lo = 0, hi = a->nchunks;
+    uintptr_t u = (uintptr_t)p;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uintptr_t b = (uintptr_t)a->chunks[mid].base;
+        if (u < b)
+            hi = mid;
+        else if (u >= b + a->chunk)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return a->nchunks;
+}
+
+/* Makes a new carving area: the first run of pages given back, lowest
+ * address first, else a new chunk.  0, or -1 when out of memory. */
+static int refill(struct lua_alloc *a)
+{
+    if (a->released) {
+        for (size_t i = 0; i < a->nchunks; i++) {
+            struct chunk *c = &a->chunks[i];
+            if (!c->released)
+                continue;
+            unsigned first = (unsigned)__builtin_ctz(c->released), n = 0;
+            while (first + n < MAX_PAGES && (c->released >> (first + n) & 1))
+                c->released &= ~(1u << (first + n++));
+            a->released -= n;
+            a->tail = c->base + first * a->page;
+            a->end = a->tail + n * a->page;
+            return 0;
+        }
+    }
+    if (a->nchunks == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        struct chunk *t = realloc(a->chunks, cap * sizeof *t);
+        if (!t)
+            return -1;
+        a->chunks = t;
+        a->cap = cap;
+    }
+    void *m = mmap(NULL, a->chunk, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    size_t i = a->nchunks;
+    while (i > 0 && (uintptr_t)a->chunks[i - 1].base > (uintptr_t)m) {
+        a->chunks[i] = a->chunks[i - 1];
+        i--;
+    }
+    a->chunks[i].base = m;
+    a->chunks[i].released = 0;
+    a->nchunks++;
+    a->tail = m;
+    a->end = a->tail + a->chunk;
+    return 0;
 }
 
 /* A block of class k, or NULL when out of memory. */
@@ -113,26 +207,132 @@ static void *take(struct lua_alloc *a, size_t k)
     }
     size_t size = class_size(k);
     if ((size_t)(a->end - a->tail) < size) {
-        /* The rest of the old chunk is given to the lists it fits. */
-        while ((size_t)(a->end - a->tail) >= GRAIN) {
-            size_t j = class_within((size_t)(a->end - a->tail));
-            struct block *r = (struct block *)a->tail;
-            r->next = a->free[j];
-            a->free[j] = r;
-            a->tail += class_size(j);
-        }
-        size_t head = (sizeof(struct chunk) + GRAIN - 1) / GRAIN * GRAIN;
-        struct chunk *c = malloc(head + CHUNK);
-        if (!c)
+        /* The rest of the old area is given to the lists it fits. */
+        list_range(a, a->tail, a->end);
+        a->tail = a->end = NULL;
+        if (refill(a) < 0)
             return NULL;
-        c->next = a->chunks;
-        a->chunks = c;
-        a->tail = (char *)c + head;
-        a->end = a->tail + CHUNK;
     }
     void *p = a->tail;
     a->tail += size;
     return p;
+}
+
+size_t lua_alloc_pooled(const struct lua_alloc *a)
+{
+    return a->nchunks * a->chunk - a->released * a->page;
+}
+
+size_t lua_alloc_trim(struct lua_alloc *a)
+{
+    if (a->nchunks == 0)
+        return 0;
+    size_t np = a->chunk / a->page;
+    /* Bytes free per page of every chunk. */
+    size_t *fr = calloc(a->nchunks * np, sizeof *fr);
+    if (!fr)
+        return 0;
+    /* The part being carved counts as free; its whole pages are given
+     * back with the rest, its partial first page goes to the lists. */
+    if (a->tail) {
+        uintptr_t pb = ((uintptr_t)a->tail + a->page - 1) & ~(a->page - 1);
+        char *cut = (char *)pb < a->end ? (char *)pb : a->end;
+        list_range(a, a->tail, cut);
+        size_t ci = chunk_of(a, cut < a->end ? cut : a->end - 1);
+        for (char *p = cut; p < a->end; p += a->page)
+            fr[ci * np + (size_t)(p - a->chunks[ci].base) / a->page] = a->page;
+        a->tail = a->end = NULL;
+    }
+    for (size_t k = 0; k < CLASSES; k++)
+        for (struct block *b = a->free[k]; b; b = b->next) {
+            size_t ci = chunk_of(a, b);
+            char *base = a->chunks[ci].base;
+            char *p = (char *)b, *e = p + class_size(k);
+            while (p < e) {
+                size_t pg = (size_t)(p - base) / a->page;
+                char *pe = base + (pg + 1) * a->page;
+                char *q = pe < e ? pe : e;
+                fr[ci * np + pg] += (size_t)(q - p);
+                p = q;
+            }
+        }
+    /* The wholly free pages, not given back yet. */
+    size_t given = 0;
+    for (size_t ci = 0; ci < a->nchunks; ci++) {
+        struct chunk *c = &a->chunks[ci];
+        for (size_t pg = 0; pg < np; pg++) {
+            if (c->released >> pg & 1)
+                fr[ci * np + pg] = 0; /* already given back */
+            else if (fr[ci * np + pg] == a->page)
+                given++;
+        }
+    }
+    if (given) {
+        /* Off the lists: the blocks on given pages; what of them lies on
+         * kept pages is listed again. */
+        struct block *old[CLASSES];
+        memcpy(old, a->free, sizeof old);
+        memset(a->free, 0, sizeof a->free);
+        for (size_t k = 0; k < CLASSES; k++) {
+            struct block *b = old[k];
+            while (b) {
+                struct block *next = b->next;
+                size_t ci = chunk_of(a, b);
+                char *base = a->chunks[ci].base;
+                char *p = (char *)b, *e = p + class_size(k);
+                size_t p0 = (size_t)(p - base) / a->page;
+                size_t p1 = (size_t)(e - 1 - base) / a->page;
+                int any = 0;
+                for (size_t pg = p0; pg <= p1; pg++)
+                    any |= fr[ci * np + pg] == a->page;
+                if (!any) {
+                    b->next = a->free[k];
+                    a->free[k] = b;
+                } else {
+                    /* Keep the parts on kept pages, page by page. */
+                    for (size_t pg = p0; pg <= p1; pg++) {
+                        if (fr[ci * np + pg] == a->page)
+                            continue;
+                        char *lo = base + pg * a->page, *hi = lo + a->page;
+                        list_range(a, lo > p ? lo : p, hi < e ? hi : e);
+                    }
+                }
+                b = next;
+            }
+        }
+        for (size_t ci = 0; ci < a->nchunks; ci++) {
+            struct chunk *c = &a->chunks[ci];
+            for (size_t pg = 0; pg < np;) {
+                if (fr[ci * np + pg] != a->page) {
+                    pg++;
+                    continue;
+                }
+                size_t run = 0;
+                while (pg + run < np && fr[ci * np + pg + run] == a->page) {
+                    c->released |= 1u << (pg + run);
+                    run++;
+                }
+                madvise(c->base + pg * a->page, run * a->page, MADV_DONTNEED);
+                a->released += run;
+                pg += run;
+            }
+        }
+    }
+    free(fr);
+    /* Chunks given back whole are unmapped. */
+    unsigned all = np >= 32 ? ~0u : (1u << np) - 1;
+    size_t kept = 0;
+    for (size_t ci = 0; ci < a->nchunks; ci++) {
+        struct chunk *c = &a->chunks[ci];
+        if (c->released == all) {
+            munmap(c->base, a->chunk);
+            a->released -= np;
+        } else {
+            a->chunks[kept++] = *c;
+        }
+    }
+    a->nchunks = kept;
+    return given * a->page;
 }
 
 static void give(struct lua_alloc *a, void *p, size_t k)

@@ -10,10 +10,12 @@
  * single command), carved from 64 KiB chunks, and goes back to its list when
  * Lua frees it: an allocation is a pointer pop.  Larger blocks go to malloc.
  *
- * Small blocks are never returned to the system while the VM lives, so the
- * VM's small-object footprint stays at its peak (the live objects of its
- * busiest moment, not the traffic it has seen).  Under AddressSanitizer every
- * block goes to malloc, so that ASan still sees the VM's heap.
+ * Freed small blocks stay on their lists, so after a burst the pool holds
+ * the VM's peak; lua_alloc_trim, run when the sidecar is idle after a full
+ * collection, gives back to malloc every chunk none of whose blocks is in
+ * use (a chunk that still holds one live object stays).  Under
+ * AddressSanitizer every block goes to malloc, so that ASan still sees the
+ * VM's heap.
  *
  * The allocator also counts the bytes it has handed out (every block at the
  * size Lua asked for, including the buffers lauxlib grows through it
@@ -48,6 +50,15 @@ size_t lua_alloc_used(const struct lua_alloc *a);
  * Shrinking and freeing never fail, as Lua requires.  Returns the limit it
  * replaces. */
 size_t lua_alloc_set_limit(struct lua_alloc *a, size_t limit);
+
+/* Bytes of the chunks small blocks are carved from (in use or free). */
+size_t lua_alloc_pooled(const struct lua_alloc *a);
+
+/* Gives every chunk whose blocks are all free back to malloc (they leave
+ * the free lists); returns the bytes given back.  O(free blocks x log
+ * chunks): for idle moments, not for every command.  Needs a scratch array
+ * of a few bytes per chunk from malloc; without it, gives nothing back. */
+size_t lua_alloc_trim(struct lua_alloc *a);
 
 /* How many requests were refused since the last call (and resets it). */
 unsigned long lua_alloc_take_refused(struct lua_alloc *a);

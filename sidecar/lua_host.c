@@ -67,7 +67,6 @@ struct caps {
 struct co {
     struct lua_host *h;
     lua_State *L;          /* the coroutine */
-    int ref;               /* registry anchor of the thread */
     struct lua_task *task; /* NULL: background, or the requester left */
     double started;
     double deadline;    /* started + --zk-request-timeout */
@@ -80,6 +79,7 @@ struct co {
     int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
     int reusable; /* a command's thread, to keep if it returns normally */
+    int command;  /* runs a command (its requester may have left) */
     int sliced;   /* paused between slices: the VM is busy (host.caps) */
     struct co *busy_prev, *busy_next; /* h->busy, while sliced */
     struct caps caps;
@@ -103,19 +103,21 @@ struct lua_host {
     uv_loop_t *loop;
     struct zk *zk;
     const struct config *cfg;
-    int ref_module; /* the table scripts/zkresp.lua returned */
-    size_t running; /* coroutines with a task */
+    int ref_module;  /* the table scripts/zkresp.lua returned */
+    int ref_anchors; /* lightuserdata(thread) -> thread, while it is ours */
+    size_t running;  /* coroutines with a task */
+    size_t commands; /* coroutines of commands, requester gone or not */
     size_t coroutines;
+    unsigned long long activity;    /* coroutines started and finished */
+    unsigned long long collections; /* lua_host_collect runs */
     struct co *ready_head, *ready_tail;
     uv_idle_t idle;
     int idle_on;
     int stopped; /* lua_host_stop: nothing runs any more */
     char instance[16];
     struct lua_client_ops client_ops;
-    struct {
-        lua_State *L;
-        int ref;
-    } spare[SPARE_THREADS]; /* finished commands' threads, still anchored */
+    lua_State *spare[SPARE_THREADS]; /* finished commands' threads, still
+                                        anchored */
     int nspare;
     struct co *busy; /* scripts paused between slices (host.busy_scripts) */
     void (*fatal)(void *arg, const char *reason);
@@ -323,6 +325,29 @@ static void busy_add(struct co *c)
     h->busy = c;
 }
 
+/* Anchors the thread on top of h->L's stack (and pops it): it is ours
+ * until unanchor.  Keyed by address, so that it can be let go of without
+ * pushing it.  The table is replaced by a copy when idle (lua_host_collect):
+ * a Lua table keeps the room it once needed, as the registry's reference
+ * array did. */
+static void anchor(struct lua_host *h)
+{
+    lua_State *L = h->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_anchors);
+    lua_pushvalue(L, -2);
+    lua_rawsetp(L, -2, lua_tothread(L, -1));
+    lua_pop(L, 2);
+}
+
+static void unanchor(struct lua_host *h, lua_State *co)
+{
+    lua_State *L = h->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_anchors);
+    lua_pushnil(L);
+    lua_rawsetp(L, -2, co);
+    lua_pop(L, 1);
+}
+
 static void co_finish(struct co *c)
 {
     struct lua_host *h = c->h;
@@ -332,16 +357,17 @@ static void co_finish(struct co *c)
         h->running--;
     }
     h->coroutines--;
+    h->activity++;
+    if (c->command)
+        h->commands--;
     if (c->reusable && h->nspare < SPARE_THREADS &&
         lua_status(c->L) == LUA_OK) {
         lua_settop(c->L, 0);
         lua_sethook(c->L, NULL, 0, 0);
         *(struct co **)lua_getextraspace(c->L) = NULL;
-        h->spare[h->nspare].L = c->L;
-        h->spare[h->nspare].ref = c->ref;
-        h->nspare++;
+        h->spare[h->nspare++] = c->L;
     } else {
-        luaL_unref(h->L, LUA_REGISTRYINDEX, c->ref);
+        unanchor(h, c->L);
     }
     free(c);
 }
@@ -439,13 +465,15 @@ static struct co *co_new(struct lua_host *h, struct lua_task *t)
     c->h = h;
     if (t && h->nspare > 0) {
         h->nspare--;
-        c->L = h->spare[h->nspare].L;
-        c->ref = h->spare[h->nspare].ref;
+        c->L = h->spare[h->nspare];
     } else {
         c->L = lua_newthread(h->L);
-        c->ref = luaL_ref(h->L, LUA_REGISTRYINDEX);
+        anchor(h);
     }
     c->reusable = t != NULL;
+    c->command = t != NULL;
+    h->commands += t != NULL;
+    h->activity++;
     *(struct co **)lua_getextraspace(c->L) = c;
     c->task = t;
     c->started = zk_now();
@@ -1095,7 +1123,9 @@ static int l_host_busy_scripts(lua_State *L)
         if (me && requester_id(c) == me)
             continue;
         luaL_checkstack(L, 1, "too many busy scripts");
-        lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, c->h->ref_anchors);
+        lua_rawgetp(L, -1, c->L);
+        lua_remove(L, -2);
         n++;
     }
     return n;
@@ -1596,6 +1626,8 @@ struct lua_host *lua_host_create(const struct config *cfg, struct zk *zk,
      * table, records): the generational collector handles that far more
      * cheaply than the incremental one. */
     lua_gc(h->L, LUA_GCGEN, 0, 0);
+    lua_newtable(h->L);
+    h->ref_anchors = luaL_ref(h->L, LUA_REGISTRYINDEX);
     open_bindings(h);
     uv_idle_init(h->loop, &h->idle);
     h->idle.data = h;
@@ -1821,6 +1853,66 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
 size_t lua_host_running(const struct lua_host *h)
 {
     return h->running;
+}
+
+size_t lua_host_commands_alive(const struct lua_host *h)
+{
+    return h->commands;
+}
+
+unsigned long long lua_host_activity(const struct lua_host *h)
+{
+    return h->activity;
+}
+
+void lua_host_memory(const struct lua_host *h, struct lua_host_memory *m)
+{
+    m->used = lua_alloc_used(h->alloc);
+    m->pooled = lua_alloc_pooled(h->alloc);
+    m->spare_threads = (size_t)h->nspare;
+    m->collections = h->collections;
+}
+
+/* Called from the loop (a timer), never from inside Lua code: no coroutine
+ * is running, the suspended ones are just objects to the collector. */
+size_t lua_host_collect(struct lua_host *h)
+{
+    if (h->stopped)
+        return 0;
+    for (int i = 0; i < h->nspare; i++)
+        unanchor(h, h->spare[i]);
+    h->nspare = 0;
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    /* The anchors, copied into a table of their size now: a burst of
+     * thousands of concurrent commands grew it. */
+    lua_createtable(L, 0, (int)h->coroutines);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, h->ref_anchors);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -5);
+    }
+    lua_pop(L, 1);
+    lua_rawseti(L, LUA_REGISTRYINDEX, h->ref_anchors);
+    if (push_module_field(h, "on_idle") == LUA_TFUNCTION &&
+        lua_pcall(L, 0, 0, 0) != LUA_OK)
+        log_lua_error(L, LOG_WARN, "lua.on_idle_failed");
+    lua_settop(L, top);
+    /* Full collections in incremental mode, as long as they free much: the
+     * interned-string table, sized for the burst's peak, halves once per
+     * cycle (a generational full collection does not shrink it). */
+    lua_gc(L, LUA_GCINC, 0, 0, 0);
+    for (int i = 0; i < 8; i++) {
+        size_t before = lua_alloc_used(h->alloc);
+        lua_gc(L, LUA_GCCOLLECT);
+        if (lua_alloc_used(h->alloc) + 16 * 1024 > before)
+            break;
+    }
+    lua_gc(L, LUA_GCGEN, 0, 0);
+    h->collections++;
+    return lua_alloc_trim(h->alloc);
 }
 
 /* Metrics only: a plain call on the main state, no coroutine, no task, so it

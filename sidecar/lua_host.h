@@ -35,6 +35,10 @@
  *     M.authenticate(user, password, addr), M.policy_info()
  *                           called on the main state, outside any command
  *                           (lua_host_authenticate, lua_host_policy_info)
+ *     M.on_idle()           called on the main state when the sidecar is
+ *                           idle after work, before full collections
+ *                           (lua_host_collect): tables grown for a burst
+ *                           are to give their room back; must not yield
  *
  *   Reply values (what M.dispatch returns):
  *     nil or host.null  -> null bulk ($-1 / _)     false -> null bulk
@@ -248,6 +252,31 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
 
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);
+
+/* Coroutines of commands still running, those whose requester left
+ * included (lua_host_running leaves them out). */
+size_t lua_host_commands_alive(const struct lua_host *h);
+
+/* Coroutines started plus coroutines finished so far (commands, hooks,
+ * timers, host.spawn): how much Lua work the sidecar has seen, for its idle
+ * check.  Finishes count too: a command whose client left still runs, and
+ * leaves its garbage when it ends. */
+unsigned long long lua_host_activity(const struct lua_host *h);
+
+/* What the VM holds, for INFO memory. */
+struct lua_host_memory {
+    size_t used;          /* bytes handed out to Lua (live and garbage) */
+    size_t pooled;        /* bytes of the small-block pool (lua_alloc.h) */
+    size_t spare_threads; /* finished commands' threads kept for reuse */
+    unsigned long long collections; /* lua_host_collect runs */
+};
+void lua_host_memory(const struct lua_host *h, struct lua_host_memory *m);
+
+/* The sidecar went idle after work: lets the spare threads go, runs a full
+ * collection and gives the pool's free chunks back to malloc (the caller
+ * may then malloc_trim).  Returns the pool bytes given back.  Costs a full
+ * mark and sweep of the live heap (a few ms): for idle moments only. */
+size_t lua_host_collect(struct lua_host *h);
 
 /* For /metrics: calls M.stats() if the module has it, on the main state
  * under lua_pcall (it cannot yield: zk.* and host.sleep refuse outside a

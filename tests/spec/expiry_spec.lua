@@ -32,6 +32,19 @@ describe("expiry", function()
         assert.is_nil(next(a.K.owned))
     end)
 
+    it("keeps its keys and their deadlines through an idle compaction", function()
+        for i = 1, 20 do a:call("SET", "k" .. i, "v", "PX", tostring(100 * i)) end
+        for i = 1, 10 do a:call("DEL", "k" .. i) end
+        a.M.on_idle() -- U.compact_per_command and K.compact
+        for i = 11, 20 do assert.is_not_nil(a.K.owned[a:path("k" .. i)]) end
+        assert.same("v", a:call("GET", "k15"))
+        W:advance(1600)
+        for i = 11, 16 do assert.is_nil(W:node(a:path("k" .. i))) end
+        for i = 17, 20 do assert.is_not_nil(W:node(a:path("k" .. i))) end
+        W:advance(500)
+        assert.is_nil(next(a.K.owned))
+    end)
+
     it("one timer serves many keys, earliest first", function()
         local deadline = {}
         for i = 1, 50 do

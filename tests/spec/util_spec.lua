@@ -64,4 +64,19 @@ describe("util", function()
         assert.is_nil(b[co1])
         assert.equal("client 2", a[co2])
     end)
+
+    it("compacts per-command state without losing a live coroutine's", function()
+        local a = U.per_command()
+        local live = coroutine.create(function() end)
+        for i = 1, 2000 do a[coroutine.create(function() end)] = i end
+        a[live] = "live"
+        U.compact_per_command()
+        assert.equal("live", a[live])
+        a[live] = nil
+        assert.is_nil(a[live])
+        local co = coroutine.create(function() end)
+        a[co] = 1
+        U.new_command(co)
+        assert.is_nil(a[co])
+    end)
 end)

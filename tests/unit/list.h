@@ -64,6 +64,8 @@ UNIT_TEST(lua_alloc_keeps_bytes_across_resizes)
 UNIT_TEST(lua_alloc_reuses_freed_small_blocks)
 UNIT_TEST(lua_alloc_counts_and_refuses_growth_past_its_limit)
 UNIT_TEST(lua_alloc_limit_holds_for_one_c_call)
+UNIT_TEST(lua_alloc_trim_gives_back_free_pages)
+UNIT_TEST(lua_alloc_trim_keeps_live_blocks)
 /* sidecar/lua_pattern.c */
 UNIT_TEST(lua_pattern_agrees_with_lua_on_generated_patterns)
 UNIT_TEST(lua_pattern_keeps_lua_5_1_behaviours)

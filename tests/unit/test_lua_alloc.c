@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 enum { SLOTS = 256, ROUNDS = 20000 };
 
@@ -183,5 +184,115 @@ TEST(lua_alloc_limit_holds_for_one_c_call)
     ASSERT(luaL_dostring(L, "return #table.concat(t, '', 1, 3)") == LUA_OK);
     ASSERT_INT_EQ(lua_tointeger(L, -1), 3000000);
     lua_close(L);
+    lua_alloc_free(a);
+}
+
+/* lua_alloc_trim gives back exactly the pages with no live byte: after
+ * 3 MB of small blocks are freed but one, only the page (or two) under the
+ * live block stays, its bytes intact; the pages given back are carved again
+ * before any new chunk is mapped; with nothing live, nothing stays. */
+TEST(lua_alloc_trim_gives_back_free_pages)
+{
+    enum { N = 3 * 1024 * 1024 / 48 };
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    struct lua_alloc *a = lua_alloc_create();
+    ASSERT(a != NULL);
+    ASSERT_INT_EQ(lua_alloc_trim(a), 0);
+    unsigned char **p = malloc(N * sizeof *p);
+    ASSERT(p != NULL);
+    for (int i = 0; i < N; i++) {
+        p[i] = lua_alloc_fn(a, NULL, 0, 48);
+        ASSERT(p[i] != NULL);
+        memset(p[i], i & 0xff, 48);
+    }
+    size_t pooled = lua_alloc_pooled(a);
+    ASSERT(pooled >= (size_t)N * 48);
+    /* Nothing is free yet: at most the newest chunk's uncarved pages go. */
+    ASSERT(lua_alloc_trim(a) < 64 * 1024);
+    ASSERT(lua_alloc_pooled(a) > pooled - 64 * 1024);
+    pooled = lua_alloc_pooled(a);
+    int keep = N / 2;
+    for (int i = 0; i < N; i++)
+        if (i != keep)
+            lua_alloc_fn(a, p[i], 48, 0);
+    size_t given = lua_alloc_trim(a);
+    ASSERT(given > 0);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), pooled - given);
+    ASSERT(lua_alloc_pooled(a) <= 2 * page);
+    for (int k = 0; k < 48; k++)
+        ASSERT(p[keep][k] == (keep & 0xff));
+    ASSERT_INT_EQ(lua_alloc_used(a), 48);
+    /* A second trim finds nothing more. */
+    ASSERT_INT_EQ(lua_alloc_trim(a), 0);
+    /* A new round of allocations reuses the pages given back (no more
+     * memory than the first round) and never overlaps the live block. */
+    for (int i = 0; i < N; i++) {
+        if (i == keep)
+            continue;
+        p[i] = lua_alloc_fn(a, NULL, 0, 48);
+        ASSERT(p[i] != NULL);
+        memset(p[i], 0xee, 48);
+    }
+    ASSERT(lua_alloc_pooled(a) <= pooled + 64 * 1024);
+    for (int k = 0; k < 48; k++)
+        ASSERT(p[keep][k] == (keep & 0xff));
+    for (int i = 0; i < N; i++)
+        lua_alloc_fn(a, p[i], 48, 0);
+    ASSERT(lua_alloc_trim(a) > 0);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), 0);
+    ASSERT_INT_EQ(lua_alloc_used(a), 0);
+    /* And from nothing again. */
+    void *q = lua_alloc_fn(a, NULL, 0, 100);
+    ASSERT(q != NULL);
+    lua_alloc_fn(a, q, 100, 0);
+    free(p);
+    lua_alloc_free(a);
+}
+
+/* Trims between random allocations, resizes and frees never lose a live
+ * block's bytes (a page given back under a live block would read zeros),
+ * and with nothing live nothing stays. */
+TEST(lua_alloc_trim_keeps_live_blocks)
+{
+    struct lua_alloc *a = lua_alloc_create();
+    ASSERT(a != NULL);
+    static struct slot slots[4096];
+    memset(slots, 0, sizeof slots);
+    for (int r = 0; r < 200000; r++) {
+        struct slot *s = &slots[unit_rand() % 4096];
+        if (r % 10000 == 0) {
+            lua_alloc_trim(a);
+            for (int i = 0; i < 4096; i++)
+                ASSERT(slots[i].p == NULL || intact(&slots[i], slots[i].size));
+        }
+        if (s->p == NULL) {
+            s->size = any_size();
+            s->p = lua_alloc_fn(a, NULL, 0, s->size);
+            ASSERT(s->p != NULL);
+            s->fill = (unsigned char)unit_rand();
+            fill(s, 0);
+        } else if (unit_rand() % 2 == 0) {
+            ASSERT(intact(s, s->size));
+            lua_alloc_fn(a, s->p, s->size, 0);
+            s->p = NULL;
+        } else {
+            size_t n = any_size();
+            unsigned char *q = lua_alloc_fn(a, s->p, s->size, n);
+            ASSERT(q != NULL);
+            s->p = q;
+            size_t kept = s->size < n ? s->size : n;
+            ASSERT(intact(s, kept));
+            s->size = n;
+            fill(s, kept);
+        }
+    }
+    for (int i = 0; i < 4096; i++) {
+        if (slots[i].p) {
+            ASSERT(intact(&slots[i], slots[i].size));
+            lua_alloc_fn(a, slots[i].p, slots[i].size, 0);
+        }
+    }
+    lua_alloc_trim(a);
+    ASSERT_INT_EQ(lua_alloc_pooled(a), 0);
     lua_alloc_free(a);
 }
