@@ -19,6 +19,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -446,6 +448,15 @@ static void cmd_time(struct cmd_ctx *x)
     reply_bulk_str(x->out, us);
 }
 
+/* MEMORY PURGE: a full collection of the Lua VM and malloc_trim, so that
+ * INFO's used_memory_lua and used_memory_rss show what is live. */
+static void cmd_memory(struct cmd_ctx *x)
+{
+    lua_host_collect(x->c->srv->lua);
+    malloc_trim(0);
+    reply_status(x->out, "OK");
+}
+
 static void cmd_wait(struct cmd_ctx *x)
 {
     long long n, timeout;
@@ -496,13 +507,43 @@ enum info_section {
     INFO_KEYSPACE = 1 << 5,
     INFO_ZOOKEEPER = 1 << 6,
     INFO_POLICY = 1 << 7,
-    INFO_ALL = (1 << 8) - 1,
+    INFO_MEMORY = 1 << 8,
+    INFO_ALL = (1 << 9) - 1,
 };
 
 static const char *const info_names[] = {
-    "server",      "clients",  "persistence", "stats",
-    "replication", "keyspace", "zookeeper",   "policy",
+    "server",   "clients",   "persistence", "stats",  "replication",
+    "keyspace", "zookeeper", "policy",      "memory",
 };
+
+/* The process's resident set, bytes (/proc/self/statm), or 0. */
+static unsigned long long rss_bytes(void)
+{
+    unsigned long long size = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu %llu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return resident * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
+
+/* "1.23M" as Redis's *_human fields write it. */
+static void human_bytes(char *out, size_t cap, unsigned long long n)
+{
+    const char *units = "BKMGT";
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(out, cap, "%lluB", n);
+    else
+        snprintf(out, cap, "%.2f%c", v, units[u]);
+}
 
 /* One "name:value" line of INFO's # Policy section (lua_host_policy_info);
  * CR and LF in a value (an error message) become spaces. */
@@ -554,6 +595,20 @@ static void info_write(struct server *s, unsigned sections, long long keys,
                    REDIS_COMPAT_VERSION, ZKRESP_VERSION,
                    (int)(sizeof(void *) * 8), (int)getpid(), s->run_id,
                    s->tcp_port, up, up / 86400);
+    if (sections & INFO_MEMORY) {
+        /* Redis's names: used_memory_lua is the Lua VM's heap (its garbage
+         * not yet collected included; MEMORY PURGE collects it). */
+        unsigned long long rss = rss_bytes();
+        unsigned long long lua = lua_host_memory(s->lua);
+        char hrss[32], hlua[32];
+        human_bytes(hrss, sizeof hrss, rss);
+        human_bytes(hlua, sizeof hlua, lua);
+        buf_printf(&b,
+                   "# Memory\r\nused_memory_rss:%llu\r\n"
+                   "used_memory_rss_human:%s\r\nused_memory_lua:%llu\r\n"
+                   "used_memory_lua_human:%s\r\n\r\n",
+                   rss, hrss, lua, hlua);
+    }
     if (sections & INFO_CLIENTS)
         buf_printf(&b,
                    "# Clients\r\nconnected_clients:%zu\r\nmaxclients:%d\r\n"
@@ -835,6 +890,10 @@ static const struct csub client_subs[] = {
     {"info", 2},     {"list", -2},   {"kill", -3}, {"no-evict", 3},
     {"no-touch", 3}, {"reply", 3},   {NULL, 0},
 };
+static const struct csub memory_subs[] = {
+    {"purge", 2},
+    {NULL, 0},
+};
 static const struct csub command_subs[] = {
     {"count", 2},
     {"docs", -2},
@@ -857,6 +916,7 @@ static const struct ccmd ccmds[] = {
     {"info", -1, "loading stale", cmd_info, NULL},
     {"command", -1, "loading stale", cmd_command, command_subs},
     {"time", 1, "loading stale fast", cmd_time, NULL},
+    {"memory", -2, "loading stale", cmd_memory, memory_subs},
     {"wait", 3, "noscript", cmd_wait, NULL},
     {"waitaof", 4, "noscript", cmd_waitaof, NULL},
     {"readonly", 1, "loading stale fast", cmd_cluster_disabled, NULL},

@@ -1505,6 +1505,11 @@ static void open_bindings(struct lua_host *h)
     set_str(L, "scripts", cfg->scripts);
     set_int(L, "script_time_limit", cfg->script_time_limit);
     set_int(L, "script_memory_limit", cfg->script_memory_limit);
+    set_int(L, "max_subscriptions_per_command",
+            cfg->max_subscriptions_per_command);
+    set_int(L, "max_subscriptions_per_client",
+            cfg->max_subscriptions_per_client);
+    set_int(L, "pubsub_gc_delay", cfg->pubsub_gc_delay);
     lua_setfield(L, -2, "config");
     lua_setglobal(L, "host");
 }
@@ -1774,6 +1779,18 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
 size_t lua_host_running(const struct lua_host *h)
 {
     return h->running;
+}
+
+size_t lua_host_memory(const struct lua_host *h)
+{
+    return h->alloc ? lua_alloc_used(h->alloc) : 0;
+}
+
+size_t lua_host_collect(struct lua_host *h)
+{
+    if (!h->stopped)
+        lua_gc(h->L, LUA_GCCOLLECT);
+    return lua_host_memory(h);
 }
 
 /* Metrics only: a plain call on the main state, no coroutine, no task, so it

@@ -240,6 +240,14 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);
 
+/* Bytes the Lua VM holds now, garbage not yet collected included (INFO's
+ * used_memory_lua). */
+size_t lua_host_memory(const struct lua_host *h);
+
+/* A full garbage collection of the VM (MEMORY PURGE); returns
+ * lua_host_memory() after it.  Call from the loop, outside any Lua call. */
+size_t lua_host_collect(struct lua_host *h);
+
 /* For /metrics: calls M.stats() if the module has it, on the main state
  * under lua_pcall (it cannot yield: zk.* and host.sleep refuse outside a
  * command coroutine), and passes each numeric field of the table it returns
