@@ -1375,12 +1375,17 @@ function watch_live()
     live = now
     table.sort(names)
     if gone and names[1] == inst() and not sweeping then
+        -- not at once: a sidecar whose session merely expired makes its
+        -- presence again in its new session, and keeps its inbox
         sweeping = true
-        local ok, e = pcall(function()
-            if sweep() > 0 then collect() end
+        host.spawn(function()
+            host.sleep(P.GC_DELAY_MS)
+            local ok, e = pcall(function()
+                if sweep() > 0 then collect() end
+            end)
+            sweeping = false
+            if not ok then host.log("warn", "pubsub: sweeping after a sidecar died: " .. tostring(e)) end
         end)
-        sweeping = false
-        if not ok then host.log("warn", "pubsub: sweeping after a sidecar died: " .. tostring(e)) end
     end
 end
 
