@@ -286,4 +286,7 @@ def test_abandoned_clients_leave_heap_and_rss(make_zkresp, zk, kz):
     # (a round's 5000 channels published to were 1.2 MB of heap kept)
     assert heap1 <= heap0 + 128 * 1024, (heap0, heap1)
     assert heap1 <= start_heap + 512 * 1024, (start_heap, heap1)
-    assert rss1 <= rss0 + 16 * 1024 * 1024, (rss0, rss1)
+    if not harness.is_sanitizer_build():
+        # (AddressSanitizer's quarantine holds freed memory back on purpose:
+        # its RSS says nothing about what zkresp keeps; the heap does)
+        assert rss1 <= rss0 + 16 * 1024 * 1024, (rss0, rss1)
