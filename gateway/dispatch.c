@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -447,6 +448,20 @@ static void cmd_time(struct cmd_ctx *x)
     reply_bulk_str(x->out, us);
 }
 
+/* MEMORY PURGE: what an idle trim does (server.c), at once: a full
+ * collection of the Lua VM, its pool's free pages and malloc's given back,
+ * so that INFO's used_memory_lua and used_memory_rss show what is live.
+ * The VM's tables are compacted only when no command runs (lua_host_collect
+ * is for idle moments); otherwise only malloc is trimmed. */
+static void cmd_memory(struct cmd_ctx *x)
+{
+    struct lua_host *lua = x->c->srv->lua;
+    if (lua && lua_host_commands_alive(lua) == 0)
+        lua_host_collect(lua);
+    malloc_trim(0);
+    reply_status(x->out, "OK");
+}
+
 static void cmd_wait(struct cmd_ctx *x)
 {
     long long n, timeout;
@@ -859,6 +874,10 @@ static const struct csub client_subs[] = {
     {"info", 2},     {"list", -2},   {"kill", -3}, {"no-evict", 3},
     {"no-touch", 3}, {"reply", 3},   {NULL, 0},
 };
+static const struct csub memory_subs[] = {
+    {"purge", 2},
+    {NULL, 0},
+};
 static const struct csub command_subs[] = {
     {"count", 2},
     {"docs", -2},
@@ -881,6 +900,7 @@ static const struct ccmd ccmds[] = {
     {"info", -1, "loading stale", cmd_info, NULL},
     {"command", -1, "loading stale", cmd_command, command_subs},
     {"time", 1, "loading stale fast", cmd_time, NULL},
+    {"memory", -2, "loading stale", cmd_memory, memory_subs},
     {"wait", 3, "noscript", cmd_wait, NULL},
     {"waitaof", 4, "noscript", cmd_waitaof, NULL},
     {"readonly", 1, "loading stale fast", cmd_cluster_disabled, NULL},

@@ -53,8 +53,13 @@ local queue = require "queue"
 
 local P = {}
 
+-- A setting from host.config (sidecar/config.c), or its default.
+local function cfg(name, default)
+    return (host.config and host.config[name]) or default
+end
+
 P.NAME_PAYLOAD_MAX = 384  -- encoded payload bytes kept in a node name
-P.GC_DELAY_MS = 30000     -- an empty channel node is removed after this
+P.GC_DELAY_MS = cfg("pubsub_gc_delay", 30000) -- an empty channel node is removed after this
 P.RETRY_MS = 200          -- registering interest again after a failure
 
 ---------------------------------------------------------------------------
@@ -230,29 +235,54 @@ local function settled(st)
     return st.want == st.have and (not st.want or st.written == st.count)
 end
 
+-- Interests to reconcile, in order, taken by at most P.WORKERS coroutines:
+-- a SUBSCRIBE of a thousand channels costs a few workers, not a thousand
+-- coroutines (the VM's allocator keeps its small blocks at their peak).
+P.WORKERS = 16
+local todo, todo_head, todo_tail = {}, 1, 0
+local workers = 0
+
+local function settle(kind, name, st)
+    while not settled(st) do
+        if not connected() then
+            host.sleep(P.RETRY_MS)
+        else
+            local ok, progressed = pcall(reconcile_step, kind, name, st)
+            if st.have and st.want then wake_all(st) end
+            if not ok then
+                host.log("warn", "pubsub: registering interest in " .. name .. ": " .. tostring(progressed))
+                host.sleep(P.RETRY_MS)
+            elseif not progressed then
+                host.sleep(P.RETRY_MS)
+            end
+        end
+    end
+    st.busy = false
+    wake_all(st)
+    if not st.want and not st.have then interest[kind][name] = nil end
+end
+
+local function worker()
+    while todo_head <= todo_tail do
+        local item = todo[todo_head]
+        todo[todo_head] = nil
+        todo_head = todo_head + 1
+        if todo_head > todo_tail then todo, todo_head, todo_tail = {}, 1, 0 end
+        settle(item[1], item[2], item[3])
+    end
+    workers = workers - 1
+end
+
 local function reconcile(kind, name)
     local st = interest[kind][name]
     if not st or st.busy then return end
     st.busy = true
-    host.spawn(function()
-        while not settled(st) do
-            if not connected() then
-                host.sleep(P.RETRY_MS)
-            else
-                local ok, progressed = pcall(reconcile_step, kind, name, st)
-                if st.have and st.want then wake_all(st) end
-                if not ok then
-                    host.log("warn", "pubsub: registering interest in " .. name .. ": " .. tostring(progressed))
-                    host.sleep(P.RETRY_MS)
-                elseif not progressed then
-                    host.sleep(P.RETRY_MS)
-                end
-            end
-        end
-        st.busy = false
-        wake_all(st)
-        if not st.want and not st.have then interest[kind][name] = nil end
-    end)
+    todo_tail = todo_tail + 1
+    todo[todo_tail] = { kind, name, st }
+    if workers < P.WORKERS then
+        workers = workers + 1
+        host.spawn(worker)
+    end
 end
 
 -- The local subscriber count of (kind, name) changed to n.
@@ -331,7 +361,60 @@ end
 ---------------------------------------------------------------------------
 -- Routes: who else is interested, from a watched cache
 
-local cache = { c = {}, s = {} }   -- kind -> channel -> entry
+-- kind -> {new = {channel -> entry}, old = {...}, n = #new}: a cache of
+-- at most 2 * P.ROUTE_CACHE_MAX channels per kind, in two generations.  A
+-- hit in old moves the entry to new; when new is full, it becomes old and
+-- the old old is dropped whole, so the channels a publisher stopped using
+-- cost nothing after two generations (a publish to a thousand channels
+-- nobody listens to must not be remembered for ever).  A dropped entry of
+-- a channel that exists leaves its watches set; their events find nothing
+-- to invalidate, and the next publish reads the channel again.
+P.ROUTE_CACHE_MAX = 1024
+local function new_cache()
+    return { c = { new = {}, old = {}, n = 0 }, s = { new = {}, old = {}, n = 0 } }
+end
+local cache = new_cache()
+
+local function cache_get(kind, channel)
+    local g = cache[kind]
+    local e = g.new[channel]
+    if e then return e end
+    e = g.old[channel]
+    if e then
+        g.old[channel] = nil
+        if g.n >= P.ROUTE_CACHE_MAX then g.old, g.new, g.n = g.new, {}, 0 end
+        g.new[channel] = e
+        g.n = g.n + 1
+    end
+    return e
+end
+
+local function cache_put(kind, channel, e)
+    local g = cache[kind]
+    if g.new[channel] then g.new[channel] = e return end
+    g.old[channel] = nil
+    if g.n >= P.ROUTE_CACHE_MAX then g.old, g.new, g.n = g.new, {}, 0 end
+    g.new[channel] = e
+    g.n = g.n + 1
+end
+
+local function cache_del(kind, channel)
+    local g = cache[kind]
+    g.old[channel] = nil
+    if g.new[channel] then
+        -- n counts insertions into new; a removal leaves it (new is
+        -- replaced once n reaches the cap, whatever it still holds)
+        g.new[channel] = nil
+    end
+end
+
+-- How many channels the route cache holds (tests, P.sizes).
+local function cache_size(kind)
+    local n = 0
+    for _ in pairs(cache[kind].new) do n = n + 1 end
+    for _ in pairs(cache[kind].old) do n = n + 1 end
+    return n
+end
 local dirv = {}                    -- kind -> data version of dir(kind)
 local patview                      -- {version, pats = {pattern -> {inst -> n}}}
 -- Bumped by every watch event under <root>/ps: what was read over several
@@ -382,7 +465,7 @@ local function dir_version(kind)
 end
 
 local function entry(kind, channel)
-    local e = cache[kind][channel]
+    local e = cache_get(kind, channel)
     if e and (e.present or e.dirv == dirv[kind]) then return e end
     local d = dir_version(kind)
     local g = gen
@@ -399,7 +482,7 @@ local function entry(kind, channel)
     else
         fail(rc, "children " .. X)
     end
-    if gen == g and d == dirv[kind] then cache[kind][channel] = e end
+    if gen == g and d == dirv[kind] then cache_put(kind, channel, e) end
     return e
 end
 
@@ -499,7 +582,7 @@ function P.note_failed(ops, results)
 end
 
 local function invalidate(kind, channel)
-    if channel then cache[kind][channel] = nil end
+    if channel then cache_del(kind, channel) end
     dirv[kind] = nil
     patview = nil
 end
@@ -845,6 +928,35 @@ local KIND_OF = {
     ssubscribe = "s", sunsubscribe = "s",
 }
 
+-- The caps of one (P|S)SUBSCRIBE (--max-subscriptions-per-command) and of
+-- one client's subscriptions (--max-subscriptions-per-client): an error
+-- reply when args (the command, its channels) would pass one, checked
+-- before anything is subscribed, so that a refused command subscribes to
+-- none of its channels.  c: the client's record, or nil.
+function P.check_caps(c, kind, args)
+    local n = #args - 1
+    local per_command = cfg("max_subscriptions_per_command", 1024)
+    if n > per_command then
+        return { err = string.format("ERR too many channels in one '%s' command (%d, the limit is %d)",
+                                     args[1]:lower(), n, per_command) }
+    end
+    local per_client = cfg("max_subscriptions_per_client", 4096)
+    local have = c and count(c, "c") + count(c, "p") + count(c, "s") or 0
+    if have + n <= per_client then return nil end
+    -- only the names this client is not subscribed to yet count
+    local new, seen = 0, {}
+    for i = 2, #args do
+        local name = args[i]
+        if not seen[name] and not (c and c[kind].set[name]) then
+            seen[name] = true
+            new = new + 1
+        end
+    end
+    if have + new > per_client then
+        return { err = string.format("ERR max number of subscriptions per client reached (%d)", per_client) }
+    end
+end
+
 -- SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE
 local function subscribe(args)
     local verb = args[1]:lower()
@@ -852,6 +964,8 @@ local function subscribe(args)
     local me = host.client()
     if not me then return { err = "ERR no client" } end
     local id = me.id
+    local refused = P.check_caps(clients[id], kind, args)
+    if refused then return refused end
     local c = client(id)
     local frames, waits = {}, {}
     for i = 2, #args do
@@ -919,6 +1033,20 @@ local function unsubscribe(args)
     return { frames = frames }
 end
 
+-- What the module holds, for M.stats (gauges): local subscriptions,
+-- interests being registered or held, channels in the route cache, empty
+-- channel nodes waiting for gc.
+function P.sizes()
+    local n_subs, n_interest, n_gc = 0, 0, 0
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        for _, e in pairs(subs[kind]) do n_subs = n_subs + e.n end
+        for _ in pairs(interest[kind]) do n_interest = n_interest + 1 end
+    end
+    for _ in pairs(gc_queue) do n_gc = n_gc + 1 end
+    return { subscriptions = n_subs, interests = n_interest,
+             route_cache = cache_size("c") + cache_size("s"), gc_queue = n_gc }
+end
+
 -- A client closed or was RESET: its subscriptions go.
 function P.client_gone(id)
     local c = clients[id]
@@ -954,9 +1082,13 @@ local function all_channels(kind, pattern)
         end
     end
     for ch in pairs(subs[kind]) do add(ch) end
-    for _, enc in ipairs(K.children(dir(kind))) do
+    local names = K.children(dir(kind))
+    for i, enc in ipairs(names) do
+        -- a request whose client has gone stops here (host.client() is
+        -- nil once the requester left): nobody reads its answer
+        if i % 64 == 0 and not host.client() then return nil end
         local ch = host.key_decode(enc)
-        if ch and not found[ch] then
+        if ch and not found[ch] and (not pattern or U.glob(pattern, ch)) then
             local rc, stat = zk.exists(dir(kind) .. "/" .. enc)
             if rc == zk.OK and stat.numChildren > 0 then add(ch) end
         end
@@ -1099,6 +1231,8 @@ end
 ---------------------------------------------------------------------------
 -- Watches, sessions, garbage
 
+local watch_live  -- below, with the sweep
+
 -- A watch under <root>/ps fired.  Returns true when it was ours.
 function P.on_watch(event, path)
     local base = ps()
@@ -1110,6 +1244,11 @@ function P.on_watch(event, path)
     local bb = bells()
     if path:sub(1, #bb + 1) == bb .. "/" then
         rang(event, path)
+        return true
+    end
+    if path == base .. "/l" then
+        local ok, e = pcall(watch_live)
+        if not ok then host.log("warn", "pubsub: listing live sidecars: " .. tostring(e)) end
         return true
     end
     gen = gen + 1
@@ -1124,21 +1263,65 @@ function P.on_watch(event, path)
         patview = nil
     elseif enc then
         local ch = host.key_decode(enc)
-        if ch then cache[kind][ch] = nil end
+        if ch then cache_del(kind, ch) end
         local who = rest:match("^/[^/]+/([^/]+)$")
         if who and ch then noring[who .. " " .. ch] = nil end
     end
     return true
 end
 
+-- A table emptied by deletes keeps the size it grew to (Lua shrinks a table
+-- only when it inserts into a full one): after a client with thousands of
+-- channels has gone, the big empty tables are replaced by new ones, so
+-- that the heap returns to where it was.
+local function compact()
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        if next(subs[kind]) == nil then subs[kind] = {} end
+        if next(interest[kind]) == nil then interest[kind] = {} end
+    end
+    if next(clients) == nil then clients = {} end
+    if next(gc_queue) == nil then gc_queue = {} end
+    if next(noring) == nil then noring = {} end
+    if next(seen) == nil then seen = {} end
+end
+
 local gc_timer
 local function gc()
     local now = host.now()
+    local due_now = {}
     for X, due in pairs(gc_queue) do
-        if due <= now then
-            gc_queue[X] = nil
-            local rc, stat = zk.exists(X)
-            if rc == zk.OK and stat.numChildren == 0 then zk.delete(X, stat.version) end
+        if due <= now then due_now[#due_now + 1] = X end
+    end
+    for _, X in ipairs(due_now) do
+        gc_queue[X] = nil
+        local rc, stat = zk.exists(X)
+        if rc == zk.OK and stat.numChildren == 0 then zk.delete(X, stat.version) end
+    end
+    -- the route cache ages: a channel not published to for two periods
+    -- is forgotten
+    for _, kind in ipairs({ "c", "s" }) do
+        local g = cache[kind]
+        g.old, g.new, g.n = g.new, {}, 0
+    end
+    compact()
+end
+
+-- Channel and pattern nodes left without interest: queued for gc.  Run
+-- when a sidecar is found dead (its interest nodes went with its session,
+-- the channel nodes above them stay): one walk of c/, p/ and s/ then, so
+-- that PUBSUB CHANNELS and everyone else never walk a dead sidecar's
+-- channels.
+local function collect()
+    local due = host.now() + P.GC_DELAY_MS
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        local D = dir(kind)
+        local rc, names = zk.children(D)
+        if rc == zk.OK then
+            for _, enc in ipairs(names) do
+                local X = D .. "/" .. enc
+                local erc, stat = zk.exists(X)
+                if erc == zk.OK and stat.numChildren == 0 then gc_queue[X] = gc_queue[X] or due end
+            end
         end
     end
 end
@@ -1154,14 +1337,16 @@ local function delete_dir_ops(ops, dir)
 end
 
 -- Inboxes (and doorbells) of processes that are gone (no l/<instance>),
--- with what is left in them, all or nothing.
+-- with what is left in them, all or nothing.  Returns how many it found.
 local function sweep()
     local rc, names = zk.children(ps() .. "/i")
-    if rc ~= zk.OK then return end
+    if rc ~= zk.OK then return 0 end
+    local dead = 0
     for _, who in ipairs(names) do
         if who ~= inst() then
             local erc = zk.exists(presence(who))
             if erc == zk.NONODE then
+                dead = dead + 1
                 local ops = { { "create", presence(who), "", zk.EPHEMERAL }, { "delete", presence(who), -1 } }
                 if delete_dir_ops(ops, inbox(who)) then
                     delete_dir_ops(ops, bells(who))
@@ -1169,6 +1354,38 @@ local function sweep()
                 end
             end
         end
+    end
+    return dead
+end
+
+-- The sidecars alive (l/, watched), so that one of them notices when
+-- another dies: the first of them in name order sweeps what the dead one
+-- left (its inbox, doorbells, and the channel nodes only it was
+-- interested in).  A sidecar that started meanwhile sweeps too (P.swept).
+local live = nil       -- instance -> true, as last listed
+local sweeping = false
+function watch_live()
+    local rc, names = zk.children(ps() .. "/l", true)
+    if rc ~= zk.OK then return end
+    local now, gone = {}, false
+    for _, who in ipairs(names) do now[who] = true end
+    for who in pairs(live or {}) do
+        if not now[who] then gone = true end
+    end
+    live = now
+    table.sort(names)
+    if gone and names[1] == inst() and not sweeping then
+        -- not at once: a sidecar whose session merely expired makes its
+        -- presence again in its new session, and keeps its inbox
+        sweeping = true
+        host.spawn(function()
+            host.sleep(P.GC_DELAY_MS)
+            local ok, e = pcall(function()
+                if sweep() > 0 then collect() end
+            end)
+            sweeping = false
+            if not ok then host.log("warn", "pubsub: sweeping after a sidecar died: " .. tostring(e)) end
+        end)
     end
 end
 
@@ -1184,7 +1401,7 @@ function P.on_session(event)
                 reconcile(kind, name)
             end
         end
-        cache = { c = {}, s = {} }
+        cache = new_cache()
         dirv, patview = {}, nil
     elseif event == "lost" or event == "disconnected" then
         return
@@ -1197,8 +1414,10 @@ function P.on_session(event)
     if not ok then host.log("warn", "pubsub: inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
     if not P.swept then
         P.swept = true
-        pcall(sweep)
+        local ok, dead = pcall(sweep)
+        if ok and dead > 0 then pcall(collect) end
     end
+    pcall(watch_live)
     if not gc_timer then
         gc_timer = host.timer(function()
             pcall(gc)

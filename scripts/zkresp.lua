@@ -248,6 +248,7 @@ function M.stats()
     for _, e in pairs(K.owned) do
         if e.lifetime == "ephemeral" and e.sid == sid then owned = owned + 1 end
     end
+    local sizes = pubsub.sizes()
     return {
         owned_keys = owned,
         script_commits_total = T.stats.committed,
@@ -259,6 +260,10 @@ function M.stats()
         pubsub_made_up_total = pubsub.stats.made_up,
         pubsub_rung_total = pubsub.stats.rung,
         zookeeper_watch_events_total = watch_events,
+        pubsub_subscriptions = sizes.subscriptions,
+        pubsub_interests = sizes.interests,
+        pubsub_route_cache = sizes.route_cache,
+        pubsub_gc_queue = sizes.gc_queue,
     }
 end
 

@@ -100,6 +100,17 @@ static const struct opt opts[] = {
      "EVAL scripts running longer are aborted (nothing written), ms"},
     {"script-memory-limit", OPT_SIZE, OFF(script_memory_limit), "64m", 1 << 20,
      1LL << 34, "EVAL scripts growing the VM by more are aborted, bytes"},
+    {"max-subscriptions-per-command", OPT_INT,
+     OFF(max_subscriptions_per_command), "1024", 1, 1 << 20,
+     "most channels or patterns one SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE may "
+     "name (more: the command is refused, nothing subscribed)"},
+    {"max-subscriptions-per-client", OPT_INT, OFF(max_subscriptions_per_client),
+     "4096", 1, 1 << 20,
+     "most channels and patterns one client may be subscribed to (more: the "
+     "SUBSCRIBE is refused, nothing subscribed)"},
+    {"pubsub-gc-delay", OPT_INT, OFF(pubsub_gc_delay), "30000", 100, 3600000,
+     "a channel node in ZooKeeper left without subscribers (also by a "
+     "sidecar that died) is removed after this long, ms"},
     {"metrics-port", OPT_INT, OFF(metrics_port), "0", 0, 65535,
      "HTTP port for /metrics, /healthz, /readyz (0: off)"},
     {"metrics-bind", OPT_STR, OFF(metrics_bind), "127.0.0.1", 0, 0,

@@ -39,8 +39,11 @@ struct config {
     int shutdown_grace;      /* ms to finish in-flight work on SIGTERM */
     int script_time_limit;   /* ms an EVAL script may run */
     long long script_memory_limit; /* bytes an EVAL script may grow the VM */
-    int metrics_port;   /* HTTP /metrics, /healthz, /readyz; 0 = off */
-    char *metrics_bind; /* its address */
+    int max_subscriptions_per_command; /* channels one SUBSCRIBE may name */
+    int max_subscriptions_per_client;  /* subscriptions one client may hold */
+    int pubsub_gc_delay; /* ms before an empty channel node is removed */
+    int metrics_port;    /* HTTP /metrics, /healthz, /readyz; 0 = off */
+    char *metrics_bind;  /* its address */
     char *config_file;
 };
 

@@ -1575,6 +1575,11 @@ static void open_bindings(struct lua_host *h)
     set_str(L, "scripts", cfg->scripts);
     set_int(L, "script_time_limit", cfg->script_time_limit);
     set_int(L, "script_memory_limit", cfg->script_memory_limit);
+    set_int(L, "max_subscriptions_per_command",
+            cfg->max_subscriptions_per_command);
+    set_int(L, "max_subscriptions_per_client",
+            cfg->max_subscriptions_per_client);
+    set_int(L, "pubsub_gc_delay", cfg->pubsub_gc_delay);
     lua_setfield(L, -2, "config");
     lua_setglobal(L, "host");
 }

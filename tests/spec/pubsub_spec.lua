@@ -28,6 +28,26 @@ describe("pub/sub", function()
         b = W:sidecar()
     end)
 
+    it("refuses a SUBSCRIBE past its caps whole, before anything is written", function()
+        local c = W:sidecar({ config = { max_subscriptions_per_command = 3, max_subscriptions_per_client = 4 } })
+        local from = #W.ops
+        assert.same(E("ERR too many channels in one 'subscribe' command (4, the limit is 3)"),
+                    c:call_as(7, "SUBSCRIBE", "a", "b", "c", "d"))
+        assert.equal(0, writes(W, from))
+        assert.is_nil(c.subcounts[7] and c.subcounts[7][1] > 0 or nil)
+        assert.equal(3, #frames(c:call_as(7, "SUBSCRIBE", "a", "b", "c")))
+        from = #W.ops
+        assert.same(E("ERR max number of subscriptions per client reached (4)"),
+                    c:call_as(7, "PSUBSCRIBE", "x*", "y*"))
+        assert.equal(0, writes(W, from))
+        assert.same({ 3, 0, 0 }, c.subcounts[7])
+        -- names already held do not count
+        assert.equal(3, #frames(c:call_as(7, "SUBSCRIBE", "a", "b", "e")))
+        assert.same({ 4, 0, 0 }, c.subcounts[7])
+        -- another client has its own allowance
+        assert.equal(3, #frames(c:call_as(8, "SUBSCRIBE", "a", "b", "c")))
+    end)
+
     it("answers SUBSCRIBE with one confirmation per channel", function()
         local r = b:call_as(7, "SUBSCRIBE", "x", "y", "x")
         assert.same({ { push = { "subscribe", "x", 1 } }, { push = { "subscribe", "y", 2 } },
