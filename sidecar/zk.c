@@ -1279,12 +1279,20 @@ static void on_async(uv_async_t *h)
             free(r);
         } else if (r->kind == ZK_EV_AUTH) {
             if (r->gen == z->gen && !z->closed) {
+                /* Only the server's refusal is a failure: a connection
+                 * lost before the answer (ZCONNECTIONLOSS...) says nothing
+                 * of the credentials, and the client sends them again on
+                 * its next connection (a refusal then arrives as
+                 * ZOO_AUTH_FAILED_STATE). */
                 if (r->ev_state == ZOK) {
                     z->auth_failed = 0;
-                } else {
+                } else if (r->ev_state == ZAUTHFAILED) {
                     z->auth_failed = 1;
                     log_error("zk.auth_failed", "rc=%d err=\"%s\"", r->ev_state,
                               zerror(r->ev_state));
+                } else {
+                    log_warn("zk.auth_unanswered", "rc=%d err=\"%s\"",
+                             r->ev_state, zerror(r->ev_state));
                 }
             }
             free(r);
