@@ -121,8 +121,8 @@ struct zk {
     struct ACL_vector *acl; /* of every node we create */
     int auth_failed;        /* the server refused the credentials */
     double auth_retry_at;   /* when to try a new session then */
-    int denied;             /* the last write answered NOAUTH */
-    char denied_path[256];
+    int denied;             /* a write answered NOAUTH / INVALIDACL (its rc) */
+    char denied_path[256];  /* that write's first path */
     int session_timeout;
     zk_event_cb on_event;
     void *event_arg;
@@ -427,20 +427,35 @@ static void list_remove(struct zk_req **head, struct zk_req *r)
         r->all_next->all_prev = r->all_prev;
 }
 
+/* Whether path lies in the directory of refused (the parent of the node
+ * ZooKeeper refused us): the area a refusal says something about. */
+static int in_refused_area(const char *path, const char *refused)
+{
+    const char *slash = strrchr(refused, '/');
+    size_t n = slash ? (size_t)(slash - refused) : 0;
+    return path && strncmp(path, refused, n) == 0 &&
+           (path[n] == '/' || path[n] == 0);
+}
+
 /* Keeps zk_denied's state: a write answered NOAUTH (or INVALIDACL: our
  * credentials are not those of the ACL we ask for) means ZooKeeper refuses
- * this sidecar; a write that succeeds, that it does not. */
+ * this sidecar there; a later write that succeeds in the same directory,
+ * that it no longer does (writes elsewhere, e.g. a guard's, say nothing of
+ * it). */
 static void note_access(struct zk *z, const struct zk_req *r)
 {
     int write = r->kind == ZK_OP_CREATE || r->kind == ZK_OP_SET ||
                 r->kind == ZK_OP_DELETE || r->kind == ZK_OP_MULTI;
     if (r->res.rc == ZNOAUTH || r->res.rc == ZINVALIDACL) {
-        z->denied = 1;
-        snprintf(z->denied_path, sizeof z->denied_path, "%s %s",
-                 r->res.rc == ZNOAUTH ? "NOAUTH on" : "INVALIDACL on",
+        z->denied = r->res.rc;
+        snprintf(z->denied_path, sizeof z->denied_path, "%s",
                  r->nops > 0 ? r->ops[0].path : "");
-    } else if (write && r->res.rc == ZOK) {
-        z->denied = 0;
+    } else if (z->denied && write && r->res.rc == ZOK) {
+        for (int i = 0; i < r->nops; i++)
+            if (in_refused_area(r->ops[i].path, z->denied_path)) {
+                z->denied = 0;
+                break;
+            }
     }
 }
 
@@ -1279,12 +1294,20 @@ static void on_async(uv_async_t *h)
             free(r);
         } else if (r->kind == ZK_EV_AUTH) {
             if (r->gen == z->gen && !z->closed) {
+                /* Only the server's refusal is a failure: a connection
+                 * lost before the answer (ZCONNECTIONLOSS...) says nothing
+                 * of the credentials, and the client sends them again on
+                 * its next connection (a refusal then arrives as
+                 * ZOO_AUTH_FAILED_STATE). */
                 if (r->ev_state == ZOK) {
                     z->auth_failed = 0;
-                } else {
+                } else if (r->ev_state == ZAUTHFAILED) {
                     z->auth_failed = 1;
                     log_error("zk.auth_failed", "rc=%d err=\"%s\"", r->ev_state,
                               zerror(r->ev_state));
+                } else {
+                    log_warn("zk.auth_unanswered", "rc=%d err=\"%s\"",
+                             r->ev_state, zerror(r->ev_state));
                 }
             }
             free(r);
@@ -1530,8 +1553,9 @@ int zk_denied(const struct zk *z, char *why, size_t cap)
     }
     if (z->denied) {
         snprintf(why, cap,
-                 "zookeeper denies access (%s): check --zk-auth-file and the "
-                 "ACL of --root",
+                 "zookeeper denies access (%s on %s): check --zk-auth-file "
+                 "and the ACL of --root",
+                 z->denied == ZNOAUTH ? "NOAUTH" : "INVALIDACL",
                  z->denied_path);
         return 1;
     }

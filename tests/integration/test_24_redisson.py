@@ -25,6 +25,7 @@ import time
 import pytest
 
 import harness
+from redisson_scripts import ACQUIRE, RENEW_ONE, UNLOCK
 from history import LockHistory
 
 NULL = b"$-1\r\n"
@@ -103,26 +104,6 @@ def pair(zkresp_pair):
 
 # ------------------------------------------------------------ the scripts
 
-# RedissonLock.tryLockInnerAsync.  KEYS: lock.  ARGV: lease ms, "<uuid>:<tid>".
-ACQUIRE = """
-if ((redis.call('exists', KEYS[1]) == 0)
-    or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1);
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return nil;
-end;
-return redis.call('pttl', KEYS[1]);
-"""
-
-# The watchdog renewal of one lock (older versions).  ARGV: lease, holder.
-RENEW_ONE = """
-if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return 1;
-end;
-return 0;
-"""
-
 # The batched renewal of recent versions: up to 100 locks per script.
 # KEYS: the locks.  ARGV: lease, then each lock's holder.
 RENEW_MANY = """
@@ -137,31 +118,6 @@ for i = 1, #KEYS, 1 do
 end;
 return result;
 """
-
-# RedissonLock.unlockInnerAsync with its latch (the answer of a repeated
-# request is kept under KEYS[3]).  KEYS: lock, channel, latch.
-# ARGV: message 0, lease, holder, publish command, latch ttl.
-UNLOCK = """
-local val = redis.call('get', KEYS[3]);
-if val ~= false then
-  return tonumber(val);
-end;
-if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
-  return nil;
-end;
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
-if (counter > 0) then
-  redis.call('pexpire', KEYS[1], ARGV[2]);
-  redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
-  return 0;
-else
-  redis.call('del', KEYS[1]);
-  redis.call(ARGV[4], KEYS[2], ARGV[1]);
-  redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
-  return 1;
-end;
-"""
-
 
 def acquire(r, name, thread, lease=LEASE):
     return r.eval(ACQUIRE, [name], [lease, r.lock_name(thread)])

@@ -33,28 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
 
 
-def http(port, path="/", method="GET", raw=None, timeout=5.0):
-    """One HTTP/1.1 exchange on a fresh connection; returns (status, headers
-    as a lowercase dict, body bytes).  The server closes after answering."""
-    req = raw if raw is not None else (
-        "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % (method, path)).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(req)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    assert int(headers["content-length"]) == len(body), "Content-Length disagrees with the body"
-    return status, headers, body
+http = harness.http
 
 
 def scrape(port):

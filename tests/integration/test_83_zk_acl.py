@@ -14,7 +14,6 @@ Each test runs its own ZooKeeper (the digest provider is configured as the
 issue asks; ZooKeeper also loads it by default) and its own root.
 """
 
-import socket
 import time
 
 import pytest
@@ -32,17 +31,7 @@ def _digest_id(creds):
     return make_digest_acl_credential(user, password)
 
 
-def _http(port, path):
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body.decode()
+_http = harness.http_get
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ no lock command answers success, /readyz answers 503 and says why.
 """
 
 import os
-import socket
 import subprocess
 import time
 
@@ -29,17 +28,7 @@ from harness import Stunnel, ZkServer, free_port
 CREDS = "zkresp-app:s3cret-pw-84"
 
 
-def _http(port, path):
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body.decode()
+_http = harness.http_get
 
 
 @pytest.fixture(scope="module")

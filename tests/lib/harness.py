@@ -49,6 +49,15 @@ TEST_ZK_AUTH = os.environ.get("ZKRESP_TEST_ZK_AUTH") or None
 DIGEST_PROVIDER = "authProvider.1=org.apache.zookeeper.server.auth.DigestAuthenticationProvider"
 
 
+def zoo_cfg_common(min_session, max_session):
+    """The zoo.cfg lines every test server has (standalone or in an
+    ensemble): no admin server, every four-letter word, the session bounds,
+    no fsync, no connection cap, no purge, the digest provider."""
+    return ["admin.enableServer=false", "4lw.commands.whitelist=*",
+            "minSessionTimeout=%d" % min_session, "maxSessionTimeout=%d" % max_session,
+            "forceSync=no", "maxClientCnxns=0", "autopurge.purgeInterval=0", DIGEST_PROVIDER]
+
+
 def zkresp_bin():
     b = os.environ.get("ZKRESP_BIN", "build/zkresp")
     return b if os.path.isabs(b) else os.path.join(REPO, b)
@@ -274,6 +283,36 @@ def wait_for(pred, timeout, interval=0.02, what="condition"):
 # ZooKeeper
 
 
+def http(port, path="/", method="GET", raw=None, timeout=5.0):
+    """One HTTP/1.1 exchange on a fresh connection; returns (status, headers
+    as a lowercase dict, body bytes).  The server closes after answering."""
+    req = raw if raw is not None else (
+        "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % (method, path)).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(req)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    assert int(headers["content-length"]) == len(body), "Content-Length disagrees with the body"
+    return status, headers, body
+
+
+def http_get(port, path):
+    """GET path on the metrics port: (status, body as text)."""
+    status, _, body = http(port, path)
+    return status, body.decode()
+
+
 def four_letter(host, port, cmd, timeout=2.0):
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(cmd.encode())
@@ -461,15 +500,7 @@ class ZkServer:
             "initLimit=10",
             "syncLimit=5",
             "dataDir=%s" % os.path.join(self.dir, "data"),
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=*",
-            "minSessionTimeout=%d" % min_session,
-            "maxSessionTimeout=%d" % max_session,
-            "forceSync=no",
-            "maxClientCnxns=0",
-            "autopurge.purgeInterval=0",
-            DIGEST_PROVIDER,
-        ]
+        ] + zoo_cfg_common(min_session, max_session)
         if plaintext:
             lines += ["clientPort=%d" % self.port, "clientPortAddress=127.0.0.1"]
         if tls:

@@ -78,6 +78,7 @@ import time
 import uuid
 
 import keyenc
+import redisson_scripts
 from resp import RawClient, ConnectionClosed, Err, decode_one
 
 REPLY_TIMEOUT = 20.0
@@ -136,48 +137,10 @@ redis.call('pexpire', KEYS[1], newttl)
 return 1
 """
 
-# Redisson's RedissonLock scripts, as in tests/integration/test_24_redisson.py.
-R_ACQUIRE = """
-if ((redis.call('exists', KEYS[1]) == 0)
-    or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1);
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return nil;
-end;
-return redis.call('pttl', KEYS[1]);
-"""
-
-R_RENEW_ONE = """
-if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return 1;
-end;
-return 0;
-"""
-
-R_UNLOCK = """
-local val = redis.call('get', KEYS[3]);
-if val ~= false then
-  return tonumber(val);
-end;
-if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
-  return nil;
-end;
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1);
-if (counter > 0) then
-  redis.call('pexpire', KEYS[1], ARGV[2]);
-  redis.call('set', KEYS[3], 0, 'px', ARGV[5]);
-  return 0;
-else
-  redis.call('del', KEYS[1]);
-  redis.call(ARGV[4], KEYS[2], ARGV[1]);
-  redis.call('set', KEYS[3], 1, 'px', ARGV[5]);
-  return 1;
-end;
-"""
-
-SCRIPTS = {"release": LUA_RELEASE, "extend": LUA_EXTEND, "r_acquire": R_ACQUIRE,
-           "r_renew": R_RENEW_ONE, "r_unlock": R_UNLOCK}
+# With Redisson's RedissonLock scripts.
+SCRIPTS = {"release": LUA_RELEASE, "extend": LUA_EXTEND,
+           "r_acquire": redisson_scripts.ACQUIRE, "r_renew": redisson_scripts.RENEW_ONE,
+           "r_unlock": redisson_scripts.UNLOCK}
 SHAS = {k: hashlib.sha1(v.encode()).hexdigest() for k, v in SCRIPTS.items()}
 
 
