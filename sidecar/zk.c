@@ -1363,7 +1363,7 @@ static void on_tick(uv_timer_t *t)
 #define ZKLOG_REPEAT_MS 10000
 static struct {
     pthread_mutex_t mu;
-    char last[512];    /* text of the previous line, quoted */
+    char last[512]; /* the previous line's text, after the prefix */
     size_t last_len;
     struct log_limit limit;
 } zklog_runs = {.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -1387,8 +1387,8 @@ static ssize_t zklog_write(void *cookie, const char *buf, size_t n)
     uint64_t now_ms = uv_hrtime() / 1000000;
     unsigned long left_out = 0;
     pthread_mutex_lock(&zklog_runs.mu);
-    int same = blen == zklog_runs.last_len &&
-               memcmp(body, zklog_runs.last, blen) == 0;
+    int same =
+        blen == zklog_runs.last_len && memcmp(body, zklog_runs.last, blen) == 0;
     if (same) {
         if (log_limit_allow(&zklog_runs.limit, now_ms, &left_out))
             log_warn("zk.client", "msg=%s repeated=%lu", q, left_out);
