@@ -75,8 +75,13 @@ describe("group commit", function()
         assert.same({ push = { "message", "ch", "bye" } }, b.pushed[7][1])
     end)
 
-    describe("when a grouped create answers no stat", function()
-        before_each(function() a.grouped_creates_stat_less = true end)
+    -- The model's default is the bridge's answer to a create sent in a
+    -- group (no stat); a create alone in its turn is sent as itself and
+    -- answers one (grouped_create_stat): both must work.
+    for _, with_stat in ipairs({ false, true }) do
+    describe(with_stat and "when a grouped create answers a stat (alone in its turn)"
+             or "when a grouped create answers no stat", function()
+        before_each(function() a.grouped_create_stat = with_stat end)
 
         it("still holds the lock from its cache: two requests per pair", function()
             for round = 1, 3 do
@@ -105,4 +110,5 @@ describe("group commit", function()
             assert.equal("42", b:call("GET", "n"))
         end)
     end)
+    end
 end)
