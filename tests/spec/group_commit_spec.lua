@@ -3,14 +3,12 @@
 -- grouped (a key's writes, which the key queues order) and must cope with
 -- what a grouped answer lacks: a create sent in a multi answers no stat.
 
-local zkmodel = require "zkmodel"
+local S = require "world"
 
 describe("group commit", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     -- {kind, grouped} of sidecar sc's operations from W.ops[from] on.
