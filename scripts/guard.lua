@@ -20,11 +20,13 @@
 -- lock pair is a create and one multi {delete, check guard}, two requests,
 -- and no watch per key.
 --
--- Also here: our earlier sessions (G.dead), whose nodes are foreign.
+-- Also here: our earlier sessions (G.dead), whose nodes are foreign, and
+-- G.writable, which holds back a write planned in another session.
 
 local S = require "signal"
 local Z = require "zkio"
 local U = require "util"
+local errors = require "errors"
 
 local G = {}
 
@@ -146,6 +148,29 @@ function G.refresh()
     if not ok then
         host.log("warn", "session guard: " .. tostring(S.is_abort(err) and err.reply.err or err))
     end
+end
+
+---------------------------------------------------------------------------
+-- Our sessions
+
+-- How often a write to a node of one of our lost sessions looks again.
+G.LOST_RETRY_MS = 200
+
+-- Before any write planned on rec: a record read in an earlier session is
+-- read again (its node may have gone with that session and another been
+-- made since: a versioned write cannot tell), and a node that one of our
+-- lost sessions still owns is waited for.  Such a node is a lock this
+-- sidecar has already counted as lost (the local lease): it reads as held,
+-- by nobody alive, and is never written, so a renewal or a release by its
+-- old holder cannot answer 1; it vanishes when ZooKeeper ends that session.
+function G.writable(rec)
+    if rec.sid == 0 or rec.sid ~= zk.session() then
+        -- Between two sessions (the lease ran out): wait for the next one
+        -- (a sync is parked until it connects), then plan again.
+        if zk.session() == 0 then Z.sync(Z.root()) end
+        S.retry(0)
+    end
+    if rec.dead_owner then S.retry(G.LOST_RETRY_MS, nil, errors.LOST_SESSION) end
 end
 
 return G

@@ -4,9 +4,17 @@
 --   rec --put/delete (always conditional)--> zk.set / zk.create / zk.multi
 --
 -- One key is one znode; its data is a codec value (type, TTL, write nonce,
--- payload).  This module reads keys (deciding whether they are alive),
--- writes them with the lifetime rule, resolves writes whose outcome was
--- lost, and expires the keys this sidecar owns.
+-- payload).  This module holds the policy, key paths and limits, reads
+-- keys (deciding whether they are alive), plans writes with the lifetime
+-- rule (K.plan_write, for K.put and txn.lua's commit), and puts and
+-- deletes keys.  Below it, one module per mechanism:
+--
+--   signal (retry/abort)  zkio (result codes, retried reads, root, clock)
+--   shared (shared reads, presumed absence)  guard (session guards)
+--   owned (the owned-key cache, its deadline heap)  resolve (writes of
+--   unknown outcome)  expiry (expiry, watches, loss)
+--
+-- It re-exports their K.* names for commands, policies and specs.
 --
 -- A read returns a record, `rec`:
 --   key, path    the Redis key and its znode
@@ -43,17 +51,14 @@
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
 -- from the acknowledgment of its write and deletes the node itself when it
--- passes (a versioned delete with a check of the session guard, or, when
--- the guard no longer vouches for the node, a read to check the nonce
--- first).  Other sidecars map the node's mtime (the ZooKeeper leader's
+-- passes (expiry.lua).  Other sidecars map the node's mtime (the ZooKeeper leader's
 -- clock) onto host.now() with an offset learned from their own writes; the
 -- offset errs by the write's reply latency, in the direction that makes
 -- their deadline later, never earlier, than the real one (clock drift
 -- aside).  host.wall() is never used for expiry.
 --
--- Failures inside a command are raised as signals caught by txn.run:
--- K.retry(delay) re-runs the command from its first read; K.abort(reply)
--- ends it with that reply.
+-- Failures inside a command are raised as signals (signal.lua) caught by
+-- txn.run: K.retry(delay) re-runs the command; K.abort(reply) ends it.
 
 local codec = require "codec"
 local errors = require "errors"
@@ -69,28 +74,22 @@ local X = require "expiry"
 
 local K = {}
 local state = Z.state
+local writable = G.writable
 
 -- For /metrics (zkresp.lua's M.stats).
 K.stats = { shared_reads = 0 }
 
 ---------------------------------------------------------------------------
--- What the modules below keyspace.lua export, under the names commands,
--- txn.lua, zkresp.lua and the specs use.
+-- The names of the modules below, as commands, policies and specs use them
 
--- signal.lua: the signals that end an attempt
 K.retry, K.abort, K.is_retry, K.is_abort = S.retry, S.abort, S.is_retry, S.is_abort
--- zkio.lua: result codes, the root, retried reads, the clock, start-up
-K.unknown, K.denied, K.fail = Z.unknown, Z.denied, Z.fail
+K.unknown, K.denied, K.fail, K.init, K.state = Z.unknown, Z.denied, Z.fail, Z.init, Z.state
 K.root, K.keys_dir, K.ensure_path, K.children, K.stat = Z.root, Z.keys_dir, Z.ensure_path, Z.children, Z.exists
 K.refresh_clock, K.ensure_clock, K.local_time, K.nonce = Z.refresh_clock, Z.ensure_clock, Z.local_time, Z.nonce
-K.init, K.state = Z.init, Z.state
--- guard.lua: session guards and our earlier sessions
 K.guard, K.guard_path, K.refresh_guard, K.dead = G.guard, G.path, G.refresh, G.dead
--- shared.lua: shared reads
+K.writable, K.LOST_RETRY_MS = G.writable, G.LOST_RETRY_MS
 K.arrived, K.touched = shared.arrived, shared.touched
--- owned.lua: the owned-key cache (K.owned is replaced by K.compact)
-K.owned, K.owns = O.owned, O.owns
--- expiry.lua: expiry, watches, loss
+K.owned, K.owns = O.owned, O.owns -- (K.owned is replaced by K.compact)
 K.may_write, K.on_watch, K.expire_one, K.expire_due, K.forget_session =
     X.may_write, X.on_watch, X.expire_one, X.expire_due, X.forget_session
 K.EXPIRY_WAIT_MS = X.EXPIRY_WAIT_MS
@@ -402,30 +401,6 @@ function K.acquire_refused(rec)
     end
     return rec.acquire_refused
 end
-
----------------------------------------------------------------------------
--- Before a write
-
--- How often a write to a node of one of our lost sessions looks again.
-K.LOST_RETRY_MS = 200
-
--- Before any write planned on rec: a record read in an earlier session is
--- read again (its node may have gone with that session and another been
--- made since: a versioned write cannot tell), and a node that one of our
--- lost sessions still owns is waited for.  Such a node is a lock this
--- sidecar has already counted as lost (the local lease): it reads as held,
--- by nobody alive, and is never written, so a renewal or a release by its
--- old holder cannot answer 1; it vanishes when ZooKeeper ends that session.
-local function writable(rec)
-    if rec.sid == 0 or rec.sid ~= zk.session() then
-        -- Between two sessions (the lease ran out): wait for the next one
-        -- (a sync is parked until it connects), then plan again.
-        if zk.session() == 0 then Z.sync(Z.root()) end
-        K.retry(0)
-    end
-    if rec.dead_owner then K.retry(K.LOST_RETRY_MS, nil, errors.LOST_SESSION) end
-end
-K.writable = writable
 
 -- Before a write creates rec's key: a key presumed absent is read first
 -- (the hook must see what is there), then the policy may refuse.
