@@ -46,8 +46,8 @@
 -- between its submission and its answer.  A grouped create may answer no
 -- stat; the code below then knows the new node's version (0) and leaves
 -- its czxid unknown (a create whose stat is wanted is not grouped:
--- stat_wanted).  A script's commit that publishes is not grouped, so that
--- messages keep their order.
+-- stat_wanted).  A script's commit with participant ops (its publishes,
+-- txn.lua) is not grouped, so that messages keep their order.
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
 -- from the acknowledgment of its write and deletes the node itself when it
@@ -87,7 +87,7 @@ K.unknown, K.denied, K.fail, K.init, K.state = Z.unknown, Z.denied, Z.fail, Z.in
 K.root, K.keys_dir, K.ensure_path, K.children, K.stat = Z.root, Z.keys_dir, Z.ensure_path, Z.children, Z.exists
 K.refresh_clock, K.ensure_clock, K.local_time, K.nonce = Z.refresh_clock, Z.ensure_clock, Z.local_time, Z.nonce
 K.guard, K.guard_path, K.refresh_guard, K.dead = G.guard, G.path, G.refresh, G.dead
-K.writable, K.LOST_RETRY_MS = G.writable, G.LOST_RETRY_MS
+K.writable = G.writable
 K.arrived, K.touched = shared.arrived, shared.touched
 K.owned, K.owns = O.owned, O.owns -- (K.owned is replaced by K.compact)
 K.may_write, K.on_watch, K.expire_one, K.expire_due, K.forget_session =
@@ -224,9 +224,9 @@ end
 
 -- A record of a node of ours read from ZooKeeper carries our guard as it
 -- was known when the read was sent (rgv, rgcz): a write planned on it
--- checks the guard at that version (guard_ops), so that it cannot land on
--- a node that someone else made after removing ours (removing a node of a
--- live session bumps its guard) at the version we read.
+-- checks the guard at that version (guard.lua's G.ops), so that it cannot
+-- land on a node that someone else made after removing ours (removing a
+-- node of a live session bumps its guard) at the version we read.
 local function read_guard(rec, gv, gcz)
     if rec.mine then rec.rgv, rec.rgcz = gv, gcz end
     return rec
@@ -488,7 +488,8 @@ end
 
 -- Whether a create of path should answer the node's stat, so not be
 -- grouped: for the commands queued behind it on the key, which it serves
--- as a read (wrote), or for an on_acquire hook (the fencing token).
+-- as a read (shared.lua's wrote), or for an on_acquire hook (the fencing
+-- token).
 function K.stat_wanted(path)
     return queue.length(path) > 1 or H.has("on_acquire")
 end
