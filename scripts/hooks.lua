@@ -22,12 +22,13 @@
 -- after BUDGET virtual-machine instructions, so a hook that loops forever
 -- holds the loop for a few tens of milliseconds, then fails.  A hook that
 -- raises, or runs past its budget, fails the one command that called it
--- with "-ERR policy: <message>" (a K.abort signal, which txn.lua and
+-- with "-ERR policy: <message>" (an abort signal, signal.lua, which txn.lua and
 -- M.dispatch turn into the reply) and is logged; nothing else notices.
 -- Hooks the policy leaves out are not guarded: they are the built-in
 -- defaults below, and cost nothing extra.
 
 local U = require "util"
+local S = require "signal"
 
 local H = {}
 
@@ -68,8 +69,6 @@ H.status = {
 }
 
 local active = {}        -- the running policy's table
-
-local function K() return package.loaded.keyspace end
 
 ---------------------------------------------------------------------------
 -- Client identity
@@ -136,8 +135,7 @@ local function guarded(name, fn, ...)
     left[co], running_name[co] = saved_left, saved_name
     st.hook_ms = st.hook_ms + (now() - t0)
     if ok then return true, a, b end
-    local k = K()
-    if k and (k.is_retry(a) or k.is_abort(a)) then error(a, 0) end
+    if S.is_retry(a) or S.is_abort(a) then error(a, 0) end
     st.hook_errors = st.hook_errors + 1
     if getmetatable(a) == Overrun then a = a.msg end
     if type(a) ~= "string" then a = "policy." .. name .. " raised " .. tostring(a) end
@@ -152,7 +150,7 @@ H.guarded = guarded
 local function call(name, fn, ...)
     local ok, a, b = guarded(name, fn, ...)
     if ok then return a, b end
-    K().abort({ err = "ERR policy: " .. a })
+    S.abort({ err = "ERR policy: " .. a })
 end
 
 ---------------------------------------------------------------------------

@@ -650,12 +650,13 @@ function P.publish_buffered(t, kind, channel, payload)
     local targets, remote, checks, rings = {}, 0, {}, nil
     if not too_large(channel, payload) then targets, remote, checks, rings = route(kind, channel) end
     t.publishes = t.publishes or {}
+    t:on_commit(P.participant)
     t.publishes[#t.publishes + 1] = { kind = kind, channel = channel, payload = payload,
                                       targets = targets, checks = checks, rings = rings }
     return local_count(kind, channel) + remote
 end
 
--- For K.commit: appends the checks and message creates of t's publishes to
+-- For the commit: appends the checks and message creates of t's publishes to
 -- ops; returns how many messages that is.
 function P.commit_ops(t, ops)
     local n = 0
@@ -668,7 +669,7 @@ function P.commit_ops(t, ops)
     return n
 end
 
--- After K.commit: deliver locally (committed) or forget routes (failed).
+-- After the commit: deliver locally (committed) or forget routes (failed).
 function P.committed(t, ok)
     for _, p in ipairs(t.publishes or {}) do
         if ok then
@@ -680,6 +681,15 @@ function P.committed(t, ok)
         end
     end
 end
+
+-- A script's publishes take part in its commit (txn.lua's t:on_commit).
+P.participant = {
+    plan = P.commit_ops,
+    done = function(t, ok, ops, results)
+        if not ok and ops then P.note_failed(ops, results) end
+        P.committed(t, ok)
+    end,
+}
 
 ---------------------------------------------------------------------------
 -- Receiving: drain the inbox

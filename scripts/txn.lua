@@ -19,8 +19,9 @@
 -- runs a client script (eval.lua) as ONE transaction in buffered mode:
 -- t:read records what it read (version, or absence) and serves the
 -- script's own earlier writes; t:put and t:delete only buffer; when the
--- function returns, K.commit sends one multi (checks of every key read,
--- then the writes) and only then is the reply released.  A second return
+-- function returns, the commit (below) sends one multi (checks of every
+-- key read, then the writes, then its participants' ops) and only then is
+-- the reply released.  A second return
 -- value false means "do not commit" (a script that failed).  A failed
 -- check re-runs the whole function.  While it runs, txn.run called from
 -- the same coroutine (a command reached through redis.call) reuses this
@@ -30,6 +31,12 @@ local K = require "keyspace"
 local queue = require "queue"
 local errors = require "errors"
 local U = require "util"
+local H = require "hooks"
+local Z = require "zkio"
+local G = require "guard"
+local O = require "owned"
+local L = require "resolve"
+local shared = require "shared"
 
 local T = {}
 
@@ -212,12 +219,205 @@ function Buf:delete(recs, done)
     if done then done(recs) end
 end
 
+-- Registers a commit participant (once per transaction, however often it
+-- is called): a table p whose p.plan(t, ops) appends its ops to the
+-- commit's multi after the key writes and returns how many it added (a
+-- commit with any is not grouped), and whose p.done(t, ok, ops, results)
+-- runs after the commit was tried: ok when it committed, ops and results
+-- the multi sent and its answer (nil when none was sent).  pubsub.lua's
+-- publishes inside a script are one.
+function Buf:on_commit(p)
+    local list = self.participants
+    if not list then
+        list = {}
+        self.participants = list
+    end
+    for _, q in ipairs(list) do
+        if q == p then return end
+    end
+    list[#list + 1] = p
+end
+
 -- A command run inside the script: its retries are the script's.
 function Buf:nested(fn)
     local ok, res = xpcall(fn, handler, self)
     if ok then return res end
     if K.is_abort(res) then return res.reply end
     error(res, 0)
+end
+
+---------------------------------------------------------------------------
+-- Committing a script's transaction (buffered mode)
+--
+-- t.base: key -> the record read from ZooKeeper (or the cache, or presumed
+-- absent); t.writes: key -> {kind = "put", vtype, payload, ttl} or
+-- {kind = "delete"}, the last write of each key.  One multi, keys in
+-- sorted order:
+--   a key read, not written     check(version), or, when it had no node,
+--                               create+delete (asserts it is still absent)
+--   a key deleted               delete(version); absent: asserted absent
+--   a key put                   K.plan_write's ops, as K.put writes
+-- Each write is itself conditional on the version read, so a written key
+-- needs no check of its own.  A script that wrote nothing and read fewer
+-- than two keys from ZooKeeper sends nothing (its one read was current
+-- when made); with two or more keys read, or any read served by the
+-- owned-key cache, the checks alone are sent, so that what it answers is
+-- one current snapshot.
+--
+-- Then the participants' ops (t:on_commit).  Returns true when committed
+-- (or nothing to commit); raises K.retry when a check or write failed or a
+-- write of unknown outcome did not apply (resolve.lua).
+
+-- Before a script answers without a commit (it wrote nothing and read one
+-- key, or it failed): the keys it presumed absent are read, and it runs
+-- again if one of them exists.
+local function confirm_presumed(t)
+    local keys = {}
+    for key, rec in pairs(t.base) do
+        if rec.presumed then keys[#keys + 1] = key end
+    end
+    if #keys == 0 then return true end
+    local recs = K.read_many(keys)
+    for _, rec in pairs(recs) do
+        if rec.live then K.retry(0, recs) end
+    end
+    return true
+end
+
+-- Asserts that path has no node: a create and a delete.
+local function absent_ops(ops, path, presumed)
+    ops[#ops + 1] = { "create", path, "", 0, presumed = presumed }
+    ops[#ops + 1] = { "delete", path, 0 }
+end
+
+local function commit_buffered(t)
+    local keys = {}
+    for k in pairs(t.base) do keys[#keys + 1] = k end
+    table.sort(keys)
+    local sid = zk.session()
+    local ops, puts, dels = {}, {}, {}
+    for _, key in ipairs(keys) do
+        local rec, w = t.base[key], t.writes[key]
+        if w or rec.sid ~= sid then K.writable(rec) end
+        if not w then
+            if rec.node then
+                ops[#ops + 1] = { "check", rec.path, rec.node.version }
+            else
+                absent_ops(ops, rec.path, rec.presumed)
+            end
+        elseif w.kind == "delete" then
+            if rec.node then
+                ops[#ops + 1] = { "delete", rec.path, rec.node.version }
+                dels[#dels + 1] = rec
+            else
+                absent_ops(ops, rec.path, rec.presumed)
+            end
+        else
+            K.check_acquire(rec)
+            local p = K.plan_write(rec, w.vtype, w.payload, w.ttl, sid)
+            for _, o in ipairs(p.ops) do ops[#ops + 1] = o end
+            p.replaced = p.kind == "replace"
+            p.op = #ops
+            puts[#puts + 1] = p
+        end
+    end
+    local cached, removed = {}, {}
+    for _, key in ipairs(keys) do
+        if t.base[key].cached then cached[#cached + 1] = t.base[key] end
+    end
+    for _, rec in ipairs(dels) do removed[#removed + 1] = rec end
+    for _, p in ipairs(puts) do
+        if p.replaced then removed[#removed + 1] = p.rec end
+    end
+    local from_cache = #cached > 0
+    local all = {}
+    for i, key in ipairs(keys) do all[i] = t.base[key] end
+    G.ops(ops, all, removed)
+    -- the participants' ops (a script's publishes: checks of its routes and
+    -- one message per interested sidecar, in this multi)
+    local messages = 0
+    for _, p in ipairs(t.participants or {}) do messages = messages + p.plan(t, ops) end
+    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then
+        return confirm_presumed(t)
+    end
+    local sent
+    for _, op in ipairs(ops) do sent = shared.touched(op[2]) end
+    local gv, gcz = G.now()
+    local rc, results
+    if #ops == 1 and ops[1][1] == "create" and not ops[1].ps then
+        -- One create alone (a lock's acquire script): a plain create, which
+        -- answers the node's stat when it is not grouped.
+        local op = ops[1]
+        local crc, _, cstat = zk.create(op[2], op[3], op[4], not K.stat_wanted(op[2]))
+        rc, results = crc, { { rc = crc, stat = cstat } }
+    else
+        rc, results = zk.multi(ops, messages == 0)
+    end
+    t.commit_ops, t.commit_results = ops, results -- for the participants' done
+    if rc ~= zk.OK then G.note(ops, results) end
+    local frc = Z.first_error(rc, results)
+    local stats = {}
+    if frc == zk.OK then
+        for i, p in ipairs(puts) do
+            stats[i] = results and results[p.op] and results[p.op].stat or nil
+            if stats[i] then Z.learn_offset(stats[i]) end
+        end
+    elseif frc == zk.NONODE or frc == zk.NODEEXISTS or frc == zk.BADVERSION then
+        local presumed_wrong = false
+        for i, r in ipairs(type(results) == "table" and results or {}) do
+            if r.rc == zk.NONODE and ops[i][1] == "create" and not ops[i].ps then
+                -- A missing parent (a fresh ensemble, or a policy path).
+                Z.ensure_path(K.parent(ops[i][2]))
+                K.retry(0)
+            elseif r.rc == zk.NODEEXISTS and ops[i][1] == "create" then
+                shared.saw(ops[i][2], true)
+                presumed_wrong = presumed_wrong or ops[i].presumed == true
+            end
+        end
+        -- a wrong presumption runs again at once, reading
+        K.retry(presumed_wrong and 0 or nil)
+    elseif Z.unknown(frc) then
+        stats[1] = L.resolve(puts, dels, sid, gv, gcz)
+    else
+        Z.fail(frc, "multi")
+    end
+    local owner_sid = zk.session()
+    if owner_sid ~= sid then
+        -- The commit applied under a session given up meanwhile: its
+        -- ephemeral nodes die with it.  A script that wrote only such keys
+        -- (a renewal, an acquisition) runs again, reading, rather than
+        -- answer that it holds them; one that wrote others too answers,
+        -- and this sidecar does not count the ephemeral ones as its own.
+        local lasting = #dels > 0
+        for _, p in ipairs(puts) do lasting = lasting or p.lifetime ~= "ephemeral" end
+        for _, p in ipairs(puts) do
+            if p.lifetime == "ephemeral" then O.forget(p.rec.path) end
+        end
+        if not lasting then K.retry(0, nil, errors.UNAVAILABLE) end
+    end
+    for i, p in ipairs(puts) do
+        local st = stats[i]
+        if frc == zk.OK then shared.wrote(p.rec.path, sent, p.data, st, gv, gcz) end
+        if owner_sid == sid or p.lifetime ~= "ephemeral" then O.remember(p.rec.path, {
+            key = p.rec.key,
+            nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
+            payload = p.payload, ttl = p.ttl,
+            version = st and st.version or p.new_version,
+            czxid = st and st.czxid or nil,
+            gv = gv, gcz = gcz,
+        }) end
+        if not p.rec.live and H.has("on_acquire") then K.notify_acquire(p.rec, p, st) end
+    end
+    for _, p in ipairs(puts) do shared.saw(p.rec.path, true) end
+    for _, rec in ipairs(dels) do O.deleted(rec.path) end
+    if H.has("on_release") then
+        for _, rec in ipairs(dels) do K.notify_release(rec) end
+    end
+    return true
+end
+
+local function after_commit(t, ok)
+    for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
 function T.script(keys, fn)
@@ -236,12 +436,12 @@ function T.script(keys, fn)
         if ok and commit == false then
             -- a failed script commits nothing, but may have failed on a
             -- key presumed absent
-            local cok, cres = xpcall(K.confirm_presumed, handler, t)
+            local cok, cres = xpcall(confirm_presumed, handler, t)
             if cok then return res end
             res = cres
         elseif ok then
-            local cok, cres = xpcall(K.commit, handler, t)
-            if t.publishes then require("pubsub").committed(t, cok) end
+            local cok, cres = xpcall(commit_buffered, handler, t)
+            after_commit(t, cok)
             if cok then
                 T.stats.committed = T.stats.committed + 1
                 return res

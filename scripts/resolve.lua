@@ -1,0 +1,134 @@
+-- resolve.lua — writes whose outcome was lost: the reply went with the
+-- connection, or the session went away under the request.  L.resolve is
+-- the one place that decides whether such a write applied and records the
+-- outcome; K.put, K.delete, txn.lua's commit and expiry.lua's delete all
+-- call it.
+--
+--   lost write --sync + get: does a node carry our nonce?--> applied: go on
+--                                                       --> not: K.retry
+--              --could not look--> settle_later (look again in the
+--                                  background), and the command fails
+
+local codec = require "codec"
+local errors = require "errors"
+local queue = require "queue"
+local S = require "signal"
+local Z = require "zkio"
+local G = require "guard"
+local O = require "owned"
+local shared = require "shared"
+
+local L = {}
+
+-- After a create or set carrying `nonce` came back with an unknown result:
+-- true and the node's stat when it applied, false when it did not.
+local function resolve_write(path, nonce, lifetime)
+    Z.sync(path)
+    local rc, data, stat = Z.get(path)
+    if rc == zk.NONODE then return false end
+    if codec.decode(data).nonce ~= nonce then return false end
+    if lifetime == "ephemeral" and stat.ephemeralOwner ~= zk.session() then
+        -- It landed under a session that is gone: not ours to claim.
+        return false
+    end
+    return true, stat
+end
+
+-- Same after a delete (or a multi of deletes) of `recs`: applied when no
+-- node is still the one we deleted.
+local function resolve_delete(recs)
+    for _, rec in ipairs(recs) do
+        Z.sync(rec.path)
+        local rc, data, stat = Z.get(rec.path)
+        if rc == zk.OK then
+            local same
+            if rec.node.czxid then
+                same = stat.czxid == rec.node.czxid
+            else
+                same = codec.decode(data).nonce == rec.nonce
+            end
+            if same then return false end
+        end
+    end
+    return true
+end
+
+-- A write we could not confirm before the command answered TRYAGAIN may
+-- still have applied.  Look again in the background: a node that carries
+-- its nonce is ours.  A key the write made (a lock acquired: absent or
+-- expired before) is deleted, so that a client told "failed" holds
+-- nothing; a key that lived before (a renewal) is kept and remembered, so
+-- that it still expires (counted from now, later than the write: never
+-- early).  w is what remember() takes.
+local function settle_later(path, w, keep)
+    host.spawn(function()
+        for attempt = 1, 8 do
+            host.sleep(250 * attempt)
+            local ok, done = pcall(function()
+                local held <close> = queue.hold({ path })
+                Z.sync(path)
+                local gv = G.now()
+                local rc, data, stat = Z.get(path)
+                if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
+                if keep then
+                    local owner = stat.ephemeralOwner or 0
+                    if w.sid == zk.session() and (owner == 0 or owner == w.sid) then
+                        w.version, w.czxid = stat.version, stat.czxid
+                        O.remember(path, w)
+                    end
+                    return true
+                end
+                shared.touched(path)
+                -- (checking our guard as before the read, as expiry does)
+                local drc
+                if gv and stat.ephemeralOwner == zk.session() then
+                    local results
+                    drc, results = zk.multi({ { "delete", path, stat.version }, { "check", G.guard.path, gv } })
+                    drc = Z.first_error(drc, results)
+                else
+                    drc = zk.delete(path, stat.version)
+                end
+                if drc == zk.OK then
+                    host.log("info", "deleted unconfirmed write " .. path)
+                    if O.owned[path] and O.owned[path].nonce == w.nonce then O.forget(path) end
+                end
+                return drc == zk.OK or drc == zk.NONODE
+            end)
+            if ok and done then return end
+        end
+    end)
+end
+
+-- Decides and records the outcome of a write that came back with an
+-- unknown result (zkio's unknown): `puts`, write plans (keyspace.lua's
+-- K.plan_write, with .rec), and `dels`, records whose nodes it deleted.
+-- sid, gv, gcz: our session and guard when it was sent.  Every node it
+-- touched is doubted (owned.lua).  Returns, when it applied, the stat of
+-- puts[1]'s node as read now; raises a retry (UNAVAILABLE) when it did
+-- not; when ZooKeeper cannot tell us, leaves the puts to settle_later and
+-- raises what stopped the look.
+function L.resolve(puts, dels, sid, gv, gcz)
+    for _, p in ipairs(puts) do O.doubt(p.rec.path) end
+    for _, rec in ipairs(dels) do O.doubt(rec.path) end
+    if #puts > 0 then
+        local p = puts[1]
+        local ok, applied, st = pcall(resolve_write, p.rec.path, p.nonce, p.lifetime)
+        if not ok then
+            for _, q in ipairs(puts) do
+                settle_later(q.rec.path, {
+                    key = q.rec.key, nonce = q.nonce, sid = sid, lifetime = q.lifetime,
+                    vtype = q.vtype, payload = q.payload, ttl = q.ttl, gv = gv, gcz = gcz,
+                }, q.rec.live)
+            end
+            error(applied, 0)
+        end
+        if not applied then S.retry(nil, nil, errors.UNAVAILABLE) end
+        return st
+    elseif #dels > 0 then
+        if not resolve_delete(dels) then S.retry(nil, nil, errors.UNAVAILABLE) end
+    else
+        S.retry(nil, nil, errors.UNAVAILABLE)
+    end
+end
+
+return L

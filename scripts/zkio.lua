@@ -1,0 +1,242 @@
+-- zkio.lua — ZooKeeper as the key layer calls it: what a result code
+-- means, reads asked again when the connection drops under them, the root
+-- and its key directory, the leader clock, and write nonces.
+--
+--   code --unknown / denied / fail / first_error--> what the caller does
+--   get, exists, sync, children, ensure_path    READ_TRIES, then UNAVAILABLE
+--   refresh_clock / ensure_clock / local_time   leader ms <-> host.now()
+--
+-- Nothing here knows keys or records: keyspace.lua and the modules below it
+-- (guard, owned, expiry, resolve) build on these.
+
+local errors = require "errors"
+local S = require "signal"
+
+local Z = {}
+
+-- How often the leader clock offset is refreshed by a write to <root>.
+Z.CLOCK_REFRESH_MS = 30000
+-- Tries of one ZooKeeper read when the connection drops under it.
+Z.READ_TRIES = 10
+
+-- Shared by the key layer (keyspace.lua exports it as K.state).
+Z.state = {
+    offset = nil,   -- leader ms - host.now() ms, learned from our writes
+    sid = nil,      -- the session the last session event named
+    counter = 0,    -- write nonce counter
+    timer = nil,    -- expiry timer (owned.lua)
+    clock = nil,    -- clock refresh timer
+}
+local state = Z.state
+
+---------------------------------------------------------------------------
+-- Result codes
+
+-- A write whose outcome is unknown (the reply was lost with the
+-- connection, or the session went away under it).
+function Z.unknown(rc)
+    return rc == zk.CONNECTIONLOSS or rc == zk.OPERATIONTIMEOUT or
+           rc == zk.SESSIONMOVED or rc == zk.SESSIONEXPIRED
+end
+local unknown = Z.unknown
+
+-- ZooKeeper refuses us the node (see errors.zookeeper_denied).
+function Z.denied(rc)
+    return rc == zk.NOAUTH or rc == zk.INVALIDACL or rc == zk.AUTHFAILED
+end
+
+-- Ends the command for a ZooKeeper result it cannot go on with.
+function Z.fail(rc, what)
+    if rc == zk.TIMEOUT then S.abort({ err = errors.UNAVAILABLE }) end
+    if rc == zk.CLOSING then S.abort({ err = errors.CLOSING }) end
+    if rc == zk.TOOBIG then S.abort({ err = errors.request_too_large(zk.max_request()) }) end
+    if Z.denied(rc) then S.abort({ err = errors.zookeeper_denied(what) }) end
+    S.abort({ err = errors.zookeeper(rc, what) })
+end
+local fail = Z.fail
+
+-- A multi's code: the first failing operation's, else the multi's own.
+function Z.first_error(rc, results)
+    if rc ~= zk.OK and type(results) == "table" then
+        for _, r in ipairs(results) do
+            if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then return r.rc end
+        end
+    end
+    return rc
+end
+
+---------------------------------------------------------------------------
+-- The root
+
+function Z.root()
+    return (host.config and host.config.root) or "/zkresp"
+end
+
+-- <root>/k, remembered per root (host.config does not change while the
+-- process runs, but the specs' sidecars each have their own).
+local keys_dir_root, keys_dir
+function Z.keys_dir()
+    local root = Z.root()
+    if root ~= keys_dir_root then keys_dir_root, keys_dir = root, root .. "/k" end
+    return keys_dir
+end
+
+---------------------------------------------------------------------------
+-- Start-up
+
+-- Makes sure <root> and <root>/k exist and that this sidecar may write
+-- the root (setting it teaches us the leader clock, Z.refresh_clock), and,
+-- when zkresp keeps its nodes to itself (--zk-acl creator), warns of a root
+-- that anyone may write.  Returns true, or nil and the reason when
+-- ZooKeeper refuses us (raises on other failures, such as an outage).
+function Z.init()
+    local prefix = ""
+    for part in Z.keys_dir():gmatch("[^/]+") do
+        prefix = prefix .. "/" .. part
+        local rc
+        for _ = 1, Z.READ_TRIES do
+            rc = zk.create(prefix, "", 0)
+            if not unknown(rc) then break end
+        end
+        if Z.denied(rc) then
+            return nil, "ZooKeeper refuses zkresp the creation of " .. prefix ..
+                        (rc == zk.NOAUTH and " (NOAUTH)" or " (" .. tostring(rc) .. ")")
+        elseif rc ~= zk.OK and rc ~= zk.NODEEXISTS then
+            fail(rc, "create " .. prefix)
+        end
+    end
+    local rc, stat
+    for _ = 1, Z.READ_TRIES do
+        rc, stat = zk.set(Z.root(), "", -1)
+        if not unknown(rc) then break end
+    end
+    if Z.denied(rc) then
+        return nil, "ZooKeeper refuses zkresp writes to " .. Z.root() .. " (NOAUTH)"
+    elseif rc ~= zk.OK then
+        fail(rc, "set " .. Z.root())
+    end
+    Z.learn_offset(stat)
+    if host.config and host.config.zk_acl == "creator" then
+        local arc, acl = zk.get_acl(Z.root())
+        local writes = zk.PERM_WRITE | zk.PERM_CREATE | zk.PERM_DELETE | zk.PERM_ADMIN
+        for _, a in ipairs(arc == zk.OK and acl or {}) do
+            if a.scheme == "world" and a.id == "anyone" and a.perms & writes ~= 0 then
+                host.log("warn", "the root " .. Z.root() .. " lets anyone change it " ..
+                         "(ACL world:anyone): zkresp's locks there are not private; " ..
+                         "give it an ACL of zkresp's credentials only")
+                break
+            end
+        end
+    end
+    return true
+end
+
+---------------------------------------------------------------------------
+-- Small ZooKeeper helpers for operations without side effects, asked again
+-- when the connection drops under them.
+
+function Z.get(path)
+    for _ = 1, Z.READ_TRIES do
+        local rc, data, stat = zk.get(path)
+        if rc == zk.OK or rc == zk.NONODE then return rc, data, stat end
+        if not unknown(rc) then fail(rc, "get") end
+    end
+    S.abort({ err = errors.UNAVAILABLE })
+end
+
+function Z.exists(path)
+    for _ = 1, Z.READ_TRIES do
+        local rc, stat = zk.exists(path)
+        if rc == zk.OK or rc == zk.NONODE then return rc, stat end
+        if not unknown(rc) then fail(rc, "exists") end
+    end
+    S.abort({ err = errors.UNAVAILABLE })
+end
+
+function Z.sync(path)
+    for _ = 1, Z.READ_TRIES do
+        local rc = zk.sync(path)
+        if rc == zk.OK or rc == zk.NONODE then return end
+        if not unknown(rc) then fail(rc, "sync") end
+    end
+    S.abort({ err = errors.UNAVAILABLE })
+end
+
+function Z.children(path)
+    for _ = 1, Z.READ_TRIES do
+        local rc, names = zk.children(path)
+        if rc == zk.OK then return names end
+        if rc == zk.NONODE then return {} end
+        if not unknown(rc) then fail(rc, "children") end
+    end
+    S.abort({ err = errors.UNAVAILABLE })
+end
+
+-- Creates `path` and its missing ancestors as empty persistent nodes.
+function Z.ensure_path(path)
+    local prefix = ""
+    for part in path:gmatch("[^/]+") do
+        prefix = prefix .. "/" .. part
+        local done = false
+        for _ = 1, Z.READ_TRIES do
+            local rc = zk.create(prefix, "", 0)
+            if rc == zk.OK or rc == zk.NODEEXISTS then done = true break end
+            if not unknown(rc) then fail(rc, "create " .. prefix) end
+        end
+        if not done then S.abort({ err = errors.UNAVAILABLE }) end
+    end
+end
+
+---------------------------------------------------------------------------
+-- The leader clock
+
+function Z.learn_offset(stat)
+    if stat and stat.mtime then
+        state.offset = stat.mtime - host.now()
+        state.offset_at = host.now()
+    end
+end
+
+-- Learns the offset by a write of our own to <root> (its data is unused).
+function Z.refresh_clock()
+    for _ = 1, Z.READ_TRIES do
+        local rc, stat = zk.set(Z.root(), "", -1)
+        if rc == zk.OK then
+            Z.learn_offset(stat)
+            return
+        elseif rc == zk.NONODE then
+            Z.ensure_path(Z.keys_dir())
+        elseif not unknown(rc) then
+            fail(rc, "set " .. Z.root())
+        end
+    end
+    S.abort({ err = errors.UNAVAILABLE })
+end
+
+-- Learned again when older than CLOCK_REFRESH_MS (the clocks drift apart
+-- slowly), on use: an idle sidecar writes nothing.  Every write of ours
+-- refreshes it too.
+function Z.ensure_clock()
+    if not state.offset or host.now() - state.offset_at > Z.CLOCK_REFRESH_MS then Z.refresh_clock() end
+end
+
+-- A leader timestamp (ms) on host.now()'s clock.
+function Z.local_time(leader_ms)
+    return leader_ms - state.offset
+end
+
+---------------------------------------------------------------------------
+-- Write nonces
+
+-- The nonce of a new write: our instance id and a counter.
+local nonce_inst, nonce_prefix
+function Z.nonce()
+    state.counter = state.counter + 1
+    local inst = host.instance or ""
+    if inst ~= nonce_inst then
+        nonce_inst, nonce_prefix = inst, (inst .. string.rep("\0", 8)):sub(1, 8)
+    end
+    return nonce_prefix .. string.pack(">I8", state.counter)
+end
+
+return Z
