@@ -1,10 +1,9 @@
 -- The value stored in a znode: header, round trip, foreign data.
 
-local zkmodel = require "zkmodel"
+local S = require "world"
 
 describe("codec", function()
-    local W = zkmodel.world()
-    local codec = W:sidecar({ connect = false }).require("codec")
+    local codec = S.module("codec")
 
     it("round-trips every field", function()
         local nonce = "0123456789abcdef"
@@ -62,8 +61,7 @@ end)
 
 describe("foreign nodes", function()
     it("a node made by hand reads as a string", function()
-        local W = zkmodel.world()
-        local a = W:sidecar()
+        local W, a = S.world(1)
         W:raw_create("/zkresp/k/hand", "made in zkCli")
         W:raw_create("/zkresp/k/empty", nil)
         assert.equal("made in zkCli", a:call("GET", "hand"))
@@ -75,8 +73,7 @@ describe("foreign nodes", function()
     end)
 
     it("a newer format answers WRONGTYPE instead of leaking its bytes", function()
-        local W = zkmodel.world()
-        local a = W:sidecar()
+        local W, a = S.world(1)
         local codec = a.require("codec")
         local data = codec.encode({ type = codec.STRING, nonce = "", payload = "x" })
         W:raw_create("/zkresp/k/new", "Z\3" .. data:sub(3))

@@ -1,15 +1,13 @@
 -- Dispatch: unknown commands, arity, the key and value caps.  Refused
 -- requests send nothing to ZooKeeper.
 
-local zkmodel = require "zkmodel"
-
-local function E(text) return { err = text } end
+local S = require "world"
+local E = S.E
 
 describe("dispatch", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar({ config = { max_key_len = 8, max_value_len = 16 } })
+        W, a = S.world({ { config = { max_key_len = 8, max_value_len = 16 } } })
     end)
 
     -- Runs a command and returns its reply and how many ZooKeeper operations
@@ -110,9 +108,7 @@ describe("dispatch", function()
     end)
 
     it("lets a policy add commands", function()
-        local file = os.tmpname()
-        local f = assert(io.open(file, "w"))
-        f:write([[
+        local file = S.policy_file([[
             local T = require "txn"
             return { commands = { greet = { arity = 2, first_key = 1, last_key = 1, step = 1,
                 fn = function(args)
@@ -122,7 +118,6 @@ describe("dispatch", function()
                     end)
                 end } } }
         ]])
-        f:close()
         local b = W:sidecar({ config = { policy = file, max_key_len = 8 } })
         b:call("SET", "n", "world")
         assert.equal("hello world", b:call("GREET", "n"))
@@ -163,11 +158,7 @@ describe("dispatch", function()
 
     it("reloads the policy on the \"reload\" event, keeping the old one when it fails", function()
         local file = os.tmpname()
-        local function write(text)
-            local f = assert(io.open(file, "w"))
-            f:write(text)
-            f:close()
-        end
+        local function write(text) S.rewrite(file, text) end
         local b_call
         local function pttl_after_set()
             b_call("SET", "k", "v", "PX", "100000")

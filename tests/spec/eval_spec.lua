@@ -1,16 +1,13 @@
 -- EVAL, EVALSHA, SCRIPT: replies, conversions and errors as redis-server
 -- 7.0 answers them (checked against it by hand and in test_22_eval.py).
 
-local zkmodel = require "zkmodel"
-local null = zkmodel.null
-
-local function E(text) return { err = text } end
+local S = require "world"
+local null, E = S.null, S.E
 
 describe("EVAL", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("converts Lua values to replies", function()
@@ -142,9 +139,7 @@ end)
 describe("script transactions", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("buffers writes, visible to later reads of the same script", function()

@@ -1,14 +1,12 @@
 -- The example policies in scripts/examples/, each loaded as --policy would
 -- load it, against the ZooKeeper model.
 
-local zkmodel = require "zkmodel"
+local S = require "world"
+local null, OK, E = S.null, S.OK, S.E
 
-local null = zkmodel.null
-local OK = { ok = "OK" }
-local function E(text) return { err = text } end
-
-local function example(name)
-    return zkmodel.SCRIPTS .. "/examples/" .. name .. ".lua"
+-- A sidecar's options that load example policy `name`.
+local function with_example(name)
+    return { config = { policy = S.example(name) } }
 end
 
 local function as_client(sc, c)
@@ -30,9 +28,7 @@ end
 describe("examples/tenants.lua", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar({ config = { policy = example("tenants") } })
-        b = W:sidecar({ config = { policy = example("tenants") } })
+        W, a, b = S.world({ with_example("tenants"), with_example("tenants") })
     end)
 
     it("authenticates its users; the default user is not its business", function()
@@ -86,8 +82,7 @@ end)
 describe("examples/ttl_caps.lua", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar({ config = { policy = example("ttl_caps") } })
+        W, a = S.world({ with_example("ttl_caps") })
     end)
 
     it("gives a lock set without a TTL the default one, and makes it ephemeral", function()
@@ -116,9 +111,7 @@ end)
 
 describe("examples/audit.lua", function()
     it("logs acquisitions, releases, expiries and losses with who and the tokens", function()
-        local W = zkmodel.world()
-        local a = W:sidecar({ config = { policy = example("audit") } })
-        local b = W:sidecar()
+        local W, a, b = S.world({ with_example("audit"), {} })
         as_client(a, { user = "alice", addr = "10.1.2.3:4567", name = "worker 7" })
         a:call("SET", "lock:a", "tok-1", "NX", "PX", "30000")
         a:call("DELIFEQ", "lock:a", "tok-1")
@@ -143,9 +136,7 @@ end)
 
 describe("examples/lockinfo.lua", function()
     it("LOCKINFO answers the holder, its TTL and its fencing token", function()
-        local W = zkmodel.world()
-        local a = W:sidecar({ config = { policy = example("lockinfo") } })
-        local b = W:sidecar({ config = { policy = example("lockinfo") } })
+        local W, a, b = S.world({ with_example("lockinfo"), with_example("lockinfo") })
         assert.equal(null, a:call("LOCKINFO", "lock"))
         a:call("SET", "lock", "tok-1", "NX", "PX", "30000")
         local node = W:node(a:path("lock"))
@@ -180,9 +171,7 @@ end)
 describe("examples/lock_delay.lua", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar({ config = { policy = example("lock_delay") } })
-        b = W:sidecar({ config = { policy = example("lock_delay") } })
+        W, a, b = S.world({ with_example("lock_delay"), with_example("lock_delay") })
     end)
 
     it("holds back a lock whose holder vanished for the delay (10 s)", function()

@@ -3,17 +3,13 @@
 -- delete lands; others compute PTTL from the node's mtime and the leader
 -- clock offset; wall-clock jumps change nothing.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
+local S = require "world"
+local null, OK = S.null, S.OK
 
 describe("expiry", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar({ mono_base = 987654321, wall_base = 1500000000000 })
+        W, a, b = S.world({ {}, { mono_base = 987654321, wall_base = 1500000000000 } })
     end)
 
     it("the owner deletes the node at the deadline, with a versioned delete and its guard", function()
@@ -151,7 +147,7 @@ describe("expiry", function()
     end)
 
     it("a leader clock far from every machine's clock changes nothing", function()
-        local W2 = zkmodel.world({ leader_offset = 42 })
+        local W2 = S.world(0, { leader_offset = 42 })
         local c = W2:sidecar()
         local d = W2:sidecar({ mono_base = 5e12 })
         c:call("SET", "k", "v", "PX", "2000")

@@ -2,12 +2,8 @@
 -- our dead sessions are never re-adopted; TRYAGAIN when ZooKeeper stays
 -- away past the command's deadline or the sidecar is closing.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
-local Z = zkmodel.codes
-local UNAVAILABLE = { err = "TRYAGAIN ZooKeeper unavailable" }
+local S = require "world"
+local null, OK, UNAVAILABLE, Z = S.null, S.OK, S.UNAVAILABLE, S.codes
 
 local function count(W, kind, from)
     local n = 0
@@ -18,9 +14,7 @@ end
 describe("unknown outcomes", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("a create that applied is recognised by its nonce and session: OK once", function()
@@ -140,8 +134,7 @@ end)
 describe("writes under a session given up", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("a renewal that lands under a session given up meanwhile never answers 1", function()
@@ -161,8 +154,7 @@ end)
 describe("between two sessions", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("a script started between two sessions runs under the next one, and applies once", function()
@@ -196,9 +188,7 @@ end)
 describe("dead sessions", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("a node of our previous session is foreign: never re-adopted, never written", function()
@@ -272,8 +262,7 @@ end)
 describe("ZooKeeper unavailable", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("answers TRYAGAIN at the command's deadline when still disconnected", function()

@@ -3,14 +3,12 @@
 -- grouped (a key's writes, which the key queues order) and must cope with
 -- what a grouped answer lacks: a create sent in a multi answers no stat.
 
-local zkmodel = require "zkmodel"
+local S = require "world"
 
 describe("group commit", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     -- {kind, grouped} of sidecar sc's operations from W.ops[from] on.
@@ -75,8 +73,13 @@ describe("group commit", function()
         assert.same({ push = { "message", "ch", "bye" } }, b.pushed[7][1])
     end)
 
-    describe("when a grouped create answers no stat", function()
-        before_each(function() a.grouped_creates_stat_less = true end)
+    -- The model's default is the bridge's answer to a create sent in a
+    -- group (no stat); a create alone in its turn is sent as itself and
+    -- answers one (grouped_create_stat): both must work.
+    for _, with_stat in ipairs({ false, true }) do
+    describe(with_stat and "when a grouped create answers a stat (alone in its turn)"
+             or "when a grouped create answers no stat", function()
+        before_each(function() a.grouped_create_stat = with_stat end)
 
         it("still holds the lock from its cache: two requests per pair", function()
             for round = 1, 3 do
@@ -105,4 +108,5 @@ describe("group commit", function()
             assert.equal("42", b:call("GET", "n"))
         end)
     end)
+    end
 end)

@@ -2,15 +2,13 @@
 -- until another sidecar removes one of our nodes, which bumps our guard in
 -- the same multi; every write from the cache checks the guard.
 
-local zkmodel = require "zkmodel"
-local null = zkmodel.null
+local S = require "world"
+local null = S.null
 
 describe("session guard", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     -- The kinds of a's operations from W.ops[from] on, without the guard's

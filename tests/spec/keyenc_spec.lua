@@ -1,10 +1,10 @@
 -- Key -> znode path: sidecar/keyenc.h's encoding (implemented by the fake
 -- host as the C host will), the default path and the policy hook.
 
-local zkmodel = require "zkmodel"
+local S = require "world"
 
 describe("key encoding", function()
-    local enc, dec = zkmodel.key_encode, zkmodel.key_decode
+    local enc, dec = S.model.key_encode, S.model.key_decode
 
     it("keeps the safe bytes and escapes every other byte in upper-case hex", function()
         assert.equal("lock:{order-1}@a=b+c,d!_x", enc("lock:{order-1}@a=b+c,d!_x"))
@@ -47,8 +47,7 @@ end)
 
 describe("key paths", function()
     it("puts a key at <root>/k/<encoded key>", function()
-        local W = zkmodel.world()
-        local a = W:sidecar()
+        local W, a = S.world(1)
         assert.equal("/zkresp/k/a%2Fb", a.K.path("a/b"))
         assert.same({ ok = "OK" }, a:call("SET", "a/b", "v"))
         assert.is_not_nil(W:node("/zkresp/k/a%2Fb"))
@@ -56,24 +55,20 @@ describe("key paths", function()
     end)
 
     it("follows host.config.root and creates it on start", function()
-        local W = zkmodel.world()
-        local a = W:sidecar({ config = { root = "/apps/locks" } })
+        local W, a = S.world({ { config = { root = "/apps/locks" } } })
         assert.is_not_nil(W:node("/apps/locks/k"))
         a:call("SET", "k", "v")
         assert.is_not_nil(W:node("/apps/locks/k/k"))
     end)
 
     it("uses the policy's key_path first, creating missing parents", function()
-        local W = zkmodel.world()
-        local file = os.tmpname()
-        local f = assert(io.open(file, "w"))
-        f:write([[
+        local W = S.world(0)
+        local file = S.policy_file([[
             return { key_path = function(key)
                 local t = key:match("^tenant:(%w+):")
                 if t then return "/tenants/" .. t .. "/" .. host.key_encode(key) end
             end }
         ]])
-        f:close()
         local a = W:sidecar({ config = { policy = file } })
         assert.same({ ok = "OK" }, a:call("SET", "tenant:x:lock", "v"))
         assert.is_not_nil(W:node("/tenants/x/tenant:x:lock"))

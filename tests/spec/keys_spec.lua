@@ -1,22 +1,13 @@
 -- The key commands' replies and errors, as redis-server 7.0 answers them.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
-local function E(text) return { err = text } end
-
-local function make_hash(W, sc, key)
-    local codec = sc.require("codec")
-    W:raw_create(sc:path(key), codec.encode({ type = codec.HASH, nonce = string.rep("h", 16),
-                                              payload = "field" }))
-end
+local S = require "world"
+local make_hash = S.make_hash
+local null, OK, E = S.null, S.OK, S.E
 
 describe("DEL, UNLINK, EXISTS, TYPE", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("DEL counts the distinct keys that existed", function()
@@ -48,7 +39,7 @@ describe("DEL, UNLINK, EXISTS, TYPE", function()
         a:call("SET", "a", "1")
         a:call("SET", "b", "1")
         -- Another client rewrites b after our reads, before our multi.
-        a:fail_next({ op = "multi", when = "before", rc = zkmodel.codes.BADVERSION,
+        a:fail_next({ op = "multi", when = "before", rc = S.codes.BADVERSION,
                       hook = function() W:raw_set(a:path("b"), "raw") end })
         assert.equal(2, a:call("DEL", "a", "b"))
         assert.same({}, W:children("/zkresp/k"))
@@ -72,8 +63,7 @@ end)
 describe("PEXPIRE, EXPIRE, PEXPIREAT, EXPIREAT", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("answer 0 for a missing key, 1 when the TTL is set", function()
@@ -163,8 +153,7 @@ end)
 describe("PTTL, TTL, PERSIST", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("answer -2 for a missing key and -1 for a key without TTL", function()
@@ -198,8 +187,7 @@ end)
 describe("DBSIZE and KEYS", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("DBSIZE counts the nodes under <root>/k", function()
@@ -227,8 +215,7 @@ end)
 
 describe("DEL of many keys", function()
     it("deletes in several multis beyond MULTI_MAX and counts every key once", function()
-        local W = zkmodel.world()
-        local a = W:sidecar()
+        local W, a = S.world(1)
         a.K.MULTI_MAX = 3
         local keys = {}
         for i = 1, 8 do
@@ -238,7 +225,7 @@ describe("DEL of many keys", function()
         -- The second multi finds a key changed and the command runs again:
         -- the keys the first one deleted still count.
         local multis = 0
-        a:fail_next({ op = "multi", skip = 1, when = "before", rc = zkmodel.codes.BADVERSION })
+        a:fail_next({ op = "multi", skip = 1, when = "before", rc = S.codes.BADVERSION })
         W.ops = {}
         assert.equal(8, a:call("DEL", table.unpack(keys)))
         assert.same({}, W:children("/zkresp/k"))
@@ -255,8 +242,7 @@ describe("requests over ZooKeeper's limit", function()
     end
 
     it("a DEL is split into multis that each fit, and counts every key", function()
-        local W = zkmodel.world()
-        local a = W:sidecar({ config = { zk_max_request = 40000 } })
+        local W, a = S.world({ { config = { zk_max_request = 40000 } } })
         local keys = long_keys(60, "d") -- 2.7 KB of path each: 160 KB of deletes
         for _, k in ipairs(keys) do assert.equal("OK", a:call("SET", k, "v").ok) end
         W.ops = {}
@@ -269,8 +255,7 @@ describe("requests over ZooKeeper's limit", function()
     end)
 
     it("a script whose commit does not fit is refused, nothing written", function()
-        local W = zkmodel.world()
-        local a = W:sidecar({ config = { zk_max_request = 40000 } })
+        local W, a = S.world({ { config = { zk_max_request = 40000 } } })
         local keys = long_keys(20, "s")
         for _, k in ipairs(keys) do assert.equal("OK", a:call("SET", k, "v").ok) end
         local r = a:call("EVAL", "return redis.call('DEL', unpack(KEYS))", tostring(#keys), table.unpack(keys))

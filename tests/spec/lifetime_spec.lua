@@ -1,10 +1,8 @@
 -- Lifetime: a key with a TTL is an ephemeral znode owned by the session of
 -- its last writer; without a TTL it is persistent.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
+local S = require "world"
+local null, OK = S.null, S.OK
 
 -- The operations since `from`, without the background exists that watches
 -- a session guard (keyspace.lua's owned-key cache).
@@ -19,9 +17,7 @@ end
 describe("lifetime", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("a key with a TTL is ephemeral, owned by the writer's session", function()
@@ -137,9 +133,7 @@ describe("lifetime", function()
     end)
 
     it("follows the policy's lifetime and TTL clamp", function()
-        local file = os.tmpname()
-        local f = assert(io.open(file, "w"))
-        f:write([[
+        local file = S.policy_file([[
             return {
                 lifetime = function(key, type, ttl)
                     -- (the load's self-check asks about every type)
@@ -153,7 +147,6 @@ describe("lifetime", function()
                 ttl = function(key, ms) return math.min(ms, 10000) end,
             }
         ]])
-        f:close()
         local c = W:sidecar({ config = { policy = file } })
         c:call("SET", "durable:x", "v", "PX", "60000")
         local n = W:node(c:path("durable:x"))
@@ -172,8 +165,7 @@ end)
 
 describe("fencing tokens", function()
     it("the czxid grows with every acquisition, even before the old node is deleted", function()
-        local W = zkmodel.world()
-        local a, b = W:sidecar(), W:sidecar()
+        local W, a, b = S.world(2)
         local expire_due = a.K.expire_due
         a.K.expire_due = function() end -- a does not get to delete its nodes
         local last = -1
@@ -197,8 +189,7 @@ describe("fencing tokens", function()
     end)
 
     it("a live key rewritten by its owner keeps its node", function()
-        local W = zkmodel.world()
-        local a = W:sidecar()
+        local W, a = S.world(1)
         a:call("SET", "k", "v", "PX", "1000")
         local czxid = W:node(a:path("k")).stat.czxid
         a:call("SET", "k", "w", "XX", "PX", "1000")

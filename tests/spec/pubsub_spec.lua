@@ -3,10 +3,8 @@
 -- a script's publish as part of its commit, and interest restored after a
 -- new session.
 
-local zkmodel = require "zkmodel"
-local null = zkmodel.null
-
-local function E(text) return { err = text } end
+local S = require "world"
+local null, E = S.null, S.E
 
 -- The ZooKeeper writes in W.ops since `from` (reads excluded).
 local function writes(W, from)
@@ -23,9 +21,7 @@ local function frames(reply) return reply.frames end
 describe("pub/sub", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("refuses a SUBSCRIBE past its caps whole, before anything is written", function()
@@ -281,9 +277,7 @@ describe("doorbells", function()
     local lockch = "redisson_lock__channel:{L}"
     local unlock = "redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], ARGV[1]) return 1"
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
         P = b.require("pubsub")
     end)
 

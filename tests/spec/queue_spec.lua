@@ -3,17 +3,13 @@
 -- it waits or holds gives its place up.  Across sidecars, optimistic
 -- retries keep read-modify-write commands exact.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
+local S = require "world"
+local null, OK = S.null, S.OK
 
 describe("per-key queues", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("runs a pipeline on one key in arrival order", function()

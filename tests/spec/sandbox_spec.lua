@@ -1,8 +1,8 @@
 -- The client-script sandbox (RELIABILITY.md case 24): what scripts can and
 -- cannot reach, the Lua 5.1 behaviours they rely on, and the caps.
 
-local zkmodel = require "zkmodel"
-local null = zkmodel.null
+local S = require "world"
+local null = S.null
 
 local function errtext(r)
     assert.is_table(r)
@@ -13,8 +13,7 @@ end
 describe("sandbox", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     local function eval(body, ...)

@@ -3,14 +3,12 @@
 -- command; a read sent before the command arrived, or before this sidecar
 -- wrote the key, never does.
 
-local zkmodel = require "zkmodel"
+local S = require "world"
 
 describe("shared reads", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     -- ZooKeeper reads of key by sidecar sc, from W.ops[from] on.
@@ -60,7 +58,7 @@ describe("shared reads", function()
         assert.equal("old", t[2].result)
         assert.equal("new", t[4].result)
         assert.equal(1, t[5].result)
-        assert.equal(zkmodel.null, t[6].result)
+        assert.equal(S.null, t[6].result)
     end)
 
     it("reads afresh when a write based on a shared read conflicts", function()
@@ -69,7 +67,7 @@ describe("shared reads", function()
         local incr = {}
         for i = 1, 3 do incr[i] = a:start("INCR", "n") end
         -- The first INCR's set meets a version another sidecar has moved on.
-        a:fail_next({ op = "set", path = a:path("n"), rc = zkmodel.codes.BADVERSION,
+        a:fail_next({ op = "set", path = a:path("n"), rc = S.codes.BADVERSION,
                       hook = function() W:raw_set(a:path("n"), W:node(a:path("n")).data) end })
         W:run_until(function() return incr[3].done end)
         assert.equal("5", first.result)
@@ -106,7 +104,7 @@ describe("shared reads", function()
         local tasks = {}
         for i = 1, 6 do tasks[i] = a:start("EVAL", acquire, "1", "L", "w" .. i .. ":1") end
         W:run_until(function() return tasks[6].done end)
-        assert.equal(zkmodel.null, tasks[1].result)
+        assert.equal(S.null, tasks[1].result)
         for i = 2, 6 do
             assert.is_true(math.type(tasks[i].result) == "integer" and tasks[i].result > 0,
                            "waiter " .. i .. ": " .. tostring(tasks[i].result))

@@ -1,27 +1,14 @@
 -- The string commands' replies and errors, as redis-server 7.0 answers them
 -- (SET IFEQ/IFNE and DELEX from Redis 8.4, DELIFEQ from Valkey 9).
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
-local function E(text) return { err = text } end
-local WRONGTYPE = E("WRONGTYPE Operation against a key holding the wrong kind of value")
-local SYNTAX = E("ERR syntax error")
-local NOT_INT = E("ERR value is not an integer or out of range")
-
--- A key holding a hash, written as another sidecar with hash support would.
-local function make_hash(W, sc, key)
-    local codec = sc.require("codec")
-    W:raw_create(sc:path(key), codec.encode({ type = codec.HASH, nonce = string.rep("h", 16),
-                                              payload = "field" }))
-end
+local S = require "world"
+local make_hash = S.make_hash
+local null, OK, E, WRONGTYPE, SYNTAX, NOT_INT = S.null, S.OK, S.E, S.WRONGTYPE, S.SYNTAX, S.NOT_INT
 
 describe("SET", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("sets and overwrites", function()
@@ -171,8 +158,7 @@ end)
 describe("GET and GETDEL", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("GET answers null for a missing key and WRONGTYPE for another type", function()
@@ -195,8 +181,7 @@ end)
 describe("INCR, INCRBY, DECR, DECRBY", function()
     local W, a
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
+        W, a = S.world(1)
     end)
 
     it("counts from a missing key and replies with the new value", function()
@@ -248,9 +233,7 @@ end)
 describe("DELIFEQ and DELEX", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("DELIFEQ deletes only when the value matches", function()

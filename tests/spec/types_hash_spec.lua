@@ -1,18 +1,13 @@
 -- The hash commands (cmd_hash.lua) and the payload codec (payload.lua), as
 -- redis-server 7.0 answers them.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local OK = { ok = "OK" }
-local function E(text) return { err = text } end
-local WRONGTYPE = E("WRONGTYPE Operation against a key holding the wrong kind of value")
-local NOT_INT = E("ERR value is not an integer or out of range")
+local S = require "world"
+local null, OK, E, WRONGTYPE, NOT_INT = S.null, S.OK, S.E, S.WRONGTYPE, S.NOT_INT
 
 describe("payload", function()
     local P, codec
     before_each(function()
-        local sc = zkmodel.world():sidecar()
+        local _, sc = S.world(1)
         P, codec = sc.require("payload"), sc.require("codec")
     end)
 
@@ -85,9 +80,7 @@ end)
 describe("hashes", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("HSET adds pairs and counts the new fields; HGET, HMGET read them", function()

@@ -1,19 +1,12 @@
 -- The list commands (cmd_list.lua), as redis-server 7.0 answers them.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local function E(text) return { err = text } end
-local WRONGTYPE = E("WRONGTYPE Operation against a key holding the wrong kind of value")
-local NOT_INT = E("ERR value is not an integer or out of range")
-local POSITIVE = E("ERR value is out of range, must be positive")
+local S = require "world"
+local null, E, WRONGTYPE, NOT_INT, POSITIVE = S.null, S.E, S.WRONGTYPE, S.NOT_INT, S.POSITIVE
 
 describe("lists", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("RPUSH appends, LPUSH prepends one at a time; both answer the length", function()

@@ -1,9 +1,7 @@
 -- The set commands (cmd_set.lua), as redis-server 7.0 answers them.
 
-local zkmodel = require "zkmodel"
-
-local function E(text) return { err = text } end
-local WRONGTYPE = E("WRONGTYPE Operation against a key holding the wrong kind of value")
+local S = require "world"
+local E, WRONGTYPE = S.E, S.WRONGTYPE
 
 local function sorted(reply)
     assert.is_table(reply.set)
@@ -15,9 +13,7 @@ end
 describe("sets", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     it("SADD counts the new members; SISMEMBER, SMEMBERS, SCARD read them", function()

@@ -1,22 +1,13 @@
 -- The sorted set commands (cmd_zset.lua), as redis-server 7.0 answers them.
 
-local zkmodel = require "zkmodel"
-
-local null = zkmodel.null
-local function E(text) return { err = text } end
-local WRONGTYPE = E("WRONGTYPE Operation against a key holding the wrong kind of value")
-local SYNTAX = E("ERR syntax error")
-local NOT_INT = E("ERR value is not an integer or out of range")
-local NOT_FLOAT = E("ERR value is not a valid float")
-local RANGE = E("ERR min or max is not a float")
-local function D(x) return { double = x } end
+local S = require "world"
+local null, E, D = S.null, S.E, S.D
+local WRONGTYPE, SYNTAX, NOT_INT, NOT_FLOAT, RANGE = S.WRONGTYPE, S.SYNTAX, S.NOT_INT, S.NOT_FLOAT, S.RANGE
 
 describe("sorted sets", function()
     local W, a, b
     before_each(function()
-        W = zkmodel.world()
-        a = W:sidecar()
-        b = W:sidecar()
+        W, a, b = S.world(2)
     end)
 
     local function members(key, sc)

@@ -1,9 +1,9 @@
 -- Redis's integer parsing and glob matcher (checked against redis-server).
 
-local zkmodel = require "zkmodel"
+local S = require "world"
 
 describe("util", function()
-    local U = zkmodel.world():sidecar({ connect = false }).require("util")
+    local U = S.module("util")
 
     it("parses integers like string2ll", function()
         assert.equal(0, U.to_int("0"))

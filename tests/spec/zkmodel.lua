@@ -611,15 +611,18 @@ local function make_zk(sc)
         end)
     end
 
-    -- sc.grouped_creates_stat_less: a grouped create answers its path and no
-    -- stat, as the bridge's does when it went out in a group (a multi).
+    -- A grouped create answers its path and no stat, as the bridge's does
+    -- when it goes out in a group: a multi answers a create's path only
+    -- (zk.c, group commit).  sc.grouped_create_stat (W:sidecar's option
+    -- grouped_create_stat) answers the stat too, as the bridge does when the
+    -- create was alone in its turn (a group of one is sent as the create).
     function zk.create(path, data, flags, grouped)
         if too_big("create", path, 8 + op_size("create", path, data)) then return C.TOOBIG end
         return op("create", path, function(sid)
             local tx = W:begin(false)
             local res = table.pack(W:op_create(tx, sid, path, data, flags))
             W:fire(tx)
-            if grouped and sc.grouped_creates_stat_less then res[3] = nil end
+            if grouped and not sc.grouped_create_stat then res[3] = nil end
             return table.unpack(res, 1, res.n)
         end, grouped)
     end
@@ -655,13 +658,17 @@ local function make_zk(sc)
         return op("sync", path, function() return C.OK end)
     end
 
+    -- As lua_host.c: the results are always a table, empty when the multi
+    -- answers none (a connection loss, an expired session, TIMEOUT, CLOSING,
+    -- TOOBIG).
     function zk.multi(ops, grouped)
         local paths = {}
         for i, o in ipairs(ops) do paths[i] = o[1] .. " " .. o[2] end
-        if too_big("multi", table.concat(paths, ", "), multi_size(ops)) then return C.TOOBIG end
-        return op("multi", table.concat(paths, ", "), function(sid)
+        if too_big("multi", table.concat(paths, ", "), multi_size(ops)) then return C.TOOBIG, {} end
+        local rc, results = op("multi", table.concat(paths, ", "), function(sid)
             return W:op_multi(sid, ops)
         end, grouped)
+        return rc, results or {}
     end
 
     function zk.session()
@@ -909,7 +916,9 @@ end
 
 -- A new sidecar.  opts: config (host.config entries), mono_base and
 -- wall_base (where its clocks start), connect (default true: it connects
--- and runs the "connected" event).
+-- and runs the "connected" event), grouped_create_stat (default false: a
+-- grouped create answers no stat, as the bridge's in a group; true: it
+-- answers one, as a create alone in its turn does).
 function World:sidecar(opts)
     opts = opts or {}
     local id = #self.sidecars + 1
@@ -917,7 +926,7 @@ function World:sidecar(opts)
         world = self, id = id, logs = {}, faults = {}, pending = {}, paused = {},
         mono_base = opts.mono_base or (id * 1000003),
         wall_base = opts.wall_base or (1800000000000 + id * 7919),
-        connected = false,
+        connected = false, grouped_create_stat = opts.grouped_create_stat or false,
     }, Sidecar)
     self.sidecars[id] = sc
     sc.sid = self:new_session()

@@ -1,0 +1,96 @@
+-- world.lua — what the specs share: the replies they expect and the world
+-- they run in (helper.lua makes it requirable).
+--
+--   local S = require "world"
+--   local null, OK, E = S.null, S.OK, S.E
+--   local W, a, b = S.world(2)        -- a fresh model ensemble, two sidecars
+--   assert.same(OK, a:call("SET", "k", "v"))
+--
+-- The world is tests/spec/zkmodel.lua's: one in-memory ZooKeeper whose
+-- defaults answer as the real bridge does (a grouped create answers no
+-- stat; a multi's results are a table, empty when it answered none), a
+-- fake clock, and sidecars each loading scripts/ as the C host would.
+
+local zkmodel = require "zkmodel"
+
+local S = {}
+
+S.model = zkmodel
+S.codes = zkmodel.codes
+
+---------------------------------------------------------------------------
+-- Replies, as the scripts return them to the gateway (sidecar/lua_host.h):
+-- a null, a status, an error, a double.
+
+S.null = zkmodel.null
+S.OK = { ok = "OK" }
+function S.E(text) return { err = text } end
+function S.D(x) return { double = x } end
+
+-- Redis's texts for the errors many commands share.
+S.WRONGTYPE = S.E("WRONGTYPE Operation against a key holding the wrong kind of value")
+S.SYNTAX = S.E("ERR syntax error")
+S.NOT_INT = S.E("ERR value is not an integer or out of range")
+S.NOT_FLOAT = S.E("ERR value is not a valid float")
+S.POSITIVE = S.E("ERR value is out of range, must be positive")
+S.RANGE = S.E("ERR min or max is not a float")
+S.UNAVAILABLE = S.E("TRYAGAIN ZooKeeper unavailable")
+
+---------------------------------------------------------------------------
+-- The world
+
+-- A fresh model ensemble with its sidecars: returns the world, then each
+-- sidecar in order.  sidecars: how many, with the default options, or a
+-- list of each one's options (World:sidecar's: config, mono_base,
+-- wall_base, connect, grouped_create_stat).  world_opts: zkmodel.world's
+-- (latency, leader_offset).
+--
+--   S.world(0)                                  -- no sidecar yet
+--   S.world({ { config = { max_key_len = 8 } } })
+--   S.world({ {}, { mono_base = 987654321 } })
+function S.world(sidecars, world_opts)
+    local W = zkmodel.world(world_opts)
+    local list = sidecars
+    if type(sidecars) == "number" then
+        list = {}
+        for i = 1, sidecars do list[i] = {} end
+    end
+    local out = {}
+    for i, opts in ipairs(list) do out[i] = W:sidecar(opts) end
+    return W, table.unpack(out, 1, #list)
+end
+
+-- A module of scripts/ as a sidecar loads it, for specs of plain functions
+-- (codec, util): the sidecar never connects, so nothing runs.
+function S.module(name)
+    return zkmodel.world():sidecar({ connect = false }).require(name)
+end
+
+-- A key holding a hash, written into the tree as another sidecar with hash
+-- support would.
+function S.make_hash(W, sc, key)
+    local codec = sc.require("codec")
+    W:raw_create(sc:path(key), codec.encode({ type = codec.HASH, nonce = string.rep("h", 16),
+                                              payload = "field" }))
+end
+
+-- A policy file holding text, for a sidecar's config.policy; S.rewrite
+-- changes it (then Sidecar:reload()).
+function S.rewrite(file, text)
+    local f = assert(io.open(file, "w"))
+    f:write(text)
+    f:close()
+end
+
+function S.policy_file(text)
+    local file = os.tmpname()
+    S.rewrite(file, text)
+    return file
+end
+
+-- The path of an example policy of scripts/examples/.
+function S.example(name)
+    return zkmodel.SCRIPTS .. "/examples/" .. name .. ".lua"
+end
+
+return S
