@@ -6,7 +6,7 @@
  *                      │                      (loop runs other work)
  *                      │ ◄── on_zk_done: push results, lua_resume
  *                      ▼
- *                    returns a reply value ──► encode ──► task->done
+ *                    returns a reply value ──► client_ops.encode ──► task->done
  *
  * Each coroutine has a struct co record (its task, deadline, what it waits
  * for), reachable from the thread through lua_getextraspace() and anchored
@@ -26,7 +26,6 @@
 #include "log.h"
 #include "lua_alloc.h"
 #include "lua_pattern.h"
-#include "reply.h"
 #include "zk.h"
 
 #include <lauxlib.h>
@@ -40,7 +39,6 @@
 #include <uv.h>
 #include <zookeeper/zookeeper.h>
 
-#define REPLY_MAX_DEPTH 64
 #define SPARE_THREADS 64
 
 enum co_wait {
@@ -126,6 +124,12 @@ struct lua_host {
 
 static const char NULL_KEY = 0; /* address used as host.null */
 
+int lua_host_is_null(lua_State *L, int idx)
+{
+    return lua_islightuserdata(L, idx) &&
+           lua_touserdata(L, idx) == (void *)&NULL_KEY;
+}
+
 static struct co *co_of(lua_State *L)
 {
     return *(struct co **)lua_getextraspace(L);
@@ -137,164 +141,6 @@ static struct co *co_check(lua_State *L, const char *fn)
     if (c == NULL || !lua_isyieldable(L))
         luaL_error(L, "%s must be called from a command coroutine", fn);
     return c;
-}
-
-/* --- reply encoding ------------------------------------------------------ */
-
-static int is_null(lua_State *L, int idx)
-{
-    return lua_islightuserdata(L, idx) &&
-           lua_touserdata(L, idx) == (void *)&NULL_KEY;
-}
-
-static void encode(lua_State *L, int idx, struct buf *out, int proto,
-                   int depth);
-
-static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
-                       int depth, int kind)
-{
-    long n = 0;
-    while (lua_rawgeti(L, tidx, n + 1) != LUA_TNIL) {
-        lua_pop(L, 1);
-        n++;
-    }
-    lua_pop(L, 1);
-    if (kind == 'm' || kind == 'p')
-        n -= n % 2;
-    if (kind == 'm')
-        reply_map(out, proto, n / 2);
-    else if (kind == 's')
-        reply_set(out, proto, n);
-    else if (kind == 'p' && proto >= 3)
-        reply_array(out, n / 2);
-    else if (kind == 'P')
-        reply_push(out, proto, n);
-    else
-        reply_array(out, n);
-    for (long i = 1; i <= n; i++) {
-        if (kind == 'p' && proto >= 3 && i % 2 == 1)
-            reply_array(out, 2);
-        lua_rawgeti(L, tidx, i);
-        encode(L, lua_gettop(L), out, proto, depth + 1);
-        lua_pop(L, 1);
-    }
-}
-
-/* Appends the reply for the Lua value at idx (see lua_host.h). */
-static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
-{
-    if (depth > REPLY_MAX_DEPTH) {
-        reply_error(out, "ERR reached lua stack limit");
-        return;
-    }
-    idx = lua_absindex(L, idx);
-    switch (lua_type(L, idx)) {
-    case LUA_TNIL:
-        reply_null(out, proto);
-        return;
-    case LUA_TBOOLEAN:
-        if (lua_toboolean(L, idx))
-            reply_int(out, 1);
-        else
-            reply_null(out, proto);
-        return;
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, idx)) {
-            reply_int(out, (long long)lua_tointeger(L, idx));
-        } else {
-            double d = lua_tonumber(L, idx);
-            if (isnan(d) || d >= 9.2233720368547758e18 ||
-                d < -9.2233720368547758e18)
-                reply_int(out, d < 0 ? INT64_MIN : isnan(d) ? 0 : INT64_MAX);
-            else
-                reply_int(out, (long long)d);
-        }
-        return;
-    case LUA_TSTRING: {
-        size_t n;
-        const char *s = lua_tolstring(L, idx, &n);
-        reply_bulk(out, s, n);
-        return;
-    }
-    case LUA_TLIGHTUSERDATA:
-        if (is_null(L, idx)) {
-            reply_null(out, proto);
-            return;
-        }
-        break;
-    case LUA_TTABLE:
-        if (lua_getfield(L, idx, "err") == LUA_TSTRING) {
-            reply_error(out, lua_tostring(L, -1));
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "ok") == LUA_TSTRING) {
-            reply_status(out, lua_tostring(L, -1));
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "bool") == LUA_TBOOLEAN) {
-            reply_bool(out, proto, lua_toboolean(L, -1));
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "null_array") == LUA_TBOOLEAN) {
-            reply_null_array(out, proto);
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "pairs") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 'p');
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "double") == LUA_TNUMBER) {
-            reply_double(out, proto, lua_tonumber(L, -1));
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "map") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 'm');
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "set") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 's');
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, idx, "push") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 'P');
-            lua_pop(L, 1);
-            return;
-        }
-        lua_pop(L, 1);
-        if (depth == 0 && lua_getfield(L, idx, "frames") == LUA_TTABLE) {
-            int t = lua_gettop(L);
-            for (lua_Integer i = 1; lua_rawgeti(L, t, i) != LUA_TNIL; i++) {
-                encode(L, -1, out, proto, depth + 1);
-                lua_pop(L, 1);
-            }
-            lua_pop(L, 2);
-            return;
-        }
-        if (depth == 0)
-            lua_pop(L, 1);
-        encode_seq(L, idx, out, proto, depth, 'a');
-        return;
-    default:
-        break;
-    }
-    reply_errorf(out, "ERR internal error: cannot reply with a %s",
-                 luaL_typename(L, idx));
 }
 
 /* --- coroutine lifecycle ------------------------------------------------- */
@@ -387,14 +233,12 @@ static void co_deliver(struct co *c, int status, int nres)
             char line[512];
             snprintf(line, sizeof line, "ERR internal error: %s",
                      msg ? msg : "unknown");
-            reply_error(t->out, line);
+            c->h->client_ops.encode_error(t->out, line);
         }
         c->reusable = 0;
     } else if (t && t->done) {
-        if (nres >= 1)
-            encode(L, -nres, t->out, t->proto, 0);
-        else
-            reply_null(t->out, t->proto);
+        c->h->client_ops.encode(L, nres >= 1 ? lua_absindex(L, -nres) : 0,
+                                t->out, t->proto);
     }
     if (t && t->done) {
         t->priv = NULL;
@@ -1427,7 +1271,7 @@ static int l_host_push(lua_State *L)
         lua_pushboolean(L, 0);
         return 1;
     }
-    encode(L, 2, out, proto, 0);
+    h->client_ops.encode(L, 2, out, proto);
     h->client_ops.push_end(h->client_ops.arg, (unsigned long long)id);
     lua_pushboolean(L, 1);
     return 1;
