@@ -1,6 +1,8 @@
 /*
  * main.c — zkresp: wires configuration, the ZooKeeper bridge, the Lua host
- * and the RESP server onto one libuv loop, and handles signals.
+ * and the RESP server onto one libuv loop, and handles signals.  The
+ * composition root: it lives on the gateway side because it wires both
+ * layers (gateway/ may include sidecar/ headers, never the reverse).
  *
  *   SIGTERM/SIGINT: stop accepting; refuse new commands; let in-flight work
  *   finish within --shutdown-grace; close the ZooKeeper session so that our
@@ -49,6 +51,18 @@ static void on_zk_watch(const char *event, const char *path, void *arg)
     (void)arg;
     if (app.lua)
         lua_host_watch_event(app.lua, event, path);
+}
+
+/* /metrics' client gauges, read from the server (metrics_sources). */
+static void metrics_clients(void *arg, struct metrics_clients *out)
+{
+    const struct server *s = arg;
+    out->connected = s->nconns;
+    out->connections_received = s->stats.connections_received;
+    out->rejected_connections = s->stats.rejected_connections;
+    out->protocol_errors = s->stats.protocol_errors;
+    out->net_input_bytes = s->stats.net_input_bytes;
+    out->net_output_bytes = s->stats.net_output_bytes;
 }
 
 static void register_command(void *arg, const char *name, int arity, int first,
@@ -167,7 +181,12 @@ int main(int argc, char **argv)
     /* Commands are counted by name: the Lua command table is the closed set
      * of names (C commands add theirs as dispatched). */
     lua_host_commands(app.lua, register_command, NULL);
-    metrics_set_sources(&(struct metrics_sources){&app.srv, app.zk, app.lua});
+    metrics_set_sources(&(struct metrics_sources){
+        .clients = metrics_clients,
+        .clients_arg = &app.srv,
+        .zk = app.zk,
+        .lua = app.lua,
+    });
     if (app.cfg.metrics_port > 0 &&
         http_init(&app.http, app.loop, app.cfg.metrics_bind,
                   app.cfg.metrics_port, err, sizeof err) < 0) {
