@@ -10,6 +10,7 @@
  *   "shutting down" and /healthz keeps answering 200.
  */
 #include "config.h"
+#include "dispatch.h"
 #include "errors.h"
 #include "http.h"
 #include "log.h"
@@ -65,11 +66,10 @@ static void metrics_clients(void *arg, struct metrics_clients *out)
     out->net_output_bytes = s->stats.net_output_bytes;
 }
 
-static void register_command(void *arg, const char *name, int arity, int first,
-                             int last, int step, const char *flags)
+static void register_command(void *arg, const struct lua_host_cmd *cmd)
 {
-    (void)arg, (void)arity, (void)first, (void)last, (void)step, (void)flags;
-    metrics_cmd_register(name, strlen(name));
+    (void)arg;
+    metrics_cmd_register(cmd->name, strlen(cmd->name));
 }
 
 /* Once: a second signal may arrive after the grace period ended it (Ctrl-C
@@ -178,9 +178,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "zkresp: %s\n", err);
         return 2;
     }
-    /* Commands are counted by name: the Lua command table is the closed set
-     * of names (C commands add theirs as dispatched). */
+    /* Commands are counted by name: the command registry is the closed set
+     * of names. */
     lua_host_commands(app.lua, register_command, NULL);
+    if (dispatch_init(app.lua, err, sizeof err) < 0) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
     metrics_set_sources(&(struct metrics_sources){
         .clients = metrics_clients,
         .clients_arg = &app.srv,

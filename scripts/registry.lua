@@ -11,9 +11,10 @@
 --   R.refusal(args, subscribed)  nil, spec, full name when the request may
 --                          run; else nil plus the error reply
 --
--- A spec: { fn, arity, first_key, last_key, step, flags, subcommands,
--- subscribed_ok, group, in_c }.  arity counts the command's name; a
--- negative arity -n means at least n.  subcommands maps each lower-case
+-- A spec: { fn, arity, max_args, first_key, last_key, step, flags,
+-- subcommands, subscribed_ok, group, in_c }.  arity counts the command's
+-- name; a negative arity -n means at least n, and max_args, when given,
+-- is the most (PING [message]).  subcommands maps each lower-case
 -- subcommand to its arity, counted the same way ("client setname x": 3).
 -- subscribed_ok: allowed in RESP2 subscribed mode.  group: COMMAND DOCS's
 -- group (default "keyspace" for a command with keys, else "server").
@@ -34,7 +35,7 @@ R.commands = {}
 -- Answered in C (gateway/dispatch.c).  Redis 7.2's arities and flags.
 local CONNECTION = "connection"
 R.in_c = {
-    ping = { arity = -1, flags = "fast stale", subscribed_ok = true },
+    ping = { arity = -1, max_args = 2, flags = "fast stale", subscribed_ok = true },
     echo = { arity = 2, flags = "fast stale" },
     quit = { arity = -1, flags = "noauth allow_busy fast", subscribed_ok = true },
     select = { arity = 2, flags = "loading stale fast" },
@@ -78,17 +79,20 @@ function R.install(builtin, extra)
             cmds[name] = spec
         end
     end
+    for _, spec in pairs(cmds) do
+        spec.group = spec.group or ((spec.first_key or 0) > 0 and "keyspace" or "server")
+    end
 end
 
-local function arity_ok(arity, n)
-    return (arity > 0 and n == arity) or (arity < 0 and n >= -arity)
+local function arity_ok(arity, n, max)
+    return (arity > 0 and n == arity) or (arity < 0 and n >= -arity and not (max and n > max))
 end
 
 -- Checks args against the spec's arity and, when it has subcommands,
 -- against the named subcommand's.  Returns the name Redis reports for the
 -- command ("script|load" for a subcommand), or nil and the error reply.
 local function check_shape(spec, args)
-    if not arity_ok(spec.arity, #args) then
+    if not arity_ok(spec.arity, #args, spec.max_args) then
         return nil, E.reply(E.wrong_arity(spec.name))
     end
     local subs = spec.subcommands

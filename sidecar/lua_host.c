@@ -263,6 +263,58 @@ static void log_lua_error(lua_State *L, enum log_level level, const char *ev)
     log_event(level, ev, "err=%s", log_quote(e, elen, q, sizeof q));
 }
 
+static int int_field(lua_State *L, int t, const char *k)
+{
+    lua_getfield(L, t, k);
+    int v = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* A string field left on the stack (so that it lives as long as it), or
+ * dflt. */
+static const char *str_field(lua_State *L, int t, const char *k,
+                             const char *dflt)
+{
+    lua_getfield(L, t, k);
+    return lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : dflt;
+}
+
+/* The registry entry at index e, its name just below it.  The strings
+ * stay on the stack until the caller's settop. */
+static void read_cmd(lua_State *L, int e, struct lua_host_cmd *out)
+{
+    struct lua_host_cmd c = {0};
+    c.name = lua_tostring(L, e - 1);
+    c.arity = int_field(L, e, "arity");
+    c.max_args = int_field(L, e, "max_args");
+    c.first = int_field(L, e, "first_key");
+    c.last = int_field(L, e, "last_key");
+    c.step = int_field(L, e, "step");
+    c.flags = str_field(L, e, "flags", "");
+    c.group = str_field(L, e, "group", "server");
+    lua_getfield(L, e, "in_c");
+    c.in_c = lua_toboolean(L, -1);
+    lua_getfield(L, e, "subscribed_ok");
+    c.subscribed_ok = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    if (lua_getfield(L, e, "subcommands") == LUA_TTABLE) {
+        int t = lua_gettop(L);
+        lua_pushnil(L);
+        while (lua_next(L, t) && c.nsubs < LUA_HOST_MAX_SUBS) {
+            if (lua_type(L, -2) == LUA_TSTRING && lua_isinteger(L, -1)) {
+                c.subs[c.nsubs].name = lua_tostring(L, -2);
+                c.subs[c.nsubs].arity = (int)lua_tointeger(L, -1);
+                c.nsubs++;
+            }
+            lua_pop(L, 1);
+        }
+        /* lua_next left the key when the array filled up */
+        lua_settop(L, t);
+    }
+    *out = c;
+}
+
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
 {
     lua_State *L = h->L;
@@ -278,16 +330,9 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
             n++;
             if (cb) {
                 int e = lua_gettop(L);
-                lua_getfield(L, e, "arity");
-                lua_getfield(L, e, "first_key");
-                lua_getfield(L, e, "last_key");
-                lua_getfield(L, e, "step");
-                lua_getfield(L, e, "flags");
-                const char *flags =
-                    lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-                cb(arg, lua_tostring(L, e - 1), (int)lua_tointeger(L, e + 1),
-                   (int)lua_tointeger(L, e + 2), (int)lua_tointeger(L, e + 3),
-                   (int)lua_tointeger(L, e + 4), flags);
+                struct lua_host_cmd c;
+                read_cmd(L, e, &c);
+                cb(arg, &c);
                 lua_settop(L, e);
             }
         }

@@ -252,11 +252,30 @@ void lua_host_session_event(struct lua_host *h, const char *event,
 /* SIGHUP: M.on_reload() reloads the policy. */
 void lua_host_reload(struct lua_host *h);
 
-/* Visits the command table (M.commands): name, arity, first key, last key,
- * key step, flags (space separated).  For COMMAND. */
-typedef void (*lua_host_cmd_cb)(void *arg, const char *name, int arity,
-                                int first, int last, int step,
-                                const char *flags);
+/* One entry of the command registry (scripts/registry.lua, M.commands) as
+ * lua_host_commands shows it.  Its strings live until the callback
+ * returns. */
+#define LUA_HOST_MAX_SUBS 16
+struct lua_host_cmd {
+    const char *name;      /* lower case */
+    int arity;             /* Redis's: counts the name; -n means at least n */
+    int max_args;          /* 0, or the most arguments, the name counted */
+    int first, last, step; /* key positions, as COMMAND shows them */
+    const char *flags;     /* space separated */
+    const char *group;     /* COMMAND DOCS's group */
+    int in_c;              /* answered by gateway/dispatch.c (no Lua fn) */
+    int subscribed_ok;     /* allowed in RESP2 subscribed mode */
+    int nsubs;             /* subcommands, at most LUA_HOST_MAX_SUBS */
+    struct {
+        const char *name; /* lower case */
+        int arity;        /* counted from the command's name */
+    } subs[LUA_HOST_MAX_SUBS];
+};
+
+/* Visits every registry entry, in no particular order; returns their
+ * number (cb may be NULL to count).  For COMMAND, metrics names and
+ * dispatch_init. */
+typedef void (*lua_host_cmd_cb)(void *arg, const struct lua_host_cmd *cmd);
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg);
 
 /* A watch fired, forwarded to M.on_watch. */
