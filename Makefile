@@ -14,7 +14,7 @@ CPPFLAGS := -D_GNU_SOURCE -Isidecar -Igateway $(shell pkg-config --cflags $(PKGS
 LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lzookeeper_mt -lm -lpthread
 
 SRCS     := $(wildcard sidecar/*.c) $(wildcard gateway/*.c)
-LIBSRCS  := $(filter-out sidecar/main.c,$(SRCS))
+LIBSRCS  := $(filter-out gateway/main.c,$(SRCS))
 OBJS     := $(SRCS:%.c=$(BUILD)/obj/%.o)
 ASAN_OBJS:= $(SRCS:%.c=$(BUILD)/asan/%.o)
 HDRS     := $(wildcard sidecar/*.h) $(wildcard gateway/*.h)
@@ -58,7 +58,7 @@ $(BUILD)/zkresp-asan: $(ASAN_OBJS)
 	$(CC) $(SAN) $^ -o $@ $(LDLIBS)
 
 # The unit tests link only the pure modules they test.
-UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/keyenc.c sidecar/lua_alloc.c sidecar/lua_pattern.c sidecar/log.c
+UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/buf.c sidecar/keyenc.c sidecar/lua_alloc.c sidecar/lua_pattern.c sidecar/log.c
 
 $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)

@@ -16,6 +16,7 @@
 #include "dispatch.h"
 #include "errors.h"
 #include "log.h"
+#include "lua_reply.h"
 #include "metrics.h"
 #include "proto.h"
 #include "server.h"
@@ -586,6 +587,8 @@ static void ops_subscriptions(void *arg, unsigned long long id, int channels,
 void conn_client_ops(struct server *s)
 {
     struct lua_client_ops ops = {
+        .encode = lua_reply_encode,
+        .encode_error = lua_reply_error,
         .arg = s,
         .describe = ops_describe,
         .push_begin = ops_push_begin,

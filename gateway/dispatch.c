@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "errors.h"
 #include "log.h"
 #include "lua_host.h"
 #include "metrics.h"
@@ -42,24 +43,26 @@ struct cmd_ctx {
 
 typedef void (*cmd_fn)(struct cmd_ctx *x);
 
-/* A subcommand: its lower-case name and Redis's arity for it, counted from
- * the command's own name (CLIENT SETNAME name: 3).  A negative arity -n
- * means at least n. */
-struct csub {
-    const char *name;
-    int arity;
-};
-
-/* One command answered in C.  dispatch() checks the request against arity
- * and, when the command has subcommands, against the subcommand's entry
- * before fn runs, so fn may read every argument the arity guarantees and
- * only those. */
+/* One command answered in C: its name in the command registry
+ * (scripts/registry.lua), where its shape is, and its function.  dispatch()
+ * runs fn only for a request of the registry's shape (arity, subcommand,
+ * subscribed mode), so fn may read every argument the shape guarantees. */
 struct ccmd {
     const char *name;
-    int arity;
-    const char *flags;
     cmd_fn fn;
-    const struct csub *subs; /* NULL, or the subcommands, ended by {NULL} */
+};
+
+/* A C command's registry entry, copied by dispatch_init. */
+struct cshape {
+    int loaded;
+    int arity, max_args; /* as struct lua_host_cmd */
+    int subscribed_ok;
+    int noauth; /* the "noauth" flag: allowed before AUTH */
+    int nsubs;
+    struct {
+        char name[24];
+        int arity;
+    } subs[LUA_HOST_MAX_SUBS];
 };
 
 static int arg_is(const struct proto_arg *a, const char *s)
@@ -86,11 +89,6 @@ static int arg_ll(const struct proto_arg *a, long long *out)
         return -1;
     *out = v;
     return 0;
-}
-
-static void err_arity(struct buf *out, const char *name)
-{
-    reply_errorf(out, "ERR wrong number of arguments for '%s' command", name);
 }
 
 static void err_not_int(struct buf *out)
@@ -157,10 +155,6 @@ static int check_auth(struct conn *c, const struct proto_arg *user,
 
 static void cmd_ping(struct cmd_ctx *x)
 {
-    if (x->argc > 2) {
-        err_arity(x->out, "ping");
-        return;
-    }
     if (conn_subscribed_resp2(x->c)) {
         /* Redis: a subscriber's PING is an array, so that it cannot be
          * mistaken for a message. */
@@ -429,9 +423,8 @@ static void cmd_client(struct cmd_ctx *x)
                arg_is(sub, "REPLY")) {
         reply_status(x->out, "OK"); /* accepted, nothing to do */
     } else {
-        /* In client_subs but without a branch here: a bug, answered as
-         * Redis answers a subcommand it does not know. */
-        reply_errorf(x->out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
+        /* In the registry but without a branch here: a bug. */
+        reply_errorf(x->out, "ERR CLIENT %.*s has no implementation",
                      (int)(sub->len > 128 ? 128 : sub->len), sub->ptr);
     }
 }
@@ -684,16 +677,6 @@ static void cmd_info(struct cmd_ctx *x)
 
 /* --- COMMAND ------------------------------------------------------------- */
 
-static const struct ccmd ccmds[];
-static const size_t nccmds;
-
-struct cmd_list {
-    struct buf *out;
-    int proto;
-    const char *only; /* COMMAND INFO name: match this name */
-    size_t count;
-};
-
 static void flags_reply(struct buf *out, const char *flags)
 {
     size_t n = 0;
@@ -722,267 +705,224 @@ static void flags_reply(struct buf *out, const char *flags)
     }
 }
 
-static void entry_reply(struct buf *out, const char *name, int arity,
-                        const char *flags, int first, int last, int step)
+/* COMMAND INFO's entry of one command. */
+static void entry_reply(struct buf *out, const struct lua_host_cmd *cmd)
 {
     reply_array(out, 10);
-    reply_bulk_str(out, name);
-    reply_int(out, arity);
-    flags_reply(out, flags ? flags : "");
-    reply_int(out, first);
-    reply_int(out, last);
-    reply_int(out, step);
+    reply_bulk_str(out, cmd->name);
+    reply_int(out, cmd->arity);
+    flags_reply(out, cmd->flags);
+    reply_int(out, cmd->first);
+    reply_int(out, cmd->last);
+    reply_int(out, cmd->step);
     reply_array(out, 0);
     reply_array(out, 0);
     reply_array(out, 0);
     reply_array(out, 0);
 }
-
-static void list_lua_cmd(void *arg, const char *name, int arity, int first,
-                         int last, int step, const char *flags)
-{
-    struct cmd_list *l = arg;
-    if (l->only && strcasecmp(l->only, name) != 0)
-        return;
-    l->count++;
-    if (l->out)
-        entry_reply(l->out, name, arity, flags, first, last, step);
-}
-
-static const struct ccmd *ccmd_find(const struct proto_arg *name);
 
 /* One COMMAND DOCS entry: the name, then a small doc map. */
-static void doc_reply(struct buf *out, int proto, const char *name,
-                      const char *group)
+static void doc_reply(struct buf *out, int proto,
+                      const struct lua_host_cmd *cmd)
 {
-    reply_bulk_str(out, name);
+    reply_bulk_str(out, cmd->name);
     reply_map(out, proto, 2);
     reply_bulk_str(out, "summary");
     reply_bulk_str(out, "");
     reply_bulk_str(out, "group");
-    reply_bulk_str(out, group);
+    reply_bulk_str(out, cmd->group);
 }
 
-struct doc_list {
+/* A visit of the command registry for COMMAND: with only, just that name.
+ * Counts what it matches and, with out, writes each one's COMMAND INFO
+ * entry (or, with docs, its COMMAND DOCS pair). */
+struct cmd_list {
     struct buf *out;
     int proto;
-    long n;
+    int docs;
+    const char *only;
+    size_t count;
 };
 
-static void doc_lua_cmd(void *arg, const char *name, int arity, int first,
-                        int last, int step, const char *flags)
+static void list_cmd(void *arg, const struct lua_host_cmd *cmd)
 {
-    struct doc_list *d = arg;
-    d->n++;
-    if (d->out)
-        doc_reply(d->out, d->proto, name, first > 0 ? "keyspace" : "server");
+    struct cmd_list *l = arg;
+    if (l->only && strcmp(l->only, cmd->name) != 0)
+        return;
+    l->count++;
+    if (l->out && l->docs)
+        doc_reply(l->out, l->proto, cmd);
+    else if (l->out)
+        entry_reply(l->out, cmd);
+}
+
+/* Visits the command a names, in any case; 1 when there is one. */
+static int list_named(struct lua_host *lua, const struct proto_arg *a,
+                      struct cmd_list *l)
+{
+    char name[129];
+    if (a->len >= sizeof name)
+        return 0;
+    for (size_t i = 0; i < a->len; i++)
+        name[i] = (char)tolower((unsigned char)a->ptr[i]);
+    name[a->len] = 0;
+    size_t before = l->count;
+    l->only = name;
+    lua_host_commands(lua, list_cmd, l);
+    l->only = NULL;
+    return l->count > before;
 }
 
 /* COMMAND DOCS [name ...]: a map from each known command to its docs. */
 static void cmd_docs(struct cmd_ctx *x)
 {
     struct lua_host *lua = x->c->srv->lua;
-    int p = x->c->resp;
+    struct cmd_list l = {.proto = x->c->resp, .docs = 1};
     if (x->argc == 2) {
-        struct doc_list d = {NULL, p, 0};
-        lua_host_commands(lua, doc_lua_cmd, &d);
-        reply_map(x->out, p, (long)(d.n + (long)nccmds));
-        for (size_t i = 0; i < nccmds; i++)
-            doc_reply(x->out, p, ccmds[i].name, "connection");
-        d.out = x->out;
-        lua_host_commands(lua, doc_lua_cmd, &d);
+        reply_map(x->out, l.proto, (long)lua_host_commands(lua, NULL, NULL));
+        l.out = x->out;
+        lua_host_commands(lua, list_cmd, &l);
         return;
     }
     /* Count the known names first: the map header comes before them. */
-    long known = 0;
-    char names[64][64];
-    int kinds[64];
-    for (int i = 2; i < x->argc && i - 2 < 64; i++) {
-        const struct proto_arg *a = &x->argv[i];
-        kinds[i - 2] = 0;
-        if (a->len >= sizeof names[0])
-            continue;
-        memcpy(names[i - 2], a->ptr, a->len);
-        names[i - 2][a->len] = 0;
-        for (char *q = names[i - 2]; *q; q++)
-            *q = (char)tolower((unsigned char)*q);
-        if (ccmd_find(a)) {
-            kinds[i - 2] = 1;
-        } else {
-            struct cmd_list l = {.only = names[i - 2]};
-            lua_host_commands(lua, list_lua_cmd, &l);
-            kinds[i - 2] = l.count ? 2 : 0;
-        }
-        known += kinds[i - 2] != 0;
-    }
-    reply_map(x->out, p, known);
-    for (int i = 2; i < x->argc && i - 2 < 64; i++)
-        if (kinds[i - 2])
-            doc_reply(x->out, p, names[i - 2],
-                      kinds[i - 2] == 1 ? "connection" : "keyspace");
+    for (int i = 2; i < x->argc; i++)
+        list_named(lua, &x->argv[i], &l);
+    reply_map(x->out, l.proto, (long)l.count);
+    l.out = x->out;
+    for (int i = 2; i < x->argc; i++)
+        list_named(lua, &x->argv[i], &l);
 }
 
 /* COMMAND [COUNT | DOCS [name ...] | INFO [name ...]]: dispatch() has
- * checked the subcommand (command_subs). */
+ * checked the subcommand against the registry. */
 static void cmd_command(struct cmd_ctx *x)
 {
     struct lua_host *lua = x->c->srv->lua;
-    size_t nlua = lua_host_commands(lua, NULL, NULL);
+    struct cmd_list l = {.out = x->out, .proto = x->c->resp};
     if (x->argc >= 2 && arg_is(&x->argv[1], "COUNT")) {
-        reply_int(x->out, (long long)(nlua + nccmds));
+        reply_int(x->out, (long long)lua_host_commands(lua, NULL, NULL));
     } else if (x->argc >= 2 && arg_is(&x->argv[1], "DOCS")) {
         cmd_docs(x);
     } else if (x->argc >= 3 && arg_is(&x->argv[1], "INFO")) {
         reply_array(x->out, x->argc - 2);
-        for (int i = 2; i < x->argc; i++) {
-            const struct ccmd *cc = ccmd_find(&x->argv[i]);
-            if (cc) {
-                entry_reply(x->out, cc->name, cc->arity, cc->flags, 0, 0, 0);
-                continue;
-            }
-            char name[128];
-            snprintf(name, sizeof name, "%.*s",
-                     (int)(x->argv[i].len > 100 ? 100 : x->argv[i].len),
-                     x->argv[i].ptr);
-            for (char *p = name; *p; p++)
-                *p = (char)tolower((unsigned char)*p);
-            struct cmd_list l = {.only = name};
-            lua_host_commands(lua, list_lua_cmd, &l);
-            if (l.count) {
-                l.out = x->out;
-                l.count = 0;
-                lua_host_commands(lua, list_lua_cmd, &l);
-            } else {
+        for (int i = 2; i < x->argc; i++)
+            if (!list_named(lua, &x->argv[i], &l))
                 reply_null(x->out, x->c->resp);
-            }
-        }
     } else {
         /* COMMAND, and COMMAND INFO without names (Redis 7): every
          * command. */
-        reply_array(x->out, (long)(nlua + nccmds));
-        for (size_t i = 0; i < nccmds; i++)
-            entry_reply(x->out, ccmds[i].name, ccmds[i].arity, ccmds[i].flags,
-                        0, 0, 0);
-        struct cmd_list l = {.out = x->out};
-        lua_host_commands(lua, list_lua_cmd, &l);
+        reply_array(x->out, (long)lua_host_commands(lua, NULL, NULL));
+        lua_host_commands(lua, list_cmd, &l);
     }
 }
-
-/* The subcommands answered here, with Redis 7.2's arities. */
-static const struct csub client_subs[] = {
-    {"setname", 3},  {"getname", 2}, {"id", 2},    {"setinfo", 4},
-    {"info", 2},     {"list", -2},   {"kill", -3}, {"no-evict", 3},
-    {"no-touch", 3}, {"reply", 3},   {NULL, 0},
-};
-static const struct csub memory_subs[] = {
-    {"purge", 2},
-    {NULL, 0},
-};
-static const struct csub command_subs[] = {
-    {"count", 2},
-    {"docs", -2},
-    {"info", -2},
-    {NULL, 0},
-};
 
 static const struct ccmd ccmds[] = {
-    {"ping", -1, "fast stale", cmd_ping, NULL},
-    {"echo", 2, "fast stale", cmd_echo, NULL},
-    {"quit", -1, "noauth allow_busy fast", cmd_quit, NULL},
-    {"select", 2, "loading stale fast", cmd_select, NULL},
-    {"auth", -2, "noscript loading stale fast noauth allow_busy", cmd_auth,
-     NULL},
-    {"hello", -1, "noscript loading stale fast noauth allow_busy", cmd_hello,
-     NULL},
-    {"reset", 1, "noscript loading stale fast noauth allow_busy", cmd_reset,
-     NULL},
-    {"client", -2, "noscript loading stale", cmd_client, client_subs},
-    {"info", -1, "loading stale", cmd_info, NULL},
-    {"command", -1, "loading stale", cmd_command, command_subs},
-    {"time", 1, "loading stale fast", cmd_time, NULL},
-    {"memory", -2, "loading stale", cmd_memory, memory_subs},
-    {"wait", 3, "noscript", cmd_wait, NULL},
-    {"waitaof", 4, "noscript", cmd_waitaof, NULL},
-    {"readonly", 1, "loading stale fast", cmd_cluster_disabled, NULL},
-    {"readwrite", 1, "loading stale fast", cmd_cluster_disabled, NULL},
+    {"ping", cmd_ping},
+    {"echo", cmd_echo},
+    {"quit", cmd_quit},
+    {"select", cmd_select},
+    {"auth", cmd_auth},
+    {"hello", cmd_hello},
+    {"reset", cmd_reset},
+    {"client", cmd_client},
+    {"info", cmd_info},
+    {"command", cmd_command},
+    {"time", cmd_time},
+    {"memory", cmd_memory},
+    {"wait", cmd_wait},
+    {"waitaof", cmd_waitaof},
+    {"readonly", cmd_cluster_disabled},
+    {"readwrite", cmd_cluster_disabled},
 };
-static const size_t nccmds = sizeof ccmds / sizeof ccmds[0];
+#define NCCMDS (sizeof ccmds / sizeof ccmds[0])
+static struct cshape shapes[NCCMDS];
 
-static const struct ccmd *ccmd_find(const struct proto_arg *name)
+/* The index in ccmds of the command name names, or -1. */
+static int ccmd_find(const struct proto_arg *name)
 {
-    for (size_t i = 0; i < nccmds; i++)
+    for (size_t i = 0; i < NCCMDS; i++)
         if (arg_is(name, ccmds[i].name))
-            return &ccmds[i];
-    return NULL;
+            return (int)i;
+    return -1;
 }
 
-/* RESP2 subscribed mode: of the C commands only these. */
-static int subscribed_allowed(const struct ccmd *cc)
+static int has_flag(const char *flags, const char *flag)
 {
-    return strcmp(cc->name, "ping") == 0 || strcmp(cc->name, "quit") == 0 ||
-           strcmp(cc->name, "reset") == 0;
+    size_t n = strlen(flag);
+    for (const char *p = flags; (p = strstr(p, flag)) != NULL; p += n)
+        if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0))
+            return 1;
+    return 0;
 }
 
-/* The subcommand entry of cc that argv[1] names, or NULL. */
-static const struct csub *csub_find(const struct ccmd *cc,
-                                    const struct proto_arg *name)
-{
-    for (const struct csub *sc = cc->subs; sc && sc->name; sc++)
-        if (arg_is(name, sc->name))
-            return sc;
-    return NULL;
-}
+struct shape_load {
+    char *err;
+    size_t errlen;
+};
 
-/* Checks pr against cc's arity and, for a command with subcommands, against
- * the named subcommand's.  Returns 1 when fn may run; otherwise writes
- * Redis's error (wrong number of arguments, unknown subcommand) to out and
- * returns 0.  full receives the name Redis reports for the command:
- * "client|setname" for a subcommand, else the command's name. */
-static int ccmd_check(const struct ccmd *cc, const struct proto_req *pr,
-                      struct buf *out, char *full, size_t fullcap)
+static void load_shape(void *arg, const struct lua_host_cmd *cmd)
 {
-    snprintf(full, fullcap, "%s", cc->name);
-    if ((cc->arity > 0 && pr->argc != cc->arity) ||
-        (cc->arity < 0 && pr->argc < -cc->arity)) {
-        err_arity(out, cc->name);
-        return 0;
+    struct shape_load *sl = arg;
+    if (!cmd->in_c)
+        return;
+    int i = -1;
+    for (size_t k = 0; k < NCCMDS && i < 0; k++)
+        if (strcmp(cmd->name, ccmds[k].name) == 0)
+            i = (int)k;
+    if (i < 0) {
+        snprintf(sl->err, sl->errlen,
+                 "the command registry has '%s' answered in C, and the "
+                 "gateway has no such command",
+                 cmd->name);
+        return;
     }
-    if (!cc->subs || pr->argc < 2)
+    struct cshape *sh = &shapes[i];
+    sh->loaded = 1;
+    sh->arity = cmd->arity;
+    sh->max_args = cmd->max_args;
+    sh->subscribed_ok = cmd->subscribed_ok;
+    sh->noauth = has_flag(cmd->flags, "noauth");
+    sh->nsubs = cmd->nsubs;
+    for (int k = 0; k < cmd->nsubs; k++) {
+        snprintf(sh->subs[k].name, sizeof sh->subs[k].name, "%s",
+                 cmd->subs[k].name);
+        sh->subs[k].arity = cmd->subs[k].arity;
+    }
+}
+
+int dispatch_init(struct lua_host *lua, char *err, size_t errlen)
+{
+    struct shape_load sl = {err, errlen};
+    err[0] = 0;
+    lua_host_commands(lua, load_shape, &sl);
+    for (size_t i = 0; i < NCCMDS && !err[0]; i++)
+        if (!shapes[i].loaded)
+            snprintf(err, errlen,
+                     "the gateway answers '%s', and the command registry "
+                     "has no entry for it answered in C",
+                     ccmds[i].name);
+    return err[0] ? ZR_EINVAL : 0;
+}
+
+static int arity_ok(int arity, int max_args, int n)
+{
+    if (arity > 0)
+        return n == arity;
+    return n >= -arity && (max_args == 0 || n <= max_args);
+}
+
+/* Whether pr has the shape of sh: its arity and, for a command with
+ * subcommands, a known subcommand and that one's arity. */
+static int shape_ok(const struct cshape *sh, const struct proto_req *pr)
+{
+    if (!arity_ok(sh->arity, sh->max_args, pr->argc))
+        return 0;
+    if (sh->nsubs == 0 || pr->argc < 2)
         return 1; /* COMMAND alone is the command itself */
-    const struct proto_arg *name = &pr->argv[1];
-    const struct csub *sc = csub_find(cc, name);
-    if (!sc) {
-        char upper[32];
-        size_t i = 0;
-        for (; cc->name[i] && i + 1 < sizeof upper; i++)
-            upper[i] = (char)toupper((unsigned char)cc->name[i]);
-        upper[i] = 0;
-        reply_errorf(out, "ERR unknown subcommand '%.*s'. Try %s HELP.",
-                     (int)(name->len > 128 ? 128 : name->len), name->ptr,
-                     upper);
-        return 0;
-    }
-    snprintf(full, fullcap, "%s|%s", cc->name, sc->name);
-    if ((sc->arity > 0 && pr->argc != sc->arity) ||
-        (sc->arity < 0 && pr->argc < -sc->arity)) {
-        err_arity(out, full);
-        return 0;
-    }
-    return 1;
-}
-
-static void err_subscribed(struct buf *out, const char *full)
-{
-    reply_errorf(out,
-                 "ERR Can't execute '%s': only (P|S)SUBSCRIBE / "
-                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
-                 "context",
-                 full);
-}
-
-static int noauth_allowed(const struct ccmd *cc)
-{
-    return cc && strstr(cc->flags, "noauth") != NULL;
+    for (int k = 0; k < sh->nsubs; k++)
+        if (arg_is(&pr->argv[1], sh->subs[k].name))
+            return arity_ok(sh->subs[k].arity, 0, pr->argc);
+    return 0;
 }
 
 void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
@@ -1001,30 +941,30 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         return;
     }
 
-    const struct ccmd *cc = ccmd_find(name);
+    int ci = ccmd_find(name);
+    const struct ccmd *cc = ci >= 0 ? &ccmds[ci] : NULL;
+    const struct cshape *sh = ci >= 0 ? &shapes[ci] : NULL;
     c->last_cmd = cc ? cc->name : "lua";
     /* Metrics label: C commands are a fixed table, Lua's were registered at
      * start; any other name counts as "unknown". */
     r->metric_cmd = cc ? metrics_cmd_register(cc->name, strlen(cc->name))
                        : metrics_cmd_find(name->ptr, name->len);
-    if (!c->authed && !noauth_allowed(cc)) {
+    if (!c->authed && !(sh && sh->noauth)) {
         reply_error(&r->reply, "NOAUTH Authentication required.");
         r->done = 1;
         return;
     }
-    if (cc) {
-        char full[64];
-        if (ccmd_check(cc, pr, &r->reply, full, sizeof full)) {
-            if (conn_subscribed_resp2(c) && !subscribed_allowed(cc))
-                err_subscribed(&r->reply, full);
-            else
-                cc->fn(&x);
-        }
+    if (cc && shape_ok(sh, pr) &&
+        (sh->subscribed_ok || !conn_subscribed_resp2(c))) {
+        cc->fn(&x);
         if (!r->c_pending)
             r->done = 1;
         return;
     }
-    if (c->srv->stopping) {
+    /* Lua answers the rest, and the refusal of a C command too (a wrong
+     * arity or subcommand, not while subscribed): the registry has every
+     * refusal's text. */
+    if (!cc && c->srv->stopping) {
         reply_error(&r->reply, "TRYAGAIN zkresp is shutting down");
         r->done = 1;
         return;

@@ -1,31 +1,17 @@
 /*
- * reply.h — growable byte buffers and the RESP2/RESP3 reply encoder.
+ * reply.h — the RESP2/RESP3 reply encoder.
  *
  * Every reply a client sees is built here.  Functions append one RESP frame
  * (or a container header) to a struct buf; `proto` is 2 or 3 and selects the
- * encoding where the two protocols differ.  Allocation failure aborts: an
- * encoder that cannot grow its buffer has no sensible error to return.
+ * encoding where the two protocols differ.  The buffer (sidecar/buf.h)
+ * aborts when it cannot grow.
  */
 #ifndef ZKRESP_REPLY_H
 #define ZKRESP_REPLY_H
 
+#include "buf.h"
+
 #include <stddef.h>
-
-struct buf {
-    char *data;
-    size_t len;
-    size_t cap;
-};
-
-void buf_init(struct buf *b);
-void buf_free(struct buf *b);
-void buf_reserve(struct buf *b, size_t extra);
-void buf_append(struct buf *b, const void *p, size_t n);
-void buf_append_str(struct buf *b, const char *s);
-void buf_printf(struct buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Drops the first n bytes. */
-void buf_consume(struct buf *b, size_t n);
 
 /* "+s\r\n".  CR and LF inside s are replaced by spaces. */
 void reply_status(struct buf *b, const char *s);

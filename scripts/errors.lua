@@ -66,6 +66,13 @@ function E.wrong_arity(name)
     return "ERR wrong number of arguments for '" .. name .. "' command"
 end
 
+-- Redis's refusal in RESP2 subscribed mode, with the command's full name
+-- ("pubsub|numsub" for a subcommand).
+function E.not_while_subscribed(full)
+    return "ERR Can't execute '" .. full .. "': only (P|S)SUBSCRIBE / " ..
+           "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+end
+
 function E.invalid_expire(name)
     return "ERR invalid expire time in '" .. name .. "' command"
 end

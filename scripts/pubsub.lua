@@ -1182,14 +1182,22 @@ local function pubsub(args)
     return { err = string.format("ERR unknown subcommand '%s'. Try PUBSUB HELP.", args[2]:sub(1, 128)) }
 end
 
+-- The (un)subscribe commands are the ones allowed in RESP2 subscribed mode
+-- (with PING, QUIT and RESET, answered in C): subscribed_ok.
 local SUBFLAGS = "pubsub noscript loading stale"
 P.commands = {
-    subscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
-    psubscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
-    ssubscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 1, last_key = -1, step = 1 },
-    unsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
-    punsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0 },
-    sunsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 1, last_key = -1, step = 1 },
+    subscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0,
+                  subscribed_ok = true },
+    psubscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0,
+                   subscribed_ok = true },
+    ssubscribe = { fn = subscribe, arity = -2, flags = SUBFLAGS, first_key = 1, last_key = -1, step = 1,
+                   subscribed_ok = true },
+    unsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0,
+                    subscribed_ok = true },
+    punsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 0, last_key = 0, step = 0,
+                     subscribed_ok = true },
+    sunsubscribe = { fn = unsubscribe, arity = -1, flags = SUBFLAGS, first_key = 1, last_key = -1, step = 1,
+                     subscribed_ok = true },
     publish = { fn = publish_cmd("c"), arity = 3, flags = "pubsub loading stale fast may-replicate",
                 first_key = 0, last_key = 0, step = 0 },
     -- SPUBLISH's channel is a key for cluster routing (COMMAND shows 1 1 1).
@@ -1198,10 +1206,6 @@ P.commands = {
     pubsub = { fn = pubsub, arity = -2, flags = "pubsub loading stale", first_key = 0, last_key = 0, step = 0,
                subcommands = PUBSUB_ARITY },
 }
-
--- In RESP2 subscribed mode only these (and PING, QUIT, RESET in C).
-P.SUBSCRIBED_OK = { subscribe = true, psubscribe = true, ssubscribe = true,
-                    unsubscribe = true, punsubscribe = true, sunsubscribe = true }
 
 ---------------------------------------------------------------------------
 -- Lock channels: a message that may have been missed is made up

@@ -4,22 +4,21 @@
 --   M.on_session(event, id)      ZooKeeper session events
 --   M.on_reload()                SIGHUP: load the policy again; if it
 --                                fails the old policy stays
---   M.commands                   every command: lower-case name -> {fn,
---                                arity, first_key, last_key, step, flags,
---                                subcommands}
---                                (cmd_string.lua, cmd_keys.lua, and the
---                                policy's own `commands`); the host lists it
+--   M.commands                   the command registry (registry.lua): the
+--                                built-in commands (cmd_*.lua, eval.lua,
+--                                pubsub.lua, those answered in C) and the
+--                                policy's own `commands`; the host lists it
 --                                for COMMAND
 --
--- dispatch checks the name, the arity (and, for a command with a
--- `subcommands` table of lower-case name -> arity, the subcommand and its
--- arity, counted as Redis does from the command's name) and the key length,
--- then calls fn.  So fn may read every argument its arity guarantees.
-
-local errors = require "errors"
+-- dispatch refuses what Redis refuses before a command body runs (the
+-- registry: an unknown name, a wrong arity or subcommand, a command not
+-- allowed in subscribed mode), then checks the key lengths and the
+-- policy's authorize, then calls fn.  So fn may read every argument its
+-- arity guarantees.
 local K = require "keyspace"
 local U = require "util"
 local SB = require "sandbox"
+local R = require "registry"
 
 local M = {}
 
@@ -29,29 +28,13 @@ local watch_events = 0  -- ZooKeeper watch events received (for /metrics)
 
 local builtin = {}
 for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "eval", "cmd_policy" }) do
-    for name, spec in pairs(require(mod)) do
-        spec.name = name
-        builtin[name] = spec
-    end
+    for name, spec in pairs(require(mod)) do builtin[name] = spec end
 end
-for name, spec in pairs(pubsub.commands) do
-    spec.name = name
-    builtin[name] = spec
-end
+for name, spec in pairs(pubsub.commands) do builtin[name] = spec end
 M.builtin = builtin
 
--- Built-in commands and the policy's; the policy's win.  Rebuilt in place
--- when the policy changes, so the host's reference stays good.
-M.commands = require "command_table"
-
-local function build_commands(extra)
-    for name in pairs(M.commands) do M.commands[name] = nil end
-    for name, spec in pairs(builtin) do M.commands[name] = spec end
-    for name, spec in pairs(extra) do
-        if builtin[name] then host.log("warn", "policy command " .. name .. " replaces the built-in one") end
-        M.commands[name] = spec
-    end
-end
+-- The registry: built-in commands and the policy's (registry.lua).
+M.commands = R.commands
 
 ---------------------------------------------------------------------------
 -- Policy
@@ -84,7 +67,7 @@ function M.load_policy(path)
         return nil, e
     end
     K.set_policy(loaded.hooks)
-    build_commands(loaded.commands)
+    R.install(builtin, loaded.commands)
     H.installed(path, loaded)
     M.policy_path = path
     return true
@@ -171,46 +154,11 @@ local function policy_abort(e)
     return e
 end
 
--- Redis's refusal in RESP2 subscribed mode, with the command's full name
--- ("pubsub|numsub" for a subcommand).
-local function not_while_subscribed(full)
-    return { err = "ERR Can't execute '" .. full .. "': only (P|S)SUBSCRIBE / " ..
-                   "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context" }
-end
-
-local function arity_ok(arity, n)
-    return (arity > 0 and n == arity) or (arity < 0 and n >= -arity)
-end
-
--- Checks args against the spec's arity and, when it has subcommands,
--- against the named subcommand's.  Returns the name Redis reports for the
--- command ("script|load" for a subcommand), or nil and the error reply.
-local function check_shape(spec, args)
-    if not arity_ok(spec.arity, #args) then
-        return nil, { err = errors.wrong_arity(spec.name) }
-    end
-    local subs = spec.subcommands
-    if not subs or not args[2] then return spec.name end
-    local sub = args[2]:lower()
-    local arity = subs[sub]
-    if math.type(arity) ~= "integer" then
-        return nil, { err = errors.unknown_subcommand(spec.name, args[2]) }
-    end
-    local full = spec.name .. "|" .. sub
-    if not arity_ok(arity, #args) then return nil, { err = errors.wrong_arity(full) } end
-    return full
-end
-
 function M.dispatch(args, subscribed)
     local co = coroutine.running()
     U.new_command(co)
-    local spec = M.commands[args[1]:lower()]
-    if not spec then return { err = errors.unknown_command(args) } end
-    local full, bad = check_shape(spec, args)
-    if not full then return bad end
-    if subscribed and not pubsub.SUBSCRIBED_OK[spec.name] then
-        return not_while_subscribed(full)
-    end
+    local refused, spec = R.refusal(args, subscribed)
+    if refused then return refused end
     local e = check_keys(spec, args)
     if e then return { err = e } end
     K.arrived(co)

@@ -21,7 +21,7 @@
 #include "errors.h"
 #include "log.h"
 #include "metrics.h"
-#include "reply.h"
+#include "buf.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

@@ -149,6 +149,7 @@
 struct zk;
 struct config;
 struct buf;
+struct lua_State;
 
 /* The record a running command hangs on to.  The gateway owns it; when the
  * connection goes away first it clears `done` (a tombstone) and the command
@@ -175,10 +176,19 @@ struct lua_client {
     int resp;
 };
 
-/* The requester's side of host.client(), host.push() and
- * host.subscriptions() (the gateway's connections). */
+/* The requester's side (the gateway's connections): how replies are
+ * encoded, and host.client(), host.push() and host.subscriptions().  Set
+ * before the first lua_host_run. */
 struct lua_client_ops {
-    void *arg;
+    /* Appends the reply for the Lua value at index idx of L ("Reply
+     * values" above) to out in protocol proto (2 or 3); idx 0: the command
+     * returned nothing, a null reply.  Leaves L's stack as it found it.
+     * Used for a command's reply (t->out) and host.push's frames. */
+    void (*encode)(struct lua_State *L, int idx, struct buf *out, int proto);
+    /* Appends the error reply "-msg" (a command's Lua error: msg is
+     * "ERR internal error: <message>"). */
+    void (*encode_error)(struct buf *out, const char *msg);
+    void *arg; /* passed to the functions below */
     /* Describes the requester of t; 0, or -1 when there is none. */
     int (*describe)(void *arg, const struct lua_task *t,
                     struct lua_client *out);
@@ -195,6 +205,9 @@ struct lua_client_ops {
 };
 
 struct lua_host;
+
+/* Whether the value at index idx of L is host.null (for the encoder). */
+int lua_host_is_null(struct lua_State *L, int idx);
 
 /* Creates the VM and runs scripts/zkresp.lua and the policy.  On failure
  * returns NULL and writes the reason to err. */
@@ -239,11 +252,30 @@ void lua_host_session_event(struct lua_host *h, const char *event,
 /* SIGHUP: M.on_reload() reloads the policy. */
 void lua_host_reload(struct lua_host *h);
 
-/* Visits the command table (M.commands): name, arity, first key, last key,
- * key step, flags (space separated).  For COMMAND. */
-typedef void (*lua_host_cmd_cb)(void *arg, const char *name, int arity,
-                                int first, int last, int step,
-                                const char *flags);
+/* One entry of the command registry (scripts/registry.lua, M.commands) as
+ * lua_host_commands shows it.  Its strings live until the callback
+ * returns. */
+#define LUA_HOST_MAX_SUBS 16
+struct lua_host_cmd {
+    const char *name;      /* lower case */
+    int arity;             /* Redis's: counts the name; -n means at least n */
+    int max_args;          /* 0, or the most arguments, the name counted */
+    int first, last, step; /* key positions, as COMMAND shows them */
+    const char *flags;     /* space separated */
+    const char *group;     /* COMMAND DOCS's group */
+    int in_c;              /* answered by gateway/dispatch.c (no Lua fn) */
+    int subscribed_ok;     /* allowed in RESP2 subscribed mode */
+    int nsubs;             /* subcommands, at most LUA_HOST_MAX_SUBS */
+    struct {
+        const char *name; /* lower case */
+        int arity;        /* counted from the command's name */
+    } subs[LUA_HOST_MAX_SUBS];
+};
+
+/* Visits every registry entry, in no particular order; returns their
+ * number (cb may be NULL to count).  For COMMAND, metrics names and
+ * dispatch_init. */
+typedef void (*lua_host_cmd_cb)(void *arg, const struct lua_host_cmd *cmd);
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg);
 
 /* A watch fired, forwarded to M.on_watch. */

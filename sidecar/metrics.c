@@ -3,16 +3,17 @@
  * text exposition of them and of the gauges their owners keep.
  *
  *   conn.c: read ──► dispatch ──► ... ──► reply ready ──► metrics_cmd_done()
- *   http.c: GET /metrics ──► metrics_render() ──► reads server, zk, lua host
+ *   http.c: GET /metrics ──► metrics_render() ──► reads zk, lua host, and
+ *                                                  the clients callback
  */
 #include "metrics.h"
 
+#include "buf.h"
 #include "lua_host.h"
-#include "reply.h"
-#include "server.h"
 #include "zk.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -330,12 +331,11 @@ void metrics_render(struct buf *out)
     gauge(out, "zkresp_running_commands", "Commands running in the Lua host.",
           m.src.lua ? (double)lua_host_running(m.src.lua) : 0);
 
-    struct server *s = m.src.srv;
-    struct server_stats st = {0};
-    if (s)
-        st = s->stats;
+    struct metrics_clients st = {0};
+    if (m.src.clients)
+        m.src.clients(m.src.clients_arg, &st);
     gauge(out, "zkresp_connected_clients", "Client connections open.",
-          s ? (double)s->nconns : 0);
+          (double)st.connected);
     counter(out, "zkresp_connections_total", "Client connections accepted.",
             st.connections_received);
     counter(out, "zkresp_rejected_connections_total",

@@ -18,13 +18,25 @@
 #include <stdint.h>
 
 struct buf;
-struct server;
 struct zk;
 struct lua_host;
 
-/* Where a scrape reads the gauges from.  Borrowed; each may be NULL. */
+/* What the client side (the gateway's server) reports for a scrape. */
+struct metrics_clients {
+    uint64_t connected; /* connections open */
+    uint64_t connections_received;
+    uint64_t rejected_connections;
+    uint64_t protocol_errors;
+    uint64_t net_input_bytes;
+    uint64_t net_output_bytes;
+};
+
+/* Where a scrape reads the gauges from.  Borrowed; each may be NULL.
+ * clients(clients_arg, out) fills in the client gauges (left 0 without it):
+ * the layer above provides it, so that this file reads nothing of it. */
 struct metrics_sources {
-    struct server *srv;
+    void (*clients)(void *clients_arg, struct metrics_clients *out);
+    void *clients_arg;
     struct zk *zk;
     struct lua_host *lua;
 };

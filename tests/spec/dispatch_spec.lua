@@ -49,6 +49,36 @@ describe("dispatch", function()
         assert.same(E("ERR wrong number of arguments for 'dbsize' command"), a:call("DBSIZE", "x"))
     end)
 
+    -- The commands answered in C have their shape in the same registry:
+    -- C hands a request it refuses to Lua, which answers with the texts
+    -- every other command uses.
+    it("refuses a malformed command answered in C with Redis's texts", function()
+        local r, n = call("ECHO")
+        assert.same(E("ERR wrong number of arguments for 'echo' command"), r)
+        assert.equal(0, n)
+        assert.same(E("ERR unknown subcommand 'foo'. Try CLIENT HELP."), a:call("CLIENT", "foo"))
+        assert.same(E("ERR wrong number of arguments for 'client|setname' command"),
+                    a:call("client", "SETNAME"))
+        assert.same(E("ERR wrong number of arguments for 'memory|purge' command"),
+                    a:call("MEMORY", "PURGE", "x"))
+        assert.same(E("ERR Can't execute 'client|id': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / " ..
+                      "QUIT / RESET are allowed in this context"),
+                    a:run(function() return a.M.dispatch({ "CLIENT", "ID" }, true) end))
+        -- a well-formed one never reaches Lua; if it did, it is said plainly
+        assert.same(E("ERR echo is answered by zkresp's gateway, not its scripts"), a:call("ECHO", "x"))
+    end)
+
+    it("keeps the commands answered in C when a policy names one of them", function()
+        local file = os.tmpname()
+        local f = assert(io.open(file, "w"))
+        f:write([[ return { commands = { ping = { arity = 1, fn = function() return "mine" end } } } ]])
+        f:close()
+        local b = W:sidecar({ config = { policy = file } })
+        assert.is_true(b.M.commands.ping.in_c)
+        assert.is_nil(b.M.commands.ping.fn)
+        os.remove(file)
+    end)
+
     it("refuses a key over the cap before anything reaches ZooKeeper", function()
         local long = string.rep("k", 9)
         for _, cmd in ipairs({ { "GET", long }, { "SET", long, "v" }, { "DEL", "ok", long },
@@ -80,7 +110,7 @@ describe("dispatch", function()
     it("lets a policy add commands", function()
         local file = S.policy_file([[
             local T = require "txn"
-            return { commands = { hello = { arity = 2, first_key = 1, last_key = 1, step = 1,
+            return { commands = { greet = { arity = 2, first_key = 1, last_key = 1, step = 1,
                 fn = function(args)
                     return T.run({ args[2] }, function(t)
                         local rec = t:read(args[2])
@@ -90,9 +120,9 @@ describe("dispatch", function()
         ]])
         local b = W:sidecar({ config = { policy = file, max_key_len = 8 } })
         b:call("SET", "n", "world")
-        assert.equal("hello world", b:call("HELLO", "n"))
-        assert.same(E("ERR wrong number of arguments for 'hello' command"), b:call("HELLO"))
-        assert.same(E("ERR key too long"), b:call("HELLO", string.rep("n", 9)))
+        assert.equal("hello world", b:call("GREET", "n"))
+        assert.same(E("ERR wrong number of arguments for 'greet' command"), b:call("GREET"))
+        assert.same(E("ERR key too long"), b:call("GREET", string.rep("n", 9)))
         os.remove(file)
     end)
 
@@ -101,20 +131,22 @@ describe("dispatch", function()
         local names = {}
         for name, spec in pairs(cmds) do
             names[#names + 1] = name
-            assert.is_function(spec.fn)
+            -- those answered in C have their shape here and no fn
+            if spec.in_c then assert.is_nil(spec.fn) else assert.is_function(spec.fn) end
             assert.is_number(spec.arity)
             assert.is_string(spec.flags)
         end
         table.sort(names)
-        assert.same({ "dbsize", "decr", "decrby", "del", "delex", "delifeq", "eval", "eval_ro",
-                      "evalsha", "evalsha_ro", "exists", "expire",
-                      "expireat", "get", "getdel", "hdel", "hexists", "hget", "hgetall", "hincrby",
-                      "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "keys",
-                      "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "persist",
-                      "pexpire", "pexpireat", "policy", "psubscribe", "pttl", "publish", "pubsub", "punsubscribe",
-                      "rpop", "rpush", "sadd", "scard", "script", "set", "sismember",
-                      "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "ttl", "type",
-                      "unlink", "unsubscribe", "zadd", "zcard", "zincrby", "zrange",
+        assert.same({ "auth", "client", "command", "dbsize", "decr", "decrby", "del", "delex", "delifeq",
+                      "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists", "expire",
+                      "expireat", "get", "getdel", "hdel", "hello", "hexists", "hget", "hgetall", "hincrby",
+                      "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "info", "keys",
+                      "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "memory", "persist",
+                      "pexpire", "pexpireat", "ping", "policy", "psubscribe", "pttl", "publish", "pubsub",
+                      "punsubscribe", "quit", "readonly", "readwrite", "reset",
+                      "rpop", "rpush", "sadd", "scard", "script", "select", "set", "sismember",
+                      "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "time", "ttl",
+                      "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zincrby", "zrange",
                       "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,

@@ -1,6 +1,8 @@
 /*
  * main.c — zkresp: wires configuration, the ZooKeeper bridge, the Lua host
- * and the RESP server onto one libuv loop, and handles signals.
+ * and the RESP server onto one libuv loop, and handles signals.  The
+ * composition root: it lives on the gateway side because it wires both
+ * layers (gateway/ may include sidecar/ headers, never the reverse).
  *
  *   SIGTERM/SIGINT: stop accepting; refuse new commands; let in-flight work
  *   finish within --shutdown-grace; close the ZooKeeper session so that our
@@ -8,6 +10,7 @@
  *   "shutting down" and /healthz keeps answering 200.
  */
 #include "config.h"
+#include "dispatch.h"
 #include "errors.h"
 #include "http.h"
 #include "log.h"
@@ -51,11 +54,22 @@ static void on_zk_watch(const char *event, const char *path, void *arg)
         lua_host_watch_event(app.lua, event, path);
 }
 
-static void register_command(void *arg, const char *name, int arity, int first,
-                             int last, int step, const char *flags)
+/* /metrics' client gauges, read from the server (metrics_sources). */
+static void metrics_clients(void *arg, struct metrics_clients *out)
 {
-    (void)arg, (void)arity, (void)first, (void)last, (void)step, (void)flags;
-    metrics_cmd_register(name, strlen(name));
+    const struct server *s = arg;
+    out->connected = s->nconns;
+    out->connections_received = s->stats.connections_received;
+    out->rejected_connections = s->stats.rejected_connections;
+    out->protocol_errors = s->stats.protocol_errors;
+    out->net_input_bytes = s->stats.net_input_bytes;
+    out->net_output_bytes = s->stats.net_output_bytes;
+}
+
+static void register_command(void *arg, const struct lua_host_cmd *cmd)
+{
+    (void)arg;
+    metrics_cmd_register(cmd->name, strlen(cmd->name));
 }
 
 /* Once: a second signal may arrive after the grace period ended it (Ctrl-C
@@ -164,10 +178,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "zkresp: %s\n", err);
         return 2;
     }
-    /* Commands are counted by name: the Lua command table is the closed set
-     * of names (C commands add theirs as dispatched). */
+    /* Commands are counted by name: the command registry is the closed set
+     * of names. */
     lua_host_commands(app.lua, register_command, NULL);
-    metrics_set_sources(&(struct metrics_sources){&app.srv, app.zk, app.lua});
+    if (dispatch_init(app.lua, err, sizeof err) < 0) {
+        fprintf(stderr, "zkresp: %s\n", err);
+        return 2;
+    }
+    metrics_set_sources(&(struct metrics_sources){
+        .clients = metrics_clients,
+        .clients_arg = &app.srv,
+        .zk = app.zk,
+        .lua = app.lua,
+    });
     if (app.cfg.metrics_port > 0 &&
         http_init(&app.http, app.loop, app.cfg.metrics_bind,
                   app.cfg.metrics_port, err, sizeof err) < 0) {
