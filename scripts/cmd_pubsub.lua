@@ -54,13 +54,18 @@ local function check_caps(c, kind, args)
     end
 end
 
+-- A (un)subscribe command's verb (lower case), its kind, and the id of the
+-- client asking (nil when none is: a script, say).
+local function request(args)
+    local verb = args[1]:lower()
+    local me = host.client()
+    return verb, KIND_OF[verb], me and me.id
+end
+
 -- SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE
 local function subscribe(args)
-    local verb = args[1]:lower()
-    local kind = KIND_OF[verb]
-    local me = host.client()
-    if not me then return { err = "ERR no client" } end
-    local id = me.id
+    local verb, kind, id = request(args)
+    if not id then return { err = "ERR no client" } end
     local refused = check_caps(PL.client(id), kind, args)
     if refused then return refused end
     local c = PL.ensure_client(id)
@@ -77,11 +82,8 @@ end
 
 -- UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE
 local function unsubscribe(args)
-    local verb = args[1]:lower()
-    local kind = KIND_OF[verb]
-    local me = host.client()
-    if not me then return { err = "ERR no client" } end
-    local id = me.id
+    local verb, kind, id = request(args)
+    if not id then return { err = "ERR no client" } end
     local c = PL.ensure_client(id)
     local names = {}
     if #args == 1 then

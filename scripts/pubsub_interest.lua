@@ -18,6 +18,7 @@
 -- it is back).
 
 local K = require "keyspace"
+local U = require "util"
 local PN = require "pubsub_nodes"
 local PB = require "pubsub_inbox"
 
@@ -240,7 +241,7 @@ end
 function PI.size()
     local n = 0
     for _, kind in ipairs({ "c", "p", "s" }) do
-        for _ in pairs(interest[kind]) do n = n + 1 end
+        n = n + U.count(interest[kind])
     end
     return n
 end

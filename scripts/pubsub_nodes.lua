@@ -1,7 +1,7 @@
 -- pubsub_nodes.lua — where pub/sub keeps its nodes in ZooKeeper, and the
 -- collection of the ones left behind (empty channel nodes, the inboxes and
 -- doorbells of sidecars that died).  Also pub/sub's settings and counters,
--- shared by the modules above it (pubsub.lua draws them).
+-- shared by the modules above it (pubsub.lua lists them).
 --
 -- Under <root>/ps (DESIGN.md, "Pub/Sub"):
 --
@@ -21,6 +21,7 @@
 -- encoded like keys (sidecar/keyenc.h).
 
 local K = require "keyspace"
+local U = require "util"
 local errors = require "errors"
 
 local PN = {}
@@ -100,9 +101,7 @@ end
 
 -- How many channel nodes wait for collection (pubsub.sizes).
 function PN.gc_count()
-    local n = 0
-    for _ in pairs(gc_queue) do n = n + 1 end
-    return n
+    return U.count(gc_queue)
 end
 
 -- See pubsub.lua's compact.

@@ -70,10 +70,7 @@ end
 
 -- How many channels the route cache holds of a kind.
 local function cache_size(kind)
-    local n = 0
-    for _ in pairs(cache[kind].new) do n = n + 1 end
-    for _ in pairs(cache[kind].old) do n = n + 1 end
-    return n
+    return U.count(cache[kind].new) + U.count(cache[kind].old)
 end
 local dirv = {}                    -- kind -> data version of dir(kind)
 local patview                      -- {version, pats = {pattern -> {inst -> n}}}

@@ -1,4 +1,4 @@
--- Pub/sub (scripts/pubsub*.lua, cmd_pubsub.lua) over the ZooKeeper model: local delivery,
+-- Pub/sub (scripts/pubsub*.lua) over the ZooKeeper model: local delivery,
 -- routes through ZooKeeper only towards sidecars that registered interest,
 -- a script's publish as part of its commit, and interest restored after a
 -- new session.
