@@ -80,7 +80,7 @@ local patview                      -- {version, pats = {pattern -> {inst -> n}}}
 local gen = 0
 
 -- The counts of the children of X (other sidecars), watched, and the
--- payloads of their doorbells (see interest_data).
+-- payloads of their doorbells (see pubsub_interest.lua's interest_data).
 local function remote_counts(X, names)
     local remote, rings = {}, {}
     for _, who in ipairs(names) do
