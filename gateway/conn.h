@@ -51,7 +51,7 @@ struct conn {
     int authed;
     char *name; /* CLIENT SETNAME */
     char *user; /* the AUTH user; NULL: "default" */
-    /* Pub/sub subscriptions, as scripts/pubsub.lua keeps them: channels,
+    /* Pub/sub subscriptions, as scripts/pubsub_local.lua keeps them: channels,
      * patterns, shard channels.  A RESP2 client with any is in subscribed
      * mode (only the subscribe family, PING, QUIT and RESET). */
     int nsub, npsub, nssub;

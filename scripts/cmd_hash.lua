@@ -14,7 +14,7 @@ local codec = require "codec"
 
 local HASH = codec.HASH
 
-local H = {}
+local C = {}
 
 local err = E.reply
 
@@ -46,15 +46,15 @@ local function hset_generic(args, name, reply_ok)
     end)
 end
 
-H.hset = spec(function(args) return hset_generic(args, "hset", false) end, -4,
+C.hset = spec(function(args) return hset_generic(args, "hset", false) end, -4,
               "write denyoom fast")
-H.hmset = spec(function(args) return hset_generic(args, "hmset", true) end, -4,
+C.hmset = spec(function(args) return hset_generic(args, "hmset", true) end, -4,
                "write denyoom fast")
 
 ---------------------------------------------------------------------------
 -- Reads
 
-H.hget = spec(function(args)
+C.hget = spec(function(args)
     local key, field = args[2], args[3]
     return T.run({ key }, function(t)
         local _, h = load(t, key)
@@ -62,7 +62,7 @@ H.hget = spec(function(args)
     end)
 end, 3, "readonly fast")
 
-H.hmget = spec(function(args)
+C.hmget = spec(function(args)
     local key = args[2]
     return T.run({ key }, function(t)
         local _, h = load(t, key)
@@ -74,7 +74,7 @@ H.hmget = spec(function(args)
     end)
 end, -3, "readonly fast")
 
-H.hexists = spec(function(args)
+C.hexists = spec(function(args)
     local key, field = args[2], args[3]
     return T.run({ key }, function(t)
         local _, h = load(t, key)
@@ -82,7 +82,7 @@ H.hexists = spec(function(args)
     end)
 end, 3, "readonly fast")
 
-H.hlen = spec(function(args)
+C.hlen = spec(function(args)
     local key = args[2]
     return T.run({ key }, function(t)
         local _, h = load(t, key)
@@ -106,14 +106,14 @@ local function listing(what)
     end
 end
 
-H.hkeys = spec(listing("keys"), 2, "readonly")
-H.hvals = spec(listing("vals"), 2, "readonly")
-H.hgetall = spec(listing("all"), 2, "readonly")
+C.hkeys = spec(listing("keys"), 2, "readonly")
+C.hvals = spec(listing("vals"), 2, "readonly")
+C.hgetall = spec(listing("all"), 2, "readonly")
 
 ---------------------------------------------------------------------------
 -- HINCRBY key field increment
 
-H.hincrby = spec(function(args)
+C.hincrby = spec(function(args)
     local key, field = args[2], args[3]
     local by = U.to_int(args[4])
     if not by then return err(E.NOT_INTEGER) end
@@ -136,7 +136,7 @@ end, 4, "write denyoom fast")
 ---------------------------------------------------------------------------
 -- HDEL key field [field ...]
 
-H.hdel = spec(function(args)
+C.hdel = spec(function(args)
     local key = args[2]
     return T.run({ key }, function(t)
         local rec, h = load(t, key)
@@ -157,4 +157,4 @@ H.hdel = spec(function(args)
     end)
 end, -3, "write fast")
 
-return H
+return C

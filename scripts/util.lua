@@ -148,6 +148,13 @@ function U.is(arg, word)
     return #arg == #word and arg:lower() == word
 end
 
+-- How many entries table t holds (any keys).
+function U.count(t)
+    local n = 0
+    for _ in pairs(t) do n = n + 1 end
+    return n
+end
+
 -- A command table entry for a command whose one key is its first argument
 -- (the shape cmd_*.lua export; see zkresp.lua's command table).
 function U.key_command(fn, arity, flags)

@@ -6,7 +6,7 @@
 --                                fails the old policy stays
 --   M.commands                   the command registry (registry.lua): the
 --                                built-in commands (cmd_*.lua, eval.lua,
---                                pubsub.lua, those answered in C) and the
+--                                cmd_pubsub.lua, those answered in C) and the
 --                                policy's own `commands`; the host lists it
 --                                for COMMAND
 --
@@ -22,15 +22,15 @@ local R = require "registry"
 
 local M = {}
 
-local pubsub = require "pubsub"
+local PS = require "pubsub"
 
 local watch_events = 0  -- ZooKeeper watch events received (for /metrics)
 
 local builtin = {}
-for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "eval", "cmd_policy" }) do
+for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval",
+                       "cmd_policy" }) do
     for name, spec in pairs(require(mod)) do builtin[name] = spec end
 end
-for name, spec in pairs(pubsub.commands) do builtin[name] = spec end
 M.builtin = builtin
 
 -- The registry: built-in commands and the policy's (registry.lua).
@@ -196,17 +196,17 @@ function M.stats()
     for _, e in pairs(K.owned) do
         if e.lifetime == "ephemeral" and e.sid == sid then owned = owned + 1 end
     end
-    local sizes = pubsub.sizes()
+    local sizes = PS.sizes()
     return {
         owned_keys = owned,
         script_commits_total = T.stats.committed,
         script_retries_total = T.stats.retries,
         shared_reads_total = K.stats.shared_reads,
-        pubsub_published_total = pubsub.stats.published,
-        pubsub_messages_sent_total = pubsub.stats.messages_sent,
-        pubsub_messages_received_total = pubsub.stats.messages_received,
-        pubsub_made_up_total = pubsub.stats.made_up,
-        pubsub_rung_total = pubsub.stats.rung,
+        pubsub_published_total = PS.stats.published,
+        pubsub_messages_sent_total = PS.stats.messages_sent,
+        pubsub_messages_received_total = PS.stats.messages_received,
+        pubsub_made_up_total = PS.stats.made_up,
+        pubsub_rung_total = PS.stats.rung,
         zookeeper_watch_events_total = watch_events,
         pubsub_subscriptions = sizes.subscriptions,
         pubsub_interests = sizes.interests,
@@ -218,13 +218,13 @@ end
 -- A watch left by keyspace.lua fired (see sidecar/lua_host.h).
 function M.on_watch(event, path)
     watch_events = watch_events + 1
-    if pubsub.on_watch(event, path) then return end
+    if PS.on_watch(event, path) then return end
     K.on_watch(event, path)
 end
 
 -- A client with subscriptions closed or was RESET.
 function M.on_client_gone(id)
-    pubsub.client_gone(id)
+    PS.client_gone(id)
 end
 
 function M.on_reload()
@@ -235,7 +235,7 @@ function M.on_session(event, session_id)
     host.log("info", string.format("session %s 0x%x", tostring(event),
                                    math.tointeger(session_id) or 0))
     K.on_session(event, session_id)
-    pubsub.on_session(event)
+    PS.on_session(event)
 end
 
 return M

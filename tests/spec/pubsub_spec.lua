@@ -1,4 +1,4 @@
--- Pub/sub (scripts/pubsub.lua) over the ZooKeeper model: local delivery,
+-- Pub/sub (scripts/pubsub*.lua) over the ZooKeeper model: local delivery,
 -- routes through ZooKeeper only towards sidecars that registered interest,
 -- a script's publish as part of its commit, and interest restored after a
 -- new session.
@@ -273,12 +273,12 @@ describe("pub/sub", function()
 end)
 
 describe("doorbells", function()
-    local W, a, b, P
+    local W, a, b, PS
     local lockch = "redisson_lock__channel:{L}"
     local unlock = "redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], ARGV[1]) return 1"
     before_each(function()
         W, a, b = S.world(2)
-        P = b.require("pubsub")
+        PS = b.require("pubsub")
     end)
 
     local function texts(list)
@@ -303,13 +303,13 @@ describe("doorbells", function()
         W:advance(50)
         assert.same({ lockch .. "=0", lockch .. "=0", lockch .. "=0", lockch .. "=0", lockch .. "=0" },
                     texts(b.pushed[7]))
-        assert.equal(5, P.stats.rung)
-        assert.equal(5, P.stats.messages_received) -- each also listed, and not delivered again
+        assert.equal(5, PS.stats.rung)
+        assert.equal(5, PS.stats.messages_received) -- each also listed, and not delivered again
         -- plain PUBLISH rings too; other payloads and channels do not
         assert.equal(1, a:call("PUBLISH", lockch, "0"))
         assert.equal(1, a:call("PUBLISH", lockch, "1"))
         W:advance(50)
-        assert.equal(6, P.stats.rung)
+        assert.equal(6, PS.stats.rung)
         assert.same(lockch .. "=1", texts(b.pushed[7])[7])
     end)
 
@@ -331,7 +331,7 @@ describe("doorbells", function()
             if round == 1 then
                 -- the first script's unlock came after another message in
                 -- its multi, whose event came first: it was listed
-                assert.equal(2, P.stats.rung)
+                assert.equal(2, PS.stats.rung)
             end
         end
         local twice = {}

@@ -1,0 +1,256 @@
+-- pubsub_interest.lua — this sidecar's interest in ZooKeeper: for every
+-- (kind, name) with local subscribers, its node c|p|s/<name>/<instance>
+-- (pubsub_nodes.lua) holding the subscriber count, written, updated and
+-- deleted by a few workers towards what the local subscriptions want, and
+-- written again after a new session.
+--
+-- So that a publish made by a script's commit can never miss a subscriber
+-- whose SUBSCRIBE had already been answered, registering interest bumps a
+-- data version that the commit checks (pubsub_routes.lua):
+--
+--   * a new interest in a channel sets c/<channel> (and c/ itself when it
+--     creates c/<channel>), and the commit checks the version of
+--     c/<channel> it routed by, or of c/ when the channel had no node;
+--   * a new pattern interest sets p/, which every commit checks.
+--
+-- SUBSCRIBE answers once its interest is registered (PI.await), or at the
+-- command's deadline when ZooKeeper is away (then it registers as soon as
+-- it is back).
+
+local K = require "keyspace"
+local U = require "util"
+local PN = require "pubsub_nodes"
+local PB = require "pubsub_inbox"
+
+local PI = {}
+
+PI.RETRY_MS = 200          -- registering interest again after a failure
+
+local dir, node, inst = PN.dir, PN.node, PN.inst
+local bell_payload = PB.bell_payload
+
+-- What an interest node holds: the subscriber count, and the encoded
+-- payload of its doorbell if it has one.
+local function interest_data(kind, name, n)
+    local pl = bell_payload(kind, name)
+    if pl then return n .. " " .. host.key_encode(pl) end
+    return tostring(n)
+end
+
+local function connected()
+    local _, c = zk.session()
+    return c
+end
+
+---------------------------------------------------------------------------
+-- Interest: this sidecar's registration per (kind, name), reconciled by one
+-- worker at a time towards `want`.
+
+local interest = { c = {}, p = {}, s = {} }  -- kind -> name -> state
+
+local function wake_all(st)
+    local w = st.waiters
+    st.waiters = {}
+    for _, co in ipairs(w) do host.wake(co) end
+end
+
+-- One step towards st.want; returns true when it made progress or there is
+-- nothing to do, false after a failure.
+local function reconcile_step(kind, name, st)
+    local X = node(kind, name)
+    local me = X .. "/" .. inst()
+    local n = st.count  -- may change while this step waits
+    if st.want and not st.have then
+        -- messages for this interest need our inbox
+        if not PB.inbox_ready then
+            if not pcall(PB.ensure_inbox) then return false end
+        end
+        -- the doorbell, before anyone can see it announced
+        local pl = bell_payload(kind, name)
+        if pl and not PB.ring_ready(name, pl) then return false end
+        local bump = kind == "p" and dir("p") or X
+        local ops = { { "create", me, interest_data(kind, name, n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
+        if not st.exists_known then
+            -- a new channel node also bumps its directory (see the top)
+            local full = { { "create", X, "", 0 } }
+            if kind ~= "p" then full[#full + 1] = { "set", dir(kind), "", -1 } end
+            for _, o in ipairs(ops) do full[#full + 1] = o end
+            ops = full
+        end
+        local rc, results = zk.multi(ops)
+        if rc == zk.OK then
+            st.have, st.written, st.exists_known = true, n, true
+            return true
+        end
+        local first = rc
+        for _, r in ipairs(type(results) == "table" and results or {}) do
+            if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then first = r.rc break end
+        end
+        if first == zk.NODEEXISTS then
+            if not st.exists_known then
+                st.exists_known = true          -- the channel node exists
+                return true
+            end
+            -- ours from an attempt whose answer was lost, or left by our
+            -- previous session until the server expires it
+            local erc, stat = zk.exists(me)
+            if erc == zk.OK and stat.ephemeralOwner == zk.session() then
+                st.have, st.written = true, nil
+            elseif erc == zk.OK then
+                zk.delete(me, -1)
+            end
+            return true
+        elseif first == zk.NONODE then
+            if st.exists_known then
+                st.exists_known = false
+                return true
+            end
+            local ok = pcall(K.ensure_path, dir(kind))
+            return ok
+        end
+        return false
+    elseif st.want and st.have and st.written ~= st.count then
+        local rc = zk.set(me, interest_data(kind, name, n), -1)
+        if rc == zk.OK then st.written = n return true end
+        if rc == zk.NONODE then st.have = false return true end
+        return false
+    elseif not st.want and st.have then
+        local rc = zk.delete(me, -1)
+        if rc == zk.OK or rc == zk.NONODE then
+            st.have = false
+            PN.gc_later(X)
+            local pl = bell_payload(kind, name)
+            if pl then PB.unring(name, pl) end
+            return true
+        end
+        return false
+    end
+    return true
+end
+
+local function settled(st)
+    return st.want == st.have and (not st.want or st.written == st.count)
+end
+
+-- Interests to reconcile, in order, taken by at most PI.WORKERS coroutines:
+-- a SUBSCRIBE of a thousand channels costs a few workers, not a thousand
+-- coroutines (the VM's allocator keeps its small blocks at their peak).
+PI.WORKERS = 16
+local todo, todo_head, todo_tail = {}, 1, 0
+local workers = 0
+
+local function settle(kind, name, st)
+    while not settled(st) do
+        if not connected() then
+            host.sleep(PI.RETRY_MS)
+        else
+            local ok, progressed = pcall(reconcile_step, kind, name, st)
+            if st.have and st.want then wake_all(st) end
+            if not ok then
+                host.log("warn", "pubsub: registering interest in " .. name .. ": " .. tostring(progressed))
+                host.sleep(PI.RETRY_MS)
+            elseif not progressed then
+                host.sleep(PI.RETRY_MS)
+            end
+        end
+    end
+    st.busy = false
+    wake_all(st)
+    if not st.want and not st.have then interest[kind][name] = nil end
+end
+
+local function worker()
+    while todo_head <= todo_tail do
+        local item = todo[todo_head]
+        todo[todo_head] = nil
+        todo_head = todo_head + 1
+        if todo_head > todo_tail then todo, todo_head, todo_tail = {}, 1, 0 end
+        settle(item[1], item[2], item[3])
+    end
+    workers = workers - 1
+end
+
+local function reconcile(kind, name)
+    local st = interest[kind][name]
+    if not st or st.busy then return end
+    st.busy = true
+    todo_tail = todo_tail + 1
+    todo[todo_tail] = { kind, name, st }
+    if workers < PI.WORKERS then
+        workers = workers + 1
+        host.spawn(worker)
+    end
+end
+
+-- The local subscriber count of (kind, name) changed to n.
+function PI.set(kind, name, n)
+    local st = interest[kind][name]
+    if not st then
+        if n == 0 then return end
+        st = { want = false, have = false, count = 0, waiters = {} }
+        interest[kind][name] = st
+    end
+    st.want = n > 0
+    st.count = n
+    reconcile(kind, name)
+    return st
+end
+
+-- Waits until the interest of st is registered, at most until the
+-- command's deadline.
+function PI.await(st)
+    if not st or (st.have and st.want) or not st.want then return end
+    local co = coroutine.running()
+    st.waiters[#st.waiters + 1] = co
+    local timer = host.timer(function()
+        for i = 1, #st.waiters do
+            if st.waiters[i] == co then table.remove(st.waiters, i) break end
+        end
+        host.wake(co)
+    end)
+    timer:start(math.max(0, host.deadline() - host.now()))
+    host.suspend()
+    timer:stop()
+end
+
+-- A new session: the old one's interest nodes are gone; each is written
+-- again.
+function PI.new_session()
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        for name, st in pairs(interest[kind]) do
+            st.have = false
+            reconcile(kind, name)
+        end
+    end
+end
+
+-- Waits until every interest wanted is registered.
+function PI.await_all()
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        for _, st in pairs(interest[kind]) do
+            if st.want and not st.have then
+                local co = coroutine.running()
+                st.waiters[#st.waiters + 1] = co
+                host.suspend()
+            end
+        end
+    end
+end
+
+-- How many interests are being registered or held (pubsub.sizes).
+function PI.size()
+    local n = 0
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        n = n + U.count(interest[kind])
+    end
+    return n
+end
+
+-- See pubsub.lua's compact.
+function PI.compact()
+    for _, kind in ipairs({ "c", "p", "s" }) do
+        if next(interest[kind]) == nil then interest[kind] = {} end
+    end
+end
+
+return PI
