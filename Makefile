@@ -58,7 +58,8 @@ $(BUILD)/zkresp-asan: $(ASAN_OBJS)
 	$(CC) $(SAN) $^ -o $@ $(LDLIBS)
 
 # The unit tests link only the pure modules they test.
-UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/buf.c sidecar/keyenc.c sidecar/lua_alloc.c sidecar/lua_pattern.c sidecar/log.c
+UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/buf.c sidecar/keyenc.c sidecar/lua_alloc.c sidecar/lua_pattern.c sidecar/log.c \
+           sidecar/zk_queue.c
 
 $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)

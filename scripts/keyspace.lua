@@ -41,7 +41,7 @@
 --
 -- Writes of keys are sent grouped (the trailing `true` of zk.create,
 -- zk.set, zk.delete and zk.multi): the bridge may send the writes of many
--- commands in one multi (group commit, sidecar/zk.c).  The key queues
+-- commands in one multi (group commit, sidecar/zk_group.c).  The key queues
 -- already order the writes of one key, so a grouped write only has to land
 -- between its submission and its answer.  A grouped create may answer no
 -- stat; the code below then knows the new node's version (0) and leaves

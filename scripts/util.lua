@@ -6,7 +6,7 @@ local U = {}
 ---------------------------------------------------------------------------
 -- State kept per command, keyed by the command's coroutine
 --
--- lua_host.c keeps the coroutines of finished commands for later ones (a new
+-- lua_co.c keeps the coroutines of finished commands for later ones (a new
 -- thread per command would build its stack and call records again), so a
 -- coroutine is one command's only while that command runs.  State keyed by
 -- coroutine.running() for the running command lives in tables made here,

@@ -59,40 +59,73 @@
  *   A Lua error raised by a command answers "-ERR internal error: <msg>"
  *   and is logged.
  *
- *   zk (every call except zk.session yields; rc is a ZooKeeper code or one of
- *   ours below):
+ *   zk (every call but zk.session, zk.request_size and zk.max_request
+ *   yields; they must be called from a coroutine of the host, else they
+ *   raise; rc is a ZooKeeper code, as the constants below, or one of ours):
  *     zk.get(path [, watch])         -> rc, data, stat
- *     zk.exists(path [, watch])      -> rc, stat
+ *         data: the node's bytes ("" for none) when rc is zk.OK, else nil
+ *     zk.exists(path [, watch])      -> rc, stat (nil unless zk.OK)
  *     zk.children(path [, watch])    -> rc, {name, ...}, stat (of path)
+ *         the names are unordered; nil, nil unless zk.OK
  *         watch = true leaves a one-shot watch (see M.on_watch); watches
  *         survive reconnects within a session, not a new session.
- *     zk.create(path, data, flags)   -> rc, created_path, stat
- *     zk.set(path, data, version)    -> rc, stat
- *     zk.delete(path, version)       -> rc
+ *     zk.get_acl(path)               -> rc, {{perms = n, scheme = s,
+ *                                        id = s}, ...} (nil unless zk.OK)
+ *     zk.create(path, data, flags [, grouped])
+ *                                    -> rc, created_path, stat
+ *         data may be nil (no bytes); flags: 0, zk.EPHEMERAL, zk.SEQUENCE or
+ *         their sum; created_path and stat are nil unless zk.OK
+ *     zk.set(path, data, version [, grouped])
+ *                                    -> rc, stat (nil unless zk.OK)
+ *     zk.delete(path, version [, grouped]) -> rc
+ *         version -1 (or nil): any
  *     zk.sync(path)                  -> rc
- *     zk.multi(ops)                  -> rc, results
+ *     zk.multi(ops [, grouped])      -> rc, results
  *         ops: {{"create", path, data, flags}, {"delete", path, version},
  *               {"set", path, data, version}, {"check", path, version}, ...}
- *         results: {{rc = n, path = p|nil, stat = s|nil}, ...} (one per op)
+ *               (1 to 10000; a malformed list raises)
+ *         results: when ZooKeeper answered the multi (rc zk.OK, or the code
+ *         of the operation that failed: nothing was applied), one table per
+ *         operation, {rc = n, path = p|nil, stat = s|nil}: path for a
+ *         create and stat for a set, only when rc is zk.OK; before the
+ *         failed operation rc is zk.OK, after it zk.RUNTIMEINCONSISTENCY.
+ *         Otherwise -- a connection loss or timeout (zk.CONNECTIONLOSS,
+ *         zk.OPERATIONTIMEOUT, zk.SESSIONEXPIRED, zk.SESSIONMOVED),
+ *         zk.TIMEOUT, zk.CLOSING, zk.TOOBIG, zk.BADARGUMENTS -- results is
+ *         an empty table: nothing is known of the operations.
+ *     grouped (create, set, delete, multi): true lets the write go out with
+ *         the other grouped writes of the same loop turn, as one multi
+ *         (group commit, zk.h ZK_GROUPED).  Its answer is the one it would
+ *         have had alone, except that it lands somewhere between its
+ *         submission and its answer (not in submission order with others'
+ *         requests) and a grouped create answers no stat (rc, path, nil).
  *     zk.session()                   -> session_id, connected   (no yield)
+ *         session_id 0: no session (connecting, or being replaced)
  *     zk.request_size(ops)           -> bytes ZooKeeper reads for
  *                                       zk.multi(ops)            (no yield)
  *     zk.max_request()               -> the largest request sent (no yield)
  *   stat: {czxid, mzxid, ctime, mtime, version, cversion, aversion,
  *          ephemeralOwner, dataLength, numChildren, pzxid}, all integers.
- *   Constants: zk.OK, zk.NONODE, zk.NODEEXISTS, zk.BADVERSION, zk.NOTEMPTY,
- *   zk.CONNECTIONLOSS, zk.OPERATIONTIMEOUT, zk.SESSIONEXPIRED,
- *   zk.SESSIONMOVED, zk.RUNTIMEINCONSISTENCY, zk.TIMEOUT (ours: the request's
- *   zk-request-timeout passed while disconnected), zk.CLOSING (ours: the
- *   sidecar is shutting down), zk.TOOBIG (ours: the request is larger than
- *   zk.max_request(); it was never sent), zk.EPHEMERAL, zk.SEQUENCE (create
- *   flags).
+ *   Constants: result codes zk.OK, zk.NONODE, zk.NODEEXISTS, zk.BADVERSION,
+ *   zk.NOTEMPTY, zk.NOCHILDRENFOREPHEMERALS, zk.NOAUTH, zk.INVALIDACL,
+ *   zk.AUTHFAILED, zk.CONNECTIONLOSS, zk.OPERATIONTIMEOUT,
+ *   zk.SESSIONEXPIRED, zk.SESSIONMOVED, zk.RUNTIMEINCONSISTENCY,
+ *   zk.BADARGUMENTS (a path ZooKeeper would refuse: never sent), and ours:
+ *   zk.TIMEOUT (the request's deadline passed while disconnected: never
+ *   sent), zk.CLOSING (the sidecar is shutting down), zk.TOOBIG (the request
+ *   is larger than zk.max_request(): never sent); create flags
+ *   zk.EPHEMERAL, zk.SEQUENCE; ACL bits zk.PERM_WRITE, zk.PERM_CREATE,
+ *   zk.PERM_DELETE, zk.PERM_ADMIN.
  *   An operation still waiting when the session is replaced returns
  *   zk.SESSIONEXPIRED: it is never sent under a later session.
  *   While the session is not connected an operation waits, at most until the
- *   command's deadline (its start plus zk-request-timeout), then returns
- *   zk.TIMEOUT.  An operation in flight when the connection drops returns
- *   zk.CONNECTIONLOSS: its outcome is unknown and the caller resolves it.
+ *   command's deadline (its start plus zk-request-timeout, not counting the
+ *   time the command spent running; see host.deadline, host.lease_wait),
+ *   then returns zk.TIMEOUT.  An operation in flight when the connection
+ *   drops returns zk.CONNECTIONLOSS: its outcome is unknown and the caller
+ *   resolves it.  A command's operation is answered by its deadline even
+ *   once sent: zk.OPERATIONTIMEOUT, its outcome unknown (zk.h ZK_BOUNDED);
+ *   background coroutines (hooks, timers, host.spawn) wait for the answer.
  *
  *   host:
  *     host.now()             monotonic clock, milliseconds (float)  no yield
@@ -106,6 +139,13 @@
  *     host.timer(fn)         a timer object: t:start(ms) (re)arms it,
  *                            t:stop() disarms; fn() runs in a new coroutine
  *     host.deadline()        the running command's deadline (host.now() units)
+ *     host.lease_wait()      the running command writes a key of this
+ *                            session's: its requests may wait for a
+ *                            reconnect as long as the session may be alive
+ *                            (zk_lease_end, at most one session timeout from
+ *                            its start), not only zk-request-timeout
+ *     host.fatal(reason)     a start-up check cannot pass: the process stops
+ *                            with exit status 2 (lua_host_set_fatal)
  *     host.log(level, msg)   level: "debug", "info", "warn", "error"
  *     host.key_encode(key)   Redis key -> node name (sidecar/keyenc.h)
  *     host.key_decode(name)  node name -> key, or nil
@@ -124,7 +164,7 @@
  *     host.caps(deadline, mem0_kb, limit_kb, kill, count, time_every,
  *               slice_ms, client_source) / host.caps()
  *                            watch / stop watching the running command's
- *                            client script code (lua_host.c: time cap,
+ *                            client script code (lua_caps.c: time cap,
  *                            memory cap in the allocator, 5 ms slices,
  *                            sticky kills; kill(why) raises)
  *     host.killed()          why the running script was killed ("time",
@@ -138,7 +178,12 @@
  *     host.instance          16 random bytes identifying this process
  *     host.config            {root, max_key_len, max_value_len,
  *                             zk_max_request, request_timeout,
- *                             session_timeout}
+ *                             session_timeout, policy, zk_acl ("open" or
+ *                             "creator"), scripts, script_time_limit,
+ *                             script_memory_limit,
+ *                             max_subscriptions_per_command,
+ *                             max_subscriptions_per_client,
+ *                             pubsub_gc_delay} (config.h)
  *   Command code must never call coroutine.yield itself.
  */
 #ifndef ZKRESP_LUA_HOST_H

@@ -6,15 +6,24 @@
  *   zk_submit() --zoo_a*()--------> IO thread -> ensemble
  *                                   completion thread: deep copy result,
  *   drain <---- uv_async_send <---- lock, append to queue, unlock
- *   cb(result) on the loop thread
+ *   cb(result) on the loop thread   (zk_queue.h)
  *
- * Everything but the queue belongs to the loop thread.  While the session is
- * not connected, submitted operations are parked and sent when it connects,
- * or completed with ZK_TIMEOUT at their deadline.  This file owns the session
- * lifecycle: reconnects, a new session after expiry, the local lease clock
- * (own ephemeral nodes count as lost once `last contact + session timeout -
- * margin` passes while disconnected, and the session is then replaced so that
- * they are never re-adopted), and the close on shutdown.
+ * Every function here is for the loop thread; everything but the queue
+ * belongs to it.  While the session is not connected, submitted operations
+ * are parked and sent when it connects, or completed with ZK_TIMEOUT at
+ * their deadline.  The bridge owns the session lifecycle (zk_session.c):
+ * reconnects, a new session after expiry, the local lease clock (own
+ * ephemeral nodes count as lost once `last contact + session timeout -
+ * margin` passes while disconnected, and the session is then replaced so
+ * that they are never re-adopted), and the close on shutdown.
+ *
+ * Codes: functions that can fail return 0 or a ZR_* code (errors.h).
+ * ZooKeeper's result codes (ZOK, ZNONODE, ZCONNECTIONLOSS...) and ours
+ * below travel only in struct zk_result's rc, never as a return value.
+ *
+ * Files: zk.c (requests, completions, delivery), zk_queue.c (the queue,
+ * the one lock), zk_group.c (request sizes, group commit), zk_session.c
+ * (the session), zk_log.c (the client's log lines); zk_impl.h is theirs.
  */
 #ifndef ZKRESP_ZK_H
 #define ZKRESP_ZK_H
@@ -70,18 +79,34 @@ struct zk_stat {
     int64_t pzxid;
 };
 
-/* A completed operation.  Borrowed by the callback: valid only during it. */
+/* A completed operation.  Borrowed by the callback: valid only during it.
+ *
+ * rc is ZooKeeper's code (ZOK, ZNONODE, ZCONNECTIONLOSS...) or one of ours
+ * (ZK_TIMEOUT, ZK_CLOSING, ZK_TOOBIG); never ZCLOSING or ZINVALIDSTATE
+ * (they arrive as ZK_CLOSING once the bridge is closing, else as
+ * ZCONNECTIONLOSS).  ZOPERATIONTIMEOUT: a ZK_BOUNDED request answered at
+ * its deadline, its outcome unknown.  ZBADARGUMENTS: a path the client
+ * library would refuse; never sent.  The fields after rc are set only
+ * when rc is ZOK (multi: see there). */
 struct zk_result {
     enum zk_op_type type;
     int rc;
-    char *data; /* get */
+    char *data; /* get: the node's bytes, NUL-terminated; NULL for none */
     int datalen;
     char *path; /* create: the created path */
     int has_stat;
-    struct zk_stat stat;
-    char **children; /* children */
+    struct zk_stat stat; /* get, exists, children, get_acl, set, create (not
+                            a grouped create: a multi answers a create's path
+                            only) */
+    char **children;     /* children */
     int nchildren;
-    struct zk_result *multi; /* multi: one per op */
+    /* multi: one per op when ZooKeeper answered it (rc ZOK, or the code of
+     * the operation that failed, nothing applied): each with its rc (ZOK
+     * before the failed one, ZRUNTIMEINCONSISTENCY after it) and, when the
+     * multi succeeded, a create's path and a set's stat.  After a
+     * connection failure, a timeout or a refusal before sending (any other
+     * rc) none: nmulti is 0. */
+    struct zk_result *multi;
     int nmulti;
     struct zk_acl *acl; /* get_acl */
     int nacl;
@@ -103,7 +128,7 @@ struct zk *zk_create(struct uv_loop_s *loop, const struct config *cfg,
 
 /* Starts connecting (and keeps retrying until the ensemble answers).
  * Returns 0, or ZR_EZK with the reason in err when the client cannot even
- * start (an unusable connect string). */
+ * start (an unusable connect string), ZR_ENOMEM. */
 int zk_start(struct zk *z, char *err, size_t errlen);
 
 void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
@@ -112,7 +137,7 @@ void zk_set_watch_cb(struct zk *z, zk_watch_cb cb, void *arg);
 enum zk_submit_flags {
     /* A write (create, set, delete or multi) that may go out with the other
      * grouped writes of this loop turn as one multi (group commit, see
-     * zk.c).  It lands somewhere between its submission and its answer,
+     * zk_group.c).  It lands somewhere between its submission and its answer,
      * not necessarily in submission order with requests of others; a
      * grouped create's answer may carry no stat. */
     ZK_GROUPED = 1,
@@ -125,8 +150,9 @@ enum zk_submit_flags {
 /* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
  * otherwise nops is 1.  `deadline` (ms, zk_now() clock) bounds how long it
  * may wait for a connection (then ZK_TIMEOUT: not sent); with ZK_BOUNDED
- * also how long it waits for its answer.  cb is always called exactly once,
- * on the loop thread, and never before zk_submit returns.  An operation
+ * also how long it waits for its answer.  cb (NULL: no answer wanted) is
+ * always called exactly once, on the loop thread, and never before
+ * zk_submit returns; it may submit again.  An operation
  * parked while the session was being replaced (expiry, lost lease) is never
  * sent under the new session: it completes with ZSESSIONEXPIRED when the
  * old session is given up. */
@@ -143,13 +169,17 @@ size_t zk_request_size(const struct zk *z, enum zk_op_type type,
 
 /* The largest request zk_submit sends (--zk-max-request, or less once
  * ZooKeeper dropped the connection twice over requests of a size: see
- * zk.c, "requests too large").  A larger one completes with ZK_TOOBIG and
+ * zk_group.c, "requests too large").  A larger one completes with ZK_TOOBIG and
  * is never sent. */
 size_t zk_max_request(const struct zk *z);
 
 /* Closes the session (ephemeral nodes vanish at once), fails parked
  * operations with ZK_CLOSING.  Operations in flight still complete. */
 void zk_close(struct zk *z);
+/* Closes (zk_close), then answers what is still outstanding (ZK_CLOSING
+ * for what the client library never completes) and closes the bridge's
+ * libuv handles; z's memory goes with the last close callback, so the loop
+ * must run once more. */
 void zk_free(struct zk *z);
 
 /* Monotonic milliseconds. */

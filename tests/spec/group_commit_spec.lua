@@ -1,4 +1,4 @@
--- Group commit (sidecar/zk.c): the bridge may send the grouped writes of
+-- Group commit (sidecar/zk_group.c): the bridge may send the grouped writes of
 -- many commands as one multi.  The Lua side decides which writes may be
 -- grouped (a key's writes, which the key queues order) and must cope with
 -- what a grouped answer lacks: a create sent in a multi answers no stat.

@@ -517,7 +517,7 @@ local Sidecar = {}
 Sidecar.__index = Sidecar
 
 -- The bytes ZooKeeper reads for a request, as the bridge computes them
--- (zk.c, zk_request_size): an 8-byte header, then the operation's record;
+-- (zk_group.c, zk_request_size): an 8-byte header, then the operation's record;
 -- a multi has a 9-byte header before each operation and one at the end.
 -- Strings and buffers carry a 4-byte length; a create carries the ACL of
 -- world:anyone (the model's nodes are open) and its flags.
@@ -730,7 +730,7 @@ local function make_host(sc, opts)
     -- As the C host: host.now() less the time the task spent yielded.
     function host.busy() return host.now() - (task().waited or 0) end
 
-    -- The C host's caps (lua_host.c's caps_hook), in Lua: the time and
+    -- The C host's caps (lua_caps.c's caps_hook), in Lua: the time and
     -- memory caps of client code and the sticky kill.  A Lua hook cannot
     -- yield, so the model never pauses a script between slices by itself;
     -- Sidecar:pause_script(task) marks a task (waiting for ZooKeeper) as

@@ -38,7 +38,7 @@ UNIT_TEST(proto_no_prealloc)
 UNIT_TEST(proto_big_bulk)
 UNIT_TEST(proto_random_roundtrip)
 UNIT_TEST(proto_unauthenticated_limits)
-/* gateway/reply.c */
+/* gateway/reply.c, sidecar/buf.c */
 UNIT_TEST(buf_basics)
 UNIT_TEST(buf_growth_and_consume)
 UNIT_TEST(reply_status_and_error)
@@ -71,5 +71,8 @@ UNIT_TEST(lua_pattern_agrees_with_lua_on_generated_patterns)
 UNIT_TEST(lua_pattern_keeps_lua_5_1_behaviours)
 UNIT_TEST(lua_pattern_stops_at_its_budget)
 UNIT_TEST(lua_pattern_falls_back_to_the_stock_functions)
+/* sidecar/zk_queue.c */
+UNIT_TEST(zk_queue_coalesces_wakeups_and_keeps_order)
+UNIT_TEST(zk_queue_many_producers_lose_and_double_nothing)
 /* sidecar/log.c */
 UNIT_TEST(log_limit_one_line_per_interval)
