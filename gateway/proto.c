@@ -527,64 +527,51 @@ static int split_inline(const char *line, size_t n, struct proto_req *req)
         if (i == n)
             break;
         size_t len = 0;
-        int inq = 0, insq = 0, done = 0;
+        int quote = 0, done = 0; /* quote: 0, or the open '"' or '\'' */
         while (!done) {
             /* c is the current byte, or -1 at the end of the line. */
             int c = i < n ? (unsigned char)line[i] : -1;
             int c1 = i + 1 < n ? (unsigned char)line[i + 1] : -1;
-            if (inq) {
-                if (c == '\\' && c1 == 'x' && i + 3 < n &&
-                    hex_val((unsigned char)line[i + 2]) >= 0 &&
-                    hex_val((unsigned char)line[i + 3]) >= 0) {
-                    tok[len++] =
-                        (char)(16 * hex_val((unsigned char)line[i + 2]) +
-                               hex_val((unsigned char)line[i + 3]));
-                    i += 3;
-                } else if (c == '\\' && c1 != -1) {
-                    char e = (char)c1;
-                    i++;
-                    switch (c1) {
-                    case 'n':
-                        e = '\n';
-                        break;
-                    case 'r':
-                        e = '\r';
-                        break;
-                    case 't':
-                        e = '\t';
-                        break;
-                    case 'b':
-                        e = '\b';
-                        break;
-                    case 'a':
-                        e = '\a';
-                        break;
-                    default:
-                        break;
-                    }
-                    tok[len++] = e;
-                } else if (c == '"') {
-                    if (c1 != -1 && !is_space(c1))
-                        goto unbalanced;
-                    done = 1;
-                } else if (c == -1) {
-                    goto unbalanced;
-                } else {
-                    tok[len++] = (char)c;
+            if (quote == '"' && c == '\\' && c1 == 'x' && i + 3 < n &&
+                hex_val((unsigned char)line[i + 2]) >= 0 &&
+                hex_val((unsigned char)line[i + 3]) >= 0) {
+                tok[len++] = (char)(16 * hex_val((unsigned char)line[i + 2]) +
+                                    hex_val((unsigned char)line[i + 3]));
+                i += 3;
+            } else if (quote == '"' && c == '\\' && c1 != -1) {
+                char e = (char)c1;
+                i++;
+                switch (c1) {
+                case 'n':
+                    e = '\n';
+                    break;
+                case 'r':
+                    e = '\r';
+                    break;
+                case 't':
+                    e = '\t';
+                    break;
+                case 'b':
+                    e = '\b';
+                    break;
+                case 'a':
+                    e = '\a';
+                    break;
+                default:
+                    break;
                 }
-            } else if (insq) {
-                if (c == '\\' && c1 == '\'') {
-                    i++;
-                    tok[len++] = '\'';
-                } else if (c == '\'') {
-                    if (c1 != -1 && !is_space(c1))
-                        goto unbalanced;
-                    done = 1;
-                } else if (c == -1) {
+                tok[len++] = e;
+            } else if (quote == '\'' && c == '\\' && c1 == '\'') {
+                i++;
+                tok[len++] = '\'';
+            } else if (quote && c == quote) {
+                if (c1 != -1 && !is_space(c1))
                     goto unbalanced;
-                } else {
-                    tok[len++] = (char)c;
-                }
+                done = 1;
+            } else if (quote && c == -1) {
+                goto unbalanced;
+            } else if (quote) {
+                tok[len++] = (char)c;
             } else {
                 switch (c) {
                 case ' ':
@@ -595,10 +582,8 @@ static int split_inline(const char *line, size_t n, struct proto_req *req)
                     done = 1;
                     break;
                 case '"':
-                    inq = 1;
-                    break;
                 case '\'':
-                    insq = 1;
+                    quote = c;
                     break;
                 default:
                     tok[len++] = (char)c;

@@ -83,11 +83,7 @@ C.hexists = spec(function(args)
 end, 3, "readonly fast")
 
 C.hlen = spec(function(args)
-    local key = args[2]
-    return T.run({ key }, function(t)
-        local _, h = load(t, key)
-        return h and #h.keys or 0
-    end)
+    return T.run({ args[2] }, function(t) return P.size(t, args[2], HASH) end)
 end, 2, "readonly fast")
 
 local function listing(what)

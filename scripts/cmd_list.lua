@@ -132,11 +132,7 @@ L.lrange = spec(function(args)
 end, 4, "readonly")
 
 L.llen = spec(function(args)
-    local key = args[2]
-    return T.run({ key }, function(t)
-        local _, list = load(t, key)
-        return list and #list or 0
-    end)
+    return T.run({ args[2] }, function(t) return P.size(t, args[2], LIST) end)
 end, 2, "readonly fast")
 
 ---------------------------------------------------------------------------

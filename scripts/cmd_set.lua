@@ -79,11 +79,7 @@ S.smembers = spec(function(args)
 end, 2, "readonly")
 
 S.scard = spec(function(args)
-    local key = args[2]
-    return T.run({ key }, function(t)
-        local _, s = load(t, key)
-        return s and #s.keys or 0
-    end)
+    return T.run({ args[2] }, function(t) return P.size(t, args[2], SET) end)
 end, 2, "readonly fast")
 
 return S

@@ -144,12 +144,13 @@ S.set = { fn = set, arity = -3, flags = "write denyoom",
 -- sidecar must not answer from its owned-key cache before the watch event
 -- arrives (redis-py's Lock.owned() is a GET).  The cache only serves
 -- conditional writes, whose versions catch anything stale.
-local function get(args)
+local function get(args, delete)
     local key = args[2]
     return T.run({ key }, function(t)
         local rec = t:read(key)
         if not rec.live then return host.null end
         if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
+        if delete then t:delete({ rec }) end
         return rec.value
     end)
 end
@@ -157,16 +158,7 @@ end
 S.get = { fn = get, arity = 2, flags = "readonly fast",
           first_key = 1, last_key = 1, step = 1 }
 
-local function getdel(args)
-    local key = args[2]
-    return T.run({ key }, function(t)
-        local rec = t:read(key)
-        if not rec.live then return host.null end
-        if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
-        t:delete({ rec })
-        return rec.value
-    end)
-end
+local function getdel(args) return get(args, true) end
 
 S.getdel = { fn = getdel, arity = 2, flags = "write fast",
              first_key = 1, last_key = 1, step = 1 }

@@ -238,11 +238,7 @@ Z.zrank = spec(function(args)
 end, 3, "readonly fast")
 
 Z.zcard = spec(function(args)
-    local key = args[2]
-    return T.run({ key }, function(t)
-        local _, z = load(t, key)
-        return z and #z or 0
-    end)
+    return T.run({ args[2] }, function(t) return P.size(t, args[2], ZSET) end)
 end, 2, "readonly fast")
 
 ---------------------------------------------------------------------------
@@ -264,29 +260,34 @@ local function in_max(v, max, ex)
     return v <= max
 end
 
--- Score range: indexes of the selected elements.
-local function select_score(z, r, rev, offset, limit)
+-- The indexes of z's elements whose z[i][field] (1 the member, 2 the
+-- score) lies within a range, in z's order or reversed: above(v) says v is
+-- not below the range's start, below(v) not past its end.  z is sorted by
+-- that field within the range, so the walk stops at the first one past.
+local function walk(z, field, above, below, rev)
     local out = {}
-    if r.min > r.max or (r.min == r.max and (r.minex or r.maxex)) then return out end
     local n = #z
     local from, to, step = 1, n, 1
     if rev then from, to, step = n, 1, -1 end
+    local first, inside = above, below
+    if rev then first, inside = below, above end
     local started = false
     for i = from, to, step do
-        local s = z[i][2]
-        if not started then
-            started = rev and in_max(s, r.max, r.maxex) or (not rev and in_min(s, r.min, r.minex))
-        end
+        local v = z[i][field]
+        started = started or first(v)
         if started then
-            if rev then
-                if not in_min(s, r.min, r.minex) then break end
-            elseif not in_max(s, r.max, r.maxex) then
-                break
-            end
+            if not inside(v) then break end
             out[#out + 1] = i
         end
     end
     return out
+end
+
+-- Score range: indexes of the selected elements.
+local function select_score(z, r, rev)
+    if r.min > r.max or (r.min == r.max and (r.minex or r.maxex)) then return {} end
+    return walk(z, 2, function(s) return in_min(s, r.min, r.minex) end,
+                function(s) return in_max(s, r.max, r.maxex) end, rev)
 end
 
 -- Lex bounds: "-" and "+" are the extremes, "[x" inclusive, "(x" exclusive.
@@ -327,28 +328,11 @@ local function lex_empty(min, max)
 end
 
 local function select_lex(z, min, max, rev)
-    local out = {}
     local n = #z
-    if n == 0 or lex_empty(min, max) then return out end
-    if not lex_gte_min(z[n][1], min) or not lex_lte_max(z[1][1], max) then return out end
-    local from, to, step = 1, n, 1
-    if rev then from, to, step = n, 1, -1 end
-    local started = false
-    for i = from, to, step do
-        local m = z[i][1]
-        if not started then
-            started = rev and lex_lte_max(m, max) or (not rev and lex_gte_min(m, min))
-        end
-        if started then
-            if rev then
-                if not lex_gte_min(m, min) then break end
-            elseif not lex_lte_max(m, max) then
-                break
-            end
-            out[#out + 1] = i
-        end
-    end
-    return out
+    if n == 0 or lex_empty(min, max) then return {} end
+    if not lex_gte_min(z[n][1], min) or not lex_lte_max(z[1][1], max) then return {} end
+    return walk(z, 1, function(m) return lex_gte_min(m, min) end,
+                function(m) return lex_lte_max(m, max) end, rev)
 end
 
 local function apply_limit(idx, offset, limit)

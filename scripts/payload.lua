@@ -216,6 +216,14 @@ function P.load(t, key, vtype)
     return rec, v
 end
 
+-- The size of the collection at key (HLEN, LLEN, SCARD, ZCARD): 0 when the
+-- key is missing, WRONGTYPE when it holds another type.
+function P.size(t, key, vtype)
+    local _, v = P.load(t, key, vtype)
+    if not v then return 0 end
+    return v.keys and #v.keys or #v
+end
+
 -- The TTL a rewrite of rec keeps (Redis keeps a key's TTL when a command
 -- modifies its value): the time it has left, or 0.
 function P.kept_ttl(rec)

@@ -146,11 +146,18 @@ for _, name in ipairs({ "find", "match", "gmatch", "gsub" }) do
     patterns[name] = host.patterns and host.patterns[name] or string[name]
 end
 
-local string_lib = {}
-for k, v in pairs(string) do string_lib[k] = v end
-for k, v in pairs(patterns) do string_lib[k] = v end
-string_lib.dump = nil
-string_lib.rep = rep
+-- A new table of the string functions client code sees: the bounded
+-- pattern functions, the capped rep, no dump.
+local function string_functions()
+    local t = {}
+    for k, v in pairs(string) do t[k] = v end
+    for k, v in pairs(patterns) do t[k] = v end
+    t.dump = nil
+    t.rep = rep
+    return t
+end
+
+local string_lib = string_functions()
 SB.string_lib = string_lib
 
 -- Method calls on strings ("x"):rep(n) go through the string metatable,
@@ -161,12 +168,7 @@ do
     -- (Loaded again, as the specs' model does per sidecar: the latest wins.)
     if mt and (mt.__index == string or rawget(mt, "zkresp_sandbox")) then
         mt.zkresp_sandbox = true
-        local idx = {}
-        for k, v in pairs(string) do idx[k] = v end
-        for k, v in pairs(patterns) do idx[k] = v end
-        idx.rep = rep
-        idx.dump = nil
-        mt.__index = idx
+        mt.__index = string_functions()
     end
 end
 

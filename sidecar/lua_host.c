@@ -407,34 +407,46 @@ size_t lua_host_collect(struct lua_host *h)
     return lua_alloc_trim(h->alloc);
 }
 
+/* Calls M[name]() on the main state (not once the host stopped) and leaves
+ * its result on the stack when that is a table: 1.  Otherwise 0, the stack
+ * as it was; a call that failed is logged as event ev. */
+static int call_for_table(struct lua_host *h, const char *name, const char *ev)
+{
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    if (h->stopped || push_module_field(h, name) != LUA_TFUNCTION) {
+        lua_settop(L, top);
+        return 0;
+    }
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+        log_lua_error(L, LOG_DEBUG, ev);
+        lua_settop(L, top);
+        return 0;
+    }
+    if (!lua_istable(L, -1)) {
+        lua_settop(L, top);
+        return 0;
+    }
+    return 1;
+}
+
 /* Metrics only: a plain call on the main state, no coroutine, no task, so it
  * never yields and never touches the command counters. */
 size_t lua_host_stats(struct lua_host *h, lua_host_stat_cb cb, void *arg)
 {
     lua_State *L = h->L;
-    if (h->stopped)
-        return 0;
     int top = lua_gettop(L);
     size_t n = 0;
-    if (push_module_field(h, "stats") != LUA_TFUNCTION) {
-        lua_settop(L, top);
+    if (!call_for_table(h, "stats", "lua.stats_failed"))
         return 0;
-    }
-    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
-        log_lua_error(L, LOG_DEBUG, "lua.stats_failed");
-        lua_settop(L, top);
-        return 0;
-    }
-    if (lua_istable(L, -1)) {
-        lua_pushnil(L);
-        while (lua_next(L, -2)) {
-            if (lua_type(L, -2) == LUA_TSTRING && lua_isnumber(L, -1) &&
-                lua_type(L, -1) == LUA_TNUMBER) {
-                cb(arg, lua_tostring(L, -2), lua_tonumber(L, -1));
-                n++;
-            }
-            lua_pop(L, 1);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_isnumber(L, -1) &&
+            lua_type(L, -1) == LUA_TNUMBER) {
+            cb(arg, lua_tostring(L, -2), lua_tonumber(L, -1));
+            n++;
         }
+        lua_pop(L, 1);
     }
     lua_settop(L, top);
     return n;
@@ -470,15 +482,10 @@ int lua_host_authenticate(struct lua_host *h, const char *user, size_t ulen,
 size_t lua_host_policy_info(struct lua_host *h, lua_host_info_cb cb, void *arg)
 {
     lua_State *L = h->L;
-    if (h->stopped)
-        return 0;
     int top = lua_gettop(L);
     size_t n = 0;
-    if (push_module_field(h, "policy_info") != LUA_TFUNCTION ||
-        lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
-        lua_settop(L, top);
+    if (!call_for_table(h, "policy_info", "lua.policy_info_failed"))
         return 0;
-    }
     int t = lua_gettop(L);
     for (lua_Integer i = 1; lua_rawgeti(L, t, i) == LUA_TTABLE; i++) {
         lua_rawgeti(L, -1, 1);
