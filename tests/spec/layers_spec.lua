@@ -1,26 +1,32 @@
--- c_layers_spec.lua — the C layout rules of the README's Layout section:
+-- layers_spec.lua — the layout rules of the README's Layout section:
 -- gateway/ (client connections, RESP, dispatch) sits on top of sidecar/ (Lua
 -- host, ZooKeeper bridge, config, log, http, metrics), so no file in
--- sidecar/ includes a header of gateway/; and no C file in either is over
--- 1,200 lines.
+-- sidecar/ includes a header of gateway/; no C file in either is over
+-- 1,200 lines, and no Lua file of scripts/ over 700 (module_graph_spec.lua
+-- checks the Lua requires).
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "tests/spec"
 local root = here:gsub("/?tests/spec$", "")
 if root == "" then root = "." end
 
 local MAX_LINES = 1200
+local MAX_LUA_LINES = 700
 
--- The C sources and headers of dir (relative to the repo root), sorted.
-local function c_files(dir)
+-- The files of dir (relative to the repo root) whose names match pattern,
+-- sorted.
+local function files(dir, pattern)
     local out = {}
     local p = assert(io.popen("ls '" .. root .. "/" .. dir .. "'"))
     for name in p:lines() do
-        if name:match("%.[ch]$") then out[#out + 1] = name end
+        if name:match(pattern) then out[#out + 1] = name end
     end
     p:close()
     table.sort(out)
     return out
 end
+
+-- The C sources and headers of dir.
+local function c_files(dir) return files(dir, "%.[ch]$") end
 
 local function lines_of(path)
     local f = assert(io.open(path, "r"))
@@ -63,6 +69,17 @@ describe("the C layers", function()
                     long[#long + 1] = ("%s/%s: %d lines"):format(dir, name, n)
                 end
             end
+        end
+        assert.are.same({}, long)
+    end)
+
+    it("keeps every Lua file of scripts/ at most 700 lines", function()
+        local names = files("scripts", "%.lua$")
+        assert.is_true(#names > 20)
+        local long = {}
+        for _, name in ipairs(names) do
+            local n = #lines_of(root .. "/scripts/" .. name)
+            if n > MAX_LUA_LINES then long[#long + 1] = ("scripts/%s: %d lines"):format(name, n) end
         end
         assert.are.same({}, long)
     end)
