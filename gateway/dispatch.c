@@ -65,9 +65,15 @@ struct cshape {
     } subs[LUA_HOST_MAX_SUBS];
 };
 
+/* Whether p[0..n) is s, in any case. */
+static int bytes_are(const char *p, size_t n, const char *s)
+{
+    return n == strlen(s) && strncasecmp(p, s, n) == 0;
+}
+
 static int arg_is(const struct proto_arg *a, const char *s)
 {
-    return a->len == strlen(s) && strncasecmp(a->ptr, s, a->len) == 0;
+    return bytes_are(a->ptr, a->len, s);
 }
 
 /* Parses a whole argument as a signed 64-bit integer, as Redis's string2ll. */
@@ -837,11 +843,11 @@ static const struct ccmd ccmds[] = {
 #define NCCMDS (sizeof ccmds / sizeof ccmds[0])
 static struct cshape shapes[NCCMDS];
 
-/* The index in ccmds of the command name names, or -1. */
-static int ccmd_find(const struct proto_arg *name)
+/* The index in ccmds of the command name[0..len) names (any case), or -1. */
+static int ccmd_find(const char *name, size_t len)
 {
     for (size_t i = 0; i < NCCMDS; i++)
-        if (arg_is(name, ccmds[i].name))
+        if (bytes_are(name, len, ccmds[i].name))
             return (int)i;
     return -1;
 }
@@ -865,10 +871,7 @@ static void load_shape(void *arg, const struct lua_host_cmd *cmd)
     struct shape_load *sl = arg;
     if (!cmd->in_c)
         return;
-    int i = -1;
-    for (size_t k = 0; k < NCCMDS && i < 0; k++)
-        if (strcmp(cmd->name, ccmds[k].name) == 0)
-            i = (int)k;
+    int i = ccmd_find(cmd->name, strlen(cmd->name));
     if (i < 0) {
         snprintf(sl->err, sl->errlen,
                  "the command registry has '%s' answered in C, and the "
@@ -941,7 +944,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         return;
     }
 
-    int ci = ccmd_find(name);
+    int ci = ccmd_find(name->ptr, name->len);
     const struct ccmd *cc = ci >= 0 ? &ccmds[ci] : NULL;
     const struct cshape *sh = ci >= 0 ? &shapes[ci] : NULL;
     c->last_cmd = cc ? cc->name : "lua";

@@ -135,41 +135,27 @@ end
 -- Small ZooKeeper helpers for operations without side effects, asked again
 -- when the connection drops under them.
 
-function Z.get(path)
+-- fn(path) (zk.get, zk.exists, ...) until it answers OK or NONODE: what it
+-- answered; another failure is raised as `what` failed.
+local function read(what, fn, path)
     for _ = 1, Z.READ_TRIES do
-        local rc, data, stat = zk.get(path)
-        if rc == zk.OK or rc == zk.NONODE then return rc, data, stat end
-        if not unknown(rc) then fail(rc, "get") end
+        local rc, a, b = fn(path)
+        if rc == zk.OK or rc == zk.NONODE then return rc, a, b end
+        if not unknown(rc) then fail(rc, what) end
     end
     S.abort({ err = errors.UNAVAILABLE })
 end
 
-function Z.exists(path)
-    for _ = 1, Z.READ_TRIES do
-        local rc, stat = zk.exists(path)
-        if rc == zk.OK or rc == zk.NONODE then return rc, stat end
-        if not unknown(rc) then fail(rc, "exists") end
-    end
-    S.abort({ err = errors.UNAVAILABLE })
-end
+function Z.get(path) return read("get", zk.get, path) end
 
-function Z.sync(path)
-    for _ = 1, Z.READ_TRIES do
-        local rc = zk.sync(path)
-        if rc == zk.OK or rc == zk.NONODE then return end
-        if not unknown(rc) then fail(rc, "sync") end
-    end
-    S.abort({ err = errors.UNAVAILABLE })
-end
+function Z.exists(path) return read("exists", zk.exists, path) end
+
+function Z.sync(path) read("sync", zk.sync, path) end
 
 function Z.children(path)
-    for _ = 1, Z.READ_TRIES do
-        local rc, names = zk.children(path)
-        if rc == zk.OK then return names end
-        if rc == zk.NONODE then return {} end
-        if not unknown(rc) then fail(rc, "children") end
-    end
-    S.abort({ err = errors.UNAVAILABLE })
+    local rc, names = read("children", zk.children, path)
+    if rc == zk.NONODE then return {} end
+    return names
 end
 
 -- Creates `path` and its missing ancestors as empty persistent nodes.

@@ -20,7 +20,6 @@ and the memory acceptance).
 import re
 import socket
 import time
-import urllib.request
 
 import harness
 from harness import wait_for
@@ -42,8 +41,8 @@ def children(kz, path):
 
 
 def metrics(z):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % z.metrics_port, timeout=10) as r:
-        text = r.read().decode()
+    status, text = harness.http_get(z.metrics_port, "/metrics")
+    assert status == 200, status
     return {m.group(1): float(m.group(2))
             for m in re.finditer(r"^(zkresp_lua_pubsub_[a-z_]+) (\S+)$", text, re.M)}
 
@@ -66,14 +65,9 @@ def info_memory(z, settle=True):
             same, last[0] = now == last[0], now
             return same
         wait_for(steady, 60, 0.5, "the Lua heap to settle")
-    c = z.client(timeout=30)
-    try:
+    with z.client(timeout=30) as c:
         assert c.cmd("MEMORY", "PURGE") == b"+OK\r\n"
-        text = c.call("INFO", "memory")
-    finally:
-        c.close()
-    text = text.decode() if isinstance(text, bytes) else str(text)
-    fields = dict(re.findall(r"^(\w+):(\S+)", text, re.M))
+    fields = z.info("memory")
     return int(fields["used_memory_lua"]), int(fields["used_memory_rss"])
 
 
@@ -189,12 +183,19 @@ def test_publishing_to_unheard_channels_is_forgotten(make_zkresp, zk, kz):
 # ------------------------------------------------------------- item 11
 
 
-def test_a_killed_sidecars_channels_are_collected(make_zkresp, zk, kz):
+def two_with_channels(make_zkresp, zk, prefix):
+    """Sidecars A and B on one root; a client of A subscribed to 3000
+    channels <prefix>:<k>:<i>.  Returns a, b and that client."""
     a = start(make_zkresp, zk)
     b = start(make_zkresp, zk, root=a.root)
     c = a.client()
     for k in range(3):
-        subscribe_many(c, ["dead:%d:%d" % (k, i) for i in range(1000)])
+        subscribe_many(c, ["%s:%d:%d" % (prefix, k, i) for i in range(1000)])
+    return a, b, c
+
+
+def test_a_killed_sidecars_channels_are_collected(make_zkresp, zk, kz):
+    a, b, _ = two_with_channels(make_zkresp, zk, "dead")
     assert len(children(kz, channels_dir(a))) == 3000
     a.kill9()
     # its interest nodes go with its session; the channel nodes are B's to
@@ -206,17 +207,11 @@ def test_a_killed_sidecars_channels_are_collected(make_zkresp, zk, kz):
 
 
 def packets_received(zk):
-    m = re.search(r"zk_packets_received\s+(\d+)", zk.four_letter("mntr"))
-    assert m
-    return int(m.group(1))
+    return zk.mntr()["zk_packets_received"]
 
 
 def test_abandoned_pubsub_channels_stop(make_zkresp, zk, kz):
-    a = start(make_zkresp, zk)
-    b = start(make_zkresp, zk, root=a.root)
-    c = a.client()
-    for k in range(3):
-        subscribe_many(c, ["walk:%d:%d" % (k, i) for i in range(1000)])
+    _, b, c = two_with_channels(make_zkresp, zk, "walk")
     assert b.client().call("PUBSUB", "CHANNELS", "walk:0:99") == [b"walk:0:99"]
     time.sleep(0.5)
     before = packets_received(zk)

@@ -52,14 +52,7 @@ RELEASE = ("local token = redis.call('get', KEYS[1]) "
 def memory(c):
     """INFO memory as a dict, on an open connection (a new connection per
     poll would be work the idle check counts)."""
-    raw = c.call("INFO", "memory")
-    assert isinstance(raw, bytes), raw
-    out = {}
-    for line in raw.decode().splitlines():
-        if ":" in line and not line.startswith("#"):
-            k, v = line.split(":", 1)
-            out[k] = v.strip()
-    return out
+    return harness.parse_info(c.call("INFO", "memory"))
 
 
 def lua_heap(m):

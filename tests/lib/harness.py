@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 
-from resp import RawClient, ConnectionClosed, encode, decode_one, Err, Push  # noqa: F401
+from resp import RawClient, ConnectionClosed, encode, decode_one, Err, Push, parse_info  # noqa: F401
 from zkproxy import ZkProxy, WRITE_OPS, CREATE_OPS, DELETE_OPS  # noqa: F401
 from history import LockHistory  # noqa: F401
 import keyenc  # noqa: F401
@@ -753,15 +753,7 @@ class Zkresp:
 
     def info(self, section=None):
         with self.admin() as c:
-            raw = c.call("INFO", section) if section else c.call("INFO")
-        if not isinstance(raw, bytes):
-            raise AssertionError("INFO answered %r" % (raw,))
-        out = {}
-        for line in raw.decode("utf-8", "replace").splitlines():
-            if ":" in line and not line.startswith("#"):
-                k, v = line.split(":", 1)
-                out[k] = v.strip()
-        return out
+            return parse_info(c.call("INFO", section) if section else c.call("INFO"))
 
     def session_id(self):
         """The ZooKeeper session id from INFO zookeeper (an int)."""

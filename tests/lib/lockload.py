@@ -79,7 +79,7 @@ import uuid
 
 import keyenc
 import redisson_scripts
-from resp import RawClient, ConnectionClosed, Err, decode_one
+from resp import RawClient, ConnectionClosed, Err, decode_one, parse_info
 
 REPLY_TIMEOUT = 20.0
 
@@ -560,12 +560,7 @@ class Monitor:
             try:
                 if c is None:
                     c = RawClient(self.sidecars[i].port, timeout=0.5, connect_timeout=0.3)
-                raw = c.cmd("INFO", "zookeeper", timeout=0.5)
-                info = {}
-                for line in raw.decode("utf-8", "replace").splitlines():
-                    if ":" in line and not line.startswith("#"):
-                        k, v = line.split(":", 1)
-                        info[k] = v.strip()
+                info = parse_info(c.cmd("INFO", "zookeeper", timeout=0.5))
                 sid = info.get("zk_session_id", "0")
                 sid = int(sid, 16) if sid.lower().startswith("0x") else int(sid or 0)
                 self.samples[i].append((t_sent, time.monotonic(), info.get("zk_state"), sid,

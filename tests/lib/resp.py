@@ -176,6 +176,19 @@ def elements(raw):
     return raw[:nl], out
 
 
+def parse_info(raw):
+    """An INFO reply as a dict of field -> text: its bulk bytes, or the raw
+    frame (the header line has no colon)."""
+    if not isinstance(raw, bytes):
+        raise AssertionError("INFO answered %r" % (raw,))
+    out = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
 def decode_one(raw):
     v, p = decode(raw, 0)
     if p != len(raw):
