@@ -194,8 +194,8 @@ local function index_of(queue, entry)
 end
 
 -- The herd-free watch: the ONE node that waiting entry `entry` watches, or
--- nil when nothing blocks it.  Ask after applying Q.grantable: nil then
--- means the entry does not wait.
+-- nil when nothing blocks it: it does not wait, or Q.grantable grants it
+-- now.
 --
 -- A new request W watches the nearest earlier entry that conflicts with it:
 -- with its held mode, its pending conversion, or the mode it waits for.
@@ -231,6 +231,9 @@ end
 -- the watch was set: ask again at once.
 function Q.watch_target(queue, entry)
     if not Q.waits(entry) then return nil end
+    for _, g in ipairs(Q.grantable(queue)) do
+        if g.entry == entry then return nil end
+    end
     if entry.granted then
         for _, h in ipairs(queue) do
             if h ~= entry and h.granted and not Q.compatible(h.granted, entry.convert) then
