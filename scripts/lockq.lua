@@ -22,7 +22,9 @@
 --   granted      the mode held now, or nil while the request waits
 --   convert      a pending conversion of a granted hold, or nil
 --   convert_zxid when that conversion was asked: the zxid of the setData
---                that asked it; orders the conversion queue
+--                that asked it, or any number that grows with each ask and
+--                stays put while the conversion waits (a later setData,
+--                a renewal say, moves mzxid); orders the conversion queue
 --   czxid        the node's creation zxid (for the token)
 --   mzxid        the node's last modification zxid (for the token)
 --
@@ -30,7 +32,12 @@
 -- recomputed from the queue alone (queue [A PR converting to EX, B PR]: B
 -- may have been granted before A asked, or may be a new request that waits
 -- behind A's conversion), so the layer keeps `granted` in the node's data
--- and applies the grants this module returns.
+-- and applies the grants this module returns.  Two sidecars deciding on
+-- different reads can race (a conversion asked while a new request is
+-- found grantable: each saw the other not granted), so the writes that
+-- change who holds or wants what (a grant recorded, a conversion asked or
+-- given up) must be conditional on one version, e.g. a multi that checks
+-- and bumps the lock node's version, retried on BadVersion.
 --
 --   queue --grantable--> { {entry, mode, kind} } --apply--> queue' (fixed point)
 --         --watch_target(entry)--> the one node that entry watches
@@ -334,7 +341,9 @@ end
 -- before H's grant from zxids that had already happened, so it is below E,
 -- a later write.  Hence token(H) < E <= token(G).  This needs every
 -- decision to see the write that ended a conflicting hold, which is why no
--- sidecar may treat another's hold as ended by its own clock.
+-- sidecar may treat another's hold as ended by its own clock.  One more
+-- case: G is H's own up-conversion; H's token predates the ask, and the
+-- ask's zxid is in G's token.
 --
 -- A down-conversion keeps its token (the hold continues, weaker); so does a
 -- reentrant acquire.
