@@ -180,6 +180,13 @@ local function entry_data(e)
     return e.data or nil
 end
 
+-- Whether entry e (its data d read) was created by an earlier session of
+-- this sidecar: a hold this sidecar counts lost, whatever ZooKeeper shows
+-- until that session expires.  Never renewed, converted or reentered.
+local function from_lost_session(e, d)
+    return d.sidecar == hex(host.instance or "") and e.owner_sid ~= zk.session()
+end
+
 -- The owner's entry in snap, or nil.
 local function find_owner(snap, owner)
     if not snap then return nil end
@@ -230,33 +237,6 @@ local function client_desc()
     return tostring(c.id) .. " " .. (c.addr or "")
 end
 
--- Creates our request node; returns its entry path and seq.  The lock node
--- is created (a container) when missing.  A create whose reply was lost is
--- found again by its nonce.
-local function create_request(lock, owner, mode, px)
-    local nonce = hex(Z.nonce())
-    local prefix = mode .. "." .. owner_hash(owner) .. "." .. nonce .. "-"
-    local data = encode_req({ owner = owner, count = 1, lease_end = leader_now() + px,
-                              asked = host.wall(), sidecar = hex(host.instance or ""),
-                              client = client_desc() })
-    for _ = 1, Z.READ_TRIES do
-        local rc, created = zk.create(lock .. "/" .. prefix, data, zk.EPHEMERAL | zk.SEQUENCE)
-        if rc == zk.OK then return created end
-        if rc == zk.NONODE then
-            local crc = zk.create(lock, "", zk.CONTAINER)
-            if crc == zk.NONODE then Z.ensure_path(L.dir()) end
-        elseif Z.unknown(rc) then
-            Z.sync(lock)
-            for _, name in ipairs(Z.children(lock)) do
-                if name:sub(1, #prefix) == prefix then return lock .. "/" .. name end
-            end
-        else
-            Z.fail(rc, "create " .. lock)
-        end
-    end
-    S.abort({ err = E.UNAVAILABLE })
-end
-
 -- Deletes a request node (whatever its version); true once it is gone.
 local function delete_node(path)
     for _ = 1, Z.READ_TRIES do
@@ -267,10 +247,43 @@ local function delete_node(path)
     return false
 end
 
+-- Creates our request node; returns its entry path and seq.  The lock node
+-- is created (a container) when missing.  A create whose reply was lost is
+-- found again by its nonce.
+local function create_request(lock, owner, mode, px)
+    local nonce = hex(Z.nonce())
+    local prefix = mode .. "." .. owner_hash(owner) .. "." .. nonce .. "-"
+    local data = encode_req({ owner = owner, count = 1, lease_end = leader_now() + px,
+                              asked = host.wall(), sidecar = hex(host.instance or ""),
+                              client = client_desc() })
+    for _ = 1, Z.READ_TRIES do
+        local sid = zk.session()
+        local rc, created = zk.create(lock .. "/" .. prefix, data, zk.EPHEMERAL | zk.SEQUENCE)
+        if rc == zk.OK then return created, sid end
+        if rc == zk.NONODE then
+            local crc = zk.create(lock, "", zk.CONTAINER)
+            if crc == zk.NONODE then Z.ensure_path(L.dir()) end
+        elseif Z.unknown(rc) then
+            Z.sync(lock)
+            for _, name in ipairs(Z.children(lock)) do
+                if name:sub(1, #prefix) == prefix then
+                    -- made under a session that is over: out of the queue
+                    if zk.session() == sid then return lock .. "/" .. name, sid end
+                    delete_node(lock .. "/" .. name)
+                end
+            end
+        else
+            Z.fail(rc, "create " .. lock)
+        end
+    end
+    S.abort({ err = E.UNAVAILABLE })
+end
+
 -- Leaves the queue from a command that may have lost its client: in the
 -- background when the command's own deadline may be spent.
 local function leave(path)
-    if not pcall(delete_node, path) then
+    local ok, done = pcall(delete_node, path)
+    if not (ok and done) then
         host.spawn(function() while not delete_node(path) do host.sleep(200) end end)
     end
 end
@@ -354,6 +367,14 @@ local function target_of(queue, me)
     return t, poll or t == nil
 end
 
+-- Resumes a waiter once, whichever comes first: its watch, its timer.
+local function wake(rec, why)
+    if rec.waiting then
+        rec.waiting = false
+        host.wake(rec.co, why)
+    end
+end
+
 -- Waits until the node at `path` changes (or the lock node's table, when
 -- path is nil), `until_ms` (host.now()) passes, or the client goes.
 -- Returns "changed", "timeout" or "gone".
@@ -370,10 +391,7 @@ local function wait_change(path, lock, until_ms)
     end
     local left = until_ms - host.now()
     if left <= 0 then set[rec] = nil return "timeout" end
-    local timer = host.timer(function()
-        rec.timed_out = true
-        host.wake(rec.co, "timeout")
-    end)
+    local timer = host.timer(function() wake(rec, "timeout") end)
     timer:start(left)
     rec.waiting = true
     L.stats.waits = L.stats.waits + 1
@@ -394,10 +412,8 @@ function L.on_watch(path)
     watching[path] = nil
     for rec in pairs(set) do
         rec.fired = true
-        if rec.waiting then
-            L.stats.woken = L.stats.woken + 1
-            host.wake(rec.co, "changed")
-        end
+        if rec.waiting then L.stats.woken = L.stats.woken + 1 end
+        wake(rec, "changed")
     end
     return true
 end
@@ -417,10 +433,12 @@ end
 
 -- Waits for, and records, the grant of our request at `path` (a new
 -- request, or our hold's conversion asked in the table).  Returns the
--- token, or nil, why ("timeout", "gone", "deadlock", "lost").
-local function settle(lock, path, until_ms, converting)
+-- token, or nil, why ("timeout", "gone", "deadlock", "lost": the node
+-- went, or the session `sid` that created it is no longer ours).
+local function settle(lock, path, sid, until_ms, converting)
     local seq = tonumber(path:match("%-(%d+)$"))
     while true do
+        if zk.session() ~= sid then return nil, "lost" end
         local snap = read_lock(lock)
         local me = snap and snap.by_seq[seq]
         if not me then return nil, "lost" end
@@ -460,6 +478,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire)
     local snap = read_lock(lock)
     local mine, d = find_owner(snap, owner)
     if mine then
+        if from_lost_session(mine, d) then return { err = E.LOST_SESSION } end
         if not mine.granted then
             return { err = "ERR owner '" .. owner .. "' already waits for this lock" }
         end
@@ -495,11 +514,11 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire)
         end
     end
     local until_ms = host.now() + wait_ms
-    local path = create_request(lock, owner, mode, px)
-    local token, why = settle(lock, path, until_ms)
+    local path, sid = create_request(lock, owner, mode, px)
+    local token, why = settle(lock, path, sid, until_ms)
     if not token then
         leave(path)
-        if why == "gone" then return nil end
+        if why == "lost" then return { err = E.LOST_SESSION } end
         return nil
     end
     remember(path, key, lock, owner, mode, token, px)
@@ -545,10 +564,9 @@ function L.renew(key, owner, px)
     for _ = 1, Z.READ_TRIES do
         local snap = read_lock(lock)
         local mine, d = find_owner(snap, owner)
-        if not mine or not mine.granted then return 0 end
+        if not mine or not mine.granted or from_lost_session(mine, d) then return 0 end
         local h = L.holds[mine.path]
-        local sid = zk.session()
-        if h and (h.sid ~= sid or host.now() > h.deadline) then return 0 end
+        if h and host.now() > h.deadline then return 0 end
         d.lease_end = leader_now() + px
         local rc = zk.set(mine.path, encode_req(d), mine.version)
         if rc == zk.OK then
@@ -568,13 +586,14 @@ end
 function L.convert(key, owner, mode, wait_ms)
     local lock = L.lock_path(key)
     local until_ms = host.now() + wait_ms
-    local asked
+    local asked, sid
     while true do
         local snap = read_lock(lock)
-        local mine = find_owner(snap, owner)
+        local mine, d = find_owner(snap, owner)
         if not mine or not mine.granted then
             return { err = "ERR owner holds no lock on this key (LOCK.ACQUIRE first)" }
         end
+        if from_lost_session(mine, d) then return { err = E.LOST_SESSION } end
         if mine.convert then
             return { err = "ERR owner's conversion of this lock is already waiting" }
         end
@@ -600,12 +619,12 @@ function L.convert(key, owner, mode, wait_ms)
             elseif wait_ms == 0 then
                 return nil
             elseif write_table(snap, mine) == "ok" then
-                asked = mine.path
+                asked, sid = mine.path, mine.owner_sid
                 break
             end
         end
     end
-    local token, why = settle(lock, asked, until_ms, mode)
+    local token, why = settle(lock, asked, sid, until_ms, mode)
     if token then
         local h = L.holds[asked]
         if h then h.mode, h.token = mode, token end
@@ -620,6 +639,7 @@ function L.convert(key, owner, mode, wait_ms)
         me.convert = nil
         if write_table(snap, me) == "ok" then break end
     end
+    if why == "lost" then return { err = E.LOST_SESSION } end
     if why == "deadlock" then
         return { err = "EDEADLK this conversion waits for a conversion that waits for it; " ..
                        "the old mode is kept" }
