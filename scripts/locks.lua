@@ -664,6 +664,7 @@ function L.info(key)
     end
     local function waiter(e, mode, kind, since)
         local d = entry_data(e)
+        since = since or (d and d.asked)
         if d then
             waiters[#waiters + 1] = { map = { "owner", d.owner, "mode", mode,
                                               "waited_ms", math.max(0, math.floor(now_wall - since)),
@@ -672,10 +673,7 @@ function L.info(key)
     end
     for _, c in ipairs(Q.conversions(snap.queue)) do waiter(c, c.convert, "conversion", c.asked_convert) end
     for _, e in ipairs(snap.queue) do
-        if not e.granted then
-            local d = entry_data(e)
-            if d then waiter(e, e.mode, "new", d.asked) end
-        end
+        if not e.granted then waiter(e, e.mode, "new") end
     end
     return { map = { "holders", holders, "waiters", waiters } }
 end
