@@ -8,6 +8,7 @@
 --                              deletes it some time after its last child):
 --                              its data is the grant table, one line per
 --                              granted request: "<seq> <mode> <token>
+--                              <lease end at the grant, leader ms>
 --                              [<converting to> <convert_at> <asked ms>]"
 --   .../<MODE>.<owner hash>.<nonce>-<seq>
 --                              a request: EPHEMERAL_SEQUENTIAL, created by
@@ -113,9 +114,9 @@ end
 local function decode_table(data)
     local t = {}
     for line in (data or ""):gmatch("[^\n]+") do
-        local seq, mode, token, rest = line:match("^(%d+) (%u%u) (%d+)(.*)$")
+        local seq, mode, token, lease_end, rest = line:match("^(%d+) (%u%u) (%d+) (%d+)(.*)$")
         if seq then
-            local g = { mode = mode, token = tonumber(token) }
+            local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
             local conv, at, asked = rest:match("^ (%u%u) (%d+) (%d+)$")
             if conv then g.convert, g.convert_at, g.asked = conv, tonumber(at), tonumber(asked) end
             t[tonumber(seq)] = g
@@ -129,7 +130,7 @@ local function encode_table(queue)
     local out = {}
     for _, e in ipairs(queue) do
         if e.granted then
-            local line = string.format("%d %s %d", e.seq, e.granted, e.token)
+            local line = string.format("%d %s %d %d", e.seq, e.granted, e.token, e.lease_end or 0)
             if e.convert then
                 line = line .. string.format(" %s %d %d", e.convert, e.convert_at, e.asked_convert)
             end
@@ -159,7 +160,7 @@ local function read_lock(lock)
             local g = table_[seq]
             local e = { seq = seq, name = name, path = lock .. "/" .. name, mode = mode, hash = hash }
             if g then
-                e.granted, e.token = g.mode, g.token
+                e.granted, e.token, e.lease_end = g.mode, g.token, g.lease_end
                 e.convert, e.convert_at, e.asked_convert = g.convert, g.convert_at, g.asked
             end
             snap.queue[#snap.queue + 1] = e
@@ -317,8 +318,10 @@ local function lease_due(path)
     local rc, data = zk.get(path)
     if rc == zk.NONODE then forget(path) return end
     if rc ~= zk.OK then h.timer:start(200) return end
+    -- the later of the lease this sidecar gave (grant, renewal) and the one
+    -- in the node (a renewal through another sidecar)
     local d = decode_req(data)
-    local left = d and (Z.local_time(d.lease_end) - host.now()) or 0
+    local left = math.max(h.deadline, d and Z.local_time(d.lease_end) or 0) - host.now()
     if left > 0 then
         h.deadline = host.now() + left
         h.timer:start(left)
@@ -435,7 +438,7 @@ end
 -- request, or our hold's conversion asked in the table).  Returns the
 -- token, or nil, why ("timeout", "gone", "deadlock", "lost": the node
 -- went, or the session `sid` that created it is no longer ours).
-local function settle(lock, path, sid, until_ms, converting)
+local function settle(lock, path, sid, until_ms, converting, px)
     local seq = tonumber(path:match("%-(%d+)$"))
     while true do
         if zk.session() ~= sid then return nil, "lost" end
@@ -453,6 +456,7 @@ local function settle(lock, path, sid, until_ms, converting)
         local g = grants_me(snap.queue, me)
         if g then
             me.granted, me.convert, me.token = g.mode, nil, snap.token
+            if not converting then me.lease_end = math.floor(leader_now() + px) end
             local how = write_table(snap, converting and me or nil)
             if how == "ok" then return snap.token end
         else
@@ -515,7 +519,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire)
     end
     local until_ms = host.now() + wait_ms
     local path, sid = create_request(lock, owner, mode, px)
-    local token, why = settle(lock, path, sid, until_ms)
+    local token, why = settle(lock, path, sid, until_ms, nil, px)
     if not token then
         leave(path)
         if why == "lost" then return { err = E.LOST_SESSION } end
@@ -656,7 +660,7 @@ function L.info(key)
     for _, e in ipairs(snap.queue) do
         local d = entry_data(e)
         if d and e.granted then
-            local left = math.max(0, math.floor(d.lease_end - leader))
+            local left = math.max(0, math.floor(math.max(e.lease_end or 0, d.lease_end) - leader))
             holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
                                               "count", d.count, "lease_left_ms", left,
                                               "sidecar", d.sidecar, "client", d.client } }
