@@ -43,15 +43,15 @@
 -- grant order, across sidecars, restarts and leader changes (zxids).
 --
 -- Leases: the sidecar whose session created a hold ends it at its lease end
--- (a timer; it reads the node first, a renewal through another sidecar may
--- have moved it); no other sidecar ends a hold by its clock.  A hold whose
--- sidecar dies goes with its session.
+-- (a timer; it reads the node first: a renewal through another sidecar may
+-- have moved it); no other sidecar ends a hold by its clock.
 
 local Q = require "lockq"
 local Z = require "zkio"
 local S = require "signal"
 local E = require "errors"
 local H = require "hooks"
+local U = require "util"
 
 local L = {}
 
@@ -694,10 +694,6 @@ function L.on_session(event)
     end
 end
 
-function L.count()
-    local n = 0
-    for _ in pairs(L.holds) do n = n + 1 end
-    return n
-end
+function L.count() return U.count(L.holds) end
 
 return L
