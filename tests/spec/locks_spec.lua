@@ -87,12 +87,29 @@ describe("native locks", function()
         local sides = { a, b, c }
         for i = 1, 8 do start(sides[i % 3 + 1], "LOCK.ACQUIRE", "h", "w" .. i, "WAIT", "60000") end
         local before = 0
-        for _, sc in ipairs(sides) do before = before + sc.LK.stats.woken end
+        for _, sc in ipairs(sides) do before = before + sc.LK.wait_stats.woken end
         a:call("LOCK.RELEASE", "h", "h0")
         run()
         local after = 0
-        for _, sc in ipairs(sides) do after = after + sc.LK.stats.woken end
+        for _, sc in ipairs(sides) do after = after + sc.LK.wait_stats.woken end
         assert.equal(1, after - before)
+    end)
+
+    it("hands the lock on with the holder's multi and the waiter's one read", function()
+        a:call("LOCK.ACQUIRE", "ho", "h")
+        local w1 = start(b, "LOCK.ACQUIRE", "ho", "w1", "WAIT", "60000")
+        local w2 = start(c, "LOCK.ACQUIRE", "ho", "w2", "WAIT", "60000")
+        a:call("LOCK.RELEASE", "ho", "h") -- h's view did not have them: w1 grants itself
+        run()
+        assert.is_true(w1.done)
+        W.ops = {}
+        b:call("LOCK.RELEASE", "ho", "w1") -- w1's view has w2: its release grants w2
+        run()
+        assert.is_true(w2.done and w2.result > w1.result)
+        local seen = {}
+        for _, op in ipairs(W.ops) do seen[#seen + 1] = op.sc .. " " .. op.kind end
+        assert.same({ b.id .. " multi", c.id .. " get" }, seen)
+        assert.equal(1, b.LK.stats.handed)
     end)
 
     it("keeps a reader behind a queued writer", function()
