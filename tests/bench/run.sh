@@ -50,6 +50,11 @@
 #                     would do; 0 is the library's default)
 #   ZKRESP_BIN        the daemon to measure (default build/zkresp)
 #   BENCH_KEEP=1      keep the temp dir (logs) after the run
+#   BENCH_SECTIONS    the sections to run, out of "pairs handoff native
+#                     policy" (default: all); e.g. BENCH_SECTIONS=native
+#                     tests/bench/run.sh runs only the native lock section
+#                     (the servers, the tools and the JVM warm-up still
+#                     start as for a full run)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -64,12 +69,21 @@ ZKRESP=${ZKRESP_BIN:-$root/build/zkresp}
 CC=${CC:-cc}
 ZKSERVER=/usr/share/zookeeper/bin/zkServer.sh
 out=$root/build/bench
+SECTIONS=${BENCH_SECTIONS:-pairs handoff native policy}
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 fail() {
     printf 'bench: FAILED: %s\n' "$*" >&2
     exit 1
 }
+
+# section NAME: true when NAME is among BENCH_SECTIONS.
+section() { case " ${SECTIONS//,/ } " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+for s in ${SECTIONS//,/ }; do
+    case $s in pairs | handoff | native | policy) ;;
+    *) fail "BENCH_SECTIONS: unknown section $s (pairs handoff native policy)" ;;
+    esac
+done
 
 [ -x "$ZKRESP" ] || fail "$ZKRESP not built (run make bench)"
 [ -x "$ZKSERVER" ] || fail "$ZKSERVER missing (Debian package zookeeper)"
@@ -261,20 +275,24 @@ script_stats() {
 # ---------------------------------------------------------------- measure
 # measure NAME ROUND CMD...: runs one tool, checks that every process
 # survived, and appends "NAME ROUND <result line>" to the results file.
+# measure_ok_rc: an exit status other than 0 with which the tool still
+# printed its result line (handoff --native: 3, a broken lock, which the
+# section reports and then fails on).
+measure_ok_rc=
 measure() {
-    local name=$1 round=$2 line
+    local name=$1 round=$2 line rc=0
     shift 2
     log "$name (round $round)"
     # In the background, so that a signal's trap runs at once (bash defers
     # traps until a foreground command ends, but interrupts wait).
     "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     tool_pid=$!
-    if ! wait "$tool_pid"; then
-        tool_pid=
+    wait "$tool_pid" || rc=$?
+    tool_pid=
+    if [ "$rc" -ne 0 ] && [ "$rc" != "$measure_ok_rc" ]; then
         cat "$tmp/$name.err" >&2
         fail "$name: $*"
     fi
-    tool_pid=
     line=$(cat "$tmp/$name.out")
     if [ -s "$tmp/$name.err" ]; then
         sed "s/^/bench: $name: /" "$tmp/$name.err" >&2
@@ -314,6 +332,9 @@ if [ "$JVM_WARMUP" != 0 ]; then
     measure jvm-warmup 0 "${zkraw[@]}" --conc 64 --seconds "$JVM_WARMUP" \
         --warmup 0
 fi
+# The pair, GET, script and contention measurements (section pairs; the
+# blocks of a section are not indented, each ends at its "fi # section").
+if section pairs; then
 # pin / unpin: ZooKeeper's threads on CPUs 1..n-1 and zkresp's on CPU 0 (the
 # tools are started on CPU 0), then back on every CPU.  Where the CPUs cannot
 # be chosen (one CPU, no taskset, a cpuset that refuses), the pinned runs are
@@ -417,6 +438,7 @@ t_end=$(date +%s.%N)
 others_pct=$(awk -v b=$((busy1 - busy0)) -v o=$((ours1 - ours0)) \
     -v t0="$t_start" -v t1="$t_end" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
     'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
+fi # section pairs
 
 # ---------------------------------------------------------------- report
 # stat MODE A B KEY: over the rounds, "median min max" of KEY in run A
@@ -484,6 +506,7 @@ met() {
         print ok ? "met" : "NOT MET" }'
 }
 
+if section pairs; then
 read -r ratio64 ratio64_lo ratio64_hi <<<"$(stat ratio zkresp-c64 raw-c64 ops_per_sec)"
 read -r pratio64 pratio64_lo pratio64_hi <<<"$(stat ratio zkresp-c64-pin raw-c64-pin ops_per_sec)"
 read -r sratio64 sratio64_lo sratio64_hi <<<"$(stat ratio script-c64 zkresp-c64 ops_per_sec)"
@@ -661,6 +684,7 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     echo "Result lines (name round result):"
     sed 's/^/  /' "$tmp/results"
 } | tee "$out/report.txt"
+fi # section pairs
 
 # ================================================================ handoff
 # Lock handoff and wake-up (issue 4), appended to the report: Redisson-style
@@ -733,10 +757,11 @@ ho_ticks() {
     ours=$((ours + $(sed 's/.*) //' "/proc/$$/stat" | awk '{ print $14 + $15 }')))
     echo "$busy $ours"
 }
-read -r ho_busy0 ho_ours0 <<<"$(ho_ticks)"
-ho_t0=$(date +%s.%N)
 ho_zk=(--zk-mntr "127.0.0.1:$zk_port" --pid zk="$zk_pid")
 ho_sides=(--pid zkresp="$zkresp_pid" --pid zkresp2="$zkresp2_pid")
+if section handoff; then
+read -r ho_busy0 ho_ours0 <<<"$(ho_ticks)"
+ho_t0=$(date +%s.%N)
 for ((r = 1; r <= HO_ROUNDS; r++)); do
     ho_measure ho-raw "$r" --zk "127.0.0.1:$zk_port" --waiters 8 \
         --root /bench/handoff-raw --resolve-delay "$RAW_RESOLVE_DELAY" \
@@ -757,6 +782,7 @@ read -r ho_busy1 ho_ours1 <<<"$(ho_ticks)"
 ho_others=$(awk -v b=$((ho_busy1 - ho_busy0)) -v o=$((ho_ours1 - ho_ours0)) \
     -v t0="$ho_t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
     'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
+fi # section handoff
 
 # ho_stat MODE A B KEY: as stat, for values that may be negative (only a
 # non-number is missing): "median min max" of KEY in A (MODE value) or of
@@ -823,6 +849,7 @@ ho_sum() {
             printf "%.0f", a + b; else printf "n/a" }'
 }
 ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
+if section handoff; then
 {
     echo
     echo "Lock handoff (issue 4): Redisson-style waiters on ONE hash lock"
@@ -927,6 +954,9 @@ ho_p50() { ho_val "$1" "$2_p50_us" %.0f; }
     echo "Result lines (handoff):"
     grep '^ho-' "$tmp/results" | sed 's/^/  /'
 } | tee -a "$out/report.txt"
+fi # section handoff
 # ============================================================ end handoff
 # Policy cost (issue 5): tests/bench/policy.sh on this ZooKeeper, appended.
+if section policy; then
 POLICY_BENCH_ZK=127.0.0.1:$zk_port BENCH_OUT=$out ZKRESP_BIN=$ZKRESP BENCH_SECONDS=$SECS BENCH_WARMUP=$WARMUP BENCH_ROUNDS=$ROUNDS tests/bench/policy.sh | tee -a "$out/report.txt"
+fi # section policy
