@@ -956,7 +956,132 @@ if section handoff; then
 } | tee -a "$out/report.txt"
 fi # section handoff
 # ============================================================ end handoff
+# ================================================================ native
+# Native locks (issue 18), appended to the report: LOCK.ACQUIRE / LOCK.RELEASE
+# (tests/bench/handoff.c --native): 8 waiters on ONE key, 4 on each sidecar,
+# one blocking connection each (LOCK.ACQUIRE k owner PX 30000 WAIT ms, hold,
+# LOCK.RELEASE k owner), next to the raw ZooKeeper lock recipe with 8 waiters
+# over 2 sessions (the two sidecars are two sessions).  The raw run and the
+# native run go back to back in each of BENCH_NATIVE_ROUNDS rounds (default
+# BENCH_HANDOFF_ROUNDS), with the handoff section's duration, warm-up and
+# hold.  A report: the issue's targets (native/raw handoffs/s >= 0.8, wake
+# p50 within 2x raw) are marked met / not met and fail nothing; a grant that
+# overlapped another hold, or whose fencing token was not above the previous
+# grant's, makes the bench exit non-zero after the report.
+# Environment: BENCH_NATIVE_ROUNDS, BENCH_NATIVE_WAIT_MS (LOCK.ACQUIRE's
+# WAIT, default 2000).
+native_broken=0
+if section native; then
+NAT_ROUNDS=${BENCH_NATIVE_ROUNDS:-$HO_ROUNDS}
+NAT_WAIT_MS=${BENCH_NATIVE_WAIT_MS:-2000}
+read -r nat_busy0 nat_ours0 <<<"$(ho_ticks)"
+nat_t0=$(date +%s.%N)
+measure_ok_rc=3
+for ((r = 1; r <= NAT_ROUNDS; r++)); do
+    ho_measure nat-raw "$r" --zk "127.0.0.1:$zk_port" --waiters 8 \
+        --sessions 2 --root /bench/native-raw \
+        --resolve-delay "$RAW_RESOLVE_DELAY" "${ho_zk[@]}"
+    ho_measure nat-44 "$r" --native --side "$zkresp_port:4" \
+        --side "$zkresp2_port:4" --key "bench:native:44:$r" \
+        --timeout-ms "$NAT_WAIT_MS" "${ho_zk[@]}" "${ho_sides[@]}"
+done
+measure_ok_rc=
+read -r nat_busy1 nat_ours1 <<<"$(ho_ticks)"
+nat_others=$(awk -v b=$((nat_busy1 - nat_busy0)) -v o=$((nat_ours1 - nat_ours0)) \
+    -v t0="$nat_t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
+    'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
+nat_overlaps=$(ho_total nat-44 overlaps)
+nat_fencing=$(ho_total nat-44 fencing)
+if [ "$nat_overlaps" != 0 ] || [ "$nat_fencing" != 0 ]; then
+    native_broken=1
+fi
+{
+    echo
+    echo "Native locks (issue 18): LOCK.ACQUIRE k owner PX 30000 WAIT $NAT_WAIT_MS,"
+    echo "  hold ${HO_HOLD_US} us, LOCK.RELEASE k owner; 8 waiters on ONE key, 4 on each"
+    echo "  of 2 sidecars, one blocking connection each; next to the raw ZooKeeper"
+    echo "  recipe with 8 waiters over 2 sessions.  wake: native from LOCK.RELEASE's"
+    echo "  reply to the next holder's LOCK.ACQUIRE reply (it holds); raw from the"
+    echo "  delete's completion to the successor's watch event (it still lists the"
+    echo "  children before it holds); other side: the next holder on the other"
+    echo "  sidecar (raw: session); from request: from the moment the release was"
+    echo "  sent; lock free: from the release's reply to the next holder's grant"
+    echo "  (both modes: it holds).  $NAT_ROUNDS round(s), medians.  CPU time outside"
+    echo "  the measured processes during these runs: ${nat_others}% of the machine."
+    printf '  %-32s %9s %14s %14s %14s %12s %8s %9s %8s\n' "" "handoffs/s" \
+        "wake p50/p99" "other side" "from request" "lock free" timeouts \
+        "CPU us/ho" "ZK/ho"
+    for row in "nat-44|native LOCK.*, 2 sidecars (4+4)" \
+        "nat-raw|raw recipe, 2 sessions (8)"; do
+        n=${row%%|*}
+        case $n in
+        nat-raw) cpu=$(ho_val "$n" self_cpu_pct %.1f | awk -v o="$(ho_val "$n" ops_per_sec)" '{ if ($1 ~ /^[0-9.]+$/ && o > 0) printf "%.0f", $1 * 1e4 / o; else printf "n/a" }') ;;
+        *) cpu=$(ho_sum "$n" zkresp_cpu_us_per_op zkresp2_cpu_us_per_op) ;;
+        esac
+        printf '  %-32s %9s %14s %14s %14s %12s %8s %9s %8s\n' "${row#*|}" \
+            "$(ho_val "$n" ops_per_sec)" \
+            "$(ho_p50 "$n" wake)/$(ho_val "$n" wake_p99_us)" \
+            "$(ho_p50 "$n" xwake)/$(ho_val "$n" xwake_p99_us)" \
+            "$(ho_p50 "$n" sent_wake)/$(ho_val "$n" sent_wake_p99_us)" \
+            "$(ho_p50 "$n" gap)/$(ho_val "$n" gap_p99_us)" \
+            "$(ho_total "$n" timeouts)" "$cpu" \
+            "$(ho_val "$n" zk_reqs_per_handoff %.1f)"
+    done
+    echo "  CPU us/ho: native both sidecars', raw the 8 clients'; ZooKeeper's:" \
+        "$(ho_val nat-44 zk_cpu_us_per_op %.1f) (native), $(ho_val nat-raw zk_cpu_us_per_op %.1f) (raw)."
+    echo "  ZK/ho: ZooKeeper requests per handoff (mntr zk_packets_received);" \
+        "watch events per release: $(ho_val nat-44 zk_watch_events_per_release %.2f)" \
+        "(native), $(ho_val nat-raw zk_watch_events_per_release %.2f) (raw)."
+    echo "  Native grants (all rounds): $(ho_total nat-44 tokens) checked, fencing" \
+        "violations $nat_fencing, overlaps $nat_overlaps; raw overlaps" \
+        "$(ho_total nat-raw overlaps).  LOCK.RELEASE of a held lock answered 0:" \
+        "$(ho_total nat-44 release_not_held).  Errors: native" \
+        "$(ho_total nat-44 errors) (TRYAGAIN $(ho_total nat-44 tryagain)), raw" \
+        "$(ho_total nat-raw errors)."
+    echo "  Not timed as wake-ups (measured period, all rounds): granted right" \
+        "after its own release $(ho_total nat-44 own), asked after the release" \
+        "was sent $(ho_total nat-44 fresh); early (before the release's reply):" \
+        "native $(ho_val nat-44 early) of $(ho_val nat-44 wake_n), raw" \
+        "$(ho_val nat-raw early) of $(ho_val nat-raw wake_n) (medians)."
+    echo
+    echo "Targets (native locks, issue 18; a report, not a test)"
+    read -r nq nlo nhi <<<"$(ho_stat ratio nat-44 nat-raw ops_per_sec)"
+    printf '  %-52s %9s   %-8s (range %s..%s)\n' \
+        "handoffs/s native/raw >= 0.8" "$(num %.2f "$nq")" \
+        "$(met "$nq" ">=" 0.8)" "$(num %.2f "$nlo")" "$(num %.2f "$nhi")"
+    nz=$(ho_val nat-44 wake_p50_us %.1f)
+    nr=$(ho_val nat-raw wake_p50_us %.1f)
+    printf '  %-52s %9s   %s\n' "wake p50 native vs raw, from the reply, within 2x" \
+        "$nz vs $nr us" "$(awk -v z="$nz" -v r="$nr" 'BEGIN {
+            if (z !~ /^-?[0-9.]+$/ || r !~ /^-?[0-9.]+$/) print "NOT MET (n/a)"
+            else if (r > 0) print (z <= 2 * r ? "met" : "NOT MET") " (ratio " sprintf("%.2f", z / r) ")"
+            else print (z <= 0 ? "met (no later than the reply, as the recipe)" : "NOT MET (raw is at or before the reply; native is later)") }')"
+    read -r sq slo shi <<<"$(ho_stat ratio nat-44 nat-raw sent_wake_p50_us)"
+    printf '  %-52s %9s   %-8s (range %s..%s)\n' \
+        "wake p50 native/raw, from the request, within 2x" "$(num %.2f "$sq")" \
+        "$(met "$sq" "<" 2.0001)" "$(num %.2f "$slo")" "$(num %.2f "$shi")"
+    read -r gq glo ghi <<<"$(ho_stat ratio nat-44 nat-raw gap_p50_us)"
+    printf '  %-52s %9s   %-8s (range %s..%s)\n' \
+        "lock free p50 native/raw (release to next holder)" "$(num %.2f "$gq")" \
+        "(info)" "$(num %.2f "$glo")" "$(num %.2f "$ghi")"
+    printf '  %-52s %9s   %s\n' "mutual exclusion (fencing tokens, overlaps)" \
+        "$nat_fencing/$nat_overlaps" \
+        "$([ "$native_broken" = 0 ] && echo "held" || echo "BROKEN: the bench fails")"
+    echo "  (the raw watch event comes with the delete's reply, so its wake p50"
+    echo "  from the reply is near 0; the request-based ratio compares release +"
+    echo "  notification end to end, and lock free compares release to the next"
+    echo "  holder holding, which for raw includes its getChildren)"
+    echo
+    echo "Result lines (native locks):"
+    grep '^nat-' "$tmp/results" | sed 's/^/  /'
+} | tee -a "$out/report.txt"
+fi # section native
+# ============================================================= end native
 # Policy cost (issue 5): tests/bench/policy.sh on this ZooKeeper, appended.
 if section policy; then
 POLICY_BENCH_ZK=127.0.0.1:$zk_port BENCH_OUT=$out ZKRESP_BIN=$ZKRESP BENCH_SECONDS=$SECS BENCH_WARMUP=$WARMUP BENCH_ROUNDS=$ROUNDS tests/bench/policy.sh | tee -a "$out/report.txt"
 fi # section policy
+if [ "$native_broken" = 1 ]; then
+    fail "native locks broke mutual exclusion: $nat_fencing fencing violations," \
+        "$nat_overlaps overlapping grants (see the native section above)"
+fi
