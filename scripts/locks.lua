@@ -231,7 +231,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
         if not t then return nil, "lost" end
         if names and granted_in(t, seq, converting) then
             -- the view lists the queue as it was before we waited
-            return t.lines[seq].token, LS.build(lock, t, names, pzxid), true
+            return t.lines[seq].token, LS.build(lock, t, names, pzxid, true), true
         end
         if converting and not t.lines[seq] then return nil, "lost" end
         names, pzxid = LS.read_children(lock)
@@ -270,6 +270,15 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
     end
 end
 
+-- The release of hold h by a delete at the version we wrote: true when
+-- done, false to take the slow way.
+local function delete_at(h)
+    local rc = zk.delete(h.path, h.version)
+    if rc == zk.OK then return true end
+    if Z.unknown(rc) then return Z.exists(h.path) == zk.NONODE end
+    return false
+end
+
 -- The release of hold h as one multi: the delete of its node (at the
 -- version we wrote) and, when its view of the lock is still the table's
 -- version, the grants of the new requests the release lets through, with
@@ -278,6 +287,7 @@ end
 local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
+    if view.stale then return delete_at(h) end
     local queue, pending = {}, false
     for _, e in ipairs(view.queue) do
         if e.path ~= h.path then
@@ -534,10 +544,6 @@ function L.convert(key, owner, mode, wait_ms)
         end
     end
     if why == "lost" then return { err = E.LOST_SESSION } end
-    if why == "deadlock" then
-        return { err = "EDEADLK this conversion waits for a conversion that waits for it; " ..
-                       "the old mode is kept" }
-    end
     return nil
 end
 

@@ -116,11 +116,15 @@ end
 
 -- The lock's queue as lockq reads it, from a read of the table and one of
 -- the children: {path, version, queue (by seq), by_seq, t (the table read),
--- token (the largest zxid the two reads saw: lockq's Q.token)}.  Read the table first: a
--- grant after that read fails the write conditional on its version.
-function LS.build(lock, t, names, pzxid)
+-- token (the largest zxid the two reads saw: lockq's Q.token), stale}.
+-- Read the table first: a grant after that read fails the write
+-- conditional on its version, and a line whose node the later listing
+-- lacks is a leftover.  stale: the listing is the older read; then the
+-- queue may lack requests the table grants, and lacks those that came
+-- after the listing, so it decides no grant and drops no line.
+function LS.build(lock, t, names, pzxid, stale)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
-                   token = math.max(t.mzxid, pzxid) }
+                   token = math.max(t.mzxid, pzxid), stale = stale }
     for _, name in ipairs(names) do
         local mode, hash, px, seq = parse_name(name)
         if mode then
