@@ -699,6 +699,7 @@ def test_info_shape_resp2(sc, conn, waiters):
     assert later >= wf["waited_ms"] + 250, (wf["waited_ms"], later)
     for r, o in ((a, "h1"), (b, "h2"), (a2, "h3")):
         assert release(r, key, o) == 1
+    assert is_token(w.outcome(10))
 
 
 def test_info_shape_resp3(sc, conn, waiters):
