@@ -21,10 +21,10 @@
 --   mode         the mode the request asked for ("NL" .. "EX")
 --   granted      the mode held now, or nil while the request waits
 --   convert      a pending conversion of a granted hold, or nil
---   convert_zxid when that conversion was asked: the zxid of the setData
---                that asked it, or any number that grows with each ask and
---                stays put while the conversion waits (a later setData,
---                a renewal say, moves mzxid); orders the conversion queue
+--   convert_at   when that conversion was asked: any number that grows
+--                with each ask and stays put while the conversion waits
+--                (locks.lua: the lock node's version the ask wrote);
+--                orders the conversion queue
 --   czxid        the node's creation zxid (for the token)
 --   mzxid        the node's last modification zxid (for the token)
 --
@@ -98,7 +98,7 @@ function Q.is_down(from, to)
 end
 
 -- The conversion queue: every granted entry with a pending up-conversion,
--- ordered by when the conversion was asked (convert_zxid, then seq).
+-- ordered by when the conversion was asked (convert_at, then seq).
 local function conversions(queue)
     local out = {}
     for _, e in ipairs(queue) do
@@ -107,7 +107,7 @@ local function conversions(queue)
         end
     end
     table.sort(out, function(a, b)
-        if a.convert_zxid ~= b.convert_zxid then return a.convert_zxid < b.convert_zxid end
+        if a.convert_at ~= b.convert_at then return a.convert_at < b.convert_at end
         return a.seq < b.seq
     end)
     return out
@@ -172,7 +172,7 @@ end
 function Q.apply(grants)
     for _, g in ipairs(grants) do
         g.entry.granted = g.mode
-        g.entry.convert, g.entry.convert_zxid = nil, nil
+        g.entry.convert, g.entry.convert_at = nil, nil
     end
 end
 
@@ -308,12 +308,14 @@ end
 
 -- The largest zxid a grant decision has seen: the lock node's pzxid from
 -- the getChildren that listed the queue (the zxid of the last arrival or
--- departure) and the mzxid of every child whose data was read.
-function Q.observed(queue, pzxid)
-    local z = pzxid or 0
+-- departure), the lock node's own mzxid when it was read (locks.lua writes
+-- it with every grant, conversion asked or given up, and down-conversion),
+-- and the czxid and mzxid of every child whose stat was read.
+function Q.observed(queue, pzxid, lock_mzxid)
+    local z = math.max(pzxid or 0, lock_mzxid or 0)
     for _, e in ipairs(queue) do
         if e.mzxid and e.mzxid > z then z = e.mzxid end
-        if e.czxid > z then z = e.czxid end
+        if e.czxid and e.czxid > z then z = e.czxid end
     end
     return z
 end
@@ -322,36 +324,31 @@ end
 -- `observed` (Q.observed).  The contract: a hold's token is greater than
 -- the token of every hold that conflicts with it and was granted before it.
 --
---   token = max(czxid, convert_zxid, observed)
+--   token = max(czxid, observed)
 --
 -- Why not the czxid alone: a conversion is granted ahead of new requests
 -- that were queued before it was asked.  A holds PR; B queues for EX (czxid
--- 10); A converts to EX (setData, zxid 11) and is granted; A releases; B is
+-- 10); A converts to EX (a write, zxid 11) and is granted; A releases; B is
 -- granted.  B's czxid 10 is below A's EX hold's token, so a store fenced by
 -- A's writes would refuse B's.  The conversion's own token needs its ask
--- (convert_zxid) for the same reason: its czxid is older than holds granted
--- since.
+-- for the same reason (its czxid is older than holds granted since): the
+-- ask is a write the decision observes.
 --
 -- Why the rule holds: let H be granted before G, conflicting with it.  The
 -- two are never held together, so before G's grant H's conflicting hold
 -- ended by a write E: the deletion of H's node (release, lease expiry by
 -- its owner, session loss), which raises the lock node's pzxid to E, or a
--- down-conversion, which sets H's mzxid to E.  G's decision saw that write
--- (it found H gone or weaker), so observed >= E.  H's token was fixed
--- before H's grant from zxids that had already happened, so it is below E,
--- a later write.  Hence token(H) < E <= token(G).  This needs every
--- decision to see the write that ended a conflicting hold, which is why no
--- sidecar may treat another's hold as ended by its own clock.  One more
--- case: G is H's own up-conversion; H's token predates the ask, and the
--- ask's zxid is in G's token.
+-- down-conversion, a write the decision observes too.  G's decision saw
+-- that write (it found H gone or weaker), so observed >= E.  H's token was
+-- fixed before H's grant from zxids that had already happened, so it is
+-- below E, a later write.  Hence token(H) < E <= token(G).  This needs
+-- every decision to see the write that ended a conflicting hold, which is
+-- why no sidecar may treat another's hold as ended by its own clock.
 --
 -- A down-conversion keeps its token (the hold continues, weaker); so does a
 -- reentrant acquire.
 function Q.token(entry, observed)
-    local t = entry.czxid
-    if entry.convert_zxid and entry.convert_zxid > t then t = entry.convert_zxid end
-    if observed and observed > t then t = observed end
-    return t
+    return math.max(entry.czxid or 0, observed or 0)
 end
 
 return Q

@@ -158,6 +158,9 @@ function Z.children(path)
     return names
 end
 
+-- rc (OK or NONODE), the child names and the parent's stat (its pzxid).
+function Z.list(path) return read("children", zk.children, path) end
+
 -- Creates `path` and its missing ancestors as empty persistent nodes.
 function Z.ensure_path(path)
     local prefix = ""

@@ -23,12 +23,13 @@ local R = require "registry"
 local M = {}
 
 local PS = require "pubsub"
+local LK = require "locks"
 
 local watch_events = 0  -- ZooKeeper watch events received (for /metrics)
 
 local builtin = {}
 for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval",
-                       "cmd_policy" }) do
+                       "cmd_policy", "cmd_lock" }) do
     for name, spec in pairs(require(mod)) do builtin[name] = spec end
 end
 M.builtin = builtin
@@ -212,12 +213,21 @@ function M.stats()
         pubsub_interests = sizes.interests,
         pubsub_route_cache = sizes.route_cache,
         pubsub_gc_queue = sizes.gc_queue,
+        lock_holds = LK.count(),
+        lock_grants_total = LK.stats.granted,
+        lock_expired_total = LK.stats.expired,
+        lock_waits_total = LK.stats.waits,
+        lock_wakeups_total = LK.stats.woken,
     }
 end
 
 -- A watch left by keyspace.lua fired (see sidecar/lua_host.h).
 function M.on_watch(event, path)
     watch_events = watch_events + 1
+    if LK.owns_path(path) then
+        LK.on_watch(path)
+        return
+    end
     if PS.on_watch(event, path) then return end
     K.on_watch(event, path)
 end
@@ -236,6 +246,7 @@ function M.on_session(event, session_id)
                                    math.tointeger(session_id) or 0))
     K.on_session(event, session_id)
     PS.on_session(event)
+    LK.on_session(event)
 end
 
 return M

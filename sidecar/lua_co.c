@@ -160,8 +160,11 @@ void lua_co_resume(struct co *c, int nargs)
             c->paused += now - c->yielded_at;
         else
             c->waited += now - c->yielded_at;
+        if (c->queued) /* waiting its turn is not waiting for ZooKeeper */
+            c->deadline += now - c->yielded_at;
         c->yielded_at = 0;
     }
+    c->queued = 0;
     busy_remove(c);
     c->resumed_at = now;
     size_t limit = lua_alloc_set_limit(h->alloc, lua_caps_limit(c));

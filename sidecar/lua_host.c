@@ -171,6 +171,8 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t)
     c->task = NULL;
     t->priv = NULL;
     h->running--;
+    if (c->wait == WAIT_WAKE && c->queued)
+        lua_co_ready(h, c, 0); /* host.suspend(true) returns nothing */
 }
 
 /* A background coroutine with M[fn] on its stack, or NULL when M has no fn. */

@@ -114,8 +114,9 @@
  *   zk.TIMEOUT (the request's deadline passed while disconnected: never
  *   sent), zk.CLOSING (the sidecar is shutting down), zk.TOOBIG (the request
  *   is larger than zk.max_request(): never sent); create flags
- *   zk.EPHEMERAL, zk.SEQUENCE; ACL bits zk.PERM_WRITE, zk.PERM_CREATE,
- *   zk.PERM_DELETE, zk.PERM_ADMIN.
+ *   zk.EPHEMERAL, zk.SEQUENCE, zk.CONTAINER (alone: a node the server
+ *   deletes some time after its last child goes); ACL bits zk.PERM_WRITE,
+ *   zk.PERM_CREATE, zk.PERM_DELETE, zk.PERM_ADMIN.
  *   An operation still waiting when the session is replaced returns
  *   zk.SESSIONEXPIRED: it is never sent under a later session.
  *   While the session is not connected an operation waits, at most until the
@@ -131,8 +132,14 @@
  *     host.now()             monotonic clock, milliseconds (float)  no yield
  *     host.wall()            wall clock, milliseconds since the epoch (float)
  *     host.sleep(ms)         yields for ms milliseconds
- *     host.suspend()         yields until host.wake(co) is called for this
- *                            coroutine; returns wake's extra arguments
+ *     host.suspend([queued]) yields until host.wake(co) is called for this
+ *                            coroutine; returns wake's extra arguments.
+ *                            queued = true: a command waiting its turn
+ *                            (LOCK.ACQUIRE WAIT): it also ends, returning
+ *                            nothing, when the command's client goes away
+ *                            (host.client() is nil from then on), and the
+ *                            time suspended does not count against the
+ *                            command's deadline (host.deadline)
  *     host.wake(co, ...)     schedules a suspended coroutine to resume (on the
  *                            loop, after the caller yields or returns)
  *     host.spawn(fn, ...)    runs fn(...) in a new background coroutine
@@ -287,7 +294,8 @@ void lua_host_client_gone(struct lua_host *h, unsigned long long id,
 void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
                   const char *const *argv, const size_t *argvlen);
 
-/* The requester of t went away: the command finishes without a reply. */
+/* The requester of t went away: the command finishes without a reply (one
+ * waiting in host.suspend(true) is resumed at once to leave its queue). */
 void lua_host_abandon(struct lua_host *h, struct lua_task *t);
 
 /* Session events from the bridge, forwarded to M.on_session. */

@@ -65,6 +65,7 @@ struct co {
     int reusable; /* a command's thread, to keep if it returns normally */
     int command;  /* runs a command (its requester may have left) */
     int sliced;   /* paused between slices: the VM is busy (host.caps) */
+    int queued;   /* host.suspend(true): wakes when its client goes */
     struct co *busy_prev, *busy_next; /* h->busy, while sliced */
     struct caps caps;
 };

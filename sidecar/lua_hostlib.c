@@ -87,6 +87,7 @@ static int l_host_suspend(lua_State *L)
 {
     struct co *c = lua_co_check(L, "host.suspend");
     c->wait = WAIT_WAKE;
+    c->queued = lua_toboolean(L, 1);
     return lua_yield(L, 0);
 }
 

@@ -379,6 +379,7 @@ void lua_zk_open(struct lua_host *h)
         {"TOOBIG", ZK_TOOBIG},
         {"EPHEMERAL", ZOO_EPHEMERAL},
         {"SEQUENCE", ZOO_SEQUENCE},
+        {"CONTAINER", ZOO_CONTAINER},
     };
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
         lua_pushinteger(L, consts[i].v);

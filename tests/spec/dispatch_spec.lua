@@ -141,7 +141,7 @@ describe("dispatch", function()
                       "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists", "expire",
                       "expireat", "get", "getdel", "hdel", "hello", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "info", "keys",
-                      "lindex", "llen", "lpop", "lpush", "lrange", "lrem", "memory", "persist",
+                      "lindex", "llen", "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop", "lpush", "lrange", "lrem", "memory", "persist",
                       "pexpire", "pexpireat", "ping", "policy", "psubscribe", "pttl", "publish", "pubsub",
                       "punsubscribe", "quit", "readonly", "readwrite", "reset",
                       "rpop", "rpush", "sadd", "scard", "script", "select", "set", "sismember",

@@ -47,7 +47,7 @@ local function lock()
     local function order(a, b)
         local ca, cb = a.granted ~= nil, b.granted ~= nil
         if ca ~= cb then return ca end
-        if ca then return (a.convert_zxid or 0) < (b.convert_zxid or 0) end
+        if ca then return (a.convert_at or 0) < (b.convert_at or 0) end
         return a.seq < b.seq
     end
 
@@ -117,7 +117,7 @@ local function lock()
             e.granted = mode
             hold(e, mode, e.token, "down")
         else
-            e.convert, e.convert_zxid = mode, z
+            e.convert, e.convert_at = mode, z
         end
         local woken = watchers(e)
         woken[#woken + 1] = e
@@ -128,7 +128,7 @@ local function lock()
     function L.give_up(e)
         assert(e.convert)
         e.mzxid = L.write()
-        e.convert, e.convert_zxid = nil, nil
+        e.convert, e.convert_at = nil, nil
         settle(watchers(e))
     end
 
@@ -558,7 +558,7 @@ describe("lockq", function()
                 for i, e in ipairs(L.queue) do
                     local c = { seq = e.seq, mode = e.granted or e.mode, czxid = e.czxid }
                     if e.granted and i <= #L.queue // 2 then
-                        c.granted, c.convert, c.convert_zxid = e.granted, e.convert, e.convert_zxid
+                        c.granted, c.convert, c.convert_at = e.granted, e.convert, e.convert_at
                     end
                     copy[i] = c
                 end

@@ -1,0 +1,128 @@
+-- cmd_lock.lua — the native lock commands (locks.lua does the work):
+--
+--   LOCK.ACQUIRE key owner [MODE m] [PX ms] [WAIT ms]  -> token | nil
+--   LOCK.RELEASE key owner                              -> 1 | 0
+--   LOCK.RENEW key owner PX ms                          -> 1 | 0
+--   LOCK.CONVERT key owner MODE m [WAIT ms]             -> token | nil
+--   LOCK.INFO key                                       -> {holders, waiters}
+--
+-- Modes NL CR CW PR PW EX (SHARED = PR, EXCLUSIVE = EX), lockq.lua's
+-- matrix.  The lease (PX) defaults to the policy's default_ttl(key,
+-- "lock"), else 30000 ms, and passes through its ttl hook like a key's.
+-- WAIT blocks only the calling connection.  Same table shape as
+-- cmd_string.lua; not callable from scripts (noscript: a script cannot
+-- wait).
+
+local Q = require "lockq"
+local LK = require "locks"
+local K = require "keyspace"
+local E = require "errors"
+local U = require "util"
+
+local C = {}
+
+local function bad_mode(m)
+    return { err = "ERR unknown lock mode '" .. m:sub(1, 64):gsub("[\r\n]", " ") ..
+                   "' (NL CR CW PR PW EX SHARED EXCLUSIVE)" }
+end
+
+-- The options after key and owner: {mode, px, wait}, or nil and the error
+-- reply.  allowed: option name -> true.
+local function options(args, name, allowed)
+    local o = {}
+    local i = 4
+    while i <= #args do
+        local opt = args[i]:upper()
+        local v = args[i + 1]
+        if not allowed[opt] or v == nil then return nil, { err = E.SYNTAX } end
+        if opt == "MODE" then
+            local m = Q.parse_mode(v)
+            if not m then return nil, bad_mode(v) end
+            o.mode = m
+        elseif opt == "PX" then
+            local n = U.to_int(v)
+            if not n then return nil, { err = E.NOT_INTEGER } end
+            if n <= 0 then return nil, { err = E.invalid_expire(name) } end
+            o.px = n
+        else
+            local n = U.to_int(v)
+            if not n then return nil, { err = "ERR timeout is not an integer or out of range" } end
+            if n < 0 then return nil, { err = "ERR timeout is negative" } end
+            o.wait = n
+        end
+        i = i + 2
+    end
+    return o
+end
+
+local function owner_error(owner)
+    if #owner > (host.config and host.config.max_key_len or 4096) then
+        return { err = "ERR owner too long" }
+    end
+end
+
+-- The lease of a hold: PX, else the policy's default_ttl, else 30000;
+-- then the policy's ttl clamp (keyspace.lua's K.effective_ttl rules).
+local function lease(key, px)
+    if not px then
+        local dflt = K.policy.default_ttl
+        local d = dflt and dflt(key, "lock")
+        if d ~= nil then
+            if type(d) ~= "number" or d ~= d or d <= 0 then
+                K.abort({ err = "ERR policy: default_ttl must return a positive number of milliseconds" })
+            end
+            px = math.tointeger(d) or math.ceil(d)
+        end
+    end
+    return K.effective_ttl(key, px or LK.DEFAULT_PX)
+end
+
+local ACQUIRE_OPTS = { MODE = true, PX = true, WAIT = true }
+
+local function acquire(args)
+    local key, owner = args[2], args[3]
+    local bad = owner_error(owner)
+    if bad then return bad end
+    local o, err = options(args, "lock.acquire", ACQUIRE_OPTS)
+    if not o then return err end
+    local r = LK.acquire(key, owner, o.mode or "EX", lease(key, o.px), o.wait or 0,
+                         K.policy.before_acquire)
+    if r == nil then return host.null end
+    return r
+end
+
+local function release(args)
+    return LK.release(args[2], args[3])
+end
+
+local function renew(args)
+    local o, err = options(args, "lock.renew", { PX = true })
+    if not o then return err end
+    if not o.px then return { err = E.SYNTAX } end
+    return LK.renew(args[2], args[3], K.effective_ttl(args[2], o.px))
+end
+
+local function convert(args)
+    local o, err = options(args, "lock.convert", { MODE = true, WAIT = true })
+    if not o then return err end
+    if not o.mode then return { err = E.SYNTAX } end
+    local r = LK.convert(args[2], args[3], o.mode, o.wait or 0)
+    if r == nil then return host.null end
+    return r
+end
+
+local function info(args)
+    return LK.info(args[2])
+end
+
+local function spec(fn, arity, flags)
+    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
+end
+
+C["lock.acquire"] = spec(acquire, -3, "write noscript")
+C["lock.release"] = spec(release, 3, "write noscript")
+C["lock.renew"] = spec(renew, 5, "write noscript")
+C["lock.convert"] = spec(convert, -5, "write noscript")
+C["lock.info"] = spec(info, 2, "readonly noscript")
+
+return C
