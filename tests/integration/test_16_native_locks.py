@@ -352,6 +352,36 @@ def test_reader_never_passes_queued_writer(sc, conn, waiters):
     assert is_token(t_r3) and t_r3 > t_w, (t_r3, t_w)
 
 
+def test_queued_readers_granted_together_after_writer(sc, conn, waiters):
+    """An EX holder, then three PR waiters and an EX waiter behind them, on
+    three sidecars: the writer's release grants all three readers (each is
+    compatible with everything granted and everything ahead of it was
+    granted), the EX waiter still waits and is granted only when the last
+    reader has released, with a token above every reader's."""
+    a = conn(0)
+    key = unique("batch")
+    t0 = acquire(a, key, "writer", mode="EX")
+    readers = []
+    for i in range(3):
+        readers.append(Waiter(sc[i], key, "r%d" % i, "PR", wait=20000).start(waiters))
+        wait_queued(a, key, [(w.owner, "PR", "new") for w in readers])
+    last = Waiter(sc[1], key, "w2", "EX", wait=20000).start(waiters)
+    wait_queued(a, key, [(w.owner, "PR", "new") for w in readers] + [("w2", "EX", "new")])
+    assert release(a, key, "writer") == 1
+    toks = [w.outcome(10) for w in readers]
+    assert all(is_token(t) and t > t0 for t in toks), (toks, t0)
+    assert sorted(holders(a, key)) == [("r0", "PR"), ("r1", "PR"), ("r2", "PR")]
+    assert waiting(a, key) == [("w2", "EX", "new")]
+    for w in readers[:2]:
+        w.let_go()
+        w.join(10)
+        assert w.released == 1
+    assert not last.done.wait(0.3), "the writer was answered while r2 held PR: %r" % last.result
+    readers[2].let_go()
+    t2 = last.outcome(10)
+    assert is_token(t2) and t2 > max(toks), (t2, toks)
+
+
 def test_down_conversion_is_immediate(sc, conn):
     """EX -> PR: answered at once (WAIT 0) with the same token; the hold is
     then PR, so another PR request is granted and an EX one is not."""
@@ -359,7 +389,9 @@ def test_down_conversion_is_immediate(sc, conn):
     key = unique("down")
     t = acquire(a, key, "o1", mode="EX")
     assert is_token(t)
-    assert acquire(b, key, "o2", mode="PR", wait=0) is None
+    t0 = time.monotonic()
+    assert acquire(b, key, "o2", mode="PR") is None, "no WAIT tries once"
+    assert time.monotonic() - t0 < 1.0
     assert convert(a, key, "o1", "PR", wait=0) == t
     assert holders(a, key) == [("o1", "PR")]
     t2 = acquire(b, key, "o2", mode="PR", wait=0)
@@ -367,6 +399,22 @@ def test_down_conversion_is_immediate(sc, conn):
     assert sorted(holders(a, key)) == [("o1", "PR"), ("o2", "PR")]
     assert acquire(b, key, "o3", mode="EX", wait=0) is None
     assert release(a, key, "o1") == 1 and release(b, key, "o2") == 1
+
+
+def test_down_conversion_wakes_compatible_waiter(sc, conn, waiters):
+    """An EX holder with a PR waiter (on another sidecar) queued: the
+    holder's EX -> PR conversion lets the waiter in at once, both then hold
+    PR."""
+    a = conn(0)
+    key = unique("downwake")
+    t = acquire(a, key, "o1", mode="EX")
+    w = Waiter(sc[2], key, "reader", "PR", wait=20000).start(waiters)
+    wait_queued(a, key, [("reader", "PR", "new")])
+    assert convert(a, key, "o1", "PR") == t
+    tw = w.outcome(5)
+    assert is_token(tw) and tw > t, (tw, t)
+    assert sorted(holders(a, key)) == [("o1", "PR"), ("reader", "PR")]
+    assert release(a, key, "o1") == 1
 
 
 def test_up_conversion_waits_and_goes_before_new_requests(sc, conn, waiters):
@@ -395,6 +443,7 @@ def test_up_conversion_waits_and_goes_before_new_requests(sc, conn, waiters):
     assert waiting(b, key) == [("o3", "EX", "new")]
     conv.let_go()    # releases o1 on its connection
     t3 = o3.outcome(10)
+    conv.join(10)
     assert conv.released == 1
     assert is_token(t3) and t3 > tc, (t3, tc)
     o3.let_go()
@@ -508,6 +557,25 @@ def test_renew_keeps_hold_past_several_leases(sc, conn):
     assert renew(a, key, "o", 1000) == 0
 
 
+def test_default_lease_and_hold_outlives_connection(sc, conn):
+    """Without PX the lease is 30000 ms; a hold is the owner's, not the
+    connection's: after the acquiring client disconnects the lock is still
+    held (until released, by the owner through any connection)."""
+    key = unique("deflease")
+    r = sc[0].redis()
+    t = acquire(r, key, "o", mode="EX")
+    assert is_token(t)
+    left = lock_info(r, key)["holders"][0]["lease_left_ms"]
+    assert 28000 <= left <= 30000, left
+    r.close()
+    b = conn(1)
+    time.sleep(0.3)
+    assert holders(b, key) == [("o", "EX")]
+    assert acquire(b, key, "x", mode="EX", wait=0) is None
+    assert release(conn(0), key, "o") == 1
+    assert lock_info(b, key) == {"holders": [], "waiters": []}
+
+
 def test_holder_sidecar_killed_releases_after_session(sc, conn, waiters, lock_zk):
     """kill -9 of the sidecar holding a lock (PX 60000, so only the
     session's end frees it): the waiter on another sidecar is granted
@@ -601,6 +669,62 @@ def test_disconnected_waiter_leaves_queue(sc, conn, waiters):
     assert release(a, key, "h") == 1
     assert is_token(w2.outcome(10))
     assert holders(a, key) == [("w2", "EX")]
+
+
+def test_middle_waiter_leaving_keeps_order(sc, conn, waiters):
+    """Holder h, waiters w1, w2, w3 (three sidecars): w2 -- the one w3
+    queued behind -- disconnects and leaves the queue at once; releases then
+    grant w1, then w3."""
+    a = conn(0)
+    key = unique("middle")
+    assert is_token(acquire(a, key, "h", mode="EX"))
+    w1 = Waiter(sc[0], key, "w1", "EX", wait=20000).start(waiters)
+    wait_queued(a, key, [("w1", "EX", "new")])
+    raw = sc[1].client()
+    raw.send_cmd("LOCK.ACQUIRE", key, "w2", "MODE", "EX", "WAIT", "20000")
+    wait_queued(a, key, [("w1", "EX", "new"), ("w2", "EX", "new")])
+    w3 = Waiter(sc[2], key, "w3", "EX", wait=20000).start(waiters)
+    wait_queued(a, key, [("w1", "EX", "new"), ("w2", "EX", "new"), ("w3", "EX", "new")])
+    raw.close()
+    wait_for(lambda: waiting(a, key) == [("w1", "EX", "new"), ("w3", "EX", "new")], 1.5, 0.02,
+             "the disconnected middle waiter to leave the queue")
+    assert release(a, key, "h") == 1
+    t1 = w1.outcome(10)
+    assert is_token(t1)
+    assert not w3.done.wait(0.2), "w3 answered while w1 held: %r" % w3.result
+    w1.let_go()
+    t3 = w3.outcome(10)
+    assert is_token(t3) and t3 > t1
+
+
+def test_waiter_of_killed_sidecar_leaves_queue(sc, conn, waiters, lock_zk):
+    """A waiter whose sidecar is killed (-9) leaves the queue when that
+    sidecar's session ends; the waiter queued behind it is then granted
+    after the holder's release (within the session timeout plus a
+    margin)."""
+    d = Zkresp(lock_zk, root=sc[0].root, session_timeout=SESSION_MS, request_timeout=2000)
+    try:
+        d.start()
+        a = conn(0)
+        key = unique("deadwaiter")
+        assert is_token(acquire(a, key, "h", mode="EX"))
+        dw = Waiter(d, key, "doomed", "EX", wait=20000).start(waiters)
+        wait_queued(a, key, [("doomed", "EX", "new")])
+        w = Waiter(sc[1], key, "w", "EX", wait=20000).start(waiters)
+        wait_queued(a, key, [("doomed", "EX", "new"), ("w", "EX", "new")])
+        t_kill = time.monotonic()
+        d.kill9()
+        assert release(a, key, "h") == 1
+        tw = w.outcome(SESSION_MS / 1000.0 + 8)
+        assert is_token(tw), tw
+        elapsed = w.t_reply - t_kill
+        print("waiter behind a killed sidecar's waiter granted %.2f s after the kill" % elapsed)
+        assert elapsed <= SESSION_MS / 1000.0 + 3.0, elapsed
+        assert lock_info(a, key)["waiters"] == []
+        assert holders(a, key) == [("w", "EX")]
+        assert not dw.granted, "the killed sidecar's waiter was answered a token"
+    finally:
+        d.close()
 
 
 def test_wait_timeout_leaves_queue(sc, conn, waiters):
@@ -736,6 +860,7 @@ def test_info_shape_resp3(sc, conn, waiters):
             _, entries = elements(arr)
             assert all(e.startswith(b"%") for e in entries), entries
         assert c.cmd("LOCK.ACQUIRE", key, "x", "MODE", "EX", "WAIT", "0") == b"_\r\n"
+        assert c.cmd("LOCK.ACQUIRE", key, "x", "MODE", "EX", "WAIT", "50") == b"_\r\n"
         assert c.cmd("LOCK.ACQUIRE", key, "h", "MODE", "EX") == b":%d\r\n" % t
         assert c.cmd("LOCK.RELEASE", key, "h") == b":1\r\n"
         assert c.cmd("LOCK.INFO", key).startswith(b"%2\r\n")
