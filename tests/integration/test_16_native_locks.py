@@ -273,6 +273,111 @@ def test_compatibility_matrix_all_36_cells(sc, conn):
     assert not wrong, "matrix cells answered wrongly:\n" + "\n".join(wrong)
 
 
+def _compatible(m1, m2):
+    return MATRIX[m1][MODES.index(m2)] == "Y"
+
+
+def test_random_contention_modes_and_conversions(sc):
+    """Nine clients (three per sidecar) for 5 s on one lock, each repeatedly
+    acquiring a random mode (WAIT 3000), sometimes converting (EX/PW down to
+    PR, PR/CR up to EX), holding a few ms and releasing (a conversion
+    deadlock's EDEADLK is counted and the old mode kept: its reply is
+    test_conversion_deadlock's subject).  Each hold is recorded on one clock from the reply that granted it to the send of the
+    command that ended it, so recorded intervals lie inside the real ones:
+    no two holds of incompatible modes overlap, and of two incompatible
+    holds the later one has the greater token."""
+    import random
+    key = unique("storm")
+    segs, errors, counts = [], [], {"grants": 0, "nulls": 0, "up": 0, "down": 0, "edeadlk": 0}
+    mu = threading.Lock()
+    stop = time.monotonic() + 5.0
+    weights = ["EX"] * 4 + ["PR"] * 4 + ["PW", "CW", "CR", "NL"]
+
+    def worker(i):
+        rnd = random.Random(i)
+        r = sc[i % 3].redis(socket_timeout=30)
+        owner = "c%d" % i
+        try:
+            while time.monotonic() < stop:
+                mode = rnd.choice(weights)
+                tok = acquire(r, key, owner, mode=mode, wait=3000)
+                t_a = time.monotonic()
+                if tok is None:
+                    with mu:
+                        counts["nulls"] += 1
+                    continue
+                mine = [[owner, mode, tok, t_a, None]]
+                time.sleep(rnd.uniform(0, 0.004))
+                if rnd.random() < 0.35:
+                    if mode in ("EX", "PW"):
+                        t_c = time.monotonic()
+                        t2 = convert(r, key, owner, "PR")
+                        if t2 is None:
+                            errors.append("%s: down-conversion %s -> PR answered null" % (owner, mode))
+                        else:
+                            # The stronger mode ends when the conversion is
+                            # sent; the PR hold runs from the grant on.
+                            mine[0][4] = t_c
+                            mine.append([owner, "PR", tok, t_a, None])
+                            with mu:
+                                counts["down"] += 1
+                    elif mode in ("PR", "CR"):
+                        try:
+                            t2 = convert(r, key, owner, "EX", wait=3000)
+                        except redis.ResponseError as e:
+                            # Two holders converting up wait for each other.
+                            # Not this test's subject (see
+                            # test_conversion_deadlock): the old mode is kept.
+                            if not str(e).startswith("EDEADLK"):
+                                raise
+                            t2 = None
+                            with mu:
+                                counts["edeadlk"] += 1
+                        if t2 is not None:
+                            mine.append([owner, "EX", t2, time.monotonic(), None])
+                            with mu:
+                                counts["up"] += 1
+                    time.sleep(rnd.uniform(0, 0.004))
+                t_r = time.monotonic()
+                for sgm in mine:
+                    if sgm[4] is None:
+                        sgm[4] = t_r
+                rel = release(r, key, owner)
+                if rel != 1:
+                    errors.append("%s: RELEASE of its %s hold answered %r" % (owner, mode, rel))
+                with mu:
+                    counts["grants"] += 1
+                    segs.extend(mine)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append("%s: %r" % (owner, e))
+        finally:
+            r.close()
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(9)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(40)
+    print("storm: %r, %d hold segments" % (counts, len(segs)))
+    assert not errors, errors[:5]
+    assert counts["grants"] >= 30 and counts["up"] >= 1 and counts["down"] >= 1, counts
+    bad = []
+    for x in range(len(segs)):
+        o1, m1, k1, s1, e1 = segs[x]
+        for y in range(x + 1, len(segs)):
+            o2, m2, k2, s2, e2 = segs[y]
+            if o1 == o2 or _compatible(m1, m2):
+                continue
+            if s1 < e2 and s2 < e1:
+                bad.append("overlap: %s %s tok %d [%.4f, %.4f] and %s %s tok %d [%.4f, %.4f]"
+                           % (o1, m1, k1, s1, e1, o2, m2, k2, s2, e2))
+            elif (e1 <= s2 and not k1 < k2) or (e2 <= s1 and not k2 < k1):
+                bad.append("token order: %s %s tok %d [%.4f, %.4f] vs %s %s tok %d [%.4f, %.4f]"
+                           % (o1, m1, k1, s1, e1, o2, m2, k2, s2, e2))
+    assert not bad, "%d violations, first: %s" % (len(bad), "\n".join(bad[:10]))
+    assert lock_info(sc[0].redis(), key) == {"holders": [], "waiters": []}
+
+
 def test_mode_names_case_insensitive_with_aliases(sc, conn):
     """MODE is case-insensitive; SHARED is PR, EXCLUSIVE is EX; no MODE is
     EX.  LOCK.INFO shows the canonical mode."""
@@ -475,6 +580,32 @@ def test_conversion_wait_timeout_keeps_old_mode(sc, conn):
     assert is_token(acquire(b, key, "o3", mode="PR", wait=0)), "a new reader is blocked by a conversion that gave up"
     for r, o in ((a, "o1"), (b, "o2"), (b, "o3")):
         assert release(r, key, o) == 1, o
+
+
+def test_conversion_deadlock(sc, conn, waiters):
+    """Two PR holders both converting to EX wait for each other (each for
+    the other's PR hold, the second also behind the first in the conversion
+    queue).  The contract's replies: a token or null (on WAIT), the old
+    mode kept -- so both answer null within their WAIT plus a margin, both
+    still hold PR, nothing is left queued, and each can release."""
+    a, b = conn(0), conn(1)
+    key = unique("deadlock")
+    t1 = acquire(a, key, "o1", mode="PR")
+    t2 = acquire(b, key, "o2", mode="PR")
+    assert is_token(t1) and is_token(t2)
+    c1 = Waiter(sc[0], key, "o1", "EX", wait=800, convert_conn=conn(0, timeout=20)).start(waiters)
+    wait_queued(a, key, [("o1", "EX", "conversion")])
+    c2 = Waiter(sc[1], key, "o2", "EX", wait=800, convert_conn=conn(1, timeout=20)).start(waiters)
+    replies = {}
+    for w in (c1, c2):
+        assert w.done.wait(5), "%s: no reply to its conversion" % w.owner
+        replies[w.owner] = w.result if w.error is None else "error: %s" % w.error
+    info = lock_info(a, key)
+    assert sorted((h["owner"], h["mode"]) for h in info["holders"]) == [("o1", "PR"), ("o2", "PR")], info
+    assert info["waiters"] == [], info
+    assert release(a, key, "o1") == 1 and release(b, key, "o2") == 1
+    assert replies == {"o1": None, "o2": None}, \
+        "deadlocked conversions answered %r (contract: a token or null)" % replies
 
 
 def test_reentrancy(sc, conn):
