@@ -661,6 +661,31 @@ def test_lease_ends_and_waiter_on_other_sidecar_gets_it(sc, conn, waiters):
     assert holders(a, key) == [("w", "EX")]
 
 
+def test_lease_of_a_waiter_runs_from_its_grant(sc, conn, waiters):
+    """A waiter asking PX 2000 that waits 1.2 s gets a full lease from its
+    grant: LOCK.INFO's lease_left_ms right after the grant is near 2000
+    (not 2000 less the wait), and the hold ends no earlier than 2 s after
+    the release that granted it (a waiter behind it gets the lock then)."""
+    a = conn(0)
+    key = unique("waitlease")
+    assert is_token(acquire(a, key, "h", mode="EX"))
+    w = Waiter(sc[1], key, "w", "EX", wait=10000, px=2000).start(waiters)
+    wait_queued(a, key, [("w", "EX", "new")])
+    w2 = Waiter(sc[2], key, "w2", "EX", wait=10000).start(waiters)
+    wait_queued(a, key, [("w", "EX", "new"), ("w2", "EX", "new")])
+    time.sleep(1.2)
+    t_rel = time.monotonic()
+    assert release(a, key, "h") == 1
+    assert is_token(w.outcome(5))
+    left = [h["lease_left_ms"] for h in lock_info(a, key)["holders"] if h["owner"] == "w"]
+    t2 = w2.outcome(8)
+    assert is_token(t2)
+    assert w2.t_reply >= t_rel + 2.0 - 0.02, \
+        "w's PX 2000 hold ended %.0f ms after its grant" % ((w2.t_reply - t_rel) * 1000)
+    assert left and 1500 <= left[0] <= 2000, \
+        "lease_left_ms of a hold granted a moment ago with PX 2000 after a 1.2 s wait: %r" % left
+
+
 def test_renew_keeps_hold_past_several_leases(sc, conn):
     """RENEW every 100 ms keeps a PX 600 hold for over 4 leases: every
     RENEW answers 1, the lock stays refused elsewhere.  RENEW PX 20000
