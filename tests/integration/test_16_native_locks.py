@@ -928,6 +928,7 @@ def test_sidecar_serves_others_while_one_waits(sc, conn, waiters):
         assert timed("GET", lambda: other.get(k2 + ":v")) == b"x"
         assert is_token(timed("LOCK.ACQUIRE", lambda: acquire(other, k2, "o2", mode="EX", wait=0)))
         assert timed("LOCK.RELEASE", lambda: release(other, k2, "o2")) == 1
+    assert other.delete(k2 + ":v") == 1
     assert is_token(timed("LOCK.ACQUIRE on a new connection",
                           lambda: acquire(conn(0), unique("fresh"), "o3", wait=0)))
     assert not w.done.is_set(), "the waiter answered before its WAIT: %r" % w.result
@@ -1028,7 +1029,7 @@ def test_info_shape_resp3(sc, conn, waiters):
 def test_locks_are_a_separate_namespace(sc, conn):
     """After LOCK.ACQUIRE k: EXISTS k is 0, GET k null, DEL k 0, KEYS *
     does not list it; SET/GET/DEL of k work independently and leave the
-    lock held."""
+    lock held.  Lock names with '/', NUL, non-ASCII or '*' work too."""
     a, b = conn(0), conn(1)
     key = unique("ns")
     t = acquire(a, key, "o", mode="EX")
@@ -1048,6 +1049,14 @@ def test_locks_are_a_separate_namespace(sc, conn):
     assert release(a, key, "o") == 1
     assert a.get(key) == b"again", "LOCK.RELEASE touched the key"
     assert a.delete(key) == 1
+    # Names that are paths or bytes to ZooKeeper are lock names like any.
+    for odd in ("a/b c", "/", "x\x00y", "\u00e9/..", "*"):
+        assert is_token(acquire(a, odd, "o")), odd
+        assert acquire(b, odd, "p", wait=0) is None, odd
+        assert b.exists(odd) == 0, odd
+        assert odd.encode() not in a.keys("*"), odd
+        assert holders(b, odd) == [("o", "EX")], odd
+        assert release(a, odd, "o") == 1, odd
 
 
 def test_error_replies_keep_connection(sc):
