@@ -103,6 +103,10 @@ local policy = {}
 --   token, when known), value (a string's value: the lock token), client}.
 --   They run after the event, in the background: they never delay a reply
 --   and may call zk.* and host.sleep.
+--   Native locks (LOCK.*, README "Native locks") call before_acquire with
+--   info = {path, exists, mode, lock = true} and the four notifications
+--   with info = {path, lock = true, mode, token, czxid = token, owner, ttl,
+--   lifetime = "ephemeral", client}; their key is the lock's name.
 --
 -- self_check() -> true | nil, reason
 --   Runs when the policy loads; a failure keeps the running policy.

@@ -216,8 +216,9 @@ function M.stats()
         lock_holds = LK.count(),
         lock_grants_total = LK.stats.granted,
         lock_expired_total = LK.stats.expired,
-        lock_waits_total = LK.stats.waits,
-        lock_wakeups_total = LK.stats.woken,
+        lock_handed_total = LK.stats.handed,
+        lock_waits_total = LK.wait_stats.waits,
+        lock_wakeups_total = LK.wait_stats.woken,
     }
 end
 

@@ -1,6 +1,6 @@
 /*
  * handoff: how fast one lock passes from holder to waiter, and how soon a
- * waiter hears that the lock was released.  Two modes:
+ * waiter hears that the lock was released.  Three modes:
  *
  * resp mode (--side PORT:N, repeatable): N Redisson-style waiters on each
  * RESP server, all on ONE hash lock.  Each waiter is a thread with two
@@ -20,6 +20,20 @@
  * stale and dropped when the next acquire is sent.  While a thread waits for
  * a command's reply it also reads its subscriber, so every message is
  * timestamped when it arrives, whatever the thread was doing.
+ *
+ * native mode (--native --side PORT:N, repeatable): zkresp's own lock
+ * commands (issue 18), N waiters on each server, all on ONE key, each a
+ * thread with ONE blocking connection and its own owner string:
+ *
+ *   LOCK.ACQUIRE <key> <owner> PX 30000 WAIT <--timeout-ms>
+ *     integer -> granted, the reply is the grant's fencing token: spin
+ *                --hold-us, LOCK.RELEASE <key> <owner> (:1 expected), again
+ *     null    -> WAIT ran out (counted as a timeout), ask again
+ *
+ * The server queues the waiters and wakes them one at a time (FIFO, each
+ * watching the node ahead of it), so a waiter's wake-up is its ACQUIRE's
+ * reply.  Every grant is checked: its token must be above the previous
+ * grant's (fencing=), and no other waiter may still hold (overlaps=).
  *
  * raw mode (--zk HOST:PORT): the same handoff as the ZooKeeper lock recipe,
  * with libzookeeper_mt.  --waiters N, each with its own session by default
@@ -46,9 +60,15 @@
  *   wake_p50/p99    resp: from the unlock's reply (read by the releasing
  *                   thread) to each other waiter's receipt of the message;
  *                   raw: from the holder's delete completion callback to its
- *                   successor's watch event.  Negative when the wake-up came
- *                   first (counted in early=): the server sends the event
- *                   and the reply at the same moment.
+ *                   successor's watch event; native: from LOCK.RELEASE's
+ *                   reply to the next holder's LOCK.ACQUIRE reply (each
+ *                   timestamped by the thread that read it), counted only
+ *                   when that holder's ACQUIRE was sent before the release
+ *                   (fresh= those that were not: the lock was free when
+ *                   they asked; own= a releaser granted again at once).
+ *                   Negative when the wake-up came first (counted in
+ *                   early=): the server sends the event and the reply at
+ *                   the same moment.
  *   sent_wake_*     the same from the moment the release's request was sent:
  *                   the release's own round trip plus the notification
  *   xwake_*, xsent_wake_*  the same for waiters on another side than the
@@ -62,11 +82,17 @@
  *                   resyncs= messages that came before the release they were
  *                   counted for was sent (the count ran ahead: an extra
  *                   message), not timed
- *   timeouts        waits that ran out (resp)
+ *   timeouts        waits that ran out (resp), WAITs that ran out (native)
  *   errors          unexpected replies; an error reply to a script is retried
  *                   at once (tryagain= counts TRYAGAIN among them)
  *   overlaps        acquisitions while another waiter still held the lock
  *                   (had not sent its release): must be 0
+ *   fencing         native: grants whose token was not above the previous
+ *                   grant's (grants are serialised by the lock, so the order
+ *                   in which their replies are recorded is the grant order
+ *                   unless they overlap): must be 0; tokens= grants checked
+ *                   (warm-up and drain included); release_not_held=
+ *                   LOCK.RELEASE of a granted hold answered 0
  *   zk_watch_*      with --zk-mntr: ZooKeeper watch events delivered during
  *                   the measured period (mntr zk_sum_node_*_watch_count,
  *                   which add the watchers each event triggers), per
@@ -80,7 +106,9 @@
  *           wake_p50_us=... wake_p99_us=... wake_n=... early=... ...
  *
  * Exit status: 0 when the run completed (errors are reported, not fatal),
- * 1 when it could not run, 2 on bad usage.
+ * 1 when it could not run, 2 on bad usage, 3 when a native run completed
+ * (its result line printed) but broke mutual exclusion: overlaps or
+ * fencing above 0.
  */
 #include <errno.h>
 #include <poll.h>
@@ -542,7 +570,8 @@ static int wait_message(struct waiter *w)
     }
 }
 
-/* Counts an unexpected reply to a script (TRYAGAIN errors also apart). */
+/* Counts an unexpected reply to a script or command (TRYAGAIN errors also
+ * apart). */
 static void error_reply(struct waiter *w, const char *script,
                         const redisReply *r)
 {
@@ -551,7 +580,7 @@ static void error_reply(struct waiter *w, const char *script,
     describe(r, d, sizeof(d));
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0)
         atomic_fetch_add(&tryagain, 1);
-    count_error("unexpected reply to the %s script: %s", script, d);
+    count_error("unexpected reply to %s: %s", script, d);
 }
 
 /* Holds the lock (it just got it), then runs the unlock script. */
@@ -570,13 +599,13 @@ static void hold_and_unlock(struct waiter *w)
     /* An error reply (TRYAGAIN) left the lock held: the same request is
      * sent again, latch and all, as Redisson retries it. */
     for (int i = 0; i < 10 && r->type == REDIS_REPLY_ERROR; i++) {
-        error_reply(w, "unlock", r);
+        error_reply(w, "the unlock script", r);
         freeReplyObject(r);
         r = evalsha(w, sha_unlock, script_unlock, 9, argv);
     }
     release_done(k, bench_now_ns());
     if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1))
-        error_reply(w, "unlock", r);
+        error_reply(w, "the unlock script", r);
     freeReplyObject(r);
 }
 
@@ -598,7 +627,7 @@ static void *waiter_run(void *arg)
         if (r->type != REDIS_REPLY_INTEGER) {
             /* Not the lock's PTTL: an error (TRYAGAIN) is retried at once,
              * as Redisson retries it. */
-            error_reply(w, "acquire", r);
+            error_reply(w, "the acquire script", r);
             freeReplyObject(r);
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
@@ -679,6 +708,166 @@ static void waiter_setup(struct waiter *w)
         shas[i][40] = '\0';
         freeReplyObject(r);
     }
+}
+
+/* ------------------------------------------------------------ native mode */
+
+/* Native locks (issue 18): each waiter is a thread with ONE blocking
+ * connection to its server, no subscriber.  LOCK.ACQUIRE blocks until the
+ * lock is granted (an integer fencing token) or WAIT runs out (null). */
+
+static int native;
+static uint64_t last_token;      /* the latest grant's token; under mu */
+static int have_token;           /* a token was seen; under mu */
+static uint64_t fencing;         /* tokens not above the previous grant's */
+static uint64_t tokens;          /* grants seen (the whole run); under mu */
+static uint64_t own_acq;         /* granted right after its own release */
+static uint64_t fresh_acq;       /* asked after the latest release was sent */
+static uint64_t not_held;        /* LOCK.RELEASE answered 0 */
+static uint64_t native_timeouts; /* WAIT ran out during the measured period */
+static char nat_px[] = "30000";
+static char nat_wait[24];
+
+/* An error reply that says the command does not exist: the sidecar has no
+ * native locks, and nothing can be measured. */
+static void native_unknown(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR &&
+        (strncmp(r->str, "ERR unknown command", 19) == 0 ||
+         strstr(r->str, "unknown command") != NULL)) {
+        fprintf(stderr, "handoff: the server has no native locks: %s\n",
+                r->str);
+        exit(1);
+    }
+}
+
+/* The token of a grant: an integer reply, or (counted as an error, the
+ * contract says integer) a string of digits; 0 when r is not a grant. */
+static int native_token(const redisReply *r, uint64_t *tok)
+{
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *tok = (uint64_t)r->integer;
+        return 1;
+    }
+    if ((r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+        r->len > 0 && r->len < 21 && strspn(r->str, "0123456789") == r->len) {
+        *tok = strtoull(r->str, NULL, 10);
+        count_error("LOCK.ACQUIRE answered its token as a string: %s%s", r->str,
+                    "");
+        return 1;
+    }
+    return 0;
+}
+
+/* Waiter w was granted the lock at t with token tok, its acquire having
+ * been sent at sent.  The grant is checked (overlap, fencing) and, when w
+ * was waiting as the latest release was sent and is not its releaser,
+ * timed as that release's wake-up.  Under mu. */
+static void native_granted_locked(struct waiter *w, uint64_t t, uint64_t sent,
+                                  uint64_t tok)
+{
+    tokens++;
+    if (have_token && tok <= last_token) {
+        if (fencing++ < 5)
+            fprintf(stderr,
+                    "handoff: FENCING: waiter %d granted token %llu after "
+                    "token %llu\n",
+                    w->id, (unsigned long long)tok,
+                    (unsigned long long)last_token);
+    }
+    if (holding != -1 && overlaps < 5)
+        fprintf(stderr,
+                "handoff: OVERLAP: waiter %d granted (token %llu) while "
+                "waiter %d holds\n",
+                w->id, (unsigned long long)tok, holding);
+    have_token = 1;
+    last_token = tok;
+    acquired_locked(w->id, t);
+    if (releases == 0)
+        return;
+    struct release *r = &ring[releases & (RING - 1)];
+    if (r->k != releases) {
+        unmatched++;
+    } else if (r->releaser == w->id) {
+        own_acq += r->measured;
+    } else if (sent > r->sent_ns) {
+        fresh_acq += r->measured;
+    } else {
+        wake_locked(r, t, w->side);
+    }
+}
+
+/* LOCK.RELEASE of w's hold: numbered, timed, retried on an error reply. */
+static void native_release(struct waiter *w)
+{
+    const char *argv[] = {"LOCK.RELEASE", key, w->holder};
+    uint64_t k = release_begin(w->id, w->side, 0);
+    redisReply *r = cmd_call(w, 3, argv);
+    /* An error reply (TRYAGAIN) may have left the lock held: sent again. */
+    for (int i = 0; i < 10 && r->type == REDIS_REPLY_ERROR; i++) {
+        native_unknown(r);
+        error_reply(w, "LOCK.RELEASE", r);
+        freeReplyObject(r);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        r = cmd_call(w, 3, argv);
+    }
+    release_done(k, bench_now_ns());
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+        pthread_mutex_lock(&mu);
+        not_held++;
+        pthread_mutex_unlock(&mu);
+        count_error("LOCK.RELEASE of a granted hold answered %s%s", "0", "");
+    } else if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1)) {
+        error_reply(w, "LOCK.RELEASE", r);
+    }
+    freeReplyObject(r);
+}
+
+static void *native_run(void *arg)
+{
+    struct waiter *w = arg;
+    const char *argv[] = {"LOCK.ACQUIRE", key,    w->holder, "PX",
+                          nat_px,         "WAIT", nat_wait};
+    while (atomic_load(&phase) != PHASE_STOP && !atomic_load(&fatal)) {
+        uint64_t sent = bench_now_ns();
+        redisReply *r = cmd_call(w, 7, argv);
+        uint64_t t = bench_now_ns();
+        uint64_t tok;
+        if (native_token(r, &tok)) {
+            freeReplyObject(r);
+            pthread_mutex_lock(&mu);
+            native_granted_locked(w, t, sent, tok);
+            pthread_mutex_unlock(&mu);
+            hold_spin();
+            native_release(w);
+            continue;
+        }
+        if (r->type == REDIS_REPLY_NIL) {
+            /* WAIT ran out: not granted, no longer queued. */
+            if (atomic_load(&phase) == PHASE_MEASURE) {
+                pthread_mutex_lock(&mu);
+                native_timeouts++;
+                pthread_mutex_unlock(&mu);
+            }
+            freeReplyObject(r);
+            continue;
+        }
+        native_unknown(r);
+        error_reply(w, "LOCK.ACQUIRE", r);
+        freeReplyObject(r);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* Connects one native waiter (on the main thread, before the run). */
+static void native_setup(struct waiter *w)
+{
+    rconn_open(&w->cmd, w->port);
+    snprintf(w->holder, sizeof(w->holder), "owner-%u-%d", (unsigned)getpid(),
+             w->id);
 }
 
 /* ------------------------------------------------------------ raw mode */
@@ -898,12 +1087,15 @@ static void usage(void)
     fprintf(
         stderr,
         "usage: handoff --side PORT:N [--side PORT:N]... [--key K]   (resp)\n"
+        "       handoff --native --side PORT:N [--side PORT:N]... [--key K]\n"
         "       handoff --zk HOST:PORT [--waiters N] [--sessions S] [--root "
         "P]  (raw)\n"
         "       [--seconds S] [--warmup S] [--hold-us N] [--timeout-ms N]\n"
         "       [--zk-mntr HOST:PORT] [--pid NAME=PID]... [--resolve-delay "
         "MS]\n"
         "  --side PORT:N   N waiters on the RESP server at 127.0.0.1:PORT\n"
+        "  --native        LOCK.ACQUIRE / LOCK.RELEASE instead of Redisson's\n"
+        "                  scripts (one blocking connection per waiter)\n"
         "  --key K         the lock (default bench:handoff)\n"
         "  --zk ADDR       raw mode: the ZooKeeper lock recipe on ADDR\n"
         "  --waiters N     raw mode: waiters (default 8)\n"
@@ -912,8 +1104,8 @@ static void usage(void)
         "  --root P        raw mode: the lock's directory (default "
         "/bench/handoff)\n"
         "  --hold-us N     hold each acquisition N us (default 20)\n"
-        "  --timeout-ms N  resp mode: a waiter's longest wait for a message "
-        "(default 2000)\n"
+        "  --timeout-ms N  resp mode: a waiter's longest wait for a message;\n"
+        "                  native mode: LOCK.ACQUIRE's WAIT (default 2000)\n"
         "  --zk-mntr ADDR  count ZooKeeper watch events per release (mntr)\n"
         "  --pid NAME=PID  charge PID's CPU time to the handoffs "
         "(repeatable)\n");
@@ -931,6 +1123,11 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--native") == 0) {
+            native = 1;
+            i--; /* a flag: no value */
+            continue;
+        }
         if (strcmp(a, "--help") == 0 || v == NULL)
             usage();
         if (strcmp(a, "--side") == 0) {
@@ -968,9 +1165,10 @@ int main(int argc, char **argv)
         } else
             usage();
     }
-    if ((sides > 0) == (zk != NULL) || seconds <= 0 || warmup < 0 ||
-        timeout_ms < 1 || strlen(key) > 128)
+    if ((sides > 0) == (zk != NULL) || (native && sides == 0) || seconds <= 0 ||
+        warmup < 0 || timeout_ms < 1 || strlen(key) > 128)
         usage();
+    snprintf(nat_wait, sizeof(nat_wait), "%d", timeout_ms);
     signal(SIGPIPE, SIG_IGN);
     snprintf(chan, sizeof(chan), "redisson_lock__channel:{%s}", key);
 
@@ -990,10 +1188,11 @@ int main(int argc, char **argv)
                      s ? "+" : "", side_n[s]);
         }
         for (int i = 0; i < nwaiters; i++)
-            waiter_setup(&waiters[i]);
+            (native ? native_setup : waiter_setup)(&waiters[i]);
         for (int i = 0; i < nwaiters; i++)
-            if (pthread_create(&waiters[i].th, NULL, waiter_run, &waiters[i]) !=
-                0)
+            if (pthread_create(&waiters[i].th, NULL,
+                               native ? native_run : waiter_run,
+                               &waiters[i]) != 0)
                 die("pthread_create");
     } else {
         if (raw_waiters < 1 || raw_waiters > MAX_WAITERS)
@@ -1054,7 +1253,8 @@ int main(int argc, char **argv)
             resyncs += waiters[i].resyncs;
             timeouts += waiters[i].timeouts;
             subscribed += waiters[i].subscribed;
-            rconn_close(&waiters[i].sub);
+            if (!native)
+                rconn_close(&waiters[i].sub);
             rconn_close(&waiters[i].cmd);
         }
     } else {
@@ -1080,7 +1280,11 @@ int main(int argc, char **argv)
     bench_samples_sort(&xwake_sent);
     bench_samples_sort(&gap);
     double off = (double)SIGNED_OFF / 1000;
-    printf("handoff mode=%s waiters=%s", sides > 0 ? "resp" : "raw", who);
+    printf("handoff mode=%s waiters=%s",
+           native      ? "native"
+           : sides > 0 ? "resp"
+                       : "raw",
+           who);
     if (sides == 0)
         printf(" sessions=%d", nsessions);
     printf(" hold_us=%.0f secs=%.3f ops=%llu errors=%llu ops_per_sec=%.1f",
@@ -1100,7 +1304,14 @@ int main(int argc, char **argv)
            (unsigned long long)unmatched, (unsigned long long)releases,
            (unsigned long long)releases_m,
            (double)(self1 - self0) / 1e4 / secs);
-    if (sides > 0) {
+    if (native) {
+        printf(" fencing=%llu tokens=%llu own=%llu fresh=%llu timeouts=%llu "
+               "release_not_held=%llu wait_ms=%d",
+               (unsigned long long)fencing, (unsigned long long)tokens,
+               (unsigned long long)own_acq, (unsigned long long)fresh_acq,
+               (unsigned long long)native_timeouts,
+               (unsigned long long)not_held, timeout_ms);
+    } else if (sides > 0) {
         uint64_t expected = releases * (uint64_t)subscribed;
         printf(" subscribed=%d messages=%llu expected=%llu lost=%llu "
                "extra=%llu own=%llu resyncs=%llu timeouts=%llu",
@@ -1142,6 +1353,14 @@ int main(int argc, char **argv)
     if (atomic_load(&fatal)) {
         fprintf(stderr, "handoff: run aborted (session lost)\n");
         return 1;
+    }
+    if (native && (overlaps > 0 || fencing > 0)) {
+        fprintf(stderr,
+                "handoff: FAILED: native locks broke mutual exclusion: %llu "
+                "overlapping grants, %llu fencing tokens not above the "
+                "previous grant's\n",
+                (unsigned long long)overlaps, (unsigned long long)fencing);
+        return 3;
     }
     return 0;
 }

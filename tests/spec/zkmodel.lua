@@ -39,7 +39,7 @@ Z.codes = {
     SESSIONEXPIRED = -112, INVALIDCALLBACK = -113, INVALIDACL = -114,
     AUTHFAILED = -115, SESSIONMOVED = -118,
     TIMEOUT = -1000, CLOSING = -1001, TOOBIG = -1002, -- ours (lua_host.h)
-    EPHEMERAL = 1, SEQUENCE = 2,
+    EPHEMERAL = 1, SEQUENCE = 2, CONTAINER = 4,
     PERM_WRITE = 2, PERM_CREATE = 4, PERM_DELETE = 8, PERM_ADMIN = 16,
 }
 local C = Z.codes
@@ -812,9 +812,17 @@ local function make_host(sc, opts)
         coroutine.yield()
     end
 
-    function host.suspend()
-        task().waiting = "suspend"
-        return coroutine.yield()
+    -- queued (a command waiting its turn, lua_host.h): it also ends when
+    -- the command's client goes (Sidecar:abandon), and the time suspended
+    -- does not count against the deadline.
+    function host.suspend(queued)
+        local t = task()
+        t.waiting, t.queued = "suspend", queued
+        local since = W.now
+        local r = table.pack(coroutine.yield())
+        if queued then t.deadline = t.deadline + (W.now - since) end
+        t.queued = nil
+        return table.unpack(r, 1, r.n)
     end
 
     function host.wake(co, ...)
@@ -867,6 +875,7 @@ local function make_host(sc, opts)
     sc.pushed, sc.subcounts = {}, {}
     function host.client()
         local t = W.tasks[coroutine.running()]
+        if t and t.gone then return nil end
         local id = t and t.client or 1
         return { id = id, resp = 2, user = "default", addr = "127.0.0.1:" .. (40000 + id) }
     end
@@ -936,6 +945,7 @@ function World:sidecar(opts)
     -- Loading runs outside any task; it must not call zk or yield.
     sc.M = load_scripts(sc)
     sc.K = sc.require("keyspace")
+    sc.LK = sc.require("locks")
     if opts.connect ~= false then
         sc.connected = true
         sc:event("connected")
@@ -971,6 +981,15 @@ function Sidecar:pause_script(task)
     assert(not task.done and task.yielded, "pause_script: the task must be waiting")
     task.paused = true
     self.paused[task] = true
+end
+
+-- The client of a started command went away (lua_host_abandon): the
+-- command finishes without a reply; one in host.suspend(true) wakes now.
+function Sidecar:abandon(task)
+    task.gone = true
+    if task.waiting == "suspend" and task.queued then
+        self.world:post(function() self.world:resume(task.co) end)
+    end
 end
 
 -- Runs a command of client id to completion and returns its reply.

@@ -1,0 +1,214 @@
+-- lockstore.lua — how a native lock lives in ZooKeeper (locks.lua's
+-- nodes, see its header): the names and data of request nodes, the grant
+-- table in the lock node's data, reading a lock into lockq's queue, and the
+-- conditional write of the table.  Nothing here waits or decides.
+--
+--   LS.lock_path(key)            <root>/l/<encoded key>
+--   LS.prefix(mode, owner, px)   a request's name before its sequence
+--   LS.read(lock) -> snap        {path, version, queue, by_seq, token}
+--   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.from_lost_session
+--   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
+--   LS.leader_now()              the leader's clock, ms
+
+local Z = require "zkio"
+
+local LS = {}
+
+---------------------------------------------------------------------------
+-- Names and data
+
+function LS.dir() return Z.root() .. "/l" end
+
+function LS.lock_path(key) return LS.dir() .. "/" .. host.key_encode(key) end
+
+-- FNV-1a, 64 bits, in hex: which requests may be an owner's (the data says).
+function LS.owner_hash(owner)
+    local h = -3750763034362895579
+    for i = 1, #owner do
+        h = (h ~ owner:byte(i)) * 1099511628211
+    end
+    return string.format("%016x", h)
+end
+
+function LS.hex(s)
+    return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+-- A request's name: "<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>": what
+-- another sidecar needs to grant it without reading its node.
+function LS.prefix(mode, owner, px, nonce)
+    return mode .. "." .. LS.owner_hash(owner) .. "." .. tostring(px) .. "." .. nonce .. "-"
+end
+
+-- name -> mode, hash, px, seq
+local function parse_name(name)
+    local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%d+)$")
+    if not mode then return nil end
+    return mode, hash, tonumber(px), tonumber(seq)
+end
+
+-- The sequence number of a request's path.
+function LS.seq_of(path) return tonumber(path:match("%-(%d+)$")) end
+
+local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
+
+-- A request's data: owner, hold count, lease end (leader ms), asked at
+-- (wall ms), sidecar (instance, hex), client ("id addr").
+function LS.encode_req(r)
+    return string.pack(DATA_FMT, r.owner, r.count, math.floor(r.lease_end), math.floor(r.asked),
+                       r.sidecar, r.client)
+end
+
+function LS.decode_req(data)
+    local ok, owner, count, lease_end, asked, sidecar, client = pcall(string.unpack, DATA_FMT, data)
+    if not ok then return nil end
+    return { owner = owner, count = count, lease_end = lease_end, asked = asked,
+             sidecar = sidecar, client = client }
+end
+
+-- The grant table: seq -> {mode, token, convert, convert_at, asked}
+function LS.decode_table(data)
+    local t = {}
+    for line in (data or ""):gmatch("[^\n]+") do
+        local seq, mode, token, lease_end, rest = line:match("^(%d+) (%u%u) (%d+) (%d+)(.*)$")
+        if seq then
+            local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
+            local conv, at, asked = rest:match("^ (%u%u) (%d+) (%d+)$")
+            if conv then g.convert, g.convert_at, g.asked = conv, tonumber(at), tonumber(asked) end
+            t[tonumber(seq)] = g
+        end
+    end
+    return t
+end
+
+-- The table of `queue`'s granted entries (leftovers dropped).
+function LS.encode_table(queue)
+    local out = {}
+    for _, e in ipairs(queue) do
+        if e.granted then
+            local line = string.format("%d %s %d %d", e.seq, e.granted, e.token, e.lease_end or 0)
+            if e.convert then
+                line = line .. string.format(" %s %d %d", e.convert, e.convert_at, e.asked_convert)
+            end
+            out[#out + 1] = line
+        end
+    end
+    return table.concat(out, "\n")
+end
+
+---------------------------------------------------------------------------
+-- Reading a lock
+
+-- The grant table: {version, mzxid, lines = seq -> line}, or nil when the
+-- lock node is absent.
+function LS.read_table(lock)
+    local rc, data, stat = Z.get(lock)
+    if rc == zk.NONODE then return nil end
+    return { version = stat.version, mzxid = stat.mzxid, lines = LS.decode_table(data) }
+end
+
+-- The request names and the lock node's pzxid, or nil when it is absent.
+function LS.read_children(lock)
+    local rc, names, stat = Z.list(lock)
+    if rc == zk.NONODE then return nil end
+    return names, stat.pzxid
+end
+
+-- The lock's queue as lockq reads it, from a read of the table and one of
+-- the children: {path, version, queue (by seq), by_seq, token (the largest
+-- zxid the two reads saw: lockq's Q.token)}.  Read the table first: a
+-- grant after that read fails the write conditional on its version.
+function LS.build(lock, t, names, pzxid)
+    local snap = { path = lock, version = t.version, queue = {}, by_seq = {},
+                   token = math.max(t.mzxid, pzxid) }
+    for _, name in ipairs(names) do
+        local mode, hash, px, seq = parse_name(name)
+        if mode then
+            local g = t.lines[seq]
+            local e = { seq = seq, name = name, path = lock .. "/" .. name, mode = mode, hash = hash, px = px }
+            if g then
+                e.granted, e.token, e.lease_end = g.mode, g.token, g.lease_end
+                e.convert, e.convert_at, e.asked_convert = g.convert, g.convert_at, g.asked
+            end
+            snap.queue[#snap.queue + 1] = e
+            snap.by_seq[seq] = e
+        end
+    end
+    table.sort(snap.queue, function(a, b) return a.seq < b.seq end)
+    return snap
+end
+
+-- Both reads; nil when the lock node is absent.
+function LS.read(lock)
+    local t = LS.read_table(lock)
+    if not t then return nil end
+    local names, pzxid = LS.read_children(lock)
+    if not names then return nil end
+    return LS.build(lock, t, names, pzxid)
+end
+
+-- The request data of entry e (read once per snapshot), or nil when gone.
+function LS.entry_data(e)
+    if e.data == nil then
+        local rc, data, stat = Z.get(e.path)
+        e.data = rc == zk.OK and LS.decode_req(data) or false
+        e.version, e.owner_sid = stat and stat.version, stat and stat.ephemeralOwner
+    end
+    return e.data or nil
+end
+
+-- Whether entry e (its data d read) was created by an earlier session of
+-- this sidecar: a hold this sidecar counts lost, whatever ZooKeeper shows
+-- until that session expires.  Never renewed, converted or reentered.
+function LS.from_lost_session(e, d)
+    return d.sidecar == LS.hex(host.instance or "") and e.owner_sid ~= zk.session()
+end
+
+-- The owner's entry in snap, or nil.
+function LS.find_owner(snap, owner)
+    if not snap then return nil end
+    local h = LS.owner_hash(owner)
+    for _, e in ipairs(snap.queue) do
+        if e.hash == h then
+            local d = LS.entry_data(e)
+            if d and d.owner == owner then return e, d end
+        end
+    end
+end
+
+---------------------------------------------------------------------------
+-- Writes
+
+-- Writes snap's table (after the caller changed its entries) conditional
+-- on the version read, with `touch` (an entry whose node is rewritten in the
+-- same multi to wake its watchers).  Returns "ok", "stale" (changed since:
+-- read again), or "unknown" (the reply was lost: read again to learn);
+-- with "ok", the zxid of the write.
+function LS.write_table(snap, touch)
+    local data = LS.encode_table(snap.queue)
+    local rc, results, stat
+    if touch then
+        local d = LS.entry_data(touch)
+        if not d then return "stale" end
+        rc, results = zk.multi({ { "set", snap.path, data, snap.version },
+                                 { "set", touch.path, LS.encode_req(d), touch.version } })
+        rc = Z.first_error(rc, results)
+        stat = rc == zk.OK and results[1].stat
+    else
+        rc, stat = zk.set(snap.path, data, snap.version)
+    end
+    if rc == zk.OK then
+        Z.learn_offset(stat)
+        return "ok", stat and stat.mzxid or snap.token
+    end
+    if rc == zk.BADVERSION or rc == zk.NONODE then return "stale" end
+    if Z.unknown(rc) then return "unknown" end
+    Z.fail(rc, "set " .. snap.path)
+end
+
+function LS.leader_now()
+    Z.ensure_clock()
+    return host.now() + Z.state.offset
+end
+
+return LS

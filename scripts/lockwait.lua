@@ -1,0 +1,93 @@
+-- lockwait.lua — how a native lock's waiter waits (locks.lua): the one
+-- node it watches, the watch, its WAIT, its client going.
+--
+--   LW.target(queue, me) -> entry|nil, poll   what to watch
+--   LW.wait(path, lock, until_ms) -> "changed" | "timeout" | "gone"
+--   LW.on_watch(path)                          a watch of ours fired
+
+local Q = require "lockq"
+
+local LW = {}
+
+-- How often a waiter that sees through a compatible waiter looks again.
+LW.POLL_MS = 250
+
+LW.stats = { waits = 0, woken = 0 }
+
+-- Waiting commands by the node they watch: path -> {record = true}.
+local watching = {}
+
+-- The node whose change may let `me` through, and whether to look again
+-- after LW.POLL_MS as well: lockq's watch target, but a compatible new
+-- request waited on only for its turn is seen through (its grant writes
+-- only the table, not its node): watch what it waits for, and look again
+-- now and then, since it may leave (WAIT over) without that changing.
+-- nil: nothing to watch but the table (the waiter ahead is being granted).
+function LW.target(queue, me)
+    local t = Q.watch_target(queue, me)
+    local seen, poll = {}, false
+    while t and not t.granted and not seen[t] do
+        if not Q.compatible(t.mode, me.granted and me.convert or me.mode) then return t, poll end
+        seen[t], poll = true, true
+        t = Q.watch_target(queue, t)
+    end
+    return t, poll or t == nil
+end
+
+-- Resumes a waiter once, whichever comes first: its watch, its timer.
+local function wake(rec, why)
+    if rec.waiting then
+        rec.waiting = false
+        host.wake(rec.co, why)
+    end
+end
+
+local function unwatch(watch, set, rec)
+    set[rec] = nil
+    if not next(set) and watching[watch] == set then watching[watch] = nil end
+end
+
+-- Waits until the node at `path` changes (or the lock node's table, when
+-- path is nil), `until_ms` (host.now()) passes, or the client goes.  The
+-- watch is a data watch (getData): it fires when the node is deleted and
+-- when its data changes.  One watch per node and sidecar (the C client
+-- keeps one), however many of this sidecar's waiters watch it.
+function LW.wait(path, lock, until_ms)
+    local watch = path or lock
+    local rec = { co = coroutine.running() }
+    local set = watching[watch]
+    if not set then set = {} watching[watch] = set end
+    set[rec] = true
+    local rc = zk.get(watch, true)
+    local left = until_ms - host.now()
+    if rc ~= zk.OK or rec.fired or left <= 0 then
+        unwatch(watch, set, rec)
+        return (rc ~= zk.OK or rec.fired) and "changed" or "timeout"
+    end
+    local timer = host.timer(function() wake(rec, "timeout") end)
+    timer:start(left)
+    rec.waiting = true
+    LW.stats.waits = LW.stats.waits + 1
+    host.suspend(true)
+    rec.waiting = false
+    timer:stop()
+    unwatch(watch, set, rec)
+    if host.client() == nil and not rec.fired then return "gone" end
+    if rec.fired then return "changed" end
+    return "timeout"
+end
+
+-- A watch fired on a path of ours: wake every waiter watching it.
+function LW.on_watch(path)
+    local set = watching[path]
+    if not set then return false end
+    watching[path] = nil
+    for rec in pairs(set) do
+        rec.fired = true
+        if rec.waiting then LW.stats.woken = LW.stats.woken + 1 end
+        wake(rec, "changed")
+    end
+    return true
+end
+
+return LW

@@ -1,0 +1,263 @@
+-- Native locks (LOCK.*) over the ZooKeeper model: the commands on the
+-- nodes they write, with sidecars sharing one model ensemble.  lockq_spec
+-- checks the grant rule alone; this checks that locks.lua keeps it with
+-- real writes, watches, leases, cancellations and lost replies.
+
+local S = require "world"
+local null = S.null
+
+local MODES = { "NL", "CR", "CW", "PR", "PW", "EX" }
+local MATRIX = {
+    NL = "YYYYYY", CR = "YYYYYN", CW = "YYYNNN",
+    PR = "YYNYNN", PW = "YYNNNN", EX = "YNNNNN",
+}
+
+describe("native locks", function()
+    local W, a, b, c
+    before_each(function()
+        W, a, b, c = S.world(3)
+    end)
+
+    local function integer(x, what)
+        assert.equal("integer", math.type(x), what)
+    end
+
+    -- Lets the world run a little (the model's requests take time).
+    local function run() W:advance(50) end
+
+    -- Starts a waiting command and runs the world until it waits.
+    local function start(sc, ...)
+        local t = sc:start(...)
+        run()
+        return t
+    end
+
+    local function waiters(sc, key)
+        local r = sc:call("LOCK.INFO", key).map
+        return r[4]
+    end
+
+    local function field(entry, name)
+        local m = entry.map
+        for i = 1, #m, 2 do
+            if m[i] == name then return m[i + 1] end
+        end
+    end
+
+    it("grants together exactly the modes the matrix allows, on two sidecars (36 cells)", function()
+        for i, held in ipairs(MODES) do
+            for j, asked in ipairs(MODES) do
+                local key = "m" .. held .. asked
+                integer(a:call("LOCK.ACQUIRE", key, "h", "MODE", held))
+                local r = b:call("LOCK.ACQUIRE", key, "r", "MODE", asked)
+                if MATRIX[held]:sub(j, j) == "Y" then
+                    integer(r, held .. " then " .. asked)
+                    assert.equal(1, b:call("LOCK.RELEASE", key, "r"))
+                else
+                    assert.equal(null, r, held .. " then " .. asked)
+                end
+                assert.equal(1, a:call("LOCK.RELEASE", key, "h"))
+                assert.equal(0, a:call("LOCK.RELEASE", key, "h"))
+                assert.is_true(i >= 1)
+            end
+        end
+    end)
+
+    it("grants waiters on three sidecars in arrival order, tokens growing", function()
+        local last = a:call("LOCK.ACQUIRE", "q", "h0")
+        local sides, tasks = { a, b, c }, {}
+        for i = 1, 9 do
+            tasks[i] = start(sides[i % 3 + 1], "LOCK.ACQUIRE", "q", "w" .. i, "WAIT", "60000")
+        end
+        assert.equal(9, #waiters(a, "q"))
+        local holder, holder_side = "h0", a
+        for i = 1, 9 do
+            assert.equal(1, holder_side:call("LOCK.RELEASE", "q", holder))
+            run()
+            assert.is_true(tasks[i].done, "waiter " .. i .. " granted next")
+            for k = i + 1, 9 do assert.is_falsy(tasks[k].done) end
+            assert.is_true(tasks[i].result > last)
+            last = tasks[i].result
+            holder, holder_side = "w" .. i, sides[i % 3 + 1]
+        end
+    end)
+
+    it("wakes only the next waiter on a release (herd-free)", function()
+        a:call("LOCK.ACQUIRE", "h", "h0")
+        local sides = { a, b, c }
+        for i = 1, 8 do start(sides[i % 3 + 1], "LOCK.ACQUIRE", "h", "w" .. i, "WAIT", "60000") end
+        local before = 0
+        for _, sc in ipairs(sides) do before = before + sc.LK.wait_stats.woken end
+        a:call("LOCK.RELEASE", "h", "h0")
+        run()
+        local after = 0
+        for _, sc in ipairs(sides) do after = after + sc.LK.wait_stats.woken end
+        assert.equal(1, after - before)
+    end)
+
+    it("hands the lock on with the holder's multi and the waiter's one read", function()
+        a:call("LOCK.ACQUIRE", "ho", "h")
+        local w1 = start(b, "LOCK.ACQUIRE", "ho", "w1", "WAIT", "60000")
+        local w2 = start(c, "LOCK.ACQUIRE", "ho", "w2", "WAIT", "60000")
+        a:call("LOCK.RELEASE", "ho", "h") -- h's view did not have them: w1 grants itself
+        run()
+        assert.is_true(w1.done)
+        W.ops = {}
+        b:call("LOCK.RELEASE", "ho", "w1") -- w1's view has w2: its release grants w2
+        run()
+        assert.is_true(w2.done and w2.result > w1.result)
+        local seen = {}
+        for _, op in ipairs(W.ops) do seen[#seen + 1] = op.sc .. " " .. op.kind end
+        assert.same({ b.id .. " multi", c.id .. " get" }, seen)
+        assert.equal(1, b.LK.stats.handed)
+    end)
+
+    it("keeps a reader behind a queued writer", function()
+        a:call("LOCK.ACQUIRE", "rw", "r1", "MODE", "SHARED")
+        local w = start(b, "LOCK.ACQUIRE", "rw", "w", "MODE", "EXCLUSIVE", "WAIT", "60000")
+        assert.equal(null, c:call("LOCK.ACQUIRE", "rw", "r2", "MODE", "PR", "WAIT", "200"))
+        local r3 = start(c, "LOCK.ACQUIRE", "rw", "r3", "MODE", "PR", "WAIT", "60000")
+        a:call("LOCK.RELEASE", "rw", "r1")
+        run()
+        assert.is_true(w.done)
+        assert.is_falsy(r3.done)
+        b:call("LOCK.RELEASE", "rw", "w")
+        run()
+        assert.is_true(r3.done and r3.result > w.result)
+    end)
+
+    it("converts down at once, up through the conversion queue ahead of new requests", function()
+        local t1 = a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "EX")
+        assert.equal(t1, a:call("LOCK.CONVERT", "cv", "x", "MODE", "PR"))
+        integer(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR"))
+        local n = start(c, "LOCK.ACQUIRE", "cv", "n", "MODE", "EX", "WAIT", "60000")
+        local up = start(a, "LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
+        local ws = waiters(a, "cv")
+        assert.equal("conversion", field(ws[1], "kind"))
+        assert.equal("new", field(ws[2], "kind"))
+        b:call("LOCK.RELEASE", "cv", "y")
+        run()
+        assert.is_true(up.done and up.result > t1)
+        assert.is_falsy(n.done)
+        a:call("LOCK.RELEASE", "cv", "x")
+        run()
+        assert.is_true(n.done and n.result > up.result)
+    end)
+
+    it("keeps the old mode when a conversion's WAIT passes", function()
+        a:call("LOCK.ACQUIRE", "cw", "x", "MODE", "PR")
+        b:call("LOCK.ACQUIRE", "cw", "y", "MODE", "PR")
+        assert.equal(null, a:call("LOCK.CONVERT", "cw", "x", "MODE", "EX", "WAIT", "300"))
+        local holders = a:call("LOCK.INFO", "cw").map[2]
+        assert.equal(2, #holders)
+        assert.equal("PR", field(holders[1], "mode"))
+        assert.equal(0, #waiters(a, "cw"))
+    end)
+
+    it("ends a deadlock of two conversions for the later one", function()
+        a:call("LOCK.ACQUIRE", "dl", "x", "MODE", "PR")
+        b:call("LOCK.ACQUIRE", "dl", "y", "MODE", "PR")
+        local first = start(a, "LOCK.CONVERT", "dl", "x", "MODE", "EX", "WAIT", "60000")
+        local r = b:call("LOCK.CONVERT", "dl", "y", "MODE", "EX", "WAIT", "60000")
+        assert.matches("^EDEADLK", r.err)
+        b:call("LOCK.RELEASE", "dl", "y")
+        run()
+        assert.is_true(first.done and math.type(first.result) == "integer")
+    end)
+
+    it("is reentrant in the same mode and names LOCK.CONVERT for another", function()
+        local t = a:call("LOCK.ACQUIRE", "re", "o")
+        assert.equal(t, a:call("LOCK.ACQUIRE", "re", "o"))
+        assert.equal(2, field(a:call("LOCK.INFO", "re").map[2][1], "count"))
+        assert.matches("LOCK%.CONVERT", a:call("LOCK.ACQUIRE", "re", "o", "MODE", "PR").err)
+        assert.equal(1, a:call("LOCK.RELEASE", "re", "o"))
+        assert.equal(null, b:call("LOCK.ACQUIRE", "re", "p"))
+        assert.equal(1, a:call("LOCK.RELEASE", "re", "o"))
+        assert.equal(0, a:call("LOCK.RELEASE", "re", "o"))
+        integer(b:call("LOCK.ACQUIRE", "re", "p"))
+    end)
+
+    it("ends a lease that is not renewed and hands the lock on at once", function()
+        a:call("LOCK.ACQUIRE", "ls", "h", "PX", "1000")
+        local w = start(b, "LOCK.ACQUIRE", "ls", "w", "WAIT", "60000")
+        W:advance(500)
+        assert.equal(1, a:call("LOCK.RENEW", "ls", "h", "PX", "1000"))
+        W:advance(900)
+        assert.is_falsy(w.done)
+        W:advance(200)
+        assert.is_true(w.done)
+        assert.equal(0, a:call("LOCK.RENEW", "ls", "h", "PX", "1000"))
+    end)
+
+    it("starts a waiter's lease at its grant, not at its arrival", function()
+        a:call("LOCK.ACQUIRE", "lg", "h", "PX", "60000")
+        local w = start(b, "LOCK.ACQUIRE", "lg", "w", "PX", "1000", "WAIT", "60000")
+        W:advance(5000)
+        a:call("LOCK.RELEASE", "lg", "h")
+        run()
+        assert.is_true(w.done)
+        local left = field(c:call("LOCK.INFO", "lg").map[2][1], "lease_left_ms")
+        assert.is_true(left > 800 and left <= 1000, "lease left " .. tostring(left))
+        W:advance(800)
+        assert.equal(null, c:call("LOCK.ACQUIRE", "lg", "x"))
+        W:advance(300)
+        integer(c:call("LOCK.ACQUIRE", "lg", "x"))
+    end)
+
+    it("takes a waiter out of the queue when its WAIT passes or its client goes", function()
+        a:call("LOCK.ACQUIRE", "cx", "h")
+        local gone = start(b, "LOCK.ACQUIRE", "cx", "g", "WAIT", "60000")
+        local later = start(c, "LOCK.ACQUIRE", "cx", "l", "WAIT", "60000")
+        assert.equal(null, b:call("LOCK.ACQUIRE", "cx", "t", "WAIT", "100"))
+        assert.equal(2, #waiters(a, "cx"))
+        b:abandon(gone)
+        run()
+        assert.equal(1, #waiters(a, "cx"))
+        a:call("LOCK.RELEASE", "cx", "h")
+        run()
+        assert.is_true(later.done and math.type(later.result) == "integer")
+    end)
+
+    it("releases the holds of a lost session and answers renewals 0", function()
+        a:call("LOCK.ACQUIRE", "ss", "h")
+        local w = start(b, "LOCK.ACQUIRE", "ss", "w", "WAIT", "60000")
+        local old = a:lose()
+        run()
+        -- the old session lives on in the server: its hold stays, but this
+        -- sidecar counts it lost and never renews it
+        assert.equal(0, a:call("LOCK.RENEW", "ss", "h", "PX", "1000"))
+        assert.is_falsy(w.done)
+        W:expire_session(old)
+        run()
+        assert.is_true(w.done and math.type(w.result) == "integer")
+        assert.equal(0, a:call("LOCK.RENEW", "ss", "h", "PX", "1000"))
+    end)
+
+    it("finds its request by its nonce when the create's reply is lost", function()
+        a:call("LOCK.ACQUIRE", "nc", "h")
+        b:fail_next({ op = "create", when = "after" })
+        local w = start(b, "LOCK.ACQUIRE", "nc", "w", "WAIT", "60000")
+        assert.equal(1, #waiters(a, "nc"))
+        a:call("LOCK.RELEASE", "nc", "h")
+        run()
+        assert.is_true(w.done and math.type(w.result) == "integer")
+        assert.equal(1, #W:children(a.LK.lock_path("nc")))
+    end)
+
+    it("answers bad options with Redis's errors", function()
+        assert.same(S.E("ERR wrong number of arguments for 'lock.acquire' command"), a:call("LOCK.ACQUIRE", "k"))
+        assert.same(S.SYNTAX, a:call("LOCK.ACQUIRE", "k", "o", "PX"))
+        assert.same(S.NOT_INT, a:call("LOCK.ACQUIRE", "k", "o", "PX", "1.5"))
+        assert.same(S.E("ERR invalid expire time in 'lock.acquire' command"), a:call("LOCK.ACQUIRE", "k", "o", "PX", "0"))
+        assert.same(S.E("ERR timeout is negative"), a:call("LOCK.ACQUIRE", "k", "o", "WAIT", "-1"))
+        assert.matches("unknown lock mode", a:call("LOCK.ACQUIRE", "k", "o", "MODE", "XX").err)
+        assert.same(S.SYNTAX, a:call("LOCK.CONVERT", "k", "o", "WAIT", "10"))
+    end)
+
+    it("keeps its own namespace beside the keys", function()
+        a:call("LOCK.ACQUIRE", "ns", "o")
+        assert.equal(0, a:call("EXISTS", "ns"))
+        assert.same(S.OK, a:call("SET", "ns", "v"))
+        assert.equal(null, b:call("LOCK.ACQUIRE", "ns", "p"))
+    end)
+end)
