@@ -487,6 +487,45 @@ def test_queued_readers_granted_together_after_writer(sc, conn, waiters):
     assert is_token(t2) and t2 > max(toks), (t2, toks)
 
 
+def test_readers_handed_the_lock_together_each_keep_their_hold(sc, conn, waiters):
+    """h holds EX; R (EX), then readers c1 and c6 (PR, on two other
+    sidecars) queue.  h releases: R is granted, having seen both readers
+    queued behind it; R releases: c1 and c6 are granted together.  When c1
+    releases, c6 still holds PR: LOCK.INFO lists it as the holder (not as a
+    waiter), RENEW answers 1, a PR -> NL conversion is granted, and its
+    RELEASE answers 1 and frees the lock."""
+    a = conn(0)
+    key = unique("handoff")
+    assert is_token(acquire(a, key, "h", mode="EX"))
+    rr = Waiter(sc[0], key, "R", "EX", wait=10000).start(waiters)
+    wait_queued(a, key, [("R", "EX", "new")])
+    c1 = Waiter(sc[1], key, "c1", "PR", wait=10000).start(waiters)
+    wait_queued(a, key, [("R", "EX", "new"), ("c1", "PR", "new")])
+    c6 = Waiter(sc[2], key, "c6", "PR", wait=10000).start(waiters)
+    wait_queued(a, key, [("R", "EX", "new"), ("c1", "PR", "new"), ("c6", "PR", "new")])
+    assert release(a, key, "h") == 1
+    t_r = rr.outcome(5)
+    assert is_token(t_r)
+    rr.let_go()
+    t1, t6 = c1.outcome(5), c6.outcome(5)
+    assert is_token(t1) and is_token(t6) and min(t1, t6) > t_r, (t_r, t1, t6)
+    c1.let_go()
+    c1.join(5)
+    assert c1.released == 1
+    info = lock_info(a, key)
+    assert ([(h["owner"], h["mode"], h["token"]) for h in info["holders"]], info["waiters"]) == \
+        ([("c6", "PR", t6)], []), "after c1's release, c6 (granted PR, token %d) shows as %r" % (t6, info)
+    r6 = conn(2)
+    assert renew(r6, key, "c6", 30000) == 1, "RENEW of c6's hold"
+    assert is_token(convert(r6, key, "c6", "NL")), "c6's PR -> NL"
+    assert acquire(a, key, "x", mode="PW", wait=0) is not None, "PW beside c6's NL"
+    assert release(a, key, "x") == 1
+    c6.let_go()
+    c6.join(5)
+    assert c6.released == 1
+    assert lock_info(a, key) == {"holders": [], "waiters": []}
+
+
 def test_down_conversion_is_immediate(sc, conn):
     """EX -> PR: answered at once (WAIT 0) with the same token; the hold is
     then PR, so another PR request is granted and an EX one is not."""
