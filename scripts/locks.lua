@@ -214,12 +214,15 @@ end
 
 -- Waits for, and records, the grant of our request at `path` (a new
 -- request, or our hold's conversion asked in the table).  Returns the
--- token and the lock as last read (the hold's view), or nil, why
+-- token, the lock as last read (the hold's view) and whether that view's
+-- listing is older than its table, or nil, why
 -- ("timeout", "gone", "deadlock", "lost": the node went, the conversion
 -- was given up, or the session `sid` that created it is no longer ours).
 -- After a wake-up the table alone is read first: a release that granted us
--- wrote it (one round trip, as the recipe's getChildren).
-local function settle(lock, path, sid, until_ms, converting, px)
+-- wrote it (one round trip, as the recipe's getChildren).  first(snap, me),
+-- when given, sees the first listing: a truthy answer ends the wait (nil,
+-- answer).
+local function settle(lock, path, sid, until_ms, converting, px, first)
     local seq = LS.seq_of(path)
     local names, pzxid
     while true do
@@ -227,8 +230,8 @@ local function settle(lock, path, sid, until_ms, converting, px)
         local t = LS.read_table(lock)
         if not t then return nil, "lost" end
         if names and granted_in(t, seq, converting) then
-            local view = LS.build(lock, t, names, pzxid)
-            return t.lines[seq].token, view
+            -- the view lists the queue as it was before we waited
+            return t.lines[seq].token, LS.build(lock, t, names, pzxid), true
         end
         if converting and not t.lines[seq] then return nil, "lost" end
         names, pzxid = LS.read_children(lock)
@@ -236,6 +239,9 @@ local function settle(lock, path, sid, until_ms, converting, px)
         local snap = LS.build(lock, t, names, pzxid)
         local me = snap.by_seq[seq]
         if not me then return nil, "lost" end
+        local stop = first and first(snap, me)
+        if stop then return nil, stop end
+        first = nil
         if granted_in(t, seq, converting) then return me.token, snap end
         if converting and not me.convert then return nil, "lost" end
         local g = grants_me(snap.queue, me)
@@ -307,24 +313,38 @@ local function quick_release(h)
     return false
 end
 
+-- Lists the queue again for hold `path`'s view, in the background after
+-- its grant: the requests that came after ours are what its release will
+-- grant.  Its table stays the one of the grant (the release's multi is
+-- conditional on that version).
+local function refresh_view(path, view)
+    local names, pzxid = LS.read_children(view.path)
+    local h = L.holds[path]
+    if names and h and h.view == view then h.view = LS.build(view.path, view.t, names, pzxid) end
+end
+
 ---------------------------------------------------------------------------
 -- The commands
 
--- The reply of LOCK.ACQUIRE: a token, nil (not granted within wait_ms),
--- or an error reply table.  before_acquire: the policy's hook, or nil.
-function L.acquire(key, owner, mode, px, wait_ms, before_acquire)
-    local lock = LS.lock_path(key)
-    -- A request of this owner already there (a hash in a name) or a try
-    -- once: read the whole lock.  Else the listing says enough.
-    local names = LS.read_children(lock)
-    local snap
-    local hash = "." .. LS.owner_hash(owner) .. "."
-    for _, name in ipairs(names or {}) do
-        if name:find(hash, 1, true) or wait_ms == 0 then
-            snap = LS.read(lock)
-            break
+-- Whether another request of `me`'s owner is in snap (the hash in its
+-- name, then its data): a reentrant acquire found after our create.
+local function owner_there(snap, me, owner)
+    for _, e in ipairs(snap.queue) do
+        if e ~= me and e.hash == me.hash then
+            local d = LS.entry_data(e)
+            if d and d.owner == owner then return "owner" end
         end
     end
+end
+
+-- The reply of LOCK.ACQUIRE: a token, nil (not granted within wait_ms),
+-- or an error reply table.  before_acquire: the policy's hook, or nil.
+-- The lock is read before the create only for a try-once, the hook, or
+-- `full`: the owner's request found there (reentrancy) after the create.
+function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
+    local lock = LS.lock_path(key)
+    local snap
+    if full or wait_ms == 0 or before_acquire then snap = LS.read(lock) end
     local mine, d = LS.find_owner(snap, owner)
     if mine then
         if LS.from_lost_session(mine, d) then return { err = E.LOST_SESSION } end
@@ -354,7 +374,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire)
         if not grants_me(snap.queue, probe) then return nil end
     end
     if before_acquire then
-        local ok, why = before_acquire(key, { exists = names ~= nil and #names > 0, path = lock,
+        local ok, why = before_acquire(key, { exists = snap ~= nil and #snap.queue > 0, path = lock,
                                               mode = mode, lock = true })
         if ok == false or type(ok) == "string" then
             if wait_ms == 0 then return nil end
@@ -364,13 +384,17 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire)
     end
     local until_ms = host.now() + wait_ms
     local path, sid, data = create_request(lock, owner, mode, px)
-    local token, view = settle(lock, path, sid, until_ms, nil, px)
+    local token, view, stale = settle(lock, path, sid, until_ms, nil, px, not snap and function(s, me)
+        return owner_there(s, me, owner)
+    end)
     if not token then
         leave(path)
+        if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
         if view == "lost" then return { err = E.LOST_SESSION } end
         return nil
     end
     remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view })
+    if stale then host.spawn(refresh_view, path, view) end
     L.stats.granted = L.stats.granted + 1
     notify("on_acquire", L.holds[path])
     return token

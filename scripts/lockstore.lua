@@ -115,11 +115,11 @@ function LS.read_children(lock)
 end
 
 -- The lock's queue as lockq reads it, from a read of the table and one of
--- the children: {path, version, queue (by seq), by_seq, token (the largest
--- zxid the two reads saw: lockq's Q.token)}.  Read the table first: a
+-- the children: {path, version, queue (by seq), by_seq, t (the table read),
+-- token (the largest zxid the two reads saw: lockq's Q.token)}.  Read the table first: a
 -- grant after that read fails the write conditional on its version.
 function LS.build(lock, t, names, pzxid)
-    local snap = { path = lock, version = t.version, queue = {}, by_seq = {},
+    local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
                    token = math.max(t.mzxid, pzxid) }
     for _, name in ipairs(names) do
         local mode, hash, px, seq = parse_name(name)

@@ -108,7 +108,9 @@ describe("native locks", function()
         assert.is_true(w2.done and w2.result > w1.result)
         local seen = {}
         for _, op in ipairs(W.ops) do seen[#seen + 1] = op.sc .. " " .. op.kind end
-        assert.same({ b.id .. " multi", c.id .. " get" }, seen)
+        -- then, after the reply, w2's sidecar lists the queue for its own
+        -- release's grants
+        assert.same({ b.id .. " multi", c.id .. " get", c.id .. " children" }, seen)
         assert.equal(1, b.LK.stats.handed)
     end)
 
@@ -169,6 +171,10 @@ describe("native locks", function()
         local t = a:call("LOCK.ACQUIRE", "re", "o")
         assert.equal(t, a:call("LOCK.ACQUIRE", "re", "o"))
         assert.equal(2, field(a:call("LOCK.INFO", "re").map[2][1], "count"))
+        -- the owner is the owner through any sidecar
+        assert.equal(t, b:call("LOCK.ACQUIRE", "re", "o"))
+        assert.equal(1, b:call("LOCK.RELEASE", "re", "o"))
+        assert.equal(1, #W:children(a.LK.lock_path("re")))
         assert.matches("LOCK%.CONVERT", a:call("LOCK.ACQUIRE", "re", "o", "MODE", "PR").err)
         assert.equal(1, a:call("LOCK.RELEASE", "re", "o"))
         assert.equal(null, b:call("LOCK.ACQUIRE", "re", "p"))
