@@ -491,15 +491,15 @@ def test_readers_handed_the_lock_together_each_keep_their_hold(sc, conn, waiters
     """h holds EX; R (EX), then readers c1 and c6 (PR, on two other
     sidecars) queue.  h releases: R is granted, having seen both readers
     queued behind it; R releases: c1 and c6 are granted together.  When c1
-    releases, c6 still holds PR: LOCK.INFO lists it as the holder (not as a
-    waiter), RENEW answers 1, a PR -> NL conversion is granted, and its
-    RELEASE answers 1 and frees the lock."""
+    releases (at once, on its grant), c6 still holds PR: LOCK.INFO lists it
+    as the holder (not as a waiter), RENEW answers 1, a PR -> NL conversion
+    is granted, and its RELEASE answers 1 and frees the lock."""
     a = conn(0)
     key = unique("handoff")
     assert is_token(acquire(a, key, "h", mode="EX"))
     rr = Waiter(sc[0], key, "R", "EX", wait=10000).start(waiters)
     wait_queued(a, key, [("R", "EX", "new")])
-    c1 = Waiter(sc[1], key, "c1", "PR", wait=10000).start(waiters)
+    c1 = Waiter(sc[1], key, "c1", "PR", wait=10000, auto_release=True).start(waiters)
     wait_queued(a, key, [("R", "EX", "new"), ("c1", "PR", "new")])
     c6 = Waiter(sc[2], key, "c6", "PR", wait=10000).start(waiters)
     wait_queued(a, key, [("R", "EX", "new"), ("c1", "PR", "new"), ("c6", "PR", "new")])
@@ -509,7 +509,6 @@ def test_readers_handed_the_lock_together_each_keep_their_hold(sc, conn, waiters
     rr.let_go()
     t1, t6 = c1.outcome(5), c6.outcome(5)
     assert is_token(t1) and is_token(t6) and min(t1, t6) > t_r, (t_r, t1, t6)
-    c1.let_go()
     c1.join(5)
     assert c1.released == 1
     info = lock_info(a, key)
