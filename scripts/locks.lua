@@ -480,6 +480,17 @@ local function converted(path, mode, token, view)
     if h then h.mode, h.token, h.view = mode, token, view end
 end
 
+-- Writes snap's table with our hold `mine` changed, touching its node
+-- (which wakes whoever watches it); then snap as written is the hold's
+-- view.  true when written.
+local function write_own(snap, mine)
+    local how, zxid = LS.write_table(snap, mine)
+    if how ~= "ok" then return false end
+    snap.version, snap.token = snap.version + 1, zxid
+    converted(mine.path, mine.granted, mine.token, snap)
+    return true
+end
+
 -- LOCK.CONVERT: a token, nil (WAIT over, old mode kept) or an error reply.
 function L.convert(key, owner, mode, wait_ms)
     local lock = LS.lock_path(key)
@@ -498,22 +509,12 @@ function L.convert(key, owner, mode, wait_ms)
         if mine.granted == mode then return mine.token end
         if Q.is_down(mine.granted, mode) then
             mine.granted = mode
-            local how, zxid = LS.write_table(snap, mine)
-            if how == "ok" then
-                snap.version, snap.token = snap.version + 1, zxid
-                converted(mine.path, mode, mine.token, snap)
-                return mine.token
-            end
+            if write_own(snap, mine) then return mine.token end
         else
             mine.convert, mine.convert_at, mine.asked_convert = mode, snap.version + 1, math.floor(host.wall())
             if grants_me(snap.queue, mine) then
                 mine.granted, mine.convert, mine.token = mode, nil, snap.token
-                local how, zxid = LS.write_table(snap, mine)
-                if how == "ok" then
-                    snap.version, snap.token = snap.version + 1, zxid
-                    converted(mine.path, mode, mine.token, snap)
-                    return mine.token
-                end
+                if write_own(snap, mine) then return mine.token end
             elseif wait_ms == 0 then
                 return nil
             elseif LS.write_table(snap, mine) == "ok" then
@@ -536,12 +537,7 @@ function L.convert(key, owner, mode, wait_ms)
             break
         end
         me.convert = nil
-        local how, zxid = LS.write_table(snap, me)
-        if how == "ok" then
-            snap.version, snap.token = snap.version + 1, zxid
-            converted(asked, me.granted, me.token, snap)
-            break
-        end
+        if write_own(snap, me) then break end
     end
     if why == "lost" then return { err = E.LOST_SESSION } end
     return nil
