@@ -328,9 +328,9 @@ end
 -- grant.  Its table stays the one of the grant (the release's multi is
 -- conditional on that version).
 local function refresh_view(path, view)
-    local names, pzxid = LS.read_children(view.path)
+    local ok, names, pzxid = pcall(LS.read_children, view.path)
     local h = L.holds[path]
-    if names and h and h.view == view then h.view = LS.build(view.path, view.t, names, pzxid) end
+    if ok and names and h and h.view == view then h.view = LS.build(view.path, view.t, names, pzxid) end
 end
 
 ---------------------------------------------------------------------------
