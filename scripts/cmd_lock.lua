@@ -61,20 +61,12 @@ local function owner_error(owner)
     end
 end
 
--- The lease of a hold: PX, else the policy's default_ttl, else 30000;
--- then the policy's ttl clamp (keyspace.lua's K.effective_ttl rules).
+-- The lease of a hold: PX, else the policy's default_ttl(key, "lock"),
+-- else 30000; then the policy's ttl clamp (K.effective_ttl's rules).
 local function lease(key, px)
-    if not px then
-        local dflt = K.policy.default_ttl
-        local d = dflt and dflt(key, "lock")
-        if d ~= nil then
-            if type(d) ~= "number" or d ~= d or d <= 0 then
-                K.abort({ err = "ERR policy: default_ttl must return a positive number of milliseconds" })
-            end
-            px = math.tointeger(d) or math.ceil(d)
-        end
-    end
-    return K.effective_ttl(key, px or LK.DEFAULT_PX)
+    local ttl = K.effective_ttl(key, px or 0, "lock")
+    if ttl == 0 then ttl = K.effective_ttl(key, LK.DEFAULT_PX) end
+    return ttl
 end
 
 local ACQUIRE_OPTS = { MODE = true, PX = true, WAIT = true }

@@ -376,7 +376,7 @@ function K.effective_ttl(key, ttl, vtype)
     if ttl == 0 and vtype then
         local dflt = K.policy.default_ttl
         if dflt then
-            local d = dflt(key, codec.type_name(vtype))
+            local d = dflt(key, type(vtype) == "string" and vtype or codec.type_name(vtype))
             if d ~= nil then ttl = ms_value(d, "default_ttl") end
         end
     end

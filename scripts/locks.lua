@@ -97,7 +97,7 @@ end
 local function create_request(lock, owner, mode, px)
     local prefix = LS.prefix(mode, owner, px, LS.hex(Z.nonce()))
     local d = { owner = owner, count = 1, lease_end = LS.leader_now() + px, asked = host.wall(),
-                sidecar = LS.hex(host.instance or ""), client = client_desc() }
+                sidecar = LS.sidecar_id(), client = client_desc() }
     local data = LS.encode_req(d)
     for _ = 1, Z.READ_TRIES do
         local sid = zk.session()
@@ -270,56 +270,41 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
     end
 end
 
--- The release of hold h by a delete at the version we wrote: true when
--- done, false to take the slow way.
-local function delete_at(h)
-    local rc = zk.delete(h.path, h.version)
-    if rc == zk.OK then return true end
-    if Z.unknown(rc) then return Z.exists(h.path) == zk.NONODE end
-    return false
-end
-
 -- The release of hold h as one multi: the delete of its node (at the
 -- version we wrote) and, when its view of the lock is still the table's
 -- version, the grants of the new requests the release lets through, with
--- the largest zxid h saw as their token.  true when done; false to take
--- the slow way (read, then delete).
+-- the largest zxid h saw as their token.  A view listed before its table,
+-- or one with a conversion pending, grants nobody: a plain delete.  true
+-- when done; false to take the slow way (read, then delete), which drops
+-- the view if the hold goes on (the grants marked in it were not made).
 local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
-    if view.stale then return delete_at(h) end
-    local queue, pending = {}, false
+    local queue = {}
     for _, e in ipairs(view.queue) do
-        if e.path ~= h.path then
-            local c = {}
-            for k, v in pairs(e) do c[k] = v end
-            pending = pending or c.convert ~= nil
-            queue[#queue + 1] = c
-        end
+        if e.path ~= h.path then queue[#queue + 1] = e end
     end
-    local ops = { { "delete", h.path, h.version } }
-    local granted = 0
-    if not pending and Z.state.offset then
+    local granted, rc, results = 0
+    if not view.stale and Z.state.offset and not next(Q.conversions(queue)) then
         local now = LS.leader_now()
         for _, g in ipairs(Q.grantable(queue)) do
-            if g.kind == "new" then
-                g.entry.granted, g.entry.token = g.mode, view.token
-                g.entry.lease_end = math.floor(now + g.entry.px)
-                granted = granted + 1
-            end
+            g.entry.granted, g.entry.token = g.mode, view.token
+            g.entry.lease_end = math.floor(now + g.entry.px)
+            granted = granted + 1
         end
-        if granted > 0 then ops[2] = { "set", h.lock, LS.encode_table(queue), view.version } end
     end
-    local rc, results = zk.multi(ops)
-    rc = Z.first_error(rc, results)
+    if granted > 0 then
+        rc, results = zk.multi({ { "delete", h.path, h.version },
+                                 { "set", h.lock, LS.encode_table(queue), view.version } })
+        rc = Z.first_error(rc, results)
+    else
+        rc = zk.delete(h.path, h.version)
+    end
     if rc == zk.OK then
         L.stats.handed = L.stats.handed + granted
         return true
     end
-    if Z.unknown(rc) then
-        local erc = Z.exists(h.path)
-        return erc == zk.NONODE
-    end
+    if Z.unknown(rc) then return Z.exists(h.path) == zk.NONODE end
     return false
 end
 
@@ -434,7 +419,7 @@ function L.release(key, owner)
         if rc == zk.OK then
             if stat then
                 local mh = L.holds[mine.path]
-                if mh then mh.data, mh.version = d, stat.version end
+                if mh then mh.data, mh.version, mh.view = d, stat.version, nil end
             else
                 local mh = forget(mine.path)
                 if mh then notify("on_release", mh) end

@@ -10,6 +10,7 @@
 --   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
 --   LS.leader_now()              the leader's clock, ms
 
+local Q = require "lockq"
 local Z = require "zkio"
 
 local LS = {}
@@ -17,7 +18,14 @@ local LS = {}
 ---------------------------------------------------------------------------
 -- Names and data
 
-function LS.dir() return Z.root() .. "/l" end
+-- <root>/l, remembered per root (as zkio's keys_dir: the specs' sidecars
+-- each have their own); asked for every watch event (zkresp.on_watch).
+local dir_root, dir
+function LS.dir()
+    local root = Z.root()
+    if root ~= dir_root then dir_root, dir = root, root .. "/l" end
+    return dir
+end
 
 function LS.lock_path(key) return LS.dir() .. "/" .. host.key_encode(key) end
 
@@ -28,6 +36,14 @@ function LS.owner_hash(owner)
         h = (h ~ owner:byte(i)) * 1099511628211
     end
     return string.format("%016x", h)
+end
+
+-- This sidecar, as request data names it: host.instance in hex.
+local id_of, id
+function LS.sidecar_id()
+    local inst = host.instance or ""
+    if inst ~= id_of then id_of, id = inst, LS.hex(inst) end
+    return id
 end
 
 function LS.hex(s)
@@ -124,7 +140,7 @@ end
 -- after the listing, so it decides no grant and drops no line.
 function LS.build(lock, t, names, pzxid, stale)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
-                   token = math.max(t.mzxid, pzxid), stale = stale }
+                   token = Q.observed({}, pzxid, t.mzxid), stale = stale }
     for _, name in ipairs(names) do
         local mode, hash, px, seq = parse_name(name)
         if mode then
@@ -165,7 +181,7 @@ end
 -- this sidecar: a hold this sidecar counts lost, whatever ZooKeeper shows
 -- until that session expires.  Never renewed, converted or reentered.
 function LS.from_lost_session(e, d)
-    return d.sidecar == LS.hex(host.instance or "") and e.owner_sid ~= zk.session()
+    return d.sidecar == LS.sidecar_id() and e.owner_sid ~= zk.session()
 end
 
 -- The owner's entry in snap, or nil.

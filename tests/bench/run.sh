@@ -505,6 +505,16 @@ met() {
         ok = (op == ">=") ? (v + 0 >= l + 0) : (v + 0 < l + 0)
         print ok ? "met" : "NOT MET" }'
 }
+# reply_target Z R LATER: the verdict on a wake-up p50 Z from the release's
+# reply against the raw recipe's R: within 2x when R is positive; when R is
+# at or before the reply (its event comes with the delete's reply), met only
+# if Z is too, else "NOT MET (LATER)".
+reply_target() {
+    awk -v z="$1" -v r="$2" -v later="$3" 'BEGIN {
+        if (z !~ /^-?[0-9.]+$/ || r !~ /^-?[0-9.]+$/) print "NOT MET (n/a)"
+        else if (r > 0) print (z <= 2 * r ? "met" : "NOT MET") " (ratio " sprintf("%.2f", z / r) ")"
+        else print (z <= 0 ? "met (no later than the reply, as the recipe)" : "NOT MET (" later ")") }'
+}
 
 if section pairs; then
 read -r ratio64 ratio64_lo ratio64_hi <<<"$(stat ratio zkresp-c64 raw-c64 ops_per_sec)"
@@ -932,10 +942,7 @@ if section handoff; then
     hz=$(ho_val ho-zk44 wake_p50_us %.1f)
     hr=$(ho_val ho-raw wake_p50_us %.1f)
     printf '  %-50s %9s   %s\n' "wake p50 zkresp 4+4 vs raw, from the reply, within 2x" \
-        "$hz vs $hr us" "$(awk -v z="$hz" -v r="$hr" 'BEGIN {
-            if (z !~ /^-?[0-9.]+$/ || r !~ /^-?[0-9.]+$/) print "NOT MET (n/a)"
-            else if (r > 0) print (z <= 2 * r ? "met" : "NOT MET") " (ratio " sprintf("%.2f", z / r) ")"
-            else print (z <= 0 ? "met (no later than the reply, as the recipe)" : "NOT MET (later than the reply)") }')"
+        "$hz vs $hr us" "$(reply_target "$hz" "$hr" "later than the reply")"
     read -r sq slo shi <<<"$(ho_stat ratio ho-zk44 ho-raw sent_wake_p50_us)"
     printf '  %-50s %9s   %-8s (range %s..%s)\n' \
         "wake p50 zkresp 4+4/raw, from the request, within 2x" "$(num %.2f "$sq")" \
@@ -1052,10 +1059,7 @@ fi
     nz=$(ho_val nat-44 wake_p50_us %.1f)
     nr=$(ho_val nat-raw wake_p50_us %.1f)
     printf '  %-52s %9s   %s\n' "wake p50 native vs raw, from the reply, within 2x" \
-        "$nz vs $nr us" "$(awk -v z="$nz" -v r="$nr" 'BEGIN {
-            if (z !~ /^-?[0-9.]+$/ || r !~ /^-?[0-9.]+$/) print "NOT MET (n/a)"
-            else if (r > 0) print (z <= 2 * r ? "met" : "NOT MET") " (ratio " sprintf("%.2f", z / r) ")"
-            else print (z <= 0 ? "met (no later than the reply, as the recipe)" : "NOT MET (raw is at or before the reply; native is later)") }')"
+        "$nz vs $nr us" "$(reply_target "$nz" "$nr" "raw is at or before the reply; native is later")"
     read -r sq slo shi <<<"$(ho_stat ratio nat-44 nat-raw sent_wake_p50_us)"
     printf '  %-52s %9s   %-8s (range %s..%s)\n' \
         "wake p50 native/raw, from the request, within 2x" "$(num %.2f "$sq")" \

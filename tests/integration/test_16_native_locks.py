@@ -51,13 +51,17 @@ def lock_zk():
     srv.close()
 
 
+def _sidecar(zk, root=None):
+    """A sidecar of this file's kind (4 s session), not started."""
+    return Zkresp(zk, root=root, session_timeout=SESSION_MS, request_timeout=2000)
+
+
 @pytest.fixture(scope="module")
 def trio(lock_zk):
     """Three sidecars on one root (like three pods), each with a 4 s
     session.  A test that finds one dead fails and it is started again."""
-    first = Zkresp(lock_zk, session_timeout=SESSION_MS, request_timeout=2000)
-    sides = [first] + [Zkresp(lock_zk, root=first.root, session_timeout=SESSION_MS,
-                              request_timeout=2000) for _ in range(2)]
+    first = _sidecar(lock_zk)
+    sides = [first] + [_sidecar(lock_zk, first.root) for _ in range(2)]
     for z in sides:
         z.start()
     yield sides
@@ -777,7 +781,7 @@ def test_holder_sidecar_killed_releases_after_session(sc, conn, waiters, lock_zk
     session's end frees it): the waiter on another sidecar is granted
     within the session timeout plus a margin, with a greater token, and the
     dead holder is gone from LOCK.INFO."""
-    d = Zkresp(lock_zk, root=sc[0].root, session_timeout=SESSION_MS, request_timeout=2000)
+    d = _sidecar(lock_zk, sc[0].root)
     try:
         d.start()
         rd = d.redis()
@@ -808,7 +812,7 @@ def test_renew_after_session_loss_never_answers_1(sc, conn, waiters, lock_zk):
     old holder through it answers 0 (an error while it reconnects is
     tolerated, 1 never), RELEASE answers 0, and the new holder keeps the
     lock."""
-    d = Zkresp(lock_zk, root=sc[0].root, session_timeout=SESSION_MS, request_timeout=2000)
+    d = _sidecar(lock_zk, sc[0].root)
     try:
         d.start()
         rd = d.redis(socket_timeout=20)
@@ -898,7 +902,7 @@ def test_waiter_of_killed_sidecar_leaves_queue(sc, conn, waiters, lock_zk):
     sidecar's session ends; the waiter queued behind it is then granted
     after the holder's release (within the session timeout plus a
     margin)."""
-    d = Zkresp(lock_zk, root=sc[0].root, session_timeout=SESSION_MS, request_timeout=2000)
+    d = _sidecar(lock_zk, sc[0].root)
     try:
         d.start()
         a = conn(0)

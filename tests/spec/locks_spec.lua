@@ -45,7 +45,7 @@ describe("native locks", function()
     end
 
     it("grants together exactly the modes the matrix allows, on two sidecars (36 cells)", function()
-        for i, held in ipairs(MODES) do
+        for _, held in ipairs(MODES) do
             for j, asked in ipairs(MODES) do
                 local key = "m" .. held .. asked
                 integer(a:call("LOCK.ACQUIRE", key, "h", "MODE", held))
@@ -58,7 +58,6 @@ describe("native locks", function()
                 end
                 assert.equal(1, a:call("LOCK.RELEASE", key, "h"))
                 assert.equal(0, a:call("LOCK.RELEASE", key, "h"))
-                assert.is_true(i >= 1)
             end
         end
     end)
