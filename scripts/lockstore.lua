@@ -18,14 +18,8 @@ local LS = {}
 ---------------------------------------------------------------------------
 -- Names and data
 
--- <root>/l, remembered per root (as zkio's keys_dir: the specs' sidecars
--- each have their own); asked for every watch event (zkresp.on_watch).
-local dir_root, dir
-function LS.dir()
-    local root = Z.root()
-    if root ~= dir_root then dir_root, dir = root, root .. "/l" end
-    return dir
-end
+-- <root>/l: the locks (asked for every watch event: zkresp.on_watch)
+function LS.dir() return Z.root_dir("l") end
 
 function LS.lock_path(key) return LS.dir() .. "/" .. host.key_encode(key) end
 

@@ -72,14 +72,22 @@ function Z.root()
     return (host.config and host.config.root) or "/zkresp"
 end
 
--- <root>/k, remembered per root (host.config does not change while the
--- process runs, but the specs' sidecars each have their own).
-local keys_dir_root, keys_dir
-function Z.keys_dir()
+-- <root>/<name>, remembered per root (host.config does not change while
+-- the process runs, but the specs' sidecars each have their own).
+local dirs_root, dirs = nil, {}
+function Z.root_dir(name)
     local root = Z.root()
-    if root ~= keys_dir_root then keys_dir_root, keys_dir = root, root .. "/k" end
-    return keys_dir
+    if root ~= dirs_root then dirs_root, dirs = root, {} end
+    local d = dirs[name]
+    if not d then
+        d = root .. "/" .. name
+        dirs[name] = d
+    end
+    return d
 end
+
+-- <root>/k: the keys
+function Z.keys_dir() return Z.root_dir("k") end
 
 ---------------------------------------------------------------------------
 -- Start-up

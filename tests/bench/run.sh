@@ -852,6 +852,12 @@ ho_total() {
                 t += substr($i, length(k) + 2); f = 1 }
     } END { if (f) printf "%d", t; else printf "n/a" }' "$tmp/results"
 }
+# ho_self_cpu A: the raw client's own CPU per handoff, us (its CPU percent
+# of one core over its handoffs per second).
+ho_self_cpu() {
+    ho_val "$1" self_cpu_pct %.1f | awk -v o="$(ho_val "$1" ops_per_sec)" '{
+        if ($1 ~ /^[0-9.]+$/ && o > 0) printf "%.0f", $1 * 1e4 / o; else printf "n/a" }'
+}
 # ho_sum NAME K1 K2: the sum of two keys' medians (n/a when either is).
 ho_sum() {
     awk -v a="$(ho_val "$1" "$2" %.1f)" -v b="$(ho_val "$1" "$3" %.1f)" 'BEGIN {
@@ -884,7 +890,7 @@ if section handoff; then
         n=${row%%|*}
         case $n in
         ho-redis) cpu=$(ho_val "$n" redis_cpu_us_per_op) ;;
-        ho-raw) cpu=$(ho_val "$n" self_cpu_pct %.1f | awk -v o="$(ho_val "$n" ops_per_sec)" '{ if ($1 ~ /^[0-9.]+$/ && o > 0) printf "%.0f", $1 * 1e4 / o; else printf "n/a" }') ;;
+        ho-raw) cpu=$(ho_self_cpu "$n") ;;
         *) cpu=$(ho_sum "$n" zkresp_cpu_us_per_op zkresp2_cpu_us_per_op) ;;
         esac
         printf '  %-26s %9s %14s %14s %14s %12s %8s %5s %9s\n' "${row#*|}" \
@@ -1022,7 +1028,7 @@ fi
         "nat-raw|raw recipe, 2 sessions (8)"; do
         n=${row%%|*}
         case $n in
-        nat-raw) cpu=$(ho_val "$n" self_cpu_pct %.1f | awk -v o="$(ho_val "$n" ops_per_sec)" '{ if ($1 ~ /^[0-9.]+$/ && o > 0) printf "%.0f", $1 * 1e4 / o; else printf "n/a" }') ;;
+        nat-raw) cpu=$(ho_self_cpu "$n") ;;
         *) cpu=$(ho_sum "$n" zkresp_cpu_us_per_op zkresp2_cpu_us_per_op) ;;
         esac
         printf '  %-32s %9s %14s %14s %14s %12s %8s %9s %8s\n' "${row#*|}" \
