@@ -212,30 +212,50 @@ local function granted_in(t, seq, converting)
     return true
 end
 
+-- A listing of a lock made in the background: {names, pzxid, done}; a
+-- hold's next view (its release grants the requests that came after it).
+local function start_listing(lock)
+    local l = { done = false }
+    host.spawn(function()
+        local ok, names, pzxid = pcall(LS.read_children, lock)
+        if ok then l.names, l.pzxid = names, pzxid end
+        l.done = true
+        LW.finish(l)
+    end)
+    return l
+end
+
 -- Waits for, and records, the grant of our request at `path` (a new
 -- request, or our hold's conversion asked in the table).  Returns the
--- token, the lock as last read (the hold's view) and whether that view's
--- listing is older than its table, or nil, why
--- ("timeout", "gone", "deadlock", "lost": the node went, the conversion
--- was given up, or the session `sid` that created it is no longer ours).
--- After a wake-up the table alone is read first: a release that granted us
--- wrote it (one round trip, as the recipe's getChildren).  first(snap, me),
+-- token, the lock as last read (the hold's view) and, when that view's
+-- listing is older than its table, a listing begun for the next view; or
+-- nil, why ("timeout", "gone", "deadlock", "lost": the node went, the
+-- conversion was given up, or the session `sid` that created it is no
+-- longer ours).  After a wake-up the table alone is read first, beside
+-- that listing: a release that granted us wrote it (one round trip, as the
+-- recipe's getChildren); none when that release was this sidecar's (its
+-- write is waited for: its reply follows the event).  first(snap, me),
 -- when given, sees the first listing: a truthy answer ends the wait (nil,
 -- answer).
 local function settle(lock, path, sid, until_ms, converting, px, first)
     local seq = LS.seq_of(path)
-    local names, pzxid
+    local t, names, pzxid, czxid
     while true do
         if zk.session() ~= sid then return nil, "lost" end
-        local t = LS.read_table(lock)
-        if not t then return nil, "lost" end
-        if names and granted_in(t, seq, converting) then
-            -- the view lists the queue as it was before we waited
-            return t.lines[seq].token, LS.build(lock, t, names, pzxid, true), true
+        if names then
+            -- woken: a release may have granted us (a conversion reads)
+            local listing = not converting and start_listing(lock)
+            LW.await_write(lock)
+            t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock)
+            if not t then return nil, "lost" end
+            if granted_in(t, seq, converting) then
+                -- the view lists the queue as it was before we waited
+                return t.lines[seq].token, LS.build(lock, t, names, pzxid, seq), listing
+            end
+            if converting and not t.lines[seq] then return nil, "lost" end
         end
-        if converting and not t.lines[seq] then return nil, "lost" end
-        names, pzxid = LS.read_children(lock)
-        if not names then return nil, "lost" end
+        t, names, pzxid, czxid = LS.snapshot(lock)
+        if not t then return nil, "lost" end
         local snap = LS.build(lock, t, names, pzxid)
         local me = snap.by_seq[seq]
         if not me then return nil, "lost" end
@@ -270,16 +290,43 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
     end
 end
 
+-- Hold h's view from the listing begun at its grant (waited for), or nil
+-- when it failed or the view changed since.  Its table stays the one of
+-- the grant (the release's multi is conditional on that version); the
+-- listing may be the older read (begun beside the table's).
+local function adopt_listing(h)
+    local l, view = h.listing, h.view
+    h.listing = nil
+    LW.await(l)
+    if not l.names or h.view ~= view then return nil end
+    h.view = LS.build(view.path, view.t, l.names, l.pzxid, LS.seq_of(h.path))
+    return h.view
+end
+
+-- Whether view lists a request after hold h's (one its release may grant).
+local function next_waiter(h, view)
+    for _, e in ipairs(view.queue) do
+        if e.path ~= h.path and not e.granted then return true end
+    end
+    return false
+end
+
 -- The release of hold h as one multi: the delete of its node (at the
 -- version we wrote) and, when its view of the lock is still the table's
 -- version, the grants of the new requests the release lets through, with
--- the largest zxid h saw as their token.  A view listed before its table,
--- or one with a conversion pending, grants nobody: a plain delete.  true
+-- the largest zxid h saw as their token.  A stale view (LS.build), or one
+-- with a conversion pending, grants nobody: a plain delete.  A view listed
+-- before its table grants from that listing: the requests it lacks came
+-- later and wait behind those it lists; one that left since is granted in
+-- vain, and the waiter behind it grants itself.  true
 -- when done; false to take the slow way (read, then delete), which drops
 -- the view if the hold goes on (the grants marked in it were not made).
 local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
+    if h.listing and not next_waiter(h, view) then
+        view = adopt_listing(h) or view
+    end
     local queue = {}
     for _, e in ipairs(view.queue) do
         if e.path ~= h.path then queue[#queue + 1] = e end
@@ -294,9 +341,14 @@ local function quick_release(h)
         end
     end
     if granted > 0 then
-        rc, results = zk.multi({ { "delete", h.path, h.version },
-                                 { "set", h.lock, LS.encode_table(queue), view.version } })
-        rc = Z.first_error(rc, results)
+        local data = LS.encode_table(queue)
+        LW.begin_write(h.lock)
+        local ok
+        ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
+        if ok then rc = Z.first_error(rc, results) end
+        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, data) end
+        LW.end_write(h.lock)
+        if not ok then error(rc, 0) end
     else
         rc = zk.delete(h.path, h.version)
     end
@@ -308,15 +360,6 @@ local function quick_release(h)
     return false
 end
 
--- Lists the queue again for hold `path`'s view, in the background after
--- its grant: the requests that came after ours are what its release will
--- grant.  Its table stays the one of the grant (the release's multi is
--- conditional on that version).
-local function refresh_view(path, view)
-    local ok, names, pzxid = pcall(LS.read_children, view.path)
-    local h = L.holds[path]
-    if ok and names and h and h.view == view then h.view = LS.build(view.path, view.t, names, pzxid) end
-end
 
 ---------------------------------------------------------------------------
 -- The commands
@@ -379,7 +422,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     end
     local until_ms = host.now() + wait_ms
     local path, sid, data = create_request(lock, owner, mode, px)
-    local token, view, stale = settle(lock, path, sid, until_ms, nil, px, not snap and function(s, me)
+    local token, view, listing = settle(lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return owner_there(s, me, owner)
     end)
     if not token then
@@ -388,8 +431,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         if view == "lost" then return { err = E.LOST_SESSION } end
         return nil
     end
-    remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view })
-    if stale then host.spawn(refresh_view, path, view) end
+    remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view, listing = listing })
     L.stats.granted = L.stats.granted + 1
     notify("on_acquire", L.holds[path])
     return token

@@ -6,6 +6,8 @@
 --   LS.lock_path(key)            <root>/l/<encoded key>
 --   LS.prefix(mode, owner, px)   a request's name before its sequence
 --   LS.read(lock) -> snap        {path, version, queue, by_seq, token}
+--   LS.snapshot(lock)            the table and the listing it goes with
+--   LS.cached_grant(lock, seq, czxid)   a grant of ours this sidecar knows
 --   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.from_lost_session
 --   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
 --   LS.leader_now()              the leader's clock, ms
@@ -109,19 +111,75 @@ end
 ---------------------------------------------------------------------------
 -- Reading a lock
 
--- The grant table: {version, mzxid, lines = seq -> line}, or nil when the
--- lock node is absent.
+-- The newest grant table this sidecar read or wrote, by lock: a listing
+-- whose stat shows that version needs no read of the table, and a waiter
+-- whose grant this sidecar wrote needs none either.  A lock node that went
+-- and came again starts its sequence anew: czxid tells them apart.
+local tables, ntables = {}, 0
+local TABLES_MAX = 1024
+
+local function remember_table(lock, t)
+    local old = tables[lock]
+    if old and old.czxid == t.czxid and old.version >= t.version then return end
+    if not old then
+        if ntables >= TABLES_MAX then tables, ntables = {}, 0 end
+        ntables = ntables + 1
+    end
+    tables[lock] = t
+end
+
+local function table_of(stat, lines)
+    return { version = stat.version, mzxid = stat.mzxid, czxid = stat.czxid, lines = lines }
+end
+
+-- The grant table: {version, mzxid, czxid, lines = seq -> line}, or nil
+-- when the lock node is absent.
 function LS.read_table(lock)
     local rc, data, stat = Z.get(lock)
     if rc == zk.NONODE then return nil end
-    return { version = stat.version, mzxid = stat.mzxid, lines = LS.decode_table(data) }
+    local t = table_of(stat, LS.decode_table(data))
+    remember_table(lock, t)
+    return t
 end
 
--- The request names and the lock node's pzxid, or nil when it is absent.
+-- The request names, the lock node's pzxid and its stat, or nil when it
+-- is absent.
 function LS.read_children(lock)
     local rc, names, stat = Z.list(lock)
     if rc == zk.NONODE then return nil end
-    return names, stat.pzxid
+    return names, stat.pzxid, stat
+end
+
+-- The table written at `stat` (a write of ours that succeeded).
+function LS.wrote_table(lock, stat, data)
+    if stat then remember_table(lock, table_of(stat, LS.decode_table(data))) end
+end
+
+-- The line of request `seq` in the table this sidecar last knew of lock
+-- node incarnation `czxid`, when that table grants it: a grant is never
+-- taken back but by its holder, so any table that shows it is news enough.
+function LS.cached_grant(lock, seq, czxid)
+    local t = tables[lock]
+    if t and t.czxid == czxid and t.lines[seq] then return t end
+end
+
+-- The table and a listing read no earlier than it (what LS.build needs):
+-- t, names, pzxid, czxid, or nil when the lock node is absent.  The listing
+-- is read first; a table this sidecar knows at the version its stat shows
+-- is the one, else the table is read, and the listing again if the table
+-- moved on in between.
+function LS.snapshot(lock)
+    local names, pzxid, stat = LS.read_children(lock)
+    if not names then return nil end
+    local t = tables[lock]
+    if t and t.czxid == stat.czxid and t.version == stat.version then return t, names, pzxid, stat.czxid end
+    t = LS.read_table(lock)
+    if not t then return nil end
+    if t.version ~= stat.version or t.czxid ~= stat.czxid then
+        names, pzxid, stat = LS.read_children(lock)
+        if not names then return nil end
+    end
+    return t, names, pzxid, stat.czxid
 end
 
 -- The lock's queue as lockq reads it, from a read of the table and one of
@@ -129,14 +187,22 @@ end
 -- token (the largest zxid the two reads saw: lockq's Q.token), stale}.
 -- Read the table first: a grant after that read fails the write
 -- conditional on its version, and a line whose node the later listing
--- lacks is a leftover.  stale: the listing is the older read; then the
--- queue may lack requests the table grants, and lacks those that came
--- after the listing, so it decides no grant and drops no line.
-function LS.build(lock, t, names, pzxid, stale)
+-- lacks is a leftover.  older: the listing is the older read, made by
+-- waiter `older` (its sequence) before the wait the table's grant ended.
+-- It lacks the requests that came after it, all of them later in the
+-- queue than every request it lists (sequence numbers only grow), and a
+-- line for a sequence below its last one is still a leftover; a request
+-- ahead of the waiter that the table does not grant has left (the grant
+-- passed it), so it is left out.  stale: the table grants a request the
+-- listing lacks; such a view decides no grant (its table would drop that
+-- line).
+function LS.build(lock, t, names, pzxid, older)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
-                   token = Q.observed({}, pzxid, t.mzxid), stale = stale }
+                   token = Q.observed({}, pzxid, t.mzxid) }
+    local top = -1
     for _, name in ipairs(names) do
         local mode, hash, px, seq = parse_name(name)
+        if mode and older and seq < older and not t.lines[seq] then mode = nil end
         if mode then
             local g = t.lines[seq]
             local e = { seq = seq, name = name, path = lock .. "/" .. name, mode = mode, hash = hash, px = px }
@@ -146,18 +212,22 @@ function LS.build(lock, t, names, pzxid, stale)
             end
             snap.queue[#snap.queue + 1] = e
             snap.by_seq[seq] = e
+            if seq > top then top = seq end
+        end
+    end
+    if older then
+        for seq in pairs(t.lines) do
+            if seq > top then snap.stale = true end
         end
     end
     table.sort(snap.queue, function(a, b) return a.seq < b.seq end)
     return snap
 end
 
--- Both reads; nil when the lock node is absent.
+-- The lock's queue (LS.snapshot, LS.build); nil when the node is absent.
 function LS.read(lock)
-    local t = LS.read_table(lock)
+    local t, names, pzxid = LS.snapshot(lock)
     if not t then return nil end
-    local names, pzxid = LS.read_children(lock)
-    if not names then return nil end
     return LS.build(lock, t, names, pzxid)
 end
 
@@ -213,6 +283,7 @@ function LS.write_table(snap, touch)
     end
     if rc == zk.OK then
         Z.learn_offset(stat)
+        LS.wrote_table(snap.path, stat, data)
         return "ok", stat and stat.mzxid or snap.token
     end
     if rc == zk.BADVERSION or rc == zk.NONODE then return "stale" end

@@ -4,6 +4,9 @@
 --   LW.target(queue, me) -> entry|nil, poll   what to watch
 --   LW.wait(path, lock, until_ms) -> "changed" | "timeout" | "gone"
 --   LW.on_watch(path)                          a watch of ours fired
+--   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
+--   LW.await_write(lock)                       wait for it to be answered
+--   LW.await(p) / LW.finish(p)                 wait for / end p in flight
 
 local Q = require "lockq"
 
@@ -75,6 +78,49 @@ function LW.wait(path, lock, until_ms)
     if host.client() == nil and not rec.fired then return "gone" end
     if rec.fired then return "changed" end
     return "timeout"
+end
+
+-- Something of this sidecar's in flight that waiters wait for: a record
+-- {done, waiters}; LW.await(p) returns once LW.finish(p) ran (or its
+-- client went).
+function LW.await(p)
+    if p.done then return end
+    local rec = { co = coroutine.running(), waiting = true }
+    p.waiters = p.waiters or {}
+    p.waiters[#p.waiters + 1] = rec
+    host.suspend(true)
+    rec.waiting = false
+end
+
+function LW.finish(p)
+    p.done = true
+    for _, rec in ipairs(p.waiters or {}) do wake(rec, "done") end
+    p.waiters = nil
+end
+
+-- Grants this sidecar is writing, by lock: {n, waiters}.  The event of
+-- the delete that goes with a grant comes just before the write's reply;
+-- a waiter it woke waits for that reply (its own grant, already known
+-- here) rather than reading the table from ZooKeeper.
+local writing = {}
+
+function LW.begin_write(lock)
+    local w = writing[lock]
+    if not w then w = { n = 0 } writing[lock] = w end
+    w.n = w.n + 1
+end
+
+function LW.end_write(lock)
+    local w = writing[lock]
+    w.n = w.n - 1
+    if w.n > 0 then return end
+    writing[lock] = nil
+    LW.finish(w)
+end
+
+function LW.await_write(lock)
+    local w = writing[lock]
+    if w then LW.await(w) end
 end
 
 -- A watch fired on a path of ours: wake every waiter watching it.
