@@ -16,6 +16,8 @@ local E = require "errors"
 local U = require "util"
 local SB = require "sandbox"
 local L51 = require "lua51_errors"
+-- Loaded at start: a machine without Debian's lua-cjson fails there, loudly.
+local CJSON = require "lua_cjson"
 local sha1 = require "sha1"
 
 SB.add_signal(K.is_retry)
@@ -279,7 +281,7 @@ api.debug = function() end
 local env
 local function environment()
     if not env then
-        env = SB.env(api, require("lua_cjson").new(), require "compat_bit")
+        env = SB.env(api, CJSON.new(), require "compat_bit")
     end
     return env
 end
