@@ -28,7 +28,7 @@ all: $(BUILD)/zkresp
 
 # Debian packages the build, the run and the tests need.  Installed only when
 # missing, so `make test` on a prepared machine does not touch apt.
-DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 libzookeeper-mt-dev \
+DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 lua-cjson libzookeeper-mt-dev \
             libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
             redis-tools python3-redis python3-pytest python3-kazoo clang-format \
             prometheus python3-yaml faketime stunnel4 openssl

@@ -15,6 +15,9 @@ local T = require "txn"
 local E = require "errors"
 local U = require "util"
 local SB = require "sandbox"
+local L51 = require "lua51_errors"
+-- Loaded at start: a machine without Debian's lua-cjson fails there, loudly.
+local CJSON = require "lua_cjson"
 local sha1 = require "sha1"
 
 SB.add_signal(K.is_retry)
@@ -278,7 +281,7 @@ api.debug = function() end
 local env
 local function environment()
     if not env then
-        env = SB.env(api, require("compat_cjson").new(host.null), require "compat_bit")
+        env = SB.env(api, CJSON.new(), require "compat_bit")
     end
     return env
 end
@@ -328,9 +331,10 @@ local function format_error(f, c)
     if type(e) == "table" and type(rawget(e, "err")) == "string" then
         text = rawget(e, "err")
     elseif type(e) == "string" then
-        text = "ERR " .. e
+        text = "ERR " .. L51.rewrite(e, f.line)
     elseif math.type(e) then
-        text = "ERR " .. SB.num2str(e)
+        -- Lua 5.1's error() gives a number the position a string gets.
+        text = string.format("ERR user_script:%d: %s", f.line, SB.num2str(e))
     elseif e == nil then
         text = "ERR nil"
     else

@@ -40,6 +40,7 @@
 -- committed before a script ends (txn.lua), so killing one writes nothing.
 
 local U = require "util"
+local L51 = require "lua51_errors"
 
 local SB = {}
 
@@ -127,14 +128,19 @@ local function memory_limit_kb()
 end
 
 -- string.rep guarded against one allocation bigger than the memory cap.
-local real_rep = string.rep
-local function rep(s, n, sep)
+-- The stock function is called as a field, with the script's very
+-- arguments, so that its errors say "bad argument #1 to 'rep' (... got no
+-- value)" as Redis's do.
+local stock = { rep = string.rep }
+local function rep(...)
+    local s, n, sep = ...
     local lim = memory_limit_kb()
     if lim and type(n) == "number" and n > 0 and
        (#tostring(s) + #tostring(sep or "")) * n > lim * 1024 then
         host.kill("memory")
     end
-    return real_rep(s, n, sep)
+    local r = stock.rep(...)
+    return r
 end
 
 -- Pattern matching: the C host's Lua 5.1 find/match/gmatch/gsub
@@ -275,7 +281,9 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     -- error that reached the pcall may be another one, raised by a C
     -- function the script made its __close handler, or "not enough
     -- memory"); signals are never caught.
-    local function caught(ok, ...)
+    -- A pcall's error message is in Lua 5.1's words (lua51_errors.lua), as
+    -- is the one an xpcall's handler gets.
+    local function caught(words, ok, ...)
         local why = host.killed()
         if why then host.kill(why) end
         if ok then return ok, ... end
@@ -287,17 +295,18 @@ function SB.env(redis_api, cjson_lib, bit_lib)
             local text = rawget(e, "err")
             if type(text) == "string" then return false, text end
         end
+        if words and type(e) == "string" then return false, L51.rewrite(e) end
         return false, ...
     end
 
     env.pcall = function(f, ...)
-        return caught(rawpcall(f, ...))
+        return caught(true, rawpcall(f, ...))
     end
 
     env.xpcall = function(f, handler, ...)
-        return caught(rawxpcall(f, function(e)
+        return caught(false, rawxpcall(f, function(e)
             if SB.is_signal(e) or host.killed() then return e end
-            return handler(e)
+            return handler(L51.rewrite(e))
         end, ...))
     end
 

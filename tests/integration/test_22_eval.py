@@ -301,10 +301,10 @@ def test_memory_cap_aborts_without_writing(zkresp):
 def test_sandbox_refusals(zkresp):
     r = zkresp.redis()
     for body, text in [
-        ("return os.execute('true')", "attempt to call a nil value"),
+        ("return os.execute('true')", "attempt to call field 'execute' (a nil value)"),
         ("return io.open('/etc/passwd')", "nonexistent global variable 'io'"),
         ("return require('os')", "nonexistent global variable 'require'"),
-        ("return string.dump(function() end)", "attempt to call a nil value"),
+        ("return string.dump(function() end)", "attempt to call field 'dump' (a nil value)"),
         ("return debug.getinfo(1)", "nonexistent global variable 'debug'"),
         ("x = 1", "Attempt to modify a readonly table"),
         ("getmetatable('').__index = {}", "Attempt to modify a readonly table"),

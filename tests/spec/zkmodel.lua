@@ -913,8 +913,14 @@ local function load_scripts(sc)
     env.require = function(name)
         if loaded[name] == nil then
             local path = Z.SCRIPTS .. "/" .. name .. ".lua"
-            local chunk = assert(loadfile(path, "t", env))
-            loaded[name] = chunk(name) or true
+            local f = io.open(path)
+            if f then
+                f:close()
+                local chunk = assert(loadfile(path, "t", env))
+                loaded[name] = chunk(name) or true
+            else -- a C module the host's package.cpath finds (cjson)
+                loaded[name] = require(name)
+            end
         end
         return loaded[name]
     end

@@ -1,0 +1,84 @@
+-- lua_cjson.lua — the `cjson` table client scripts see: Debian's lua-cjson
+-- 2.1 (the C module, through package.cpath; scripts themselves never reach
+-- require), configured as Redis 7 configures its copy of the same library.
+--
+-- What differs from calling the C module directly is Lua 5.4's own: JSON
+-- numbers decode as floats there, and a float that holds an integer prints
+-- as "12.0" where Redis's Lua 5.1 prints "12".  decode turns such floats
+-- (below 1e14, the numbers 5.1's "%.14g" prints without an exponent) into
+-- integers, and keeps its errors at the script's line, as Redis does.
+
+local cjson = require "cjson"
+
+local M = {}
+
+-- Redis's settings (its lua-cjson 2.1 defaults, which Debian's share).
+local function configure(c)
+    c.encode_sparse_array(false, 2, 10)
+    c.encode_max_depth(1000)
+    c.decode_max_depth(1000)
+    c.encode_number_precision(14)
+    c.encode_keep_buffer(true)
+    c.encode_invalid_numbers(false)
+    c.decode_invalid_numbers(true)
+    return c
+end
+
+local function integral(x)
+    if math.type(x) == "float" and x == math.floor(x) and x > -1e14 and x < 1e14
+       and (x ~= 0 or 1 / x > 0) then
+        return math.tointeger(x)
+    end
+    return x
+end
+
+local function integers(v)
+    if type(v) == "number" then return integral(v) end
+    if type(v) == "table" then
+        for k, x in next, v do
+            if type(x) == "number" then
+                v[k] = integral(x)
+            elseif type(x) == "table" then
+                integers(x)
+            end
+        end
+    end
+    return v
+end
+
+-- The message of an error the C function raised at `named`'s line (so
+-- that it names the function 'decode'); the caller raises it again at the
+-- script's line.
+local HERE = debug.getinfo(1, "S").short_src
+
+local function decoder(c)
+    local function named(...)
+        local v = c.decode(...)
+        return v
+    end
+    return function(...)
+        local ok, v = pcall(named, ...)
+        if ok then return integers(v) end
+        if type(v) ~= "string" then error(v, 0) end -- a kill, memory
+        local at = v:find(": ", 1, true)
+        if v:sub(1, #HERE) == HERE and at then v = v:sub(at + 2) end
+        error(v, 2)
+    end
+end
+
+-- A new table of cjson functions over the C instance c (configured).
+local function wrap(c)
+    local t = {}
+    for k, v in pairs(c) do t[k] = v end
+    t.decode = decoder(c)
+    t.new = function() return wrap(configure(cjson.new())) end
+    return t
+end
+
+-- The table a script environment gets (its null is lua-cjson's:
+-- a NULL light userdata, which a script's reply turns into a null).
+function M.new()
+    return wrap(configure(cjson.new()))
+end
+
+return M
