@@ -330,7 +330,8 @@ def _race(ports, worker):
 
 def test_lmove_race_loses_and_duplicates_nothing(zkresp_pair):
     """LMOVE from both sidecars at once: every element ends in exactly one
-    of the two lists, each moved exactly once."""
+    of the two lists, each moved exactly once, and a reader of both lists
+    never sees an element in neither or in both."""
     a, b = zkresp_pair
     items = [str(i).encode() for i in range(N_ITEMS)]
     with a.client() as ca:
@@ -344,9 +345,25 @@ def test_lmove_race_loses_and_duplicates_nothing(zkresp_pair):
                     return
                 assert raw.startswith(b"$"), raw
                 out.append(decode_one(raw))
-    outs = _race([a.port, b.port], worker)
+    seen, stop = [], threading.Event()
+
+    def watcher():
+        # both lengths in one script (one snapshot): a move is never half done
+        with RawClient(b.port, timeout=60) as c:
+            while not stop.is_set():
+                seen.append(tuple(decode_one(c.cmd(
+                    "EVAL", "return {redis.call('llen', KEYS[1]), redis.call('llen', KEYS[2])}",
+                    "2", "q", "done"))))
+    w = threading.Thread(target=watcher)
+    w.start()
+    try:
+        outs = _race([a.port, b.port], worker)
+    finally:
+        stop.set()
+        w.join(60)
     moved = [x for o in outs for x in o]
     assert sorted(moved) == sorted(items)
+    assert len(seen) > 1 and all(q + d == N_ITEMS for q, d in seen), [x for x in seen if sum(x) != N_ITEMS][:5]
     with b.client() as cb:
         assert cb.cmd("EXISTS", "q") == b":0\r\n"
         assert sorted(decode_one(cb.cmd("LRANGE", "done", "0", "-1"))) == sorted(items)
