@@ -246,6 +246,17 @@ def test_zrandmember_shape_and_membership(zkr, redis_ref, proto):
             assert len(set(members)) == 3 and set(members) <= set(ZMEMBERS)
 
 
+def test_zrandmember_repeats_are_capped(zkr):
+    """zkresp's one deviation: at most 1,000,000 members drawn with
+    repetition (README, "Limits"); the cap itself is served."""
+    k = harness.unique("zcap") + ":z"
+    with zkr().client() as c:
+        assert c.cmd("ZADD", k, "1", "a") == b":1\r\n"
+        assert c.cmd("ZRANDMEMBER", k, "-1000001") == \
+            b"-ERR count is out of range for zkresp: at most 1000000 members with repetition\r\n"
+        assert len(decode_one(c.cmd("ZRANDMEMBER", k, "-1000000"))) == 1000000
+
+
 # ---------------------------------------------------------------- COMMAND INFO
 
 ADDED = ["zcount", "zlexcount", "zpopmin", "zpopmax", "zremrangebyrank", "zremrangebylex", "zrevrange",
