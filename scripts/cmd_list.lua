@@ -1,9 +1,10 @@
 -- cmd_list.lua — the list commands: RPUSH, LPUSH, LPOP, RPOP, LINDEX,
--- LRANGE, LREM, LLEN, with Redis 7.0's replies and errors.  Same table
--- shape as cmd_string.lua.
+-- LRANGE, LREM, LLEN, LSET, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH, with
+-- Redis 7.2's replies and errors.  Same table shape as cmd_string.lua.
 --
 -- A list is one znode of codec type LIST (payload.lua), head first.
--- Writes keep the key's TTL; a list left empty is deleted.
+-- Writes keep the key's TTL; a list left empty is deleted.  LMOVE and
+-- RPOPLPUSH write both their keys in one ZooKeeper multi (txn.atomic).
 
 local T = require "txn"
 local E = require "errors"
@@ -56,15 +57,13 @@ L.lpush = spec(function(args) return push(args, true) end, -3, "write denyoom fa
 -- elements, an empty array for count 0 on an existing list, and a null
 -- array when the key is missing (`*-1` in RESP2, `_` in RESP3).
 
-local POSITIVE = "ERR value is out of range, must be positive"
-
 local function pop(args, name, left)
     if #args > 3 then return err(E.wrong_arity(name)) end
     local key = args[2]
     local count
     if #args == 3 then
         count = U.to_int(args[3])
-        if not count or count < 0 then return err(POSITIVE) end
+        if not count or count < 0 then return err(E.NOT_POSITIVE) end
     end
     return T.run({ key }, function(t)
         local rec, list = load(t, key)
@@ -169,5 +168,151 @@ L.lrem = spec(function(args)
         return removed
     end)
 end, 4, "write")
+
+---------------------------------------------------------------------------
+-- LSET key index element: "no such key" before the index is parsed.
+
+L.lset = spec(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local rec, list = load(t, key)
+        if not list then return err(E.NO_SUCH_KEY) end
+        local i = U.to_int(args[3])
+        if not i then return err(E.NOT_INTEGER) end
+        if i < 0 then i = #list + i end
+        if i < 0 or i >= #list then return err("ERR index out of range") end
+        list[i + 1] = args[4]
+        store(t, rec, list)
+        return { ok = "OK" }
+    end)
+end, 4, "write denyoom")
+
+-- LTRIM key start stop: keeps [start, stop]; OK even for a missing key.
+L.ltrim = spec(function(args)
+    local key = args[2]
+    local start, stop = U.to_int(args[3]), U.to_int(args[4])
+    if not start or not stop then return err(E.NOT_INTEGER) end
+    return T.run({ key }, function(t)
+        local rec, list = load(t, key)
+        if not list then return { ok = "OK" } end
+        local first, last = span(start, stop, #list)
+        if not first then
+            store(t, rec, {})
+        elseif first > 1 or last < #list then
+            store(t, rec, table.move(list, first, last, 1, {}))
+        end
+        return { ok = "OK" }
+    end)
+end, 4, "write")
+
+-- LINSERT key BEFORE|AFTER pivot element: the new length, 0 for a missing
+-- key, -1 when the pivot is not there.
+L.linsert = spec(function(args)
+    local key, pivot = args[2], args[4]
+    local where = args[3]:lower()
+    if where ~= "before" and where ~= "after" then return err(E.SYNTAX) end
+    return T.run({ key }, function(t)
+        local rec, list = load(t, key)
+        if not list then return 0 end
+        for i, v in ipairs(list) do
+            if v == pivot then
+                table.insert(list, where == "before" and i or i + 1, args[5])
+                store(t, rec, list)
+                return #list
+            end
+        end
+        return -1
+    end)
+end, 5, "write denyoom")
+
+---------------------------------------------------------------------------
+-- LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]
+--
+-- The index (from the head) of the rank-th match, searching from the tail
+-- for a negative rank, among the first maxlen elements looked at (0: all);
+-- with COUNT, an array of up to num-matches of them (0: all).
+
+local RANK_ZERO = "ERR RANK can't be zero: use 1 to start from the first match, " ..
+                  "2 from the second ... or use negative to start from the end of the list"
+
+L.lpos = spec(function(args)
+    local key, value = args[2], args[3]
+    local rank, count, maxlen = 1, nil, 0
+    local i = 4
+    while i <= #args do
+        local opt, v = args[i]:lower(), args[i + 1]
+        if opt == "rank" and v then
+            rank = U.to_int(v)
+            if not rank then return err(E.NOT_INTEGER) end
+            if rank == math.mininteger then return err(E.LONG_RANGE) end
+            if rank == 0 then return err(RANK_ZERO) end
+        elseif opt == "count" and v then
+            count = U.to_int(v)
+            if not count or count < 0 then return err("ERR COUNT can't be negative") end
+        elseif opt == "maxlen" and v then
+            maxlen = U.to_int(v)
+            if not maxlen or maxlen < 0 then return err("ERR MAXLEN can't be negative") end
+        else
+            return err(E.SYNTAX)
+        end
+        i = i + 2
+    end
+    return T.run({ key }, function(t)
+        local _, list = load(t, key)
+        if not list then return count and {} or host.null end
+        local n, out, matches = #list, {}, 0
+        local looked = (maxlen == 0 or maxlen > n) and n or maxlen
+        for j = 0, looked - 1 do
+            local pos = rank > 0 and j or n - 1 - j
+            if list[pos + 1] == value then
+                matches = matches + 1
+                if matches >= math.abs(rank) then
+                    if not count then return pos end
+                    out[#out + 1] = pos
+                    if count > 0 and #out >= count then break end
+                end
+            end
+        end
+        if count then return out end
+        return host.null
+    end)
+end, -3, "readonly")
+
+---------------------------------------------------------------------------
+-- LMOVE source destination LEFT|RIGHT LEFT|RIGHT, RPOPLPUSH source
+-- destination: the element moved, or null when the source is missing.
+-- Both keys change in one multi; the same key rotates its list.
+
+local function lmove(src, dst, from_left, to_left)
+    return T.atomic({ src, dst }, function(t)
+        local srec, slist = load(t, src)
+        if not slist then return host.null end
+        local drec, dlist = srec, slist
+        if dst ~= src then
+            drec, dlist = load(t, dst)
+            dlist = dlist or {}
+        end
+        local v = table.remove(slist, from_left and 1 or #slist)
+        table.insert(dlist, to_left and 1 or #dlist + 1, v)
+        if dst ~= src then store(t, srec, slist) end
+        store(t, drec, dlist)
+        return v
+    end)
+end
+
+local function side(s)
+    s = s:lower()
+    if s == "left" or s == "right" then return s == "left" end
+end
+
+L.lmove = { arity = 5, flags = "write denyoom", first_key = 1, last_key = 2, step = 1,
+            fn = function(args)
+    local from_left, to_left = side(args[4]), side(args[5])
+    if from_left == nil or to_left == nil then return err(E.SYNTAX) end
+    return lmove(args[2], args[3], from_left, to_left)
+end }
+
+L.rpoplpush = { arity = 3, flags = "write denyoom", first_key = 1, last_key = 2, step = 1,
+                fn = function(args) return lmove(args[2], args[3], false, true) end }
 
 return L

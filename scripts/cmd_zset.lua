@@ -1,7 +1,10 @@
 -- cmd_zset.lua — the sorted set commands: ZADD (NX, XX, GT, LT, CH, INCR),
--- ZINCRBY, ZREM, ZSCORE, ZRANK, ZCARD, ZRANGE (by index, BYSCORE, BYLEX,
--- REV, LIMIT, WITHSCORES), ZRANGEBYSCORE, ZREMRANGEBYSCORE, with Redis
--- 7.0's replies and errors.  Same table shape as cmd_string.lua.
+-- ZINCRBY, ZREM, ZSCORE, ZMSCORE, ZRANK, ZREVRANK (WITHSCORE), ZCARD,
+-- ZRANGE (by index, BYSCORE, BYLEX, REV, LIMIT, WITHSCORES), ZRANGEBYSCORE,
+-- ZRANGEBYLEX, ZREVRANGE, ZREVRANGEBYSCORE, ZREVRANGEBYLEX, ZCOUNT,
+-- ZLEXCOUNT, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZREMRANGEBYRANK, ZPOPMIN,
+-- ZPOPMAX, ZRANDMEMBER, with Redis 7.2's replies and errors.  Same table
+-- shape as cmd_string.lua; zset_range.lua parses and selects the ranges.
 --
 -- A sorted set is one znode of codec type ZSET (payload.lua), ordered by
 -- score, then member bytes.  Writes keep the key's TTL; removing the last
@@ -15,6 +18,7 @@ local E = require "errors"
 local U = require "util"
 local P = require "payload"
 local codec = require "codec"
+local R = require "zset_range"
 
 local ZSET = codec.ZSET
 
@@ -33,65 +37,6 @@ local function load(t, key) return P.load(t, key, ZSET) end
 
 local function store(t, rec, z)
     P.store(t, rec, ZSET, #z, P.encode_zset(z))
-end
-
----------------------------------------------------------------------------
--- Numbers, as C's strtod reads them
-
--- A whole string in strtod's syntax (no surrounding spaces): the double,
--- and whether the conversion overflowed or underflowed (ERANGE); nil when
--- it is not a number.  NaN is returned as NaN.
-local function strtod_all(s)
-    local sign, body = s:match("^([+-]?)(.*)$")
-    local word = body:lower()
-    if word == "inf" or word == "infinity" then
-        return sign == "-" and -math.huge or math.huge, false
-    end
-    if word == "nan" or word:match("^nan%([%w_]*%)$") then return 0 / 0, false end
-    local v, mantissa
-    if body:match("^0[xX]") then
-        local m, e = body:match("^0[xX](%x*%.?%x*)([pP]?[+-]?%d*)$")
-        if not m or not m:find("%x") or (e ~= "" and not e:match("^[pP][+-]?%d+$")) then return nil end
-        v = tonumber(sign .. "0x" .. m .. (e ~= "" and e or "p0"))
-        mantissa = m:gsub("[0.]", "")
-    else
-        local m, e = body:match("^(%d*%.?%d*)([eE]?[+-]?%d*)$")
-        if not m or not m:find("%d") or (e ~= "" and not e:match("^[eE][+-]?%d+$")) then return nil end
-        v = tonumber(sign .. m .. e)
-        mantissa = m:gsub("[0.]", "")
-    end
-    if v == nil then return nil end
-    v = v + 0.0
-    local erange = (v == math.huge or v == -math.huge) or (v == 0 and mantissa ~= "")
-    return v, erange
-end
-
--- Redis's getDoubleFromObject: the whole argument, no spaces, no NaN, no
--- overflow or underflow to zero.
-local function to_score(s)
-    if #s == 0 or s:find("^%s") or s:find("\0", 1, true) then return nil end
-    local v, erange = strtod_all(s)
-    if v == nil or v ~= v then return nil end
-    if erange and (v == math.huge or v == -math.huge or v == 0) then return nil end
-    return v
-end
-
--- A bound as zslParseRange reads it: strtod on the C string (up to a NUL),
--- leading spaces skipped, an empty string is 0, overflow gives inf; NaN and
--- trailing bytes are refused.  Returns value, exclusive or nil.
-local function to_bound(s)
-    local ex = false
-    if s:sub(1, 1) == "(" then
-        ex = true
-        s = s:sub(2)
-    end
-    s = s:match("^[^\0]*")
-    if s == "" then return 0.0, ex end
-    local rest = s:match("^[ \t\n\v\f\r]*(.*)$")
-    if rest == "" then return nil end
-    local v = strtod_all(rest)
-    if v == nil or v ~= v then return nil end
-    return v, ex
 end
 
 ---------------------------------------------------------------------------
@@ -124,7 +69,7 @@ local function zadd_generic(args, o)
     if o.incr and n > 2 then return err("ERR INCR option supports a single increment-element pair") end
     local pairs_ = {}
     for j = i, #args, 2 do
-        local sc = to_score(args[j])
+        local sc = R.to_score(args[j])
         if not sc then return err(NOT_FLOAT) end
         pairs_[#pairs_ + 1] = { args[j + 1], sc }
     end
@@ -213,7 +158,7 @@ Z.zrem = spec(function(args)
 end, -3, "write fast")
 
 ---------------------------------------------------------------------------
--- ZSCORE, ZRANK, ZCARD
+-- ZSCORE, ZMSCORE, ZRANK, ZREVRANK, ZCARD
 
 Z.zscore = spec(function(args)
     local key, m = args[2], args[3]
@@ -225,138 +170,77 @@ Z.zscore = spec(function(args)
     end)
 end, 3, "readonly fast")
 
-Z.zrank = spec(function(args)
+-- ZMSCORE key member [member ...]: a score or null for each member.
+Z.zmscore = spec(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local _, z = load(t, key)
+        local out = {}
+        for i = 3, #args do
+            local sc = z and z.score[args[i]]
+            out[#out + 1] = sc and { double = sc } or host.null
+        end
+        return out
+    end)
+end, -3, "readonly fast")
+
+-- ZRANK / ZREVRANK key member [WITHSCORE] (Redis 7.2): the rank, or with
+-- WITHSCORE [rank, score]; a null (a null array with WITHSCORE) when the
+-- member or the key is missing.
+local function rank(args, name, rev)
+    if #args > 4 then return err(E.wrong_arity(name)) end
+    local withscore = false
+    if #args == 4 then
+        if args[4]:lower() ~= "withscore" then return err(E.SYNTAX) end
+        withscore = true
+    end
     local key, m = args[2], args[3]
     return T.run({ key }, function(t)
         local _, z = load(t, key)
-        if not z or z.score[m] == nil then return host.null end
+        local sc = z and z.score[m]
+        if sc == nil then return withscore and { null_array = true } or host.null end
         for i, e in ipairs(z) do
-            if e[1] == m then return i - 1 end
+            if e[1] == m then
+                local r = rev and #z - i or i - 1
+                if withscore then return { r, { double = sc } } end
+                return r
+            end
         end
-        return host.null
     end)
-end, 3, "readonly fast")
+end
+
+Z.zrank = spec(function(args) return rank(args, "zrank", false) end, -3, "readonly fast")
+Z.zrevrank = spec(function(args) return rank(args, "zrevrank", true) end, -3, "readonly fast")
 
 Z.zcard = spec(function(args)
     return T.run({ args[2] }, function(t) return P.size(t, args[2], ZSET) end)
 end, 2, "readonly fast")
 
 ---------------------------------------------------------------------------
--- Ranges
---
--- A range selects, in the set's order (or reversed), a run of elements:
--- by index, by score or by member (lex).  The selection walks like Redis's
--- listpack code does: from the first element past the lower bound, while
--- the upper one holds, after skipping `offset` (a negative offset skips
--- everything), at most `limit` (negative: no limit).
+-- Ranges (zset_range.lua selects them)
 
-local function in_min(v, min, ex)
-    if ex then return v > min end
-    return v >= min
-end
-
-local function in_max(v, max, ex)
-    if ex then return v < max end
-    return v <= max
-end
-
--- The indexes of z's elements whose z[i][field] (1 the member, 2 the
--- score) lies within a range, in z's order or reversed: above(v) says v is
--- not below the range's start, below(v) not past its end.  z is sorted by
--- that field within the range, so the walk stops at the first one past.
-local function walk(z, field, above, below, rev)
-    local out = {}
-    local n = #z
-    local from, to, step = 1, n, 1
-    if rev then from, to, step = n, 1, -1 end
-    local first, inside = above, below
-    if rev then first, inside = below, above end
-    local started = false
-    for i = from, to, step do
-        local v = z[i][field]
-        started = started or first(v)
-        if started then
-            if not inside(v) then break end
-            out[#out + 1] = i
-        end
+-- A range's parsed bounds, or nil plus Redis's error: kind "score" (min
+-- max), "lex" or "rank" (start stop).
+local function bounds(kind, lo, hi)
+    if kind == "score" then
+        local r = R.score_range(lo, hi)
+        if not r then return nil, err(RANGE_NOT_FLOAT) end
+        return r
+    elseif kind == "lex" then
+        local r = R.lex_range(lo, hi)
+        if not r then return nil, err(LEX_RANGE) end
+        return r
     end
-    return out
+    local start, stop = U.to_int(lo), U.to_int(hi)
+    if not start or not stop then return nil, err(E.NOT_INTEGER) end
+    return { start = start, stop = stop }
 end
 
--- Score range: indexes of the selected elements.
-local function select_score(z, r, rev)
-    if r.min > r.max or (r.min == r.max and (r.minex or r.maxex)) then return {} end
-    return walk(z, 2, function(s) return in_min(s, r.min, r.minex) end,
-                function(s) return in_max(s, r.max, r.maxex) end, rev)
-end
-
--- Lex bounds: "-" and "+" are the extremes, "[x" inclusive, "(x" exclusive.
-local function lex_item(s)
-    local c = s:sub(1, 1)
-    if c == "+" or c == "-" then
-        if #s > 1 and s:byte(2) ~= 0 then return nil end
-        return { inf = c == "+" and 1 or -1, ex = true }
-    elseif c == "(" or c == "[" then
-        return { v = s:sub(2), ex = c == "(" }
-    end
-end
-
--- a compared with bound b: -1, 0, 1.
-local function lex_cmp(a, b)
-    if b.inf then return -b.inf end
-    if a == b.v then return 0 end
-    return a < b.v and -1 or 1
-end
-
-local function lex_gte_min(m, min)
-    local c = lex_cmp(m, min)
-    if min.inf then return min.inf < 0 end
-    return min.ex and c > 0 or (not min.ex and c >= 0)
-end
-
-local function lex_lte_max(m, max)
-    local c = lex_cmp(m, max)
-    if max.inf then return max.inf > 0 end
-    return max.ex and c < 0 or (not max.ex and c <= 0)
-end
-
-local function lex_empty(min, max)
-    if min.inf == 1 or max.inf == -1 then return true end
-    if min.inf or max.inf then return false end
-    if min.v > max.v then return true end
-    return min.v == max.v and (min.ex or max.ex)
-end
-
-local function select_lex(z, min, max, rev)
-    local n = #z
-    if n == 0 or lex_empty(min, max) then return {} end
-    if not lex_gte_min(z[n][1], min) or not lex_lte_max(z[1][1], max) then return {} end
-    return walk(z, 1, function(m) return lex_gte_min(m, min) end,
-                function(m) return lex_lte_max(m, max) end, rev)
-end
-
-local function apply_limit(idx, offset, limit)
-    if offset < 0 then return {} end
-    local out = {}
-    for j = offset + 1, #idx do
-        if limit >= 0 and #out >= limit then break end
-        out[#out + 1] = idx[j]
-    end
-    return out
-end
-
-local function select_rank(z, start, stop, rev)
-    local n = #z
-    if start < 0 then start = n + start end
-    if stop < 0 then stop = n + stop end
-    if start < 0 then start = 0 end
-    local out = {}
-    if start > stop or start >= n then return out end
-    if stop >= n then stop = n - 1 end
-    for r = start, stop do
-        out[#out + 1] = rev and (n - r) or (r + 1)
-    end
-    return out
+-- The indexes a parsed range selects in z.
+local function select(z, kind, r, rev)
+    if kind == "score" then return R.select_score(z, r, rev) end
+    if kind == "lex" then return R.select_lex(z, r, rev) end
+    return R.select_rank(z, r.start, r.stop, rev)
 end
 
 local function reply_range(z, idx, withscores)
@@ -371,11 +255,12 @@ end
 
 -- ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
 --                       [WITHSCORES]
--- ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]
--- (Redis's zrangeGenericCommand; `kind` fixed for ZRANGEBYSCORE.)
-local function zrange_generic(args, fixed_kind)
+-- and the commands that fix its kind and direction: ZRANGEBYSCORE,
+-- ZRANGEBYLEX, ZREVRANGE, ZREVRANGEBYSCORE, ZREVRANGEBYLEX (Redis's
+-- zrangeGenericCommand; `fixed` nil for ZRANGE).
+local function zrange_generic(args, fixed, fixed_rev)
     local key = args[2]
-    local kind, rev, withscores = fixed_kind, false, false
+    local kind, rev, withscores = fixed, fixed_rev or false, false
     local offset, limit = 0, -1
     local i = 5
     while i <= #args do
@@ -387,11 +272,11 @@ local function zrange_generic(args, fixed_kind)
             offset, limit = U.to_int(args[i + 1]), U.to_int(args[i + 2])
             if not offset or not limit then return err(E.NOT_INTEGER) end
             i = i + 2
-        elseif not fixed_kind and not rev and a == "rev" then
+        elseif not fixed and not rev and a == "rev" then
             rev = true
-        elseif not fixed_kind and not kind and a == "bylex" then
+        elseif not fixed and not kind and a == "bylex" then
             kind = "lex"
-        elseif not fixed_kind and not kind and a == "byscore" then
+        elseif not fixed and not kind and a == "byscore" then
             kind = "score"
         else
             return err(E.SYNTAX)
@@ -407,62 +292,142 @@ local function zrange_generic(args, fixed_kind)
     end
     local lo, hi = args[3], args[4]
     if rev and kind ~= "rank" then lo, hi = hi, lo end
-    local select
-    if kind == "rank" then
-        local start, stop = U.to_int(lo), U.to_int(hi)
-        if not start or not stop then return err(E.NOT_INTEGER) end
-        select = function(z) return select_rank(z, start, stop, rev) end
-    elseif kind == "score" then
-        local min, minex = to_bound(lo)
-        local max, maxex = to_bound(hi)
-        if not min or not max then return err(RANGE_NOT_FLOAT) end
-        local r = { min = min, minex = minex, max = max, maxex = maxex }
-        select = function(z)
-            if offset > 0 and offset >= #z then return {} end
-            return apply_limit(select_score(z, r, rev), offset, limit)
-        end
-    else
-        local min, max = lex_item(lo), lex_item(hi)
-        if not min or not max then return err(LEX_RANGE) end
-        select = function(z)
-            if offset > 0 and offset >= #z then return {} end
-            return apply_limit(select_lex(z, min, max, rev), offset, limit)
-        end
-    end
+    local r, e = bounds(kind, lo, hi)
+    if not r then return e end
     return T.run({ key }, function(t)
         local _, z = load(t, key)
         if not z then return {} end
-        return reply_range(z, select(z), withscores)
+        local idx
+        if kind == "rank" then
+            idx = select(z, kind, r, rev)
+        elseif offset > 0 and offset >= #z then
+            idx = {}
+        else
+            idx = R.apply_limit(select(z, kind, r, rev), offset, limit)
+        end
+        return reply_range(z, idx, withscores)
     end)
 end
 
-Z.zrange = spec(function(args) return zrange_generic(args, nil) end, -4, "readonly")
-Z.zrangebyscore = spec(function(args) return zrange_generic(args, "score") end, -4, "readonly")
+local function zrange_cmd(kind, rev)
+    return spec(function(args) return zrange_generic(args, kind, rev) end, -4, "readonly")
+end
 
--- ZREMRANGEBYSCORE key min max: the number removed.
-Z.zremrangebyscore = spec(function(args)
+Z.zrange = zrange_cmd(nil, false)
+Z.zrangebyscore = zrange_cmd("score", false)
+Z.zrangebylex = zrange_cmd("lex", false)
+Z.zrevrange = zrange_cmd("rank", true)
+Z.zrevrangebyscore = zrange_cmd("score", true)
+Z.zrevrangebylex = zrange_cmd("lex", true)
+
+-- ZCOUNT key min max, ZLEXCOUNT key min max: how many lie in the range.
+local function count(args, kind)
     local key = args[2]
-    local min, minex = to_bound(args[3])
-    local max, maxex = to_bound(args[4])
-    if not min or not max then return err(RANGE_NOT_FLOAT) end
-    local r = { min = min, minex = minex, max = max, maxex = maxex }
+    local r, e = bounds(kind, args[3], args[4])
+    if not r then return e end
+    return T.run({ key }, function(t)
+        local _, z = load(t, key)
+        if not z then return 0 end
+        return #select(z, kind, r, false)
+    end)
+end
+
+Z.zcount = spec(function(args) return count(args, "score") end, 4, "readonly fast")
+Z.zlexcount = spec(function(args) return count(args, "lex") end, 4, "readonly fast")
+
+-- ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZREMRANGEBYRANK key min max: the
+-- number removed.
+local function zremrange(args, kind)
+    local key = args[2]
+    local r, e = bounds(kind, args[3], args[4])
+    if not r then return e end
     return T.run({ key }, function(t)
         local rec, z = load(t, key)
         if not z then return 0 end
-        local idx = select_score(z, r, false)
+        local idx = select(z, kind, r, false)
         if #idx == 0 then return 0 end
-        local drop = {}
-        for _, i in ipairs(idx) do drop[i] = true end
-        local kept = P.new_zset()
-        for i, e in ipairs(z) do
-            if not drop[i] then
-                kept[#kept + 1] = e
-                kept.score[e[1]] = e[2]
-            end
-        end
-        store(t, rec, kept)
+        store(t, rec, R.without(z, idx))
         return #idx
     end)
-end, 4, "write")
+end
+
+Z.zremrangebyscore = spec(function(args) return zremrange(args, "score") end, 4, "write")
+Z.zremrangebylex = spec(function(args) return zremrange(args, "lex") end, 4, "write")
+Z.zremrangebyrank = spec(function(args) return zremrange(args, "rank") end, 4, "write")
+
+---------------------------------------------------------------------------
+-- ZPOPMIN / ZPOPMAX key [count]: the lowest (highest) members with their
+-- scores, removed.  Flat [member, score, ...]; in RESP3 with a count,
+-- [member, score] pairs.  A missing key answers an empty array.
+
+local function zpop(args, max)
+    if #args > 3 then return err(E.SYNTAX) end
+    local key, n = args[2], nil
+    if #args == 3 then
+        n = U.to_int(args[3])
+        if not n or n < 0 then return err(E.NOT_POSITIVE) end
+    end
+    return T.run({ key }, function(t)
+        local rec, z = load(t, key)
+        if not z or n == 0 then return {} end
+        local idx = R.select_rank(z, 0, (n or 1) - 1, max)
+        local out = reply_range(z, idx, true)
+        store(t, rec, R.without(z, idx))
+        if n then return out end
+        return out.pairs
+    end)
+end
+
+Z.zpopmin = spec(function(args) return zpop(args, false) end, -2, "write fast")
+Z.zpopmax = spec(function(args) return zpop(args, true) end, -2, "write fast")
+
+---------------------------------------------------------------------------
+-- ZRANDMEMBER key [count [WITHSCORES]]
+--
+-- Without count: one random member, or null.  A positive count: that many
+-- distinct members in the set's order (the whole set, highest first, when
+-- it has no more: Redis's iterator walks from the tail); a
+-- negative one: -count members drawn with repetition, at most
+-- E.RANDOM_MAX of them (a zkresp limit: the reply is built in memory).
+
+Z.zrandmember = spec(function(args)
+    local key = args[2]
+    local n, withscores
+    if #args >= 3 then
+        n = U.to_int(args[3])
+        if not n then return err(E.NOT_INTEGER) end
+        if n == math.mininteger then return err(E.LONG_RANGE) end
+        if #args > 4 or (#args == 4 and args[4]:lower() ~= "withscores") then return err(E.SYNTAX) end
+        withscores = #args == 4
+        if withscores and (n < -(math.maxinteger // 2) or n > math.maxinteger // 2) then
+            return err("ERR value is out of range")
+        end
+        if n < -E.RANDOM_MAX then return err(E.RANDOM_TOO_MANY) end
+    end
+    return T.run({ key }, function(t)
+        local _, z = load(t, key)
+        if not n then
+            if not z then return host.null end
+            return z[math.random(#z)][1]
+        end
+        if not z or n == 0 then return {} end
+        local idx = {}
+        if n < 0 then
+            for i = 1, -n do idx[i] = math.random(#z) end
+        elseif n >= #z then
+            for i = 1, #z do idx[i] = #z + 1 - i end
+        else
+            local all = {}
+            for i = 1, #z do all[i] = i end
+            for i = 1, n do
+                local j = math.random(i, #z)
+                all[i], all[j] = all[j], all[i]
+                idx[i] = all[i]
+            end
+            table.sort(idx)
+        end
+        return reply_range(z, idx, withscores)
+    end)
+end, -2, "readonly")
 
 return Z

@@ -9,7 +9,13 @@ local E = {}
 
 E.WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 E.SYNTAX = "ERR syntax error"
+E.NO_SUCH_KEY = "ERR no such key"
 E.NOT_INTEGER = "ERR value is not an integer or out of range"
+-- getPositiveLongFromObjectOrReply's default (a count: LPOP, ZPOPMIN).
+E.NOT_POSITIVE = "ERR value is out of range, must be positive"
+-- getRangeLongFromObjectOrReply over -LONG_MAX..LONG_MAX (ZRANDMEMBER's
+-- count, LPOS's RANK).
+E.LONG_RANGE = "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
 E.INCR_OVERFLOW = "ERR increment or decrement would overflow"
 E.DECR_OVERFLOW = "ERR decrement would overflow"
 E.EXPIRE_NX_COMBO = "ERR NX and XX, GT or LT options at the same time are not compatible"
@@ -20,6 +26,11 @@ E.KEY_TOO_LONG = "ERR key too long"
 E.VALUE_TOO_LARGE = "ERR value too large"
 E.DIGEST_UNSUPPORTED = "ERR IFDEQ and IFDNE are not supported by zkresp"
 E.TOO_MANY_KEYS = "ERR too many keys to scan with KEYS"
+-- ZRANDMEMBER with a negative count builds its reply in memory: at most
+-- this many members drawn with repetition.
+E.RANDOM_MAX = 1000000
+E.RANDOM_TOO_MANY = "ERR count is out of range for zkresp: at most " .. E.RANDOM_MAX ..
+                    " members with repetition"
 
 -- Failures a client should retry (Redis clients treat TRYAGAIN as
 -- retryable).

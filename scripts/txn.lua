@@ -457,6 +457,14 @@ function T.script(keys, fn)
     end
 end
 
+-- A command that writes several keys as one (LMOVE): inside a script, the
+-- script's own transaction; else txn.script's buffered mode, whose commit
+-- is one multi over every key read and written.
+function T.atomic(keys, fn)
+    if current[coroutine.running()] then return T.run(keys, fn) end
+    return T.script(keys, fn)
+end
+
 -- Scripts committed and re-run (for INFO and the bench).
 T.stats = { committed = 0, retries = 0 }
 

@@ -141,13 +141,16 @@ describe("dispatch", function()
                       "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists", "expire",
                       "expireat", "get", "getdel", "hdel", "hello", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "info", "keys",
-                      "lindex", "llen", "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop", "lpush", "lrange", "lrem", "memory", "persist",
+                      "lindex", "linsert", "llen", "lmove", "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop", "lpos", "lpush", "lrange", "lrem", "lset", "ltrim", "memory", "persist",
                       "pexpire", "pexpireat", "ping", "policy", "psubscribe", "pttl", "publish", "pubsub",
                       "punsubscribe", "quit", "readonly", "readwrite", "reset",
-                      "rpop", "rpush", "sadd", "scard", "script", "select", "set", "sismember",
+                      "rpop", "rpoplpush", "rpush", "sadd", "scard", "script", "select", "set", "sismember",
                       "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "time", "ttl",
-                      "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zincrby", "zrange",
-                      "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
+                      "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zcount", "zincrby", "zlexcount", "zmscore",
+                      "zpopmax", "zpopmin", "zrandmember", "zrange", "zrangebylex",
+                      "zrangebyscore", "zrank", "zrem", "zremrangebylex", "zremrangebyrank",
+                      "zremrangebyscore", "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank",
+                      "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })

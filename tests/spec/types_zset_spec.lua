@@ -1,4 +1,4 @@
--- The sorted set commands (cmd_zset.lua), as redis-server 7.0 answers them.
+-- The sorted set commands (cmd_zset.lua), as redis-server 7.2 answers them.
 
 local S = require "world"
 local null, E, D = S.null, S.E, S.D
@@ -222,5 +222,20 @@ describe("sorted sets", function()
         assert.equal(b.sid, W:node(a:path("sem")).stat.ephemeralOwner)
         W:expire_session(b.sid)
         assert.equal(0, a:call("ZCARD", "sem"))
+    end)
+    it("ZPOPMIN/ZPOPMAX, ZCOUNT and the ZREMRANGEBY* family across sidecars", function()
+        a:call("ZADD", "z", "1", "a", "2", "b", "3", "c", "4", "d")
+        assert.same({ "a", S.D(1) }, b:call("ZPOPMIN", "z"))
+        assert.same({ pairs = { "d", S.D(4), "c", S.D(3) } }, a:call("ZPOPMAX", "z", "2"))
+        assert.equal(1, b:call("ZCOUNT", "z", "-inf", "+inf"))
+        assert.same({}, a:call("ZPOPMIN", "missing", "3"))
+        assert.same(S.POSITIVE, a:call("ZPOPMIN", "z", "-1"))
+        assert.equal(1, a:call("ZREMRANGEBYRANK", "z", "0", "-1"))
+        assert.is_nil(W:node(a:path("z")))
+        a:call("ZADD", "lx", "0", "a", "0", "b", "0", "c")
+        assert.equal(2, b:call("ZLEXCOUNT", "lx", "[b", "+"))
+        assert.equal(2, b:call("ZREMRANGEBYLEX", "lx", "-", "(c"))
+        assert.same({ "c" }, a:call("ZREVRANGE", "lx", "0", "-1"))
+        assert.same({ S.D(0), null }, a:call("ZMSCORE", "lx", "c", "a"))
     end)
 end)
