@@ -194,10 +194,12 @@ static void cmd_select(struct cmd_ctx *x)
     long long db;
     if (arg_ll(&x->argv[1], &db) < 0 || db < INT_MIN || db > INT_MAX)
         err_not_int(x->out);
-    else if (db != 0)
+    else if (db < 0 || db >= x->c->srv->cfg->databases)
         reply_error(x->out, "ERR DB index is out of range");
-    else
+    else {
+        x->c->db = (int)db;
         reply_status(x->out, "OK");
+    }
 }
 
 static void cmd_auth(struct cmd_ctx *x)
@@ -315,6 +317,7 @@ static void cmd_reset(struct cmd_ctx *x)
         c->nsub = c->npsub = c->nssub = 0;
     }
     c->resp = 2;
+    c->db = 0;
     free(c->name);
     c->name = NULL;
     free(c->user);
@@ -914,6 +917,15 @@ static int arity_ok(int arity, int max_args, int n)
     return n >= -arity && (max_args == 0 || n <= max_args);
 }
 
+/* MEMORY USAGE is the one subcommand of a C command that Lua answers (it
+ * reads a key: scripts/cmd_server.lua; its shape is in the registry's
+ * MEMORY entry like PURGE's). */
+static int answered_in_lua(const struct ccmd *cc, const struct proto_req *pr)
+{
+    return pr->argc >= 2 && strcmp(cc->name, "memory") == 0 &&
+           arg_is(&pr->argv[1], "USAGE");
+}
+
 /* Whether pr has the shape of sh: its arity and, for a command with
  * subcommands, a known subcommand and that one's arity. */
 static int shape_ok(const struct cshape *sh, const struct proto_req *pr)
@@ -957,7 +969,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         r->done = 1;
         return;
     }
-    if (cc && shape_ok(sh, pr) &&
+    if (cc && shape_ok(sh, pr) && !answered_in_lua(cc, pr) &&
         (sh->subscribed_ok || !conn_subscribed_resp2(c))) {
         cc->fn(&x);
         if (!r->c_pending)
@@ -994,6 +1006,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
     }
     r->task.proto = c->resp;
     r->task.flags = conn_subscribed_resp2(c) ? LUA_TASK_SUBSCRIBED : 0;
+    r->task.db = c->db;
     lua_host_run(c->srv->lua, &r->task, pr->argc, argv, lens);
     if (argv != sv) {
         free(argv);

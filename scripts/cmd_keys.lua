@@ -24,28 +24,7 @@ end
 -- existed.
 
 local function del(args)
-    local keys = key_args(args)
-    local gone, ngone = {}, 0 -- deleted by an earlier attempt's multi
-    return T.run(keys, function(t)
-        local recs = t:read_all(keys)
-        local live, seen = {}, {}
-        for _, k in ipairs(keys) do
-            local rec = recs[k]
-            if rec.live and not seen[k] and not gone[k] then
-                seen[k] = true
-                live[#live + 1] = rec
-            end
-        end
-        if #live > 0 then
-            t:delete(live, function(recs_done)
-                for _, rec in ipairs(recs_done) do
-                    gone[rec.key] = true
-                    ngone = ngone + 1
-                end
-            end)
-        end
-        return ngone
-    end)
+    return T.delete_keys(key_args(args))
 end
 
 C.del = { fn = del, arity = -2, flags = "write", first_key = 1, last_key = -1, step = 1 }

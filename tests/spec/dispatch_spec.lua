@@ -137,15 +137,15 @@ describe("dispatch", function()
             assert.is_string(spec.flags)
         end
         table.sort(names)
-        assert.same({ "auth", "client", "command", "dbsize", "decr", "decrby", "del", "delex", "delifeq",
+        assert.same({ "auth", "client", "command", "config", "dbsize", "debug", "decr", "decrby", "del", "delex", "delifeq",
                       "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists", "expire",
-                      "expireat", "get", "getdel", "hdel", "hello", "hexists", "hget", "hgetall", "hincrby",
+                      "expireat", "flushall", "flushdb", "get", "getdel", "hdel", "hello", "hexists", "hget", "hgetall", "hincrby",
                       "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "info", "keys",
-                      "lindex", "llen", "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop", "lpush", "lrange", "lrem", "memory", "persist",
+                      "lindex", "llen", "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop", "lpush", "lrange", "lrem", "memory", "move", "persist",
                       "pexpire", "pexpireat", "ping", "policy", "psubscribe", "pttl", "publish", "pubsub",
                       "punsubscribe", "quit", "readonly", "readwrite", "reset",
                       "rpop", "rpush", "sadd", "scard", "script", "select", "set", "sismember",
-                      "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "time", "ttl",
+                      "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "swapdb", "time", "ttl",
                       "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zincrby", "zrange",
                       "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
