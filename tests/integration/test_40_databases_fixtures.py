@@ -269,3 +269,24 @@ def test_tenant_policy_refuses_flush(make_zkresp):
             admin.execute_command(cmd)
         assert "FLUSHDB and FLUSHALL are off in this policy" in str(e.value)
     assert admin.get("k") == b"v"
+
+
+def test_info_keyspace_per_database(ref16, z16):
+    """INFO keyspace has a line per database with keys, in order, as
+    Redis's (keys without a TTL, so that expires=0 on both)."""
+    def keyspace(port):
+        with RawClient(port) as c:
+            assert c.cmd("FLUSHALL") == b"+OK\r\n"
+            for db, n in ((0, 1), (3, 2), (12, 3)):
+                assert c.cmd("SELECT", str(db)) == b"+OK\r\n"
+                for i in range(n):
+                    assert c.cmd("SET", "k%d" % i, "v") == b"+OK\r\n"
+            c.cmd("SELECT", "5")
+            c.cmd("SET", "gone", "v")
+            c.cmd("DEL", "gone")
+            info = c.call("INFO", "keyspace")
+            c.cmd("FLUSHALL")
+            return info
+    got, ref = keyspace(z16.port), keyspace(ref16.port)
+    assert got == ref == (b"# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"
+                          b"db3:keys=2,expires=0,avg_ttl=0\r\ndb12:keys=3,expires=0,avg_ttl=0\r\n")
