@@ -218,7 +218,7 @@ function H.valid_path(p, root)
     for part in p:gmatch("[^/]+") do
         if part == "." or part == ".." then return false end
     end
-    if p == root or p == root .. "/k" or p == "/zookeeper" or p:find("^/zookeeper/") then
+    if p == root or p == root .. "/k" or p == root .. "/db" or p == "/zookeeper" or p:find("^/zookeeper/") then
         return false
     end
     return true

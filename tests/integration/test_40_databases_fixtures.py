@@ -290,3 +290,23 @@ def test_info_keyspace_per_database(ref16, z16):
     got, ref = keyspace(z16.port), keyspace(ref16.port)
     assert got == ref == (b"# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"
                           b"db3:keys=2,expires=0,avg_ttl=0\r\ndb12:keys=3,expires=0,avg_ttl=0\r\n")
+
+
+def test_database_directories_carry_the_acl(make_zk, make_zkresp):
+    """With ZooKeeper credentials, a database's directory and keys get the
+    same creator-only ACL as every node zkresp creates."""
+    from kazoo.security import make_digest_acl_credential
+    creds = "zkresp-dbs:pw-40"
+    zk = make_zk()
+    z = make_zkresp(zk_target=zk, zk_auth=creds)
+    with RawClient(z.port) as c:
+        assert c.cmd("SELECT", "4") == b"+OK\r\n"
+        assert c.cmd("SET", "lock:a", "t", "NX", "PX", "60000") == b"+OK\r\n"
+        assert c.cmd("FLUSHDB") == b"+OK\r\n"
+        assert c.cmd("SET", "lock:a", "t2", "NX", "PX", "60000") == b"+OK\r\n"
+    insider = harness.kazoo_client(zk, auth=creds)
+    expected = make_digest_acl_credential(*creds.split(":", 1))
+    for p in (z.root + "/db", z.root + "/db/4", z.root + "/db/4/k", z.root + "/db/4/k/lock:a"):
+        acls, _ = insider.get_acls(p)
+        assert [(a.perms, a.id.scheme, a.id.id) for a in acls] == [(31, "digest", expected)], p
+    insider.stop()
