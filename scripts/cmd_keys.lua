@@ -161,13 +161,10 @@ C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
     local pattern = args[2]
     local all = pattern == "*"
     return T.run({}, function()
-        local names = K.children(K.keys_dir())
-        table.sort(names)
         local keys = {}
         local limit = K.policy.keys_limit or KEYS_LIMIT
-        for _, name in ipairs(names) do
-            local key = host.key_decode(name)
-            if key and (all or U.glob(pattern, key)) then
+        for _, key in ipairs(K.key_names()) do
+            if all or U.glob(pattern, key) then
                 keys[#keys + 1] = key
                 if #keys > limit then return err(E.TOO_MANY_KEYS) end
             end

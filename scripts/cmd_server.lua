@@ -31,15 +31,13 @@ local FLUSH_BATCH = 1000
 
 local function flush_db(db)
     local dir = K.keys_dir(db)
-    local names = K.children(dir)
     local batch = {}
     local function send()
         if #batch > 0 then T.delete_keys(batch) end
         batch = {}
     end
-    for _, name in ipairs(names) do
-        local key = host.key_decode(name)
-        if key and K.path(key) == dir .. "/" .. name then
+    for _, key in ipairs(K.key_names(db)) do
+        if K.path(key) == dir .. "/" .. host.key_encode(key) then
             batch[#batch + 1] = key
             if #batch >= FLUSH_BATCH then send() end
         end

@@ -86,7 +86,7 @@ K.stats = { shared_reads = 0 }
 K.retry, K.abort, K.is_retry, K.is_abort = S.retry, S.abort, S.is_retry, S.is_abort
 K.unknown, K.denied, K.fail, K.init, K.state = Z.unknown, Z.denied, Z.fail, Z.init, Z.state
 K.root, K.keys_dir, K.ensure_path, K.children, K.stat = Z.root, Z.keys_dir, Z.ensure_path, Z.children, Z.exists
-K.db, K.use_db, K.databases = Z.db, Z.use_db, Z.databases
+K.db, K.use_db, K.databases, K.key_names = Z.db, Z.use_db, Z.databases, Z.key_names
 K.refresh_clock, K.ensure_clock, K.local_time, K.nonce = Z.refresh_clock, Z.ensure_clock, Z.local_time, Z.nonce
 K.guard, K.guard_path, K.refresh_guard, K.dead = G.guard, G.path, G.refresh, G.dead
 K.writable = G.writable

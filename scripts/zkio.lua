@@ -110,6 +110,19 @@ function Z.keys_dir(db)
     return Z.root_dir("db/" .. db .. "/k")
 end
 
+-- The keys of database db (default: the running command's), sorted: the
+-- names under its directory that a key encodes to (KEYS, FLUSHDB; SCAN and
+-- RANDOMKEY list the same way).  Expired keys not yet deleted are listed.
+function Z.key_names(db)
+    local keys = {}
+    for _, name in ipairs(Z.children(Z.keys_dir(db))) do
+        local key = host.key_decode(name)
+        if key then keys[#keys + 1] = key end
+    end
+    table.sort(keys)
+    return keys
+end
+
 -- The default znode of a key, <keys_dir>/<encoded key>, remembered per
 -- database (a command asks for its key's path several times: its queue,
 -- its read, its write), up to PATH_MEMO_MAX keys each.
