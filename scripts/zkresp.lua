@@ -1,6 +1,7 @@
 -- zkresp.lua — the system layer's entry point (see sidecar/lua_host.h).
 --
---   M.dispatch(args)             one Redis command -> its reply value
+--   M.dispatch(args, subscribed, db)  one Redis command -> its reply value,
+--                                run in database db (zkio.lua's Z.use_db)
 --   M.on_session(event, id)      ZooKeeper session events
 --   M.on_reload()                SIGHUP: load the policy again; if it
 --                                fails the old policy stays
