@@ -477,14 +477,14 @@ void conn_describe(const struct conn *c, struct buf *out)
     buf_printf(
         out,
         "id=%llu addr=%s laddr=%s fd=-1 name=%s age=%llu idle=%llu "
-        "flags=%s db=0 sub=%d psub=%d ssub=%d multi=-1 qbuf=%zu "
+        "flags=%s db=%d sub=%d psub=%d ssub=%d multi=-1 qbuf=%zu "
         "qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=%zu omem=%zu "
         "tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d "
         "lib-name=%s lib-ver=%s\n",
         (unsigned long long)c->id, c->addr, c->laddr, c->name ? c->name : "",
         (unsigned long long)((now - c->created_ms) / 1000),
         (unsigned long long)((now - c->last_cmd_ms) / 1000),
-        c->nsub + c->npsub + c->nssub > 0 ? "P" : "N", c->nsub, c->npsub,
+        c->nsub + c->npsub + c->nssub > 0 ? "P" : "N", c->db, c->nsub, c->npsub,
         c->nssub, proto_pending(c->proto), c->inflight, c->out.len + c->writing,
         c->last_cmd ? c->last_cmd : "NULL", c->user ? c->user : "default",
         c->resp, c->lib_name ? c->lib_name : "", c->lib_ver ? c->lib_ver : "");

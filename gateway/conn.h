@@ -48,6 +48,7 @@ struct conn {
     uint64_t id;
     struct proto *proto;
     int resp; /* 2 or 3 */
+    int db;   /* SELECT: 0 .. --databases - 1 */
     int authed;
     char *name; /* CLIENT SETNAME */
     char *user; /* the AUTH user; NULL: "default" */

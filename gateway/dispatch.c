@@ -194,10 +194,12 @@ static void cmd_select(struct cmd_ctx *x)
     long long db;
     if (arg_ll(&x->argv[1], &db) < 0 || db < INT_MIN || db > INT_MAX)
         err_not_int(x->out);
-    else if (db != 0)
+    else if (db < 0 || db >= x->c->srv->cfg->databases)
         reply_error(x->out, "ERR DB index is out of range");
-    else
+    else {
+        x->c->db = (int)db;
         reply_status(x->out, "OK");
+    }
 }
 
 static void cmd_auth(struct cmd_ctx *x)
@@ -315,6 +317,7 @@ static void cmd_reset(struct cmd_ctx *x)
         c->nsub = c->npsub = c->nssub = 0;
     }
     c->resp = 2;
+    c->db = 0;
     free(c->name);
     c->name = NULL;
     free(c->user);
@@ -550,9 +553,32 @@ static unsigned info_parse(struct cmd_ctx *x)
     return m;
 }
 
-/* Writes the INFO text for `sections`; keys < 0: the key count is unknown. */
-static void info_write(struct server *s, unsigned sections, long long keys,
-                       int proto, struct buf *out)
+/* INFO keyspace's key counts, the numChildren of each database's
+ * directory, gathered before INFO answers: <root>/k and the children of
+ * <root>/db first, then the directory of each database listed there (the
+ * first INFO_MAX_DBS of them). */
+#define INFO_MAX_DBS 64
+struct info_keys {
+    struct req *r;
+    int pending; /* ZooKeeper answers still awaited */
+    int n;       /* dbs[0..n) in use; dbs[0] is database 0 */
+    struct info_db {
+        struct info_keys *ik;
+        int db;
+        long long keys; /* -1: unknown */
+    } dbs[INFO_MAX_DBS];
+};
+
+static int info_db_cmp(const void *a, const void *b)
+{
+    const struct info_db *x = a, *y = b;
+    return (x->db > y->db) - (x->db < y->db);
+}
+
+/* Writes the INFO text for `sections`; ik NULL: the key counts are
+ * unknown. */
+static void info_write(struct server *s, unsigned sections,
+                       const struct info_keys *ik, int proto, struct buf *out)
 {
     struct buf b;
     buf_init(&b);
@@ -613,8 +639,10 @@ static void info_write(struct server *s, unsigned sections, long long keys,
                        "\r\n");
     if (sections & INFO_KEYSPACE) {
         buf_printf(&b, "# Keyspace\r\n");
-        if (keys > 0)
-            buf_printf(&b, "db0:keys=%lld,expires=0,avg_ttl=0\r\n", keys);
+        for (int i = 0; ik && i < ik->n; i++)
+            if (ik->dbs[i].keys > 0)
+                buf_printf(&b, "db%d:keys=%lld,expires=0,avg_ttl=0\r\n",
+                           ik->dbs[i].db, ik->dbs[i].keys);
         buf_printf(&b, "\r\n");
     }
     if (sections & INFO_ZOOKEEPER) {
@@ -649,36 +677,88 @@ static void info_write(struct server *s, unsigned sections, long long keys,
     buf_free(&b);
 }
 
-/* The key count arrived (numChildren of <root>/k). */
-static void info_keys_done(const struct zk_result *res, void *arg)
+/* One answer of INFO's key count is in; the last one writes the reply. */
+static void info_keys_finish(struct info_keys *ik)
 {
-    struct req *r = arg;
+    if (--ik->pending > 0)
+        return;
+    struct req *r = ik->r;
     if (!r->orphan) {
-        long long keys =
-            res->rc == 0 && res->has_stat ? res->stat.num_children : -1;
-        info_write(r->c->srv, r->info_sections, keys, r->task.proto, &r->reply);
+        qsort(ik->dbs, (size_t)ik->n, sizeof ik->dbs[0], info_db_cmp);
+        info_write(r->c->srv, r->info_sections, ik, r->task.proto, &r->reply);
     }
     conn_req_finish(r);
+    free(ik);
+}
+
+/* The key count of one database arrived (numChildren of its directory). */
+static void info_db_done(const struct zk_result *res, void *arg)
+{
+    struct info_db *d = arg;
+    d->keys = res->rc == 0 && res->has_stat ? res->stat.num_children : -1;
+    info_keys_finish(d->ik);
+}
+
+static void info_db_submit(struct server *s, struct info_keys *ik, int db)
+{
+    char path[1024];
+    if (db == 0)
+        snprintf(path, sizeof path, "%s/k", s->cfg->root);
+    else
+        snprintf(path, sizeof path, "%s/db/%d/k", s->cfg->root, db);
+    struct info_db *d = &ik->dbs[ik->n++];
+    d->ik = ik;
+    d->db = db;
+    d->keys = -1;
+    ik->pending++;
+    struct zk_op op = {.type = ZK_OP_EXISTS, .path = path};
+    zk_submit(s->zk, ZK_OP_EXISTS, &op, 1, zk_now() + 500, ZK_BOUNDED,
+              info_db_done, d);
+}
+
+/* The databases n > 0 that have a directory (the children of <root>/db). */
+static void info_dbdir_done(const struct zk_result *res, void *arg)
+{
+    struct info_keys *ik = arg;
+    struct server *s = ik->r->c->srv;
+    for (int i = 0; res->rc == 0 && !ik->r->orphan && i < res->nchildren &&
+                    ik->n < INFO_MAX_DBS;
+         i++) {
+        const char *name = res->children[i];
+        char *end;
+        errno = 0;
+        long db = strtol(name, &end, 10);
+        if (!errno && *end == 0 && name[0] >= '1' && name[0] <= '9' &&
+            db < s->cfg->databases)
+            info_db_submit(s, ik, (int)db);
+    }
+    info_keys_finish(ik);
 }
 
 static void cmd_info(struct cmd_ctx *x)
 {
     struct server *s = x->c->srv;
     unsigned sections = info_parse(x);
-    if (!(sections & INFO_KEYSPACE) || !zk_connected(s->zk)) {
-        info_write(s, sections, -1, x->c->resp, x->out);
+    struct info_keys *ik = NULL;
+    if ((sections & INFO_KEYSPACE) && zk_connected(s->zk))
+        ik = calloc(1, sizeof *ik);
+    if (!ik) {
+        info_write(s, sections, NULL, x->c->resp, x->out);
         return;
     }
-    /* The key count needs ZooKeeper: ask with a short deadline and answer
-     * from the completion. */
-    char path[1024];
-    snprintf(path, sizeof path, "%s/k", s->cfg->root);
-    struct zk_op op = {.type = ZK_OP_EXISTS, .path = path};
+    /* The key counts need ZooKeeper: ask with a short deadline and answer
+     * from the completions. */
+    ik->r = x->r;
+    ik->pending = 1; /* the listing of <root>/db */
     x->r->info_sections = sections;
     x->r->task.proto = x->c->resp;
     x->r->c_pending = 1;
-    zk_submit(s->zk, ZK_OP_EXISTS, &op, 1, zk_now() + 500, ZK_BOUNDED,
-              info_keys_done, x->r);
+    info_db_submit(s, ik, 0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/db", s->cfg->root);
+    struct zk_op op = {.type = ZK_OP_CHILDREN, .path = path};
+    zk_submit(s->zk, ZK_OP_CHILDREN, &op, 1, zk_now() + 500, ZK_BOUNDED,
+              info_dbdir_done, ik);
 }
 
 /* --- COMMAND ------------------------------------------------------------- */
@@ -914,6 +994,15 @@ static int arity_ok(int arity, int max_args, int n)
     return n >= -arity && (max_args == 0 || n <= max_args);
 }
 
+/* MEMORY USAGE is the one subcommand of a C command that Lua answers (it
+ * reads a key: scripts/cmd_server.lua; its shape is in the registry's
+ * MEMORY entry like PURGE's). */
+static int answered_in_lua(const struct ccmd *cc, const struct proto_req *pr)
+{
+    return pr->argc >= 2 && strcmp(cc->name, "memory") == 0 &&
+           arg_is(&pr->argv[1], "USAGE");
+}
+
 /* Whether pr has the shape of sh: its arity and, for a command with
  * subcommands, a known subcommand and that one's arity. */
 static int shape_ok(const struct cshape *sh, const struct proto_req *pr)
@@ -957,7 +1046,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         r->done = 1;
         return;
     }
-    if (cc && shape_ok(sh, pr) &&
+    if (cc && shape_ok(sh, pr) && !answered_in_lua(cc, pr) &&
         (sh->subscribed_ok || !conn_subscribed_resp2(c))) {
         cc->fn(&x);
         if (!r->c_pending)
@@ -994,6 +1083,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
     }
     r->task.proto = c->resp;
     r->task.flags = conn_subscribed_resp2(c) ? LUA_TASK_SUBSCRIBED : 0;
+    r->task.db = c->db;
     lua_host_run(c->srv->lua, &r->task, pr->argc, argv, lens);
     if (argv != sv) {
         free(argv);

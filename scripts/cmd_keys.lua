@@ -24,28 +24,7 @@ end
 -- existed.
 
 local function del(args)
-    local keys = key_args(args)
-    local gone, ngone = {}, 0 -- deleted by an earlier attempt's multi
-    return T.run(keys, function(t)
-        local recs = t:read_all(keys)
-        local live, seen = {}, {}
-        for _, k in ipairs(keys) do
-            local rec = recs[k]
-            if rec.live and not seen[k] and not gone[k] then
-                seen[k] = true
-                live[#live + 1] = rec
-            end
-        end
-        if #live > 0 then
-            t:delete(live, function(recs_done)
-                for _, rec in ipairs(recs_done) do
-                    gone[rec.key] = true
-                    ngone = ngone + 1
-                end
-            end)
-        end
-        return ngone
-    end)
+    return T.delete_keys(key_args(args))
 end
 
 C.del = { fn = del, arity = -2, flags = "write", first_key = 1, last_key = -1, step = 1 }
@@ -182,13 +161,10 @@ C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
     local pattern = args[2]
     local all = pattern == "*"
     return T.run({}, function()
-        local names = K.children(K.keys_dir())
-        table.sort(names)
         local keys = {}
         local limit = K.policy.keys_limit or KEYS_LIMIT
-        for _, name in ipairs(names) do
-            local key = host.key_decode(name)
-            if key and (all or U.glob(pattern, key)) then
+        for _, key in ipairs(K.key_names()) do
+            if all or U.glob(pattern, key) then
                 keys[#keys + 1] = key
                 if #keys > limit then return err(E.TOO_MANY_KEYS) end
             end

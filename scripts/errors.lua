@@ -32,6 +32,17 @@ E.RANDOM_MAX = 1000000
 E.RANDOM_TOO_MANY = "ERR count is out of range for zkresp: at most " .. E.RANDOM_MAX ..
                     " members with repetition"
 
+-- Databases (SELECT, MOVE, SWAPDB) and the server commands of
+-- cmd_server.lua: Redis's texts, and zkresp's where it answers no.
+E.DB_RANGE = "ERR DB index is out of range"
+E.MOVE_UNSUPPORTED = "ERR MOVE is not supported by zkresp: a key cannot change database " ..
+                     "atomically with its lease (copy it and delete it in one script instead)"
+E.SWAPDB_UNSUPPORTED = "ERR SWAPDB is not supported by zkresp: ZooKeeper cannot rename two " ..
+                       "directories of znodes atomically"
+E.SELECT_IN_SCRIPT = "ERR SELECT is not supported in scripts by zkresp: a script runs in its caller's database"
+E.CONFIG_READONLY = "ERR zkresp's settings are its command-line flags (zkresp --help): " ..
+                    "CONFIG SET, REWRITE and RESETSTAT are not supported"
+
 -- Failures a client should retry (Redis clients treat TRYAGAIN as
 -- retryable).
 E.UNAVAILABLE = "TRYAGAIN ZooKeeper unavailable"
@@ -112,6 +123,12 @@ end
 
 function E.zookeeper(rc, what)
     return "ERR ZooKeeper error " .. tostring(rc) .. (what and (" on " .. what) or "")
+end
+
+-- DEBUG's subcommands other than SLEEP.
+function E.debug_unsupported(sub)
+    local msg = "ERR DEBUG " .. cstr(sub):sub(1, 128):upper() .. " is not supported by zkresp (only DEBUG SLEEP)"
+    return (msg:gsub("[\r\n]", " "))
 end
 
 -- Reply helpers: command code returns these tables as replies.

@@ -186,6 +186,7 @@ local function execute(...)
         args[i] = a
     end
     local spec = R.commands[args[1]:lower()]
+    if args[1]:lower() == "select" then return err(E.SELECT_IN_SCRIPT) end
     if not spec or spec.in_c then return err("ERR Unknown Redis command called from script") end
     local arity = spec.arity
     if (arity > 0 and n ~= arity) or (arity < 0 and n < -arity) then

@@ -29,6 +29,7 @@
 
 local U = require "util"
 local S = require "signal"
+local Z = require "zkio"
 
 local H = {}
 
@@ -76,7 +77,8 @@ local active = {}        -- the running policy's table
 local clients = U.per_command()
 
 -- The running command's client, as host.client() gives it ({id, addr,
--- laddr, name, user, resp}), asked once per command; nil outside one.
+-- laddr, name, user, resp}), asked once per command, with db, the
+-- database the command works in; nil outside one.
 function H.client()
     local get = host.client
     if not get then return nil end
@@ -87,6 +89,7 @@ function H.client()
         c = ok and type(v) == "table" and v or false
         clients[co] = c
     end
+    if c then c.db = Z.db() end
     return c or nil
 end
 
@@ -215,7 +218,7 @@ function H.valid_path(p, root)
     for part in p:gmatch("[^/]+") do
         if part == "." or part == ".." then return false end
     end
-    if p == root or p == root .. "/k" or p == "/zookeeper" or p:find("^/zookeeper/") then
+    if p == root or p == root .. "/k" or p == root .. "/db" or p == "/zookeeper" or p:find("^/zookeeper/") then
         return false
     end
     return true

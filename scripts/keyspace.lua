@@ -1,6 +1,7 @@
 -- keyspace.lua — Redis keys as znodes.
 --
 --   key --policy.key_path or encode--> <root>/k/<name> --zk.get--> rec
+--                                      (<root>/db/<n>/k/<name> in database n)
 --   rec --put/delete (always conditional)--> zk.set / zk.create / zk.multi
 --
 -- One key is one znode; its data is a codec value (type, TTL, write nonce,
@@ -85,6 +86,7 @@ K.stats = { shared_reads = 0 }
 K.retry, K.abort, K.is_retry, K.is_abort = S.retry, S.abort, S.is_retry, S.is_abort
 K.unknown, K.denied, K.fail, K.init, K.state = Z.unknown, Z.denied, Z.fail, Z.init, Z.state
 K.root, K.keys_dir, K.ensure_path, K.children, K.stat = Z.root, Z.keys_dir, Z.ensure_path, Z.children, Z.exists
+K.db, K.use_db, K.databases, K.key_names = Z.db, Z.use_db, Z.databases, Z.key_names
 K.refresh_clock, K.ensure_clock, K.local_time, K.nonce = Z.refresh_clock, Z.ensure_clock, Z.local_time, Z.nonce
 K.guard, K.guard_path, K.refresh_guard, K.dead = G.guard, G.path, G.refresh, G.dead
 K.writable = G.writable
@@ -119,25 +121,14 @@ local function policy_error(msg)
     K.abort({ err = "ERR policy: " .. msg })
 end
 
--- The default paths, <root>/k/<encoded key>, are remembered (a command
--- asks for its key's path several times: its queue, its read, its write),
--- up to PATH_MEMO_MAX keys; host.config.root is the VM's for its life.  A
--- policy's key_path may depend on the client, so its answers are not.
-K.PATH_MEMO_MAX = 1024
-local path_memo, path_memo_n = {}, 0
-
-local function default_path(key)
-    local p = path_memo[key]
-    if p then return p end
-    p = Z.keys_dir() .. "/" .. host.key_encode(key)
-    if path_memo_n >= K.PATH_MEMO_MAX then path_memo, path_memo_n = {}, 0 end
-    path_memo[key], path_memo_n = p, path_memo_n + 1
-    return p
-end
+-- The default paths, <root>/k/<encoded key> (or the selected database's
+-- directory), are remembered by zkio.lua; a policy's key_path may depend on
+-- the client, so its answers are not.
+local default_path = Z.key_path
 
 function K.path(key)
     local key_path = K.policy.key_path
-    if key_path == DEFAULT_POLICY.key_path then return path_memo[key] or default_path(key) end
+    if key_path == DEFAULT_POLICY.key_path then return default_path(key) end
     local p = key_path(key)
     if p ~= nil then
         if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then

@@ -15,7 +15,8 @@
 -- "-ERR policy: <message>" and is logged; the sidecar goes on serving.
 -- `client`, the last argument of several hooks, is the connection the
 -- command came from: {id, addr = "ip:port", laddr, name = CLIENT SETNAME or
--- nil, user = the AUTH user ("default" without one), lib_name, resp = 2|3},
+-- nil, user = the AUTH user ("default" without one), lib_name, resp = 2|3,
+-- db = the database the command works in (SELECT)},
 -- or nil when no client is involved (expiry, background work).
 --
 -- Hooks run inside commands, between ZooKeeper calls: keep them quick.

@@ -21,7 +21,9 @@
 --
 -- in_c: answered by gateway/dispatch.c, which binds the name to a C
 -- function and reads the spec at start (lua_host_commands); these specs
--- have no fn.  A request for one of them reaches Lua only when C found it
+-- have no fn.  A built-in spec with part_of_c answers some subcommands of
+-- a C command in Lua (MEMORY USAGE: the gateway passes it on); its
+-- subcommands are among the C entry's.  A request for one of them reaches Lua only when C found it
 -- refused (wrong shape, or not allowed while subscribed): R.refusal
 -- then gives the error, so that every refusal text is written here and in
 -- errors.lua, once.
@@ -31,6 +33,7 @@ local E = require "errors"
 local R = {}
 
 R.commands = {}
+R.lua_parts = {} -- name of a C command -> the built-in spec of its Lua part
 
 -- Answered in C (gateway/dispatch.c).  Redis 7.2's arities and flags.
 local CONNECTION = "connection"
@@ -51,7 +54,7 @@ R.in_c = {
     command = { arity = -1, flags = "loading stale",
                 subcommands = { count = 2, docs = -2, info = -2 } },
     time = { arity = 1, flags = "loading stale fast" },
-    memory = { arity = -2, flags = "loading stale", subcommands = { purge = 2 } },
+    memory = { arity = -2, flags = "loading stale", subcommands = { purge = 2, usage = -3 } },
     wait = { arity = 3, flags = "noscript" },
     waitaof = { arity = 4, flags = "noscript" },
     readonly = { arity = 1, flags = "loading stale fast" },
@@ -69,7 +72,7 @@ function R.install(builtin, extra)
     for name, spec in pairs(R.in_c) do cmds[name] = spec end
     for name, spec in pairs(builtin) do
         spec.name = name
-        cmds[name] = spec
+        if spec.part_of_c then R.lua_parts[name] = spec else cmds[name] = spec end
     end
     for name, spec in pairs(extra or {}) do
         if R.in_c[name] then
@@ -118,6 +121,8 @@ function R.refusal(args, subscribed)
     if subscribed and not spec.subscribed_ok then
         return E.reply(E.not_while_subscribed(full))
     end
+    local part = spec.in_c and R.lua_parts[spec.name]
+    if part and part.subcommands[args[2]:lower()] then return nil, part, full end
     if spec.in_c then
         -- C answers it when it is well formed: reaching here is a bug
         return E.reply("ERR " .. spec.name .. " is answered by zkresp's gateway, not its scripts")

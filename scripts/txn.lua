@@ -485,4 +485,31 @@ function T.run(keys, fn)
     end
 end
 
+-- Deletes keys (DEL, UNLINK, FLUSHDB's batches): one multi of versioned
+-- deletes (several beyond keyspace.MULTI_MAX keys); returns how many
+-- distinct keys existed.
+function T.delete_keys(keys)
+    local gone, ngone = {}, 0 -- deleted by an earlier attempt's multi
+    return T.run(keys, function(t)
+        local recs = t:read_all(keys)
+        local live, seen = {}, {}
+        for _, k in ipairs(keys) do
+            local rec = recs[k]
+            if rec.live and not seen[k] and not gone[k] then
+                seen[k] = true
+                live[#live + 1] = rec
+            end
+        end
+        if #live > 0 then
+            t:delete(live, function(recs_done)
+                for _, rec in ipairs(recs_done) do
+                    gone[rec.key] = true
+                    ngone = ngone + 1
+                end
+            end)
+        end
+        return ngone
+    end)
+end
+
 return T

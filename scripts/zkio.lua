@@ -11,6 +11,7 @@
 
 local errors = require "errors"
 local S = require "signal"
+local U = require "util"
 
 local Z = {}
 
@@ -86,8 +87,63 @@ function Z.root_dir(name)
     return d
 end
 
--- <root>/k: the keys
-function Z.keys_dir() return Z.root_dir("k") end
+---------------------------------------------------------------------------
+-- Databases (SELECT): database 0 is <root>/k, as before there were
+-- databases; database n is <root>/db/<n>/k, made on its first write.  The
+-- running command's database comes with it (M.dispatch, Z.use_db): every
+-- key path it asks for is in that database.
+
+local selected = U.per_command() -- coroutine -> database
+
+-- Sets the running command's (or co's) database.
+function Z.use_db(db, co) selected[co or coroutine.running()] = db end
+
+-- The running command's database (0 outside a command).
+function Z.db() return selected[coroutine.running()] or 0 end
+
+function Z.databases() return (host.config and host.config.databases) or 16 end
+
+-- The keys of database db (default: the running command's).
+function Z.keys_dir(db)
+    db = db or Z.db()
+    if db == 0 then return Z.root_dir("k") end
+    return Z.root_dir("db/" .. db .. "/k")
+end
+
+-- The keys of database db (default: the running command's), sorted: the
+-- names under its directory that a key encodes to (KEYS, FLUSHDB; SCAN and
+-- RANDOMKEY list the same way).  Expired keys not yet deleted are listed.
+function Z.key_names(db)
+    local keys = {}
+    for _, name in ipairs(Z.children(Z.keys_dir(db))) do
+        local key = host.key_decode(name)
+        if key then keys[#keys + 1] = key end
+    end
+    table.sort(keys)
+    return keys
+end
+
+-- The default znode of a key, <keys_dir>/<encoded key>, remembered per
+-- database (a command asks for its key's path several times: its queue,
+-- its read, its write), up to PATH_MEMO_MAX keys each.
+Z.PATH_MEMO_MAX = 1024
+local memos, memos_root = {}, nil
+
+function Z.key_path(key)
+    local db = Z.db()
+    if Z.root() ~= memos_root then memos, memos_root = {}, Z.root() end
+    local m = memos[db]
+    if not m then
+        m = { n = 0, paths = {} }
+        memos[db] = m
+    end
+    local p = m.paths[key]
+    if p then return p end
+    p = Z.keys_dir(db) .. "/" .. host.key_encode(key)
+    if m.n >= Z.PATH_MEMO_MAX then m.paths, m.n = {}, 0 end
+    m.paths[key], m.n = p, m.n + 1
+    return p
+end
 
 ---------------------------------------------------------------------------
 -- Start-up

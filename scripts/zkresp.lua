@@ -1,6 +1,7 @@
 -- zkresp.lua — the system layer's entry point (see sidecar/lua_host.h).
 --
---   M.dispatch(args)             one Redis command -> its reply value
+--   M.dispatch(args, subscribed, db)  one Redis command -> its reply value,
+--                                run in database db (zkio.lua's Z.use_db)
 --   M.on_session(event, id)      ZooKeeper session events
 --   M.on_reload()                SIGHUP: load the policy again; if it
 --                                fails the old policy stays
@@ -29,7 +30,7 @@ local watch_events = 0  -- ZooKeeper watch events received (for /metrics)
 
 local builtin = {}
 for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_set", "cmd_zset", "cmd_pubsub", "eval",
-                       "cmd_policy", "cmd_lock" }) do
+                       "cmd_policy", "cmd_lock", "cmd_server" }) do
     for name, spec in pairs(require(mod)) do builtin[name] = spec end
 end
 M.builtin = builtin
@@ -155,9 +156,10 @@ local function policy_abort(e)
     return e
 end
 
-function M.dispatch(args, subscribed)
+function M.dispatch(args, subscribed, db)
     local co = coroutine.running()
     U.new_command(co)
+    K.use_db(db or 0, co)
     local refused, spec = R.refusal(args, subscribed)
     if refused then return refused end
     local e = check_keys(spec, args)

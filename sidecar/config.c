@@ -89,6 +89,9 @@ static const struct opt opts[] = {
      "unsent reply bytes per client before it is closed"},
     {"max-inflight", OPT_INT, OFF(max_inflight), "1024", 1, 1 << 20,
      "requests in flight per client before reading pauses"},
+    {"databases", OPT_INT, OFF(databases), "16", 1, 1 << 20,
+     "number of databases SELECT may choose (0 to N-1); database 0 is "
+     "<root>/k, database n <root>/db/<n>/k"},
     {"timeout", OPT_INT, OFF(timeout), "0", 0, INT_MAX,
      "close clients idle this many seconds (0: never)"},
     {"stall-timeout", OPT_INT, OFF(stall_timeout), "30000", 100, INT_MAX,

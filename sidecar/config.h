@@ -33,6 +33,7 @@ struct config {
     long long max_query_len; /* query buffer per connection */
     long long max_output;    /* reply bytes pending per connection */
     int max_inflight;        /* requests in flight per connection */
+    int databases;           /* SELECT 0 .. databases-1 */
     int timeout;             /* idle client timeout, s; 0 = never */
     int stall_timeout;       /* ms without progress on a half-sent request or
                                 unsent reply before the client is closed */

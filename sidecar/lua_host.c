@@ -160,7 +160,8 @@ void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
         lua_rawseti(L, -2, i + 1);
     }
     lua_pushboolean(L, (t->flags & LUA_TASK_SUBSCRIBED) != 0);
-    lua_co_resume(c, 2);
+    lua_pushinteger(L, t->db);
+    lua_co_resume(c, 3);
 }
 
 void lua_host_abandon(struct lua_host *h, struct lua_task *t)

@@ -12,11 +12,13 @@
  *   System entry: scripts/zkresp.lua, run once at start with `zk` and `host`
  *   as globals and package.path set to the scripts directory.  It returns a
  *   table M with:
- *     M.dispatch(args, subscribed)
+ *     M.dispatch(args, subscribed, db)
  *                           runs in a fresh coroutine per command; args[1] is
  *                           the command name as sent, args[2..] its arguments
  *                           (Lua strings); subscribed: the client is in RESP2
- *                           subscribed mode.  Returns the reply value.
+ *                           subscribed mode; db: the database selected
+ *                           when the command arrived (SELECT).  Returns the
+ *                           reply value.
  *     M.on_session(event, session_id)
  *                           runs in a fresh coroutine on every session event:
  *                           "connected" (first connection, or back after a
@@ -183,7 +185,9 @@
  *     host.patterns          {find, match, gmatch, gsub}: Lua 5.1's, bounded
  *                            for client code, stock otherwise (lua_pattern.h)
  *     host.instance          16 random bytes identifying this process
- *     host.config            {root, max_key_len, max_value_len,
+ *     host.config            {root, databases, bind, port, maxclients,
+ *                             timeout, max_bulk_len, max_key_len,
+ *                             max_value_len,
  *                             zk_max_request, request_timeout,
  *                             session_timeout, policy, zk_acl ("open" or
  *                             "creator"), scripts, script_time_limit,
@@ -215,6 +219,7 @@ struct lua_task {
     struct buf *out; /* where the reply goes; owned by the requester */
     int proto;       /* 2 or 3 */
     int flags;       /* LUA_TASK_* */
+    int db;          /* the database the connection had selected */
 };
 
 /* The requester is a RESP2 client in subscribed mode: M.dispatch gets

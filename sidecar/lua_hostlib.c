@@ -413,6 +413,12 @@ void lua_hostlib_open(struct lua_host *h)
     lua_newtable(L);
     const struct config *cfg = h->cfg;
     set_str(L, "root", cfg->root);
+    set_int(L, "databases", cfg->databases);
+    set_str(L, "bind", cfg->bind);
+    set_int(L, "port", cfg->port);
+    set_int(L, "maxclients", cfg->maxclients);
+    set_int(L, "timeout", cfg->timeout);
+    set_int(L, "max_bulk_len", cfg->max_bulk_len);
     set_int(L, "max_key_len", cfg->max_key_len);
     set_int(L, "max_value_len", cfg->max_value_len);
     set_int(L, "zk_max_request", cfg->zk_max_request);

@@ -49,7 +49,15 @@ end
 
 local DEFAULT_ONLY = { keys = true, dbsize = true }
 
+-- FLUSHDB and FLUSHALL remove every client's keys of the default keyspace
+-- (a tenant's own keys under <root>/t/ stay): off unless set to true.
+local ALLOW_FLUSH = false
+local FLUSH = { flushdb = true, flushall = true }
+
 function policy.authorize(client, command, keys)
+    if FLUSH[command] and not ALLOW_FLUSH then
+        return "FLUSHDB and FLUSHALL are off in this policy (tenants.lua: ALLOW_FLUSH)"
+    end
     if command == "policy" and not (client and client.user == "admin") then
         return false
     end

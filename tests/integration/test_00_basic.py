@@ -15,7 +15,7 @@ from differential import assert_same, Either
 
 CONNECTION_COMMAND_STEPS = [
     "PING", "PING hello", "PING a b", "ECHO", "ECHO hi", "ECHO a b",
-    "SELECT 0", "SELECT 1", "SELECT -1", "SELECT abc", "SELECT",
+    "SELECT 0", "SELECT 16", "SELECT -1", "SELECT abc", "SELECT",
     "CLIENT GETNAME", "CLIENT SETNAME", "CLIENT SETNAME 'a b'", "CLIENT SETNAME 'a\nb'",
     "CLIENT SETNAME myname", "CLIENT GETNAME", "CLIENT SETNAME ''", "CLIENT GETNAME",
     "CLIENT NOSUCHSUB", "HELLO 4", "HELLO 1", "HELLO abc", "HELLO 3 FOO",

@@ -271,3 +271,42 @@ describe("requests over ZooKeeper's limit", function()
                                "2", table.unpack(keys)))
     end)
 end)
+
+describe("databases", function()
+    local W, a, b
+    before_each(function()
+        W, a, b = S.world(2)
+    end)
+
+    -- A command in database db (the gateway passes the connection's SELECT).
+    local function in_db(s, db, ...)
+        local args = { ... }
+        return s:run(function() return s.M.dispatch(args, false, db) end)
+    end
+
+    it("gives database n its own znodes under <root>/db/<n>/k; database 0 keeps <root>/k", function()
+        a:call("SET", "k", "zero")
+        assert.same(OK, in_db(a, 3, "SET", "k", "three", "PX", "100000"))
+        assert.is_not_nil(W:node("/zkresp/k/k"))
+        assert.is_not_nil(W:node("/zkresp/db/3/k/k"))
+        assert.equal("zero", b:call("GET", "k"))
+        assert.equal("three", in_db(b, 3, "GET", "k"))
+        assert.equal(null, in_db(b, 4, "GET", "k"))
+        assert.equal(1, in_db(a, 3, "DBSIZE"))
+        assert.same({ "k" }, in_db(b, 3, "KEYS", "*"))
+        assert.same({}, in_db(b, 5, "KEYS", "*"))
+    end)
+
+    it("FLUSHDB through one sidecar empties that database on both, others stay", function()
+        for i = 1, 5 do in_db(a, 2, "SET", "lock:" .. i, "t", "NX", "PX", "100000") end
+        a:call("SET", "lock:1", "db0")
+        assert.same(OK, in_db(b, 2, "FLUSHDB"))
+        assert.same({}, W:children("/zkresp/db/2/k"))
+        assert.equal(null, in_db(a, 2, "GET", "lock:3"))
+        assert.same(OK, in_db(a, 2, "SET", "lock:3", "again", "NX", "PX", "100000"))
+        assert.equal("db0", a:call("GET", "lock:1"))
+        assert.same(OK, in_db(b, 7, "FLUSHALL"))
+        assert.equal(null, a:call("GET", "lock:1"))
+        assert.equal(null, in_db(a, 2, "GET", "lock:3"))
+    end)
+end)
