@@ -42,7 +42,7 @@ local nevals, tick = 0, 0   -- entries of kind "eval"; the LRU clock
 local published = {}        -- sha -> true: its node exists in this generation
 local pending = {}          -- sha -> true: a background create in flight
 local version = nil         -- <root>/s's version as last read (nil: unknown)
-local gen = nil             -- "<czxid>:<version>" of that read, or "none"
+local gen = nil             -- "<czxid>:<version>" of that read
 local verified = false      -- a watch on <root>/s is set and has not fired
 local epoch = 0             -- bumped whenever the local cache is dropped
 
@@ -132,13 +132,14 @@ function C.verify()
     local now, v
     for _ = 1, Z.READ_TRIES do
         local rc, _, stat = zk.get(d, true)
-        if rc == zk.NONODE then
-            rc = zk.exists(d, true)
-            if rc == zk.NONODE then now = "none" end
+        if rc == zk.OK then
+            now, v = stat.czxid .. ":" .. stat.version, stat.version
+            break
+        elseif rc == zk.NONODE then
+            Z.ensure_path(d)
+        elseif not Z.unknown(rc) then
+            Z.fail(rc, "get " .. d)
         end
-        if rc == zk.OK and stat then now, v = stat.czxid .. ":" .. stat.version, stat.version end
-        if now then break end
-        if rc ~= zk.OK and not Z.unknown(rc) then Z.fail(rc, "get " .. d) end
     end
     if not now then S.abort({ err = errors.UNAVAILABLE }) end
     if epoch ~= start then return end -- the watch fired meanwhile: ask again next time
