@@ -371,7 +371,12 @@ local function lookup(sha)
 end
 V.lookup = lookup
 
-local function run(args, fn, sha, ro)
+-- entry: the cached script EVALSHA runs (nil for EVAL).  A FLUSH made
+-- through another sidecar that this one learns of while the script runs
+-- (the watch of script_cache.lua fires before any later ZooKeeper answer
+-- comes in) makes it run again, looking the sha up again: NOSCRIPT if it
+-- is gone.  Its commit, if any, checks the cache's generation.
+local function run(args, fn, sha, ro, entry)
     local n = U.to_int(args[3])
     if not n then return err(E.NOT_INTEGER) end
     if n > #args - 3 then return err("ERR Number of keys can't be greater than number of args") end
@@ -385,7 +390,16 @@ local function run(args, fn, sha, ro)
     local tl, ml = limits()
     local c = { sha = sha, ro = ro, time_limit = tl, mem_limit_kb = ml }
     local guard <close> = SB.enter(c)
-    return T.script(keys, function()
+    return T.script(keys, function(t)
+        if entry then
+            if SC.peek(sha) ~= entry then
+                entry = lookup(sha)
+                if not entry then return err(NOSCRIPT), false end
+                fn = entry.fn
+            end
+            local check = SC.generation_check()
+            if check then t:on_commit(check) end
+        end
         c.resp = 2
         c.keys = table.move(args, 4, 3 + n, 1, {})
         c.argv = table.move(args, 4 + n, #args, 1, {})
@@ -405,6 +419,7 @@ local function run(args, fn, sha, ro)
             local line = not ok and type(r) == "table" and rawget(r, "line")
             return with_origin(KILLED[why](c), c, math.type(line) and line or 1), false
         end
+        if entry and SC.peek(sha) ~= entry then K.retry(0) end
         if not ok then
             if SB.is_signal(r) then error(r, 0) end
             if type(r) ~= "table" or rawget(r, "failed") == nil and rawget(r, "line") == nil then
@@ -440,7 +455,7 @@ local function evalsha(ro)
     return function(args)
         local e = lookup(args[2]:lower())
         if not e then return err(NOSCRIPT) end
-        return run(args, e.fn, e.sha, ro)
+        return run(args, e.fn, e.sha, ro, e)
     end
 end
 
@@ -460,6 +475,7 @@ local function script(args)
         SC.put(sha, body, fn, "load")
         return sha
     elseif sub == "exists" then
+        SC.catch_up()
         local out = {}
         for i = 3, #args do out[i - 2] = lookup(args[i]:lower()) and 1 or 0 end
         return out

@@ -113,6 +113,9 @@ function C.put(sha, body, fn, kind, token)
     return e
 end
 
+-- sha's entry, without counting a use.
+function C.peek(sha) return entries[sha] end
+
 function C.count() local n = 0 for _ in pairs(entries) do n = n + 1 end return n end
 
 ---------------------------------------------------------------------------
@@ -147,6 +150,34 @@ function C.verify()
     gen, version, verified = now, v, true
 end
 
+-- A commit participant (txn.lua's t:on_commit) for a script run from the
+-- local cache: its multi, when it sends one, checks that <root>/s is still
+-- at the version known when the script was looked up, so that a script
+-- flushed meanwhile writes nothing (the multi fails, the script runs
+-- again and finds itself gone).  It adds no multi of its own.
+function C.generation_check()
+    local v = version
+    if not v then return nil end
+    local d = C.dir()
+    return {
+        plan = function(_, ops)
+            ops[#ops + 1] = { "check", d, v }
+            return 0
+        end,
+        done = function() end,
+    }
+end
+
+-- Makes sure every FLUSH that ended before the running command arrived has
+-- reached the local cache (SCRIPT EXISTS, which runs no script whose
+-- ZooKeeper traffic would tell): one read of <root>/s, whose answer comes
+-- after the watch event of any change made before it.
+function C.catch_up()
+    local _, connected = zk.session()
+    if verified and connected then Z.exists(C.dir()) end
+    C.verify()
+end
+
 -- In the background (outside any command).
 local function verify_later()
     host.spawn(function() pcall(C.verify) end)
@@ -161,9 +192,11 @@ function C.on_watch(_, path)
     return true
 end
 
+-- Session events (in the hook's coroutine): a new session has lost the
+-- watch; on connecting, the generation is learnt before EVALs need it.
 function C.on_session(event)
     if event == "new" or event == "lost" then verified, version = false, nil end
-    if event == "new" or event == "connected" then verify_later() end
+    if event == "new" or event == "connected" then pcall(C.verify) end
 end
 
 ---------------------------------------------------------------------------
