@@ -311,3 +311,23 @@ def test_zookeeper_away(make_zk, make_zkresp):
         assert c.call("EVAL", new, "0")[0].startswith(b"away2")
         assert c.call("SCRIPT", "LOAD", body_of("away3")) == Err("TRYAGAIN ZooKeeper unavailable")
         assert c.call("PING") == b"PONG"
+
+
+@pytest.mark.parametrize("body", [
+    "return redis.call('incr', KEYS[1])",     # writes: its commit checks the cache's generation
+    "return redis.call('exists', KEYS[1])",   # reads: it looks again when the FLUSH came in meanwhile
+])
+def test_evalsha_right_after_a_flush_elsewhere_answers_noscript(zkresp_pair, body):
+    """No delay between the FLUSH's reply through one sidecar and the
+    EVALSHA through the other, which had the script in its local cache."""
+    a, b = zkresp_pair
+    key = harness.unique("race")
+    with a.client() as ca, b.client() as cb:
+        for i in range(25):
+            tagged = body + " -- %d" % i
+            assert ca.call("SCRIPT", "LOAD", tagged) == sha(tagged).encode()
+            assert not isinstance(cb.call("EVALSHA", sha(tagged), "1", key), Err)
+            assert ca.call("SCRIPT", "FLUSH") == b"OK"
+            assert cb.call("EVALSHA", sha(tagged), "1", key) == Err("NOSCRIPT No matching script. Please use EVAL.")
+        if "incr" in body:
+            assert ca.call("GET", key) == b"25"
