@@ -2,7 +2,8 @@
 -- FLUSH|KILL, with Redis 7.0's replies, conversions and error texts.
 --
 --   EVAL body numkeys key... arg...
---     -> compile (cached by SHA-1, shared by every connection)
+--     -> compile (cached by SHA-1 for every connection, and known to every
+--        sidecar through ZooKeeper: script_cache.lua)
 --     -> txn.script(KEYS): the keys' local queues, then the script runs in
 --        buffered mode (txn.lua): redis.call dispatches to the same command
 --        table as the top level, its reads recorded, its writes buffered
@@ -19,15 +20,12 @@ local L51 = require "lua51_errors"
 -- Loaded at start: a machine without Debian's lua-cjson fails there, loudly.
 local CJSON = require "lua_cjson"
 local sha1 = require "sha1"
+local SC = require "script_cache"
 
 SB.add_signal(K.is_retry)
 SB.add_signal(K.is_abort)
 
 local V = {}
-
-local scripts = {}  -- sha -> body
-local compiled = {} -- sha -> function
-V.scripts = scripts
 
 local R = require "registry"
 
@@ -354,19 +352,36 @@ local function limits()
 end
 V.limits = limits
 
--- Compiles body (cached by sha); returns the function or nil, the error.
-local function compile(sha, body)
-    local fn = compiled[sha]
-    if fn then return fn end
+-- Compiles body; returns the function or nil, the error.
+local function compile(body)
     local f, e = load(body, SB.CHUNK, "t", environment())
     if not f then return nil, "ERR Error compiling script (new function): " .. clean(e) end
-    compiled[sha] = f
-    scripts[sha] = body
     return f
 end
 V.compile = compile
 
-local function run(args, sha, body, ro)
+-- The cached script of sha (script_cache.lua): this sidecar's, else the
+-- one in ZooKeeper, compiled and kept; nil when there is none.  A sha that
+-- is not 40 hex digits names no script (Redis looks no further either).
+local function lookup(sha)
+    if #sha ~= 40 or sha:find("[^0-9a-f]") then return nil end
+    SC.verify()
+    local e = SC.get(sha)
+    if e then return e end
+    local body, token = SC.fetch(sha)
+    if not body then return nil end
+    local fn = compile(body)
+    if not fn then return nil end -- not a script this sidecar could have stored
+    return SC.put(sha, body, fn, "shared", token)
+end
+V.lookup = lookup
+
+-- entry: the cached script EVALSHA runs (nil for EVAL).  A FLUSH made
+-- through another sidecar that this one learns of while the script runs
+-- (the watch of script_cache.lua fires before any later ZooKeeper answer
+-- comes in) makes it run again, looking the sha up again: NOSCRIPT if it
+-- is gone.  Its commit, if any, checks the cache's generation.
+local function run(args, fn, sha, ro, entry)
     local n = U.to_int(args[3])
     if not n then return err(E.NOT_INTEGER) end
     if n > #args - 3 then return err("ERR Number of keys can't be greater than number of args") end
@@ -377,12 +392,19 @@ local function run(args, sha, body, ro)
         local e = K.key_error(keys[i])
         if e then return err(e) end
     end
-    local fn, cerr = compile(sha, body)
-    if not fn then return err(cerr) end
     local tl, ml = limits()
     local c = { sha = sha, ro = ro, time_limit = tl, mem_limit_kb = ml }
     local guard <close> = SB.enter(c)
-    return T.script(keys, function()
+    return T.script(keys, function(t)
+        if entry then
+            if SC.peek(sha) ~= entry then
+                entry = lookup(sha)
+                if not entry then return err(NOSCRIPT), false end
+                fn = entry.fn
+            end
+            local check = SC.generation_check()
+            if check then t:on_commit(check) end
+        end
         c.resp = 2
         c.keys = table.move(args, 4, 3 + n, 1, {})
         c.argv = table.move(args, 4 + n, #args, 1, {})
@@ -402,6 +424,7 @@ local function run(args, sha, body, ro)
             local line = not ok and type(r) == "table" and rawget(r, "line")
             return with_origin(KILLED[why](c), c, math.type(line) and line or 1), false
         end
+        if entry and SC.peek(sha) ~= entry then K.retry(0) end
         if not ok then
             if SB.is_signal(r) then error(r, 0) end
             if type(r) ~= "table" or rawget(r, "failed") == nil and rawget(r, "line") == nil then
@@ -421,16 +444,23 @@ V.run = run
 local function eval(ro)
     return function(args)
         local body = args[2]
-        return run(args, sha1.hex(body), body, ro)
+        local sha = sha1.hex(body)
+        local e = SC.get(sha)
+        if not e then
+            local fn, cerr = compile(body)
+            if not fn then return err(cerr) end
+            e = SC.put(sha, body, fn, "eval")
+            SC.publish_later(sha, body)
+        end
+        return run(args, e.fn, sha, ro)
     end
 end
 
 local function evalsha(ro)
     return function(args)
-        local sha = args[2]:lower()
-        local body = scripts[sha]
-        if not body then return err(NOSCRIPT) end
-        return run(args, sha, body, ro)
+        local e = lookup(args[2]:lower())
+        if not e then return err(NOSCRIPT) end
+        return run(args, e.fn, e.sha, ro, e)
     end
 end
 
@@ -442,19 +472,23 @@ local function script(args)
     if sub == "load" then
         local body = args[3]
         local sha = sha1.hex(body)
-        local _, cerr = compile(sha, body)
-        if cerr then return err(cerr) end
+        local known = SC.get(sha)
+        local fn, cerr = known and known.fn, nil
+        if not fn then fn, cerr = compile(body) end
+        if not fn then return err(cerr) end
+        SC.publish(sha, body)
+        SC.put(sha, body, fn, "load")
         return sha
     elseif sub == "exists" then
+        SC.catch_up()
         local out = {}
-        for i = 3, #args do out[i - 2] = scripts[args[i]:lower()] and 1 or 0 end
+        for i = 3, #args do out[i - 2] = lookup(args[i]:lower()) and 1 or 0 end
         return out
     elseif sub == "flush" then
         if #args > 3 or (#args == 3 and not (U.is(args[3], "sync") or U.is(args[3], "async"))) then
             return err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
         end
-        for k in pairs(scripts) do scripts[k] = nil end
-        for k in pairs(compiled) do compiled[k] = nil end
+        SC.flush()
         return { ok = "OK" }
     else -- "kill" (the registry admits only the four subcommands, each with its arity)
         -- Every script paused between slices (sandbox.lua): Redis has one

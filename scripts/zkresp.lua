@@ -25,6 +25,7 @@ local M = {}
 
 local PS = require "pubsub"
 local LK = require "locks"
+local SC = require "script_cache"
 
 local watch_events = 0  -- ZooKeeper watch events received (for /metrics)
 
@@ -232,6 +233,7 @@ function M.on_watch(event, path)
         return
     end
     if PS.on_watch(event, path) then return end
+    if SC.on_watch(event, path) then return end
     K.on_watch(event, path)
 end
 
@@ -250,6 +252,7 @@ function M.on_session(event, session_id)
     K.on_session(event, session_id)
     PS.on_session(event)
     LK.on_session(event)
+    SC.on_session(event)
 end
 
 return M

@@ -103,6 +103,8 @@ static const struct opt opts[] = {
      "EVAL scripts running longer are aborted (nothing written), ms"},
     {"script-memory-limit", OPT_SIZE, OFF(script_memory_limit), "64m", 1 << 20,
      1LL << 34, "EVAL scripts growing the VM by more are aborted, bytes"},
+    {"script-cache-max", OPT_INT, OFF(script_cache_max), "1000", 1, 1000000,
+     "most scripts in the script cache shared through ZooKeeper"},
     {"max-subscriptions-per-command", OPT_INT,
      OFF(max_subscriptions_per_command), "1024", 1, 1 << 20,
      "most channels or patterns one SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE may "

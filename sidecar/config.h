@@ -40,6 +40,7 @@ struct config {
     int shutdown_grace;      /* ms to finish in-flight work on SIGTERM */
     int script_time_limit;   /* ms an EVAL script may run */
     long long script_memory_limit; /* bytes an EVAL script may grow the VM */
+    int script_cache_max;          /* scripts in the shared script cache */
     int max_subscriptions_per_command; /* channels one SUBSCRIBE may name */
     int max_subscriptions_per_client;  /* subscriptions one client may hold */
     int pubsub_gc_delay; /* ms before an empty channel node is removed */

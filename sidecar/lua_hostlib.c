@@ -429,6 +429,7 @@ void lua_hostlib_open(struct lua_host *h)
     set_str(L, "scripts", cfg->scripts);
     set_int(L, "script_time_limit", cfg->script_time_limit);
     set_int(L, "script_memory_limit", cfg->script_memory_limit);
+    set_int(L, "script_cache_max", cfg->script_cache_max);
     set_int(L, "max_subscriptions_per_command",
             cfg->max_subscriptions_per_command);
     set_int(L, "max_subscriptions_per_client",

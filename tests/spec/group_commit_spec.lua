@@ -16,7 +16,7 @@ describe("group commit", function()
         local list = {}
         for i = from, #W.ops do
             local op = W.ops[i]
-            if op.sc == sc.id then list[#list + 1] = { op.kind, op.grouped == true } end
+            if op.sc == sc.id and not S.script_cache_op(op) then list[#list + 1] = { op.kind, op.grouped == true } end
         end
         return list
     end

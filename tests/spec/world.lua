@@ -60,6 +60,15 @@ function S.world(sidecars, world_opts)
     return W, table.unpack(out, 1, #list)
 end
 
+-- Whether an operation recorded in W.ops is the shared script cache's own
+-- upkeep (script_cache.lua: an EVAL makes its script known to the other
+-- sidecars in the background, the first time), not a command's.
+function S.script_cache_op(op)
+    local p = op.path or ""
+    if op.kind == "multi" then p = p:match("^%a+ ([^,]*)") or p end -- its first op's
+    return p == "/zkresp/s" or p:sub(1, 10) == "/zkresp/s/"
+end
+
 -- A module of scripts/ as a sidecar loads it, for specs of plain functions
 -- (codec, util): the sidecar never connects, so nothing runs.
 function S.module(name)
