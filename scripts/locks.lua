@@ -28,7 +28,10 @@
 -- (BADVERSION) and is decided again, and a write whose reply was lost is
 -- settled by reading the table.  A handoff costs the holder's multi and
 -- the waiter's read of the table, as the ZooKeeper recipe's delete and
--- getChildren.  A request leaves by deleting its node (release, lease end,
+-- getChildren (no read when the holder was on the waiter's sidecar, which
+-- knows the table it wrote: lockstore keeps the last table it read or
+-- wrote), and the listing its own release will grant from, asked beside
+-- that read.  A request leaves by deleting its node (release, lease end,
 -- WAIT over, client gone, session lost); a table line without a node is a
 -- leftover, dropped by the next write.
 --
