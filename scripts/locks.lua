@@ -246,10 +246,15 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
     while true do
         if zk.session() ~= sid then return nil, "lost" end
         if names then
-            -- woken: a release may have granted us (a conversion reads)
-            local listing = not converting and start_listing(lock)
+            -- woken: a release may have granted us (a conversion reads);
+            -- one of this sidecar's passes on the listing it granted from
             LW.await_write(lock)
-            t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock)
+            local cached = not converting and LS.cached_grant(lock, seq, czxid)
+            if cached and cached.names then
+                return cached.lines[seq].token, LS.build(lock, cached, cached.names, 0, seq)
+            end
+            local listing = not converting and start_listing(lock)
+            t = cached or LS.read_table(lock)
             if not t then return nil, "lost" end
             if granted_in(t, seq, converting) then
                 -- the view lists the queue as it was before we waited
@@ -349,7 +354,7 @@ local function quick_release(h)
         local ok
         ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
         if ok then rc = Z.first_error(rc, results) end
-        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, data) end
+        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, data, queue) end
         LW.end_write(h.lock)
         if not ok then error(rc, 0) end
     else

@@ -150,9 +150,17 @@ function LS.read_children(lock)
     return names, stat.pzxid, stat
 end
 
--- The table written at `stat` (a write of ours that succeeded).
-function LS.wrote_table(lock, stat, data)
-    if stat then remember_table(lock, table_of(stat, LS.decode_table(data))) end
+-- The table written at `stat` (a write of ours that succeeded); `queue`,
+-- when given, the requests the writer listed (a release's view without
+-- its own): the waiters it granted here start their views from it.
+function LS.wrote_table(lock, stat, data, queue)
+    if not stat then return end
+    local t = table_of(stat, LS.decode_table(data))
+    if queue then
+        t.names = {}
+        for i, e in ipairs(queue) do t.names[i] = e.name end
+    end
+    remember_table(lock, t)
 end
 
 -- The line of request `seq` in the table this sidecar last knew of lock
