@@ -119,7 +119,7 @@ C.hincrby = spec(function(args)
         local cur = 0
         if h.vals[field] then
             cur = U.to_int(h.vals[field])
-            if not cur then return err("ERR hash value is not an integer") end
+            if not cur then return err(E.HASH_NOT_INTEGER) end
         end
         local n = U.add_checked(cur, by)
         if not n then return err(E.INCR_OVERFLOW) end

@@ -15,6 +15,7 @@
 -- sent to ZooKeeper beyond its reads.
 --
 --   txn.script(keys, function(t) ... return reply [, false] end)
+--   txn.atomic(keys, function(t) ... return reply end)
 --
 -- runs a client script (eval.lua) as ONE transaction in buffered mode:
 -- t:read records what it read (version, or absence) and serves the
@@ -475,6 +476,20 @@ function T.run(keys, fn)
         local done, reply = after_failure(res, attempt)
         if done then return reply end
     end
+end
+
+-- A command that writes several keys (MSET, RENAME, SMOVE...): one
+-- transaction committed as one multi, the way a script's is (buffered
+-- mode), so that every sidecar sees all of its writes or none.  Inside a
+-- script it is part of the script's transaction.  A reply that is an
+-- error commits nothing.
+function T.atomic(keys, fn)
+    local outer = current[coroutine.running()]
+    if outer then return outer:nested(fn) end
+    return T.script(keys, function(t)
+        local reply = fn(t)
+        return reply, not (type(reply) == "table" and reply.err ~= nil)
+    end)
 end
 
 return T

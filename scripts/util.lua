@@ -72,6 +72,68 @@ function U.add_checked(a, b)
     return a + b
 end
 
+---------------------------------------------------------------------------
+-- Numbers, as C's strtod reads them
+
+-- A whole string in strtod's syntax (no surrounding spaces): the double,
+-- and whether the conversion overflowed or underflowed (ERANGE); nil when
+-- it is not a number.  NaN is returned as NaN.
+function U.strtod_all(s)
+    local sign, body = s:match("^([+-]?)(.*)$")
+    local word = body:lower()
+    if word == "inf" or word == "infinity" then
+        return sign == "-" and -math.huge or math.huge, false
+    end
+    if word == "nan" or word:match("^nan%([%w_]*%)$") then return 0 / 0, false end
+    local v, mantissa
+    if body:match("^0[xX]") then
+        local m, e = body:match("^0[xX](%x*%.?%x*)([pP]?[+-]?%d*)$")
+        if not m or not m:find("%x") or (e ~= "" and not e:match("^[pP][+-]?%d+$")) then return nil end
+        v = tonumber(sign .. "0x" .. m .. (e ~= "" and e or "p0"))
+        mantissa = m:gsub("[0.]", "")
+    else
+        local m, e = body:match("^(%d*%.?%d*)([eE]?[+-]?%d*)$")
+        if not m or not m:find("%d") or (e ~= "" and not e:match("^[eE][+-]?%d+$")) then return nil end
+        v = tonumber(sign .. m .. e)
+        mantissa = m:gsub("[0.]", "")
+    end
+    if v == nil then return nil end
+    v = v + 0.0
+    local erange = (v == math.huge or v == -math.huge) or (v == 0 and mantissa ~= "")
+    return v, erange
+end
+
+-- Redis's getDoubleFromObject (and string2ld): the whole argument, no
+-- spaces, no NaN, no overflow or underflow to zero.
+function U.to_double(s)
+    if #s == 0 or s:find("^%s") or s:find("\0", 1, true) then return nil end
+    local v, erange = U.strtod_all(s)
+    if v == nil or v ~= v then return nil end
+    if erange and (v == math.huge or v == -math.huge or v == 0) then return nil end
+    return v
+end
+
+-- A finite double as INCRBYFLOAT and HINCRBYFLOAT write it (Redis's
+-- ld2string, human form: fixed point, at most 17 decimals, no trailing
+-- zeros).  Redis adds in long double; in double precision a sum such as
+-- 0.1 + 0.2 lands an ulp or two off the decimal Redis prints, so the
+-- shortest of 15 digits is taken when it is that close, else 17.
+function U.human_double(v)
+    if v == math.floor(v) and math.abs(v) < 1e17 then
+        return v == 0 and "0" or ("%.0f"):format(v)
+    end
+    local s = ("%.15g"):format(v)
+    if math.abs(tonumber(s) - v) > math.abs(v) * 2 ^ -51 then s = ("%.17g"):format(v) end
+    local mant, exp = s:match("^(.-)e([+-]%d+)$")
+    if mant then
+        local decimals = #(mant:match("%.(%d+)$") or "") - tonumber(exp)
+        s = ("%." .. math.min(17, math.max(0, decimals)) .. "f"):format(tonumber(s))
+        if s:find(".", 1, true) then s = s:gsub("0+$", ""):gsub("%.$", "") end
+    end
+    if s == "-0" then s = "0" end
+    return s
+end
+
 -- Redis's stringmatchlen (case sensitive): '*', '?', '[...]' with '^'
 -- negation and 'a-z' ranges, '\' escapes.  Byte-wise; beyond the end of the
 -- pattern reads as NUL, as the C code's terminator does.
