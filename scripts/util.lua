@@ -1,6 +1,8 @@
 -- util.lua — small helpers shared by the modules: Redis's integer parsing
 -- and its glob matcher, and the tables of per-command state.
 
+local E = require "errors"
+
 local U = {}
 
 ---------------------------------------------------------------------------
@@ -215,6 +217,41 @@ function U.count(t)
     local n = 0
     for _ in pairs(t) do n = n + 1 end
     return n
+end
+
+-- The count of SRANDMEMBER, HRANDFIELD (and ZRANDMEMBER): Redis's
+-- getRangeLongFromObjectOrReply over -LONG_MAX..LONG_MAX.  A negative
+-- count asks for that many picks with repetition; beyond RANDOM_MAX picks
+-- (Redis would build the reply until memory runs out) it is refused as out
+-- of range.  Returns the count, or nil and the error text.
+U.RANDOM_MAX = 1000000
+
+function U.random_count(text)
+    local n = U.to_int(text)
+    if not n then return nil, E.NOT_INTEGER end
+    if n == math.mininteger then return nil, E.COUNT_RANGE end
+    if n < -U.RANDOM_MAX then return nil, E.OUT_OF_RANGE end
+    return n
+end
+
+-- n picks among `size` entries (n > 0: distinct entries, at most #list, in a
+-- random order; n < 0: -n picks with repetition).  Returns the picked
+-- indexes.
+function U.random_picks(size, n)
+    local out = {}
+    if n < 0 then
+        for i = 1, -n do out[i] = math.random(size) end
+        return out
+    end
+    for i = 1, size do out[i] = i end
+    for i = size, 2, -1 do
+        local j = math.random(i)
+        out[i], out[j] = out[j], out[i]
+    end
+    if n < size then
+        for i = size, n + 1, -1 do out[i] = nil end
+    end
+    return out
 end
 
 -- A command table entry for a command whose one key is its first argument
