@@ -1,6 +1,6 @@
 -- cmd_hash.lua — the hash commands: HSET, HMSET, HSETNX, HGET, HMGET,
 -- HINCRBY, HINCRBYFLOAT, HEXISTS, HDEL, HLEN, HSTRLEN, HKEYS, HVALS,
--- HGETALL, HRANDFIELD, with Redis 7.0's replies and errors.  Same table shape as cmd_string.lua.
+-- HGETALL, HRANDFIELD, HSCAN, with Redis 7.0's replies and errors.  Same table shape as cmd_string.lua.
 --
 -- A hash is one znode of codec type HASH (payload.lua); fields keep their
 -- insertion order, as a small Redis hash (listpack) does.  Writes keep the
@@ -10,6 +10,7 @@ local T = require "txn"
 local E = require "errors"
 local U = require "util"
 local P = require "payload"
+local N = require "scan"
 local codec = require "codec"
 
 local HASH = codec.HASH
@@ -208,6 +209,25 @@ C.hrandfield = spec(function(args)
         return out
     end)
 end, -2, "readonly")
+
+-- HSCAN key cursor [MATCH pattern] [COUNT count]: the whole hash at once
+-- (scan.lua).
+C.hscan = spec(function(args)
+    local key = args[2]
+    if not N.cursor(args[3]) then return err(E.INVALID_CURSOR) end
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        if not h then return { "0", {} } end
+        local o, e = N.options(args, 4, false)
+        if not o then return err(e) end
+        local flat = {}
+        for _, f in ipairs(h.keys) do
+            flat[#flat + 1] = f
+            flat[#flat + 1] = h.vals[f]
+        end
+        return N.whole(flat, o.match, true)
+    end)
+end, -3, "readonly")
 
 ---------------------------------------------------------------------------
 -- HDEL key field [field ...]

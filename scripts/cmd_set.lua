@@ -1,6 +1,6 @@
 -- cmd_set.lua — the set commands: SADD, SREM, SISMEMBER, SMISMEMBER,
 -- SMEMBERS, SCARD, SPOP, SRANDMEMBER, SMOVE, SINTER, SUNION, SDIFF, their
--- STORE forms and SINTERCARD, with Redis 7.0's replies and errors.  Same table shape as cmd_string.lua.
+-- STORE forms, SINTERCARD and SSCAN, with Redis 7.0's replies and errors.  Same table shape as cmd_string.lua.
 --
 -- A set is one znode of codec type SET (payload.lua), members in insertion
 -- order (Redis leaves SMEMBERS's order unspecified).  Writes keep the key's
@@ -11,6 +11,7 @@ local E = require "errors"
 local U = require "util"
 local K = require "keyspace"
 local P = require "payload"
+local N = require "scan"
 local codec = require "codec"
 
 local SET = codec.SET
@@ -94,6 +95,20 @@ S.smismember = spec(function(args)
         return out
     end)
 end, -3, "readonly fast")
+
+-- SSCAN key cursor [MATCH pattern] [COUNT count]: the whole set at once
+-- (scan.lua).
+S.sscan = spec(function(args)
+    local key = args[2]
+    if not N.cursor(args[3]) then return E.reply(E.INVALID_CURSOR) end
+    return T.run({ key }, function(t)
+        local _, s = load(t, key)
+        if not s then return { "0", {} } end
+        local o, e = N.options(args, 4, false)
+        if not o then return E.reply(e) end
+        return N.whole(s.keys, o.match, false)
+    end)
+end, -3, "readonly")
 
 ---------------------------------------------------------------------------
 -- SPOP key [count], SRANDMEMBER key [count]

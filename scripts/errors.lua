@@ -22,7 +22,6 @@ E.NAN_OR_INFINITY_VALUE = "ERR value is NaN or Infinity"
 E.OFFSET_RANGE = "ERR offset is out of range"
 E.STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 E.OUT_OF_RANGE = "ERR value is out of range"
-E.COUNT_RANGE = "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
 E.NOT_POSITIVE = "ERR value is out of range, must be positive"
 E.NO_SUCH_KEY = "ERR no such key"
 E.SAME_OBJECT = "ERR source and destination objects are the same"
@@ -92,6 +91,11 @@ end
 function E.not_while_subscribed(full)
     return "ERR Can't execute '" .. full .. "': only (P|S)SUBSCRIBE / " ..
            "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+end
+
+-- Redis's getRangeLongFromObjectOrReply without a message of its own.
+function E.value_between(lo, hi)
+    return "ERR value is out of range, value must between " .. lo .. " and " .. hi
 end
 
 function E.invalid_expire(name)

@@ -229,7 +229,7 @@ U.RANDOM_MAX = 1000000
 function U.random_count(text)
     local n = U.to_int(text)
     if not n then return nil, E.NOT_INTEGER end
-    if n == math.mininteger then return nil, E.COUNT_RANGE end
+    if n == math.mininteger then return nil, E.value_between(-math.maxinteger, math.maxinteger) end
     if n < -U.RANDOM_MAX then return nil, E.OUT_OF_RANGE end
     return n
 end

@@ -36,6 +36,36 @@ def U(step):
     return Unordered(step)
 
 
+class ScanReply(Ignore):
+    """A [cursor, elements] reply: the cursor equal, the elements the same
+    multiset (pairs: of field/value pairs)."""
+
+    def __init__(self, step, pairs):
+        Ignore.__init__(self, step)
+        self.pairs = pairs
+
+
+def UP(step):
+    return ScanReply(step, True)
+
+
+def US(step):
+    return ScanReply(step, False)
+
+
+def _canon_scan(raw, pairs):
+    parsed = elements(raw)
+    if parsed is None or len(parsed[1]) != 2:
+        return raw
+    inner = elements(parsed[1][1])
+    if inner is None:
+        return raw
+    els = inner[1]
+    if pairs:
+        els = [els[i] + els[i + 1] for i in range(0, len(els) - 1, 2)]
+    return parsed[0] + parsed[1][0] + inner[0] + b"".join(sorted(els))
+
+
 class Random(Ignore):
     """A random reply: the same shape as redis-server's (type and length),
     every member (bulk, or first of a pair) one of `members`."""
@@ -78,6 +108,8 @@ def check(ref_port, port, steps, proto, prefix):
     bad = compare(steps, ref, got)
     for i, step in enumerate(steps):
         if isinstance(step, Random) and not _random_ok(step, ref[i], got[i]):
+            bad.append("step %d: %r\n    redis-server: %r\n    zkresp:       %r" % (i, step.step, ref[i], got[i]))
+        if isinstance(step, ScanReply) and _canon_scan(ref[i], step.pairs) != _canon_scan(got[i], step.pairs):
             bad.append("step %d: %r\n    redis-server: %r\n    zkresp:       %r" % (i, step.step, ref[i], got[i]))
         if isinstance(step, Unordered) and _canon(ref[i]) != _canon(got[i]):
             bad.append("step %d: %r\n    redis-server: %r\n    zkresp:       %r" % (i, step.step, ref[i], got[i]))
@@ -200,6 +232,61 @@ seq("smove", [
 ])
 
 
+# ---------------------------------------------------------------- keys
+
+seq("copy_rename", [
+    "SET @a v EX 100", "COPY @a @b", "GET @b", Tol("TTL @b", 2), "COPY @a @b", "COPY @a @b REPLACE",
+    "SET @a w", "COPY @a @b replace", "GET @b", "TTL @b", "COPY @a @a", "COPY @missing @b",
+    "COPY @a @b DB 0 REPLACE", "COPY @a @b DB", "COPY @a @b DB x", "COPY @a @b DB 16", "COPY @a @b DB -1",
+    "COPY @a @b DB 99999999999", "COPY @a @b FOO", "COPY @a", "HSET @h f v", "COPY @h @h2", "HGETALL @h2",
+    "SADD @s x", "COPY @s @a REPLACE", "TYPE @a", "SMEMBERS @a",
+    "SET @r v PX 100000", "RENAME @r @r2", "EXISTS @r", "GET @r2", Tol("PTTL @r2", 1500), "RENAME @r @x",
+    "RENAME @r2 @r2", "RENAMENX @r2 @r2", "RENAMENX @missing @x", "RENAME @h2 @r2", "TYPE @r2",
+    "HGETALL @r2", "SET @n v", "RENAMENX @n @r2", "RENAMENX @n @n2", "GET @n2", "EXISTS @n", "RENAME @a",
+])
+
+seq("expiretime_object", [
+    "SET @a v", "EXPIRETIME @a", "PEXPIRETIME @a", "EXPIRETIME @missing", "PEXPIRETIME @missing",
+    "EXPIREAT @a {now_s+1000}", Tol("EXPIRETIME @a", 1), "PEXPIREAT @a {now_ms+500000}",
+    Tol("PEXPIRETIME @a", 50), "EXPIRETIME", "EXPIRETIME @a b",
+    "SET @i 123", "SET @n -5", "SET @big 12345678901234567890", "SET @s short", "SET @e ''",
+    ["SET", "@l", "x" * 44], ["SET", "@r", "x" * 45], "SET @z 007", "SET @f 1.5",
+    "OBJECT ENCODING @i", "OBJECT ENCODING @n", "OBJECT ENCODING @big", "OBJECT ENCODING @s",
+    "OBJECT ENCODING @e", "OBJECT ENCODING @l", "OBJECT ENCODING @r", "OBJECT ENCODING @z",
+    "OBJECT ENCODING @f", "OBJECT ENCODING @missing",
+    "HSET @h f v", "OBJECT ENCODING @h", ["HSET", "@h2", "f", "x" * 65], "OBJECT ENCODING @h2",
+    "ZADD @zs 1 a", "OBJECT ENCODING @zs", ["ZADD", "@zs2", "1", "x" * 65], "OBJECT ENCODING @zs2",
+    "SADD @si 1 2 3", "OBJECT ENCODING @si", "SADD @si x", Either("OBJECT ENCODING @si", b"$8\r\nlistpack\r\n"),
+    ["SADD", "@sl", "x" * 65], "OBJECT ENCODING @sl", "RPUSH @li a b", Either("OBJECT ENCODING @li", b"$8\r\nlistpack\r\n"),
+    "OBJECT REFCOUNT @i", "OBJECT REFCOUNT @s", "OBJECT REFCOUNT @n", "OBJECT REFCOUNT @h", "OBJECT REFCOUNT @missing",
+    "OBJECT IDLETIME @s", "OBJECT IDLETIME @missing", "OBJECT FREQ @s", "OBJECT FREQ @missing",
+    "OBJECT HELP", "OBJECT help", "OBJECT", "OBJECT FOO", "OBJECT ENCODING", "OBJECT HELP x",
+    "OBJECT ENCODING @a b",
+])
+
+
+seq("object_thresholds", [
+    ["HSET", "@h"] + [x for i in range(512) for x in ("f%d" % i, "v")], "OBJECT ENCODING @h",
+    "HSET @h f512 v", "OBJECT ENCODING @h",
+    ["SADD", "@i"] + [str(i) for i in range(512)], "OBJECT ENCODING @i", "SADD @i 512", "OBJECT ENCODING @i",
+    ["ZADD", "@z"] + [x for i in range(128) for x in ("1", "m%d" % i)], "OBJECT ENCODING @z",
+    "ZADD @z 2 m128", "OBJECT ENCODING @z",
+    ["RPUSH", "@l"] + ["x" * 100] * 100, Either("OBJECT ENCODING @l", b"$9\r\nquicklist\r\n"),
+])
+
+
+seq("scan_errors_and_small_collections", [
+    "SCAN x", "SCAN 0 COUNT 0", "SCAN 0 COUNT -1", "SCAN 0 COUNT x", "SCAN 0 MATCH", "SCAN 0 FOO bar",
+    "SCAN 18446744073709551616", "SCAN 1.5", "SCAN", "SCAN 0 TYPE",
+    "HSET @h a 1 b 2 ab 3", "SADD @s a b ab 1", "SET @str v",
+    UP("HSCAN @h 0"), UP("HSCAN @h 0 MATCH a*"), UP("HSCAN @h 0 COUNT 1"), "HSCAN @h 0 MATCH zz",
+    "HSCAN @h x", "HSCAN @h 0 COUNT 0", "HSCAN @h 0 TYPE string", "HSCAN @h 0 FOO", "HSCAN @missing 0",
+    "HSCAN @missing 0 FOO", "HSCAN @str 0", "HSCAN @h",
+    US("SSCAN @s 0"), US("SSCAN @s 0 MATCH a*"), US("SSCAN @s 0 COUNT 100"), "SSCAN @s x", "SSCAN @s 0 COUNT x",
+    "SSCAN @missing 0", "SSCAN @str 0", "SSCAN @s 0 TYPE set",
+])
+
+
 NAMES = sorted(SEQUENCES)
 
 
@@ -207,3 +294,207 @@ NAMES = sorted(SEQUENCES)
 @pytest.mark.parametrize("name", NAMES)
 def test_same_as_redis(name, proto, zkr, redis_ref):
     check(redis_ref.port, zkr().port, SEQUENCES[name], proto, harness.unique(name) + ":")
+
+
+def test_checkers_can_fail():
+    r = Random("SRANDMEMBER @s 2", "a b")
+    assert _random_ok(r, b"*2\r\n$1\r\na\r\n$1\r\nb\r\n", b"*2\r\n$1\r\nb\r\n$1\r\nb\r\n")
+    assert not _random_ok(r, b"*2\r\n$1\r\na\r\n$1\r\nb\r\n", b"*2\r\n$1\r\na\r\n$1\r\nc\r\n")
+    assert not _random_ok(r, b"*2\r\n$1\r\na\r\n$1\r\nb\r\n", b"*1\r\n$1\r\na\r\n")
+    assert not _random_ok(r, b"~1\r\n$1\r\na\r\n", b"*1\r\n$1\r\na\r\n")
+    assert _random_ok(r, b"*1\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n", b"*1\r\n*2\r\n$1\r\nb\r\n$1\r\n1\r\n")
+    assert not _random_ok(r, b"*1\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n", b"*1\r\n*2\r\n$1\r\nz\r\n$1\r\n1\r\n")
+    a = b"*2\r\n$1\r\n0\r\n*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n"
+    b = b"*2\r\n$1\r\n0\r\n*4\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\na\r\n$1\r\n1\r\n"
+    c = b"*2\r\n$1\r\n0\r\n*4\r\n$1\r\na\r\n$1\r\n2\r\n$1\r\nb\r\n$1\r\n1\r\n"
+    assert _canon_scan(a, True) == _canon_scan(b, True)
+    assert _canon_scan(a, True) != _canon_scan(c, True)
+
+
+# ---------------------------------------------------------------- SCAN, RANDOMKEY
+
+
+def _scan_all(client, prefix, count, typ=None, during=None):
+    """Every key SCAN returns for MATCH prefix*, as a list (repeats kept)."""
+    seen, cursor, calls = [], b"0", 0
+    while True:
+        args = ["SCAN", cursor, "MATCH", prefix + "*", "COUNT", str(count)]
+        if typ:
+            args += ["TYPE", typ]
+        raw = client.cmd(*args)
+        head, els = elements(raw)
+        assert head == b"*2\r\n", raw
+        cursor = _bulk(els[0])
+        seen += [_bulk(f).decode() for f in elements(els[1])[1]]
+        calls += 1
+        if during:
+            during(calls)
+        if cursor == b"0":
+            return seen
+        assert calls < 1000
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+def test_scan_lists_every_key(zkr, redis_ref, proto):
+    prefix = harness.unique("scan") + ":"
+    hashes = {prefix + "h%d" % i for i in range(7)}
+    strings = {prefix + "k%d" % i for i in range(53)}
+    sides = [RawClient(zkr().port), RawClient(redis_ref.port)]
+    for c in sides:
+        c.cmd("HELLO", str(proto))
+        for k in strings:
+            assert c.cmd("SET", k, "v") == b"+OK\r\n"
+        for k in hashes:
+            assert c.cmd("HSET", k, "f", "v") == b":1\r\n"
+        for count in (1, 7, 1000):
+            assert set(_scan_all(c, prefix, count)) == strings | hashes
+        assert set(_scan_all(c, prefix, 5, "hash")) == hashes
+        assert set(_scan_all(c, prefix, 5, "STRING")) == strings
+        assert _scan_all(c, prefix, 5, "nosuchtype") == []
+    z = sides[0]
+    for count in (1, 7, 1000):
+        seen = _scan_all(z, prefix, count)
+        assert len(seen) == len(set(seen)), "zkresp's SCAN returned a key twice"
+    # Keys added and removed during the scan: those present throughout are
+    # each seen exactly once.
+    extra = [prefix + "x%d" % i for i in range(40)]
+    gone = sorted(strings)[:20]
+
+    def churn(calls):
+        for k in extra[(calls - 1) * 4:calls * 4]:
+            z.cmd("SET", k, "v")
+        for k in gone[(calls - 1) * 2:calls * 2]:
+            z.cmd("DEL", k)
+    seen = _scan_all(z, prefix, 6, during=churn)
+    stayed = (strings - set(gone)) | hashes
+    assert stayed <= set(seen)
+    assert all(seen.count(k) == 1 for k in stayed)
+    key = RawClient(zkr().port).cmd("RANDOMKEY")
+    assert key.startswith(b"$") and z.cmd("EXISTS", _bulk(key)) == b":1\r\n", key
+
+
+# ---------------------------------------------------------------- two sidecars
+
+
+def _both(fa, fb):
+    out, errs = {}, []
+
+    def run(name, f):
+        try:
+            out[name] = f()
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+    ts = [threading.Thread(target=run, args=(n, f)) for n, f in (("a", fa), ("b", fb))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errs, errs
+    return out["a"], out["b"]
+
+
+def test_two_sidecars_multi_key_writes(zkresp_pair):
+    a, b = zkresp_pair
+    ca, cb = a.client(), b.client()
+    for proto in (2, 3):
+        for c in (ca, cb):
+            c.cmd("HELLO", str(proto))
+        assert ca.cmd("RANDOMKEY") == (b"$-1\r\n" if proto == 2 else b"_\r\n")
+    for c in (ca, cb):
+        c.cmd("HELLO", "2")
+    # MSETNX from both sidecars on overlapping keys: one sets all of its
+    # keys, the other none.
+    for r in range(30):
+        ka = ["m%d:%s" % (r, k) for k in ("a", "ab", "abc")]
+        kb = ["m%d:%s" % (r, k) for k in ("abc", "ab", "b")]
+        ra, rb = _both(lambda: ca.cmd("MSETNX", *[x for k in ka for x in (k, "A")]),
+                       lambda: cb.cmd("MSETNX", *[x for k in kb for x in (k, "B")]))
+        assert sorted([ra, rb]) == [b":0\r\n", b":1\r\n"], (ra, rb)
+        win, lose, v = (ka, kb, b"A") if ra == b":1\r\n" else (kb, ka, b"B")
+        got = elements(ca.cmd("MGET", *sorted(set(ka + kb))))[1]
+        want = {k: (b"$1\r\n" + v + b"\r\n") if k in win else b"$-1\r\n" for k in set(ka + kb)}
+        assert got == [want[k] for k in sorted(set(ka + kb))]
+    # RENAME back and forth from both sidecars: the value is never lost or
+    # duplicated.
+    assert ca.cmd("SET", "r:x", "v") == b"+OK\r\n"
+    ok = b"+OK\r\n"
+    missing = b"-ERR no such key\r\n"
+
+    def renames(c, src, dst):
+        n = 0
+        for _ in range(60):
+            reply = c.cmd("RENAME", src, dst)
+            assert reply in (ok, missing), reply
+            n += reply == ok
+        return n
+    _both(lambda: renames(ca, "r:x", "r:y"), lambda: renames(cb, "r:y", "r:x"))
+    assert sorted([ca.cmd("EXISTS", "r:x"), ca.cmd("EXISTS", "r:y")]) == [b":0\r\n", b":1\r\n"]
+    assert b"$1\r\nv\r\n" in (ca.cmd("GET", "r:x"), ca.cmd("GET", "r:y"))
+    # SMOVE between two sets from both sidecars: every member stays in
+    # exactly one of them.
+    members = ["m%d" % i for i in range(40)]
+    assert ca.cmd("SADD", "s:1", *members) == b":40\r\n"
+
+    def smoves(c, src, dst):
+        moved = 0
+        for i in range(80):
+            reply = c.cmd("SMOVE", src, dst, members[(i * 7) % 40])
+            assert reply in (b":0\r\n", b":1\r\n"), reply
+            moved += reply == b":1\r\n"
+        return moved
+    _both(lambda: smoves(ca, "s:1", "s:2"), lambda: smoves(cb, "s:2", "s:1"))
+    s1 = {_bulk(f) for f in elements(ca.cmd("SMEMBERS", "s:1"))[1]}
+    s2 = {_bulk(f) for f in elements(cb.cmd("SMEMBERS", "s:2"))[1]}
+    assert not (s1 & s2) and s1 | s2 == {m.encode() for m in members}
+    # INCRBYFLOAT from both sidecars sums exactly.
+
+    def incrs(c):
+        for _ in range(100):
+            assert c.cmd("INCRBYFLOAT", "f", "0.5").startswith(b"$")
+    _both(lambda: incrs(ca), lambda: incrs(cb))
+    assert cb.cmd("GET", "f") == b"$3\r\n100\r\n"
+
+
+NEW_COMMANDS = [
+    "setnx", "setex", "psetex", "getset", "getex", "mget", "mset", "msetnx", "append", "strlen",
+    "getrange", "substr", "setrange", "incrbyfloat", "copy", "rename", "renamenx", "expiretime",
+    "pexpiretime", "object", "scan", "randomkey", "hsetnx", "hincrbyfloat", "hstrlen", "hrandfield",
+    "hscan", "spop", "smismember", "srandmember", "sinter", "sunion", "sdiff", "smove", "sinterstore",
+    "sunionstore", "sdiffstore", "sintercard", "sscan",
+]
+
+
+def test_command_info_matches_redis(zkr, redis_ref):
+    """Name, arity, flags and key positions as redis-server 7.0 lists them
+    (what EVAL's redis.call and cluster-aware clients read)."""
+    from resp import decode_one
+    with zkr().client() as c:
+        got = decode_one(c.cmd("COMMAND", "INFO", *NEW_COMMANDS))
+    with redis_ref.client() as r:
+        ref = decode_one(r.cmd("COMMAND", "INFO", *NEW_COMMANDS))
+    bad = []
+    for name, g, e in zip(NEW_COMMANDS, got, ref):
+        if g is None or [g[0], g[1], sorted(g[2]), g[3], g[4], g[5]] != [e[0], e[1], sorted(e[2]), e[3], e[4], e[5]]:
+            bad.append((name, g and g[:6], e[:6]))
+    assert not bad, "\n".join(map(repr, bad))
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+def test_from_scripts(zkr, redis_ref, proto):
+    """The multi-key commands inside EVAL are part of the script's one
+    transaction."""
+    E = "EVAL"
+    check(redis_ref.port, zkr().port, [
+        [E, "redis.call('MSET', KEYS[1], 'a', KEYS[2], 'b') return redis.call('MGET', KEYS[1], KEYS[2])",
+         "2", "@a", "@b"],
+        [E, "return redis.call('MSETNX', KEYS[1], 'x', KEYS[2], 'y')", "2", "@a", "@c"],
+        [E, "redis.call('RENAME', KEYS[1], KEYS[2]) return redis.call('EXISTS', KEYS[1], KEYS[2])",
+         "2", "@a", "@d"],
+        [E, "return redis.call('COPY', KEYS[1], KEYS[2])", "2", "@d", "@e"],
+        [E, "redis.call('SADD', KEYS[1], 'm') return redis.call('SMOVE', KEYS[1], KEYS[2], 'm')",
+         "2", "@s1", "@s2"],
+        [E, "return redis.call('INCRBYFLOAT', KEYS[1], '1.5')", "1", "@f"],
+        [E, "return redis.call('GETRANGE', KEYS[1], 0, -1)", "1", "@e"],
+        [E, "return redis.pcall('RENAME', KEYS[1], KEYS[2])", "2", "@nope", "@x"],
+        "MGET @a @b @c @d @e", "SMEMBERS @s2",
+    ], proto, harness.unique("scripts") + ":")

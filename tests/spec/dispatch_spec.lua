@@ -137,23 +137,31 @@ describe("dispatch", function()
             assert.is_string(spec.flags)
         end
         table.sort(names)
-        assert.same({ "auth", "client", "command", "dbsize", "decr", "decrby", "del", "delex", "delifeq",
-                      "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists", "expire",
-                      "expireat", "get", "getdel", "hdel", "hello", "hexists", "hget", "hgetall", "hincrby",
-                      "hkeys", "hlen", "hmget", "hmset", "hset", "hvals", "incr", "incrby", "info", "keys",
-                      "lindex", "llen", "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop", "lpush", "lrange", "lrem", "memory", "persist",
-                      "pexpire", "pexpireat", "ping", "policy", "psubscribe", "pttl", "publish", "pubsub",
-                      "punsubscribe", "quit", "readonly", "readwrite", "reset",
-                      "rpop", "rpush", "sadd", "scard", "script", "select", "set", "sismember",
-                      "smembers", "spublish", "srem", "ssubscribe", "subscribe", "sunsubscribe", "time", "ttl",
-                      "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zincrby", "zrange",
-                      "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
+        assert.same({ "append", "auth", "client", "command", "copy", "dbsize", "decr", "decrby", "del",
+                      "delex", "delifeq", "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists",
+                      "expire", "expireat", "expiretime", "get", "getdel", "getex", "getrange", "getset",
+                      "hdel", "hello", "hexists", "hget", "hgetall", "hincrby", "hincrbyfloat", "hkeys",
+                      "hlen", "hmget", "hmset", "hrandfield", "hscan", "hset", "hsetnx", "hstrlen",
+                      "hvals", "incr", "incrby", "incrbyfloat", "info", "keys", "lindex", "llen",
+                      "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop",
+                      "lpush", "lrange", "lrem", "memory", "mget", "mset", "msetnx", "object", "persist",
+                      "pexpire", "pexpireat", "pexpiretime", "ping", "policy", "psetex", "psubscribe",
+                      "pttl", "publish", "pubsub", "punsubscribe", "quit", "randomkey", "readonly",
+                      "readwrite", "rename", "renamenx", "reset", "rpop", "rpush", "sadd", "scan", "scard",
+                      "script", "sdiff", "sdiffstore", "select", "set", "setex", "setnx", "setrange",
+                      "sinter", "sintercard", "sinterstore", "sismember", "smembers", "smismember",
+                      "smove", "spop", "spublish", "srandmember", "srem", "sscan", "ssubscribe", "strlen",
+                      "subscribe", "substr", "sunion", "sunionstore", "sunsubscribe", "time", "ttl",
+                      "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zincrby",
+                      "zrange", "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })
         assert.same({ -2, 1, -1, 1 }, { cmds.del.arity, cmds.del.first_key, cmds.del.last_key,
                                         cmds.del.step })
         assert.same({ 2, 0, 0 }, { cmds.keys.arity, cmds.keys.first_key, cmds.keys.last_key })
+        assert.same({ -3, 1, -1, 2 }, { cmds.mset.arity, cmds.mset.first_key, cmds.mset.last_key,
+                                        cmds.mset.step })
     end)
 
     it("reloads the policy on the \"reload\" event, keeping the old one when it fails", function()
