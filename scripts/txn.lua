@@ -421,7 +421,8 @@ local function after_commit(t, ok)
     for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
-function T.script(keys, fn)
+-- (`uncounted`: a command's transaction, not a script's, for T.stats.)
+function T.script(keys, fn, uncounted)
     local co = coroutine.running()
     local held <close> = hold_keys(keys, true)
     local attempt = 0
@@ -444,13 +445,13 @@ function T.script(keys, fn)
             local cok, cres = xpcall(commit_buffered, handler, t)
             after_commit(t, cok)
             if cok then
-                T.stats.committed = T.stats.committed + 1
+                if not uncounted then T.stats.committed = T.stats.committed + 1 end
                 return res
             end
             res = cres
         end
         if K.is_retry(res) then
-            T.stats.retries = T.stats.retries + 1
+            if not uncounted then T.stats.retries = T.stats.retries + 1 end
             seed = res.recs
         end
         local done, reply = after_failure(res, attempt)
@@ -489,7 +490,7 @@ function T.atomic(keys, fn)
     return T.script(keys, function(t)
         local reply = fn(t)
         return reply, not (type(reply) == "table" and reply.err ~= nil)
-    end)
+    end, true)
 end
 
 return T
