@@ -1,6 +1,6 @@
 -- cmd_zset.lua — the sorted set commands: ZADD (NX, XX, GT, LT, CH, INCR),
 -- ZINCRBY, ZREM, ZSCORE, ZRANK, ZCARD, ZRANGE (by index, BYSCORE, BYLEX,
--- REV, LIMIT, WITHSCORES), ZRANGEBYSCORE, ZREMRANGEBYSCORE, with Redis
+-- REV, LIMIT, WITHSCORES), ZRANGEBYSCORE, ZREMRANGEBYSCORE, ZSCAN, with Redis
 -- 7.0's replies and errors.  Same table shape as cmd_string.lua.
 --
 -- A sorted set is one znode of codec type ZSET (payload.lua), ordered by
@@ -14,6 +14,7 @@ local T = require "txn"
 local E = require "errors"
 local U = require "util"
 local P = require "payload"
+local N = require "scan"
 local codec = require "codec"
 
 local ZSET = codec.ZSET
@@ -201,6 +202,25 @@ end, 3, "readonly fast")
 Z.zcard = spec(function(args)
     return T.run({ args[2] }, function(t) return P.size(t, args[2], ZSET) end)
 end, 2, "readonly fast")
+
+-- ZSCAN key cursor [MATCH pattern] [COUNT count]: the whole sorted set at
+-- once (scan.lua), scores as bulk strings ("%.17g") in RESP2 and RESP3.
+Z.zscan = spec(function(args)
+    local key = args[2]
+    if not N.cursor(args[3]) then return err(E.INVALID_CURSOR) end
+    return T.run({ key }, function(t)
+        local _, z = load(t, key)
+        if not z then return { "0", {} } end
+        local o, e = N.options(args, 4, false)
+        if not o then return err(e) end
+        local flat = {}
+        for _, m in ipairs(z) do
+            flat[#flat + 1] = m[1]
+            flat[#flat + 1] = ("%.17g"):format(m[2])
+        end
+        return N.whole(flat, o.match, true)
+    end)
+end, -3, "readonly")
 
 ---------------------------------------------------------------------------
 -- Ranges

@@ -284,6 +284,9 @@ seq("scan_errors_and_small_collections", [
     "HSCAN @missing 0 FOO", "HSCAN @str 0", "HSCAN @h",
     US("SSCAN @s 0"), US("SSCAN @s 0 MATCH a*"), US("SSCAN @s 0 COUNT 100"), "SSCAN @s x", "SSCAN @s 0 COUNT x",
     "SSCAN @missing 0", "SSCAN @str 0", "SSCAN @s 0 TYPE set",
+    "ZADD @z 1 a 2.5 b 0.1 c inf d -inf e", UP("ZSCAN @z 0"), UP("ZSCAN @z 0 MATCH [ab]"),
+    UP("ZSCAN @z 0 COUNT 2"), "ZSCAN @z x", "ZSCAN @z 0 COUNT 0", "ZSCAN @z 0 TYPE zset", "ZSCAN @missing 0",
+    "ZSCAN @str 0", "ZSCAN @z",
 ])
 
 
@@ -460,7 +463,7 @@ NEW_COMMANDS = [
     "getrange", "substr", "setrange", "incrbyfloat", "copy", "rename", "renamenx", "expiretime",
     "pexpiretime", "object", "scan", "randomkey", "hsetnx", "hincrbyfloat", "hstrlen", "hrandfield",
     "hscan", "spop", "smismember", "srandmember", "sinter", "sunion", "sdiff", "smove", "sinterstore",
-    "sunionstore", "sdiffstore", "sintercard", "sscan",
+    "sunionstore", "sdiffstore", "sintercard", "sscan", "zscan",
 ]
 
 

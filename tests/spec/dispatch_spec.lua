@@ -153,7 +153,7 @@ describe("dispatch", function()
                       "smove", "spop", "spublish", "srandmember", "srem", "sscan", "ssubscribe", "strlen",
                       "subscribe", "substr", "sunion", "sunionstore", "sunsubscribe", "time", "ttl",
                       "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zincrby",
-                      "zrange", "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore" }, names)
+                      "zrange", "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscan", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })
