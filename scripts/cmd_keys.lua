@@ -354,6 +354,9 @@ C.dbsize = { arity = 1, flags = "readonly fast", first_key = 0, last_key = 0, st
     end)
 end }
 
+-- The most keys KEYS answers and SCAN reads in one call.
+local KEYS_LIMIT = 10000
+
 -- Every key of the keyspace, as its znodes under <root>/k name them
 -- (expired ones not yet deleted too), sorted: KEYS, SCAN and RANDOMKEY
 -- list the keyspace through this one function.
@@ -382,7 +385,6 @@ end
 
 -- KEYS pattern: Redis's glob over the keyspace, expired keys skipped;
 -- refused beyond KEYS_LIMIT matches (policy.keys_limit).
-local KEYS_LIMIT = 10000
 
 C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
            fn = function(args)
@@ -402,7 +404,8 @@ C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
 end }
 
 -- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] (scan.lua says
--- how the cursor walks the keyspace).
+-- how the cursor walks the keyspace).  A COUNT beyond KEYS_LIMIT reads
+-- KEYS_LIMIT keys (COUNT is a hint in Redis too).
 C.scan = { arity = -2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
            fn = function(args)
     local cursor = N.cursor(args[2])
@@ -410,7 +413,8 @@ C.scan = { arity = -2, flags = "readonly", first_key = 0, last_key = 0, step = 0
     local o, e = N.options(args, 3, true)
     if not o then return err(e) end
     return T.run({}, function()
-        local batch, next_cursor = N.step(key_names(), cursor, o.count)
+        local count = math.min(o.count, K.policy.keys_limit or KEYS_LIMIT)
+        local batch, next_cursor = N.step(key_names(), cursor, count)
         local keys = {}
         for _, k in ipairs(batch) do
             if not o.match or U.glob(o.match, k) then keys[#keys + 1] = k end
