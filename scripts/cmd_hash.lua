@@ -1,6 +1,6 @@
--- cmd_hash.lua — the hash commands: HSET, HMSET, HGET, HMGET, HINCRBY,
--- HEXISTS, HDEL, HLEN, HKEYS, HVALS, HGETALL, with Redis 7.0's replies and
--- errors.  Same table shape as cmd_string.lua.
+-- cmd_hash.lua — the hash commands: HSET, HMSET, HSETNX, HGET, HMGET,
+-- HINCRBY, HINCRBYFLOAT, HEXISTS, HDEL, HLEN, HSTRLEN, HKEYS, HVALS,
+-- HGETALL, HRANDFIELD, HSCAN, with Redis 7.0's replies and errors.  Same table shape as cmd_string.lua.
 --
 -- A hash is one znode of codec type HASH (payload.lua); fields keep their
 -- insertion order, as a small Redis hash (listpack) does.  Writes keep the
@@ -10,6 +10,7 @@ local T = require "txn"
 local E = require "errors"
 local U = require "util"
 local P = require "payload"
+local N = require "scan"
 local codec = require "codec"
 
 local HASH = codec.HASH
@@ -119,7 +120,7 @@ C.hincrby = spec(function(args)
         local cur = 0
         if h.vals[field] then
             cur = U.to_int(h.vals[field])
-            if not cur then return err("ERR hash value is not an integer") end
+            if not cur then return err(E.HASH_NOT_INTEGER) end
         end
         local n = U.add_checked(cur, by)
         if not n then return err(E.INCR_OVERFLOW) end
@@ -128,6 +129,105 @@ C.hincrby = spec(function(args)
         return n
     end)
 end, 4, "write denyoom fast")
+
+-- HINCRBYFLOAT key field increment: the sum as INCRBYFLOAT writes it.
+C.hincrbyfloat = spec(function(args)
+    local key, field = args[2], args[3]
+    local by = U.to_double(args[4])
+    if not by then return err(E.NOT_FLOAT) end
+    if by == math.huge or by == -math.huge then return err(E.NAN_OR_INFINITY_VALUE) end
+    return T.run({ key }, function(t)
+        local rec, h = load(t, key)
+        h = h or P.new_hash()
+        local cur = 0.0
+        if h.vals[field] then
+            cur = U.to_double(h.vals[field])
+            if not cur then return err(E.HASH_NOT_FLOAT) end
+        end
+        local n = cur + by
+        if n ~= n or n == math.huge or n == -math.huge then return err(E.NAN_OR_INFINITY) end
+        local text = U.human_double(n)
+        P.hash_set(h, field, text)
+        store(t, rec, h)
+        return text
+    end)
+end, 4, "write denyoom fast")
+
+-- HSETNX key field value
+C.hsetnx = spec(function(args)
+    local key, field = args[2], args[3]
+    return T.run({ key }, function(t)
+        local rec, h = load(t, key)
+        h = h or P.new_hash()
+        if h.vals[field] then return 0 end
+        P.hash_set(h, field, args[4])
+        store(t, rec, h)
+        return 1
+    end)
+end, 4, "write denyoom fast")
+
+C.hstrlen = spec(function(args)
+    local key, field = args[2], args[3]
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        local v = h and h.vals[field]
+        return v and #v or 0
+    end)
+end, 3, "readonly fast")
+
+---------------------------------------------------------------------------
+-- HRANDFIELD key [count [WITHVALUES]]
+
+C.hrandfield = spec(function(args)
+    local key = args[2]
+    local count, withvalues
+    if #args >= 3 then
+        local e
+        count, e = U.random_count(args[3])
+        if not count then return err(e) end
+        if #args > 4 or (#args == 4 and not U.is(args[4], "withvalues")) then
+            return err(E.SYNTAX)
+        end
+        withvalues = #args == 4
+        if withvalues and (count < -(math.maxinteger // 2) or count > math.maxinteger // 2) then
+            return err(E.OUT_OF_RANGE)
+        end
+    end
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        if not count then
+            return h and h.keys[math.random(#h.keys)] or host.null
+        end
+        if not h or count == 0 then return {} end
+        local out = {}
+        for _, i in ipairs(U.random_picks(#h.keys, count)) do
+            local f = h.keys[i]
+            out[#out + 1] = f
+            if withvalues then out[#out + 1] = h.vals[f] end
+        end
+        if withvalues then return { pairs = out } end
+        return out
+    end)
+end, -2, "readonly")
+
+-- HSCAN key cursor [MATCH pattern] [COUNT count]: the whole hash at once
+-- (scan.lua).
+C.hscan = spec(function(args)
+    local key = args[2]
+    if not N.cursor(args[3]) then return err(E.INVALID_CURSOR) end
+    return T.run({ key }, function(t)
+        local _, h = load(t, key)
+        if not h then return { "0", {} } end
+        local o, e = N.options(args, 4, false)
+        if not o then return err(e) end
+        local flat = {}
+        for _, f in ipairs(h.keys) do
+            flat[#flat + 1] = f
+            flat[#flat + 1] = h.vals[f]
+        end
+        return N.whole(flat, o.match, true)
+    end)
+end, -3, "readonly")
 
 ---------------------------------------------------------------------------
 -- HDEL key field [field ...]

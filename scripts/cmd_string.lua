@@ -1,5 +1,7 @@
--- cmd_string.lua — the string commands: SET, GET, GETDEL, INCR, INCRBY,
--- DECR, DECRBY, DELEX and DELIFEQ, with Redis's replies and errors.
+-- cmd_string.lua — the string commands: SET, SETNX, SETEX, PSETEX, GETSET,
+-- GET, GETDEL, GETEX, MGET, MSET, MSETNX, APPEND, STRLEN, GETRANGE (SUBSTR),
+-- SETRANGE, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, DELEX and DELIFEQ,
+-- with Redis's replies and errors.
 --
 -- Each entry: name -> {fn = function(args) -> reply, arity, first_key,
 -- last_key, step, flags}; arity counts the name (positive: exact, negative:
@@ -11,6 +13,7 @@ local K = require "keyspace"
 local T = require "txn"
 local E = require "errors"
 local U = require "util"
+local P = require "payload"
 local codec = require "codec"
 
 local STRING = codec.STRING
@@ -23,6 +26,24 @@ local function ok() return { ok = "OK" } end
 ---------------------------------------------------------------------------
 -- SET key value [NX | XX | IFEQ v | IFNE v] [GET]
 --               [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]
+
+-- An expiry argument of SET, SETEX, GETEX... (kind "ex", "px", "exat" or
+-- "pxat"; text as sent): the TTL in ms, or nil and the absolute time in
+-- unix ms; or nil, nil and the error.
+local function parse_expire(kind, text, name)
+    local n = U.to_int(text)
+    if not n then return nil, nil, E.NOT_INTEGER end
+    local seconds = kind == "ex" or kind == "exat"
+    if n <= 0 or (seconds and n > math.maxinteger // 1000) then
+        return nil, nil, E.invalid_expire(name)
+    end
+    if seconds then n = n * 1000 end
+    if kind == "exat" or kind == "pxat" then return nil, n end
+    if n > math.maxinteger - math.floor(host.wall()) then
+        return nil, nil, E.invalid_expire(name)
+    end
+    return n
+end
 
 -- Options in any order and case.  As in Redis, an option may repeat (the
 -- last value wins) but two conditions or two kinds of expiry conflict.
@@ -62,21 +83,9 @@ local function parse_set(args)
         i = i + 1
     end
     if o.expire then
-        local n = U.to_int(o.expire)
-        if not n then return nil, E.NOT_INTEGER end
-        local seconds = o.expire_kind == "ex" or o.expire_kind == "exat"
-        if n <= 0 or (seconds and n > math.maxinteger // 1000) then
-            return nil, E.invalid_expire("set")
-        end
-        if seconds then n = n * 1000 end
-        if o.expire_kind == "ex" or o.expire_kind == "px" then
-            if n > math.maxinteger - math.floor(host.wall()) then
-                return nil, E.invalid_expire("set")
-            end
-            o.ttl = n
-        else
-            o.at = n
-        end
+        local e
+        o.ttl, o.at, e = parse_expire(o.expire_kind, o.expire, "set")
+        if e then return nil, e end
     end
     return o
 end
@@ -137,6 +146,35 @@ end
 S.set = { fn = set, arity = -3, flags = "write denyoom",
           first_key = 1, last_key = 1, step = 1 }
 
+-- SETNX key value (1 or 0) and GETSET key value: SET NX and SET GET.
+S.setnx = U.key_command(function(args)
+    local r = set({ args[1], args[2], args[3], "NX" })
+    if r == host.null then return 0 end
+    return r.ok and 1 or r
+end, 3, "write denyoom fast")
+
+S.getset = U.key_command(function(args)
+    return set({ args[1], args[2], args[3], "GET" })
+end, 3, "write denyoom fast")
+
+-- SETEX key seconds value, PSETEX key milliseconds value.
+local function setex(args, name, kind)
+    local key, value = args[2], args[4]
+    local ttl, _, e = parse_expire(kind, args[3], name)
+    if e then return err(e) end
+    e = K.value_error(value)
+    if e then return err(e) end
+    return T.run({ key }, function(t)
+        t:put(t:read(key), STRING, value, ttl)
+        return ok()
+    end)
+end
+
+S.setex = U.key_command(function(args) return setex(args, "setex", "ex") end, 4,
+                        "write denyoom")
+S.psetex = U.key_command(function(args) return setex(args, "psetex", "px") end, 4,
+                         "write denyoom")
+
 ---------------------------------------------------------------------------
 -- GET key, GETDEL key
 
@@ -162,6 +200,168 @@ local function getdel(args) return get(args, true) end
 
 S.getdel = { fn = getdel, arity = 2, flags = "write fast",
              first_key = 1, last_key = 1, step = 1 }
+
+---------------------------------------------------------------------------
+-- GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]
+
+local function getex(args)
+    local key = args[2]
+    local kind, when, persist
+    local i = 3
+    while i <= #args do
+        local a = args[i]:lower()
+        if (a == "ex" or a == "px" or a == "exat" or a == "pxat") and args[i + 1] and
+           not persist and (kind == nil or kind == a) then
+            kind, when = a, args[i + 1]
+            i = i + 1
+        elseif a == "persist" and not kind then
+            persist = true
+        else
+            return err(E.SYNTAX)
+        end
+        i = i + 1
+    end
+    local ttl, at, e
+    if kind then
+        ttl, at, e = parse_expire(kind, when, "getex")
+        if e then return err(e) end
+    end
+    return T.run({ key }, function(t)
+        local rec = t:read(key)
+        if not rec.live then return host.null end
+        if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
+        local value = rec.value
+        if at then ttl = math.ceil(at - host.wall()) end
+        if ttl and ttl <= 0 then
+            t:delete({ rec })
+        elseif ttl then
+            t:put(rec, STRING, value, ttl)
+        elseif persist and rec.deadline then
+            t:put(rec, STRING, value, 0)
+        end
+        return value
+    end)
+end
+
+S.getex = U.key_command(getex, -2, "write fast")
+
+---------------------------------------------------------------------------
+-- MGET key [key ...]; MSET and MSETNX key value [key value ...], whose
+-- writes are one multi (txn.atomic): every sidecar sees all or none.
+
+S.mget = { arity = -2, flags = "readonly fast", first_key = 1, last_key = -1, step = 1,
+           fn = function(args)
+    local keys = table.move(args, 2, #args, 1, {})
+    return T.run(keys, function(t)
+        local recs = t:read_all(keys)
+        local out = {}
+        for i, k in ipairs(keys) do
+            local rec = recs[k]
+            out[i] = (rec.live and rec.vtype == STRING) and rec.value or host.null
+        end
+        return out
+    end)
+end }
+
+local function mset_generic(args, name, nx)
+    if #args % 2 ~= 1 then return err(E.wrong_arity(name)) end
+    local keys = {}
+    for i = 2, #args, 2 do
+        local e = K.value_error(args[i + 1])
+        if e then return err(e) end
+        keys[#keys + 1] = args[i]
+    end
+    return T.atomic(keys, function(t)
+        local recs = t:read_all(keys)
+        if nx then
+            for _, k in ipairs(keys) do
+                if recs[k].live then return 0 end
+            end
+        end
+        for i = 2, #args, 2 do t:put(t:read(args[i]), STRING, args[i + 1], 0) end
+        return nx and 1 or ok()
+    end)
+end
+
+S.mset = { arity = -3, flags = "write denyoom", first_key = 1, last_key = -1, step = 2,
+           fn = function(args) return mset_generic(args, "mset", false) end }
+S.msetnx = { arity = -3, flags = "write denyoom", first_key = 1, last_key = -1, step = 2,
+             fn = function(args) return mset_generic(args, "msetnx", true) end }
+
+---------------------------------------------------------------------------
+-- APPEND, STRLEN, GETRANGE (SUBSTR), SETRANGE: writes keep the TTL.
+
+-- The string at key inside t: rec and its value, nil when missing; a key
+-- of another type ends the command with WRONGTYPE.
+local function load(t, key)
+    local rec = t:read(key)
+    if not rec.live then return rec, nil end
+    if rec.vtype ~= STRING then K.abort(err(E.WRONGTYPE)) end
+    return rec, rec.value
+end
+
+S.append = U.key_command(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local rec, cur = load(t, key)
+        local value = (cur or "") .. args[3]
+        local e = K.value_error(value)
+        if e then return err(e) end
+        t:put(rec, STRING, value, P.kept_ttl(rec))
+        return #value
+    end)
+end, 3, "write denyoom fast")
+
+S.strlen = U.key_command(function(args)
+    return T.run({ args[2] }, function(t)
+        local _, v = load(t, args[2])
+        return v and #v or 0
+    end)
+end, 2, "readonly fast")
+
+-- Redis's getrangeCommand: negative indexes count from the end, both are
+-- clamped to the string; an empty range is "".
+local function getrange(args)
+    local key = args[2]
+    local first, last = U.to_int(args[3]), U.to_int(args[4])
+    if not first or not last then return err(E.NOT_INTEGER) end
+    return T.run({ key }, function(t)
+        local _, v = load(t, key)
+        if not v or (first < 0 and last < 0 and first > last) then return "" end
+        local n = #v
+        if first < 0 then first = math.max(0, n + first) end
+        if last < 0 then last = math.max(0, n + last) end
+        if last >= n then last = n - 1 end
+        if first > last or n == 0 then return "" end
+        return v:sub(first + 1, last + 1)
+    end)
+end
+
+S.getrange = U.key_command(getrange, 4, "readonly")
+S.substr = U.key_command(getrange, 4, "readonly")
+
+-- SETRANGE key offset value: pads with zero bytes; the length of the
+-- string after.  Redis's proto-max-bulk-len (512 MB) bounds the result.
+local MAX_STRING = 512 * 1024 * 1024
+
+S.setrange = U.key_command(function(args)
+    local key, value = args[2], args[4]
+    local offset = U.to_int(args[3])
+    if not offset then return err(E.NOT_INTEGER) end
+    if offset < 0 then return err(E.OFFSET_RANGE) end
+    return T.run({ key }, function(t)
+        local rec, cur = load(t, key)
+        if #value == 0 then return cur and #cur or 0 end
+        if offset > MAX_STRING - #value then return err(E.STRING_TOO_LONG) end
+        cur = cur or ""
+        if #cur < offset then cur = cur .. string.rep("\0", offset - #cur) end
+        local new = cur:sub(1, offset) .. value .. cur:sub(offset + #value + 1)
+        local e = K.value_error(new)
+        if e then return err(e) end
+        t:put(rec, STRING, new, P.kept_ttl(rec))
+        return #new
+    end)
+end, 4, "write denyoom")
 
 ---------------------------------------------------------------------------
 -- INCR, DECR, INCRBY, DECRBY: the TTL is kept.
@@ -203,6 +403,23 @@ S.decrby = { arity = 3, flags = "write denyoom fast", first_key = 1, last_key = 
     if by == math.mininteger then return err(E.DECR_OVERFLOW) end
     return incr_by(args[2], -by)
 end }
+
+-- INCRBYFLOAT key increment: the sum as U.human_double writes it.
+S.incrbyfloat = U.key_command(function(args)
+    local key = args[2]
+    return T.run({ key }, function(t)
+        local rec, v = load(t, key)
+        local cur = 0.0
+        if v then cur = U.to_double(v) end
+        local by = U.to_double(args[3])
+        if not cur or not by then return err(E.NOT_FLOAT) end
+        local n = cur + by
+        if n ~= n or n == math.huge or n == -math.huge then return err(E.NAN_OR_INFINITY) end
+        local text = U.human_double(n)
+        t:put(rec, STRING, text, P.kept_ttl(rec))
+        return text
+    end)
+end, 3, "write denyoom fast")
 
 ---------------------------------------------------------------------------
 -- Compare-and-delete: DELIFEQ key value (Valkey 9) and DELEX key

@@ -3,7 +3,7 @@
 -- ZRANGE (by index, BYSCORE, BYLEX, REV, LIMIT, WITHSCORES), ZRANGEBYSCORE,
 -- ZRANGEBYLEX, ZREVRANGE, ZREVRANGEBYSCORE, ZREVRANGEBYLEX, ZCOUNT,
 -- ZLEXCOUNT, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZREMRANGEBYRANK, ZPOPMIN,
--- ZPOPMAX, ZRANDMEMBER, with Redis 7.2's replies and errors.  Same table
+-- ZPOPMAX, ZRANDMEMBER, ZSCAN, with Redis 7.2's replies and errors.  Same table
 -- shape as cmd_string.lua; zset_range.lua parses and selects the ranges.
 --
 -- A sorted set is one znode of codec type ZSET (payload.lua), ordered by
@@ -17,6 +17,7 @@ local T = require "txn"
 local E = require "errors"
 local U = require "util"
 local P = require "payload"
+local N = require "scan"
 local codec = require "codec"
 local R = require "zset_range"
 
@@ -24,7 +25,7 @@ local ZSET = codec.ZSET
 
 local Z = {}
 
-local NOT_FLOAT = "ERR value is not a valid float"
+local NOT_FLOAT = E.NOT_FLOAT
 local NAN_SCORE = "ERR resulting score is not a number (NaN)"
 local RANGE_NOT_FLOAT = "ERR min or max is not a float"
 local LEX_RANGE = "ERR min or max not valid string range item"
@@ -215,6 +216,25 @@ Z.zrevrank = spec(function(args) return rank(args, "zrevrank", true) end, -3, "r
 Z.zcard = spec(function(args)
     return T.run({ args[2] }, function(t) return P.size(t, args[2], ZSET) end)
 end, 2, "readonly fast")
+
+-- ZSCAN key cursor [MATCH pattern] [COUNT count]: the whole sorted set at
+-- once (scan.lua), scores as bulk strings ("%.17g") in RESP2 and RESP3.
+Z.zscan = spec(function(args)
+    local key = args[2]
+    if not N.cursor(args[3]) then return err(E.INVALID_CURSOR) end
+    return T.run({ key }, function(t)
+        local _, z = load(t, key)
+        if not z then return { "0", {} } end
+        local o, e = N.options(args, 4, false)
+        if not o then return err(e) end
+        local flat = {}
+        for _, m in ipairs(z) do
+            flat[#flat + 1] = m[1]
+            flat[#flat + 1] = ("%.17g"):format(m[2])
+        end
+        return N.whole(flat, o.match, true)
+    end)
+end, -3, "readonly")
 
 ---------------------------------------------------------------------------
 -- Ranges (zset_range.lua selects them)

@@ -20,6 +20,25 @@ E.INCR_OVERFLOW = "ERR increment or decrement would overflow"
 E.DECR_OVERFLOW = "ERR decrement would overflow"
 E.EXPIRE_NX_COMBO = "ERR NX and XX, GT or LT options at the same time are not compatible"
 E.EXPIRE_GT_LT = "ERR GT and LT options at the same time are not compatible"
+E.NOT_FLOAT = "ERR value is not a valid float"
+E.HASH_NOT_FLOAT = "ERR hash value is not a float"
+E.HASH_NOT_INTEGER = "ERR hash value is not an integer"
+E.NAN_OR_INFINITY = "ERR increment would produce NaN or Infinity"
+E.NAN_OR_INFINITY_VALUE = "ERR value is NaN or Infinity"
+E.OFFSET_RANGE = "ERR offset is out of range"
+E.STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+E.OUT_OF_RANGE = "ERR value is out of range"
+E.NOT_POSITIVE = "ERR value is out of range, must be positive"
+E.NO_SUCH_KEY = "ERR no such key"
+E.SAME_OBJECT = "ERR source and destination objects are the same"
+E.DB_RANGE = "ERR DB index is out of range"
+E.INVALID_CURSOR = "ERR invalid cursor"
+E.NUMKEYS_ZERO = "ERR numkeys should be greater than 0"
+E.NUMKEYS_ARGS = "ERR Number of keys can't be greater than number of args"
+E.LIMIT_NEGATIVE = "ERR LIMIT can't be negative"
+E.NO_LFU = "ERR An LFU maxmemory policy is not selected, access frequency not tracked. " ..
+           "Please note that when switching between policies at runtime LRU and LFU " ..
+           "data will take some time to adjust."
 
 -- zkresp's own limits (DESIGN.md "Keyspace model").
 E.KEY_TOO_LONG = "ERR key too long"
@@ -42,6 +61,7 @@ E.SWAPDB_UNSUPPORTED = "ERR SWAPDB is not supported by zkresp: ZooKeeper cannot 
 E.SELECT_IN_SCRIPT = "ERR SELECT is not supported in scripts by zkresp: a script runs in its caller's database"
 E.CONFIG_READONLY = "ERR zkresp's settings are its command-line flags (zkresp --help): " ..
                     "CONFIG SET, REWRITE and RESETSTAT are not supported"
+E.OTHER_DB = "ERR zkresp copies keys only within the selected database"
 
 -- Failures a client should retry (Redis clients treat TRYAGAIN as
 -- retryable).
@@ -93,6 +113,11 @@ end
 function E.not_while_subscribed(full)
     return "ERR Can't execute '" .. full .. "': only (P|S)SUBSCRIBE / " ..
            "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+end
+
+-- Redis's getRangeLongFromObjectOrReply without a message of its own.
+function E.value_between(lo, hi)
+    return "ERR value is out of range, value must between " .. lo .. " and " .. hi
 end
 
 function E.invalid_expire(name)

@@ -15,6 +15,7 @@
 -- sent to ZooKeeper beyond its reads.
 --
 --   txn.script(keys, function(t) ... return reply [, false] end)
+--   txn.atomic(keys, function(t) ... return reply end)
 --
 -- runs a client script (eval.lua) as ONE transaction in buffered mode:
 -- t:read records what it read (version, or absence) and serves the
@@ -420,7 +421,8 @@ local function after_commit(t, ok)
     for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
-function T.script(keys, fn)
+-- (`uncounted`: a command's transaction, not a script's, for T.stats.)
+function T.script(keys, fn, uncounted)
     local co = coroutine.running()
     local held <close> = hold_keys(keys, true)
     local attempt = 0
@@ -443,26 +445,18 @@ function T.script(keys, fn)
             local cok, cres = xpcall(commit_buffered, handler, t)
             after_commit(t, cok)
             if cok then
-                T.stats.committed = T.stats.committed + 1
+                if not uncounted then T.stats.committed = T.stats.committed + 1 end
                 return res
             end
             res = cres
         end
         if K.is_retry(res) then
-            T.stats.retries = T.stats.retries + 1
+            if not uncounted then T.stats.retries = T.stats.retries + 1 end
             seed = res.recs
         end
         local done, reply = after_failure(res, attempt)
         if done then return reply end
     end
-end
-
--- A command that writes several keys as one (LMOVE): inside a script, the
--- script's own transaction; else txn.script's buffered mode, whose commit
--- is one multi over every key read and written.
-function T.atomic(keys, fn)
-    if current[coroutine.running()] then return T.run(keys, fn) end
-    return T.script(keys, fn)
 end
 
 -- Scripts committed and re-run (for INFO and the bench).
@@ -510,6 +504,20 @@ function T.delete_keys(keys)
         end
         return ngone
     end)
+end
+
+-- A command that writes several keys (MSET, RENAME, SMOVE...): one
+-- transaction committed as one multi, the way a script's is (buffered
+-- mode), so that every sidecar sees all of its writes or none.  Inside a
+-- script it is part of the script's transaction.  A reply that is an
+-- error commits nothing.
+function T.atomic(keys, fn)
+    local outer = current[coroutine.running()]
+    if outer then return outer:nested(fn) end
+    return T.script(keys, function(t)
+        local reply = fn(t)
+        return reply, not (type(reply) == "table" and reply.err ~= nil)
+    end, true)
 end
 
 return T

@@ -1,6 +1,8 @@
 -- util.lua — small helpers shared by the modules: Redis's integer parsing
 -- and its glob matcher, and the tables of per-command state.
 
+local E = require "errors"
+
 local U = {}
 
 ---------------------------------------------------------------------------
@@ -70,6 +72,68 @@ function U.add_checked(a, b)
         return nil
     end
     return a + b
+end
+
+---------------------------------------------------------------------------
+-- Numbers, as C's strtod reads them
+
+-- A whole string in strtod's syntax (no surrounding spaces): the double,
+-- and whether the conversion overflowed or underflowed (ERANGE); nil when
+-- it is not a number.  NaN is returned as NaN.
+function U.strtod_all(s)
+    local sign, body = s:match("^([+-]?)(.*)$")
+    local word = body:lower()
+    if word == "inf" or word == "infinity" then
+        return sign == "-" and -math.huge or math.huge, false
+    end
+    if word == "nan" or word:match("^nan%([%w_]*%)$") then return 0 / 0, false end
+    local v, mantissa
+    if body:match("^0[xX]") then
+        local m, e = body:match("^0[xX](%x*%.?%x*)([pP]?[+-]?%d*)$")
+        if not m or not m:find("%x") or (e ~= "" and not e:match("^[pP][+-]?%d+$")) then return nil end
+        v = tonumber(sign .. "0x" .. m .. (e ~= "" and e or "p0"))
+        mantissa = m:gsub("[0.]", "")
+    else
+        local m, e = body:match("^(%d*%.?%d*)([eE]?[+-]?%d*)$")
+        if not m or not m:find("%d") or (e ~= "" and not e:match("^[eE][+-]?%d+$")) then return nil end
+        v = tonumber(sign .. m .. e)
+        mantissa = m:gsub("[0.]", "")
+    end
+    if v == nil then return nil end
+    v = v + 0.0
+    local erange = (v == math.huge or v == -math.huge) or (v == 0 and mantissa ~= "")
+    return v, erange
+end
+
+-- Redis's getDoubleFromObject (and string2ld): the whole argument, no
+-- spaces, no NaN, no overflow or underflow to zero.
+function U.to_double(s)
+    if #s == 0 or s:find("^%s") or s:find("\0", 1, true) then return nil end
+    local v, erange = U.strtod_all(s)
+    if v == nil or v ~= v then return nil end
+    if erange and (v == math.huge or v == -math.huge or v == 0) then return nil end
+    return v
+end
+
+-- A finite double as INCRBYFLOAT and HINCRBYFLOAT write it (Redis's
+-- ld2string, human form: fixed point, at most 17 decimals, no trailing
+-- zeros).  Redis adds in long double; in double precision a sum such as
+-- 0.1 + 0.2 lands an ulp or two off the decimal Redis prints, so the
+-- shortest of 15 digits is taken when it is that close, else 17.
+function U.human_double(v)
+    if v == math.floor(v) and math.abs(v) < 1e17 then
+        return v == 0 and "0" or ("%.0f"):format(v)
+    end
+    local s = ("%.15g"):format(v)
+    if math.abs(tonumber(s) - v) > math.abs(v) * 2 ^ -51 then s = ("%.17g"):format(v) end
+    local mant, exp = s:match("^(.-)e([+-]%d+)$")
+    if mant then
+        local decimals = #(mant:match("%.(%d+)$") or "") - tonumber(exp)
+        s = ("%." .. math.min(17, math.max(0, decimals)) .. "f"):format(tonumber(s))
+        if s:find(".", 1, true) then s = s:gsub("0+$", ""):gsub("%.$", "") end
+    end
+    if s == "-0" then s = "0" end
+    return s
 end
 
 -- Redis's stringmatchlen (case sensitive): '*', '?', '[...]' with '^'
@@ -153,6 +217,41 @@ function U.count(t)
     local n = 0
     for _ in pairs(t) do n = n + 1 end
     return n
+end
+
+-- The count of SRANDMEMBER, HRANDFIELD (and ZRANDMEMBER): Redis's
+-- getRangeLongFromObjectOrReply over -LONG_MAX..LONG_MAX.  A negative
+-- count asks for that many picks with repetition; beyond RANDOM_MAX picks
+-- (Redis would build the reply until memory runs out) it is refused as out
+-- of range.  Returns the count, or nil and the error text.
+U.RANDOM_MAX = 1000000
+
+function U.random_count(text)
+    local n = U.to_int(text)
+    if not n then return nil, E.NOT_INTEGER end
+    if n == math.mininteger then return nil, E.value_between(-math.maxinteger, math.maxinteger) end
+    if n < -U.RANDOM_MAX then return nil, E.OUT_OF_RANGE end
+    return n
+end
+
+-- n picks among `size` entries (n > 0: distinct entries, at most #list, in a
+-- random order; n < 0: -n picks with repetition).  Returns the picked
+-- indexes.
+function U.random_picks(size, n)
+    local out = {}
+    if n < 0 then
+        for i = 1, -n do out[i] = math.random(size) end
+        return out
+    end
+    for i = 1, size do out[i] = i end
+    for i = size, 2, -1 do
+        local j = math.random(i)
+        out[i], out[j] = out[j], out[i]
+    end
+    if n < size then
+        for i = size, n + 1, -1 do out[i] = nil end
+    end
+    return out
 end
 
 -- A command table entry for a command whose one key is its first argument

@@ -7,49 +7,13 @@
 -- form: {{member, score}, ...} sorted), in the order the reply lists them.
 
 local P = require "payload"
+local U = require "util"
 
 local R = {}
 
----------------------------------------------------------------------------
--- Numbers, as C's strtod reads them
-
--- A whole string in strtod's syntax (no surrounding spaces): the double,
--- and whether the conversion overflowed or underflowed (ERANGE); nil when
--- it is not a number.  NaN is returned as NaN.
-local function strtod_all(s)
-    local sign, body = s:match("^([+-]?)(.*)$")
-    local word = body:lower()
-    if word == "inf" or word == "infinity" then
-        return sign == "-" and -math.huge or math.huge, false
-    end
-    if word == "nan" or word:match("^nan%([%w_]*%)$") then return 0 / 0, false end
-    local v, mantissa
-    if body:match("^0[xX]") then
-        local m, e = body:match("^0[xX](%x*%.?%x*)([pP]?[+-]?%d*)$")
-        if not m or not m:find("%x") or (e ~= "" and not e:match("^[pP][+-]?%d+$")) then return nil end
-        v = tonumber(sign .. "0x" .. m .. (e ~= "" and e or "p0"))
-        mantissa = m:gsub("[0.]", "")
-    else
-        local m, e = body:match("^(%d*%.?%d*)([eE]?[+-]?%d*)$")
-        if not m or not m:find("%d") or (e ~= "" and not e:match("^[eE][+-]?%d+$")) then return nil end
-        v = tonumber(sign .. m .. e)
-        mantissa = m:gsub("[0.]", "")
-    end
-    if v == nil then return nil end
-    v = v + 0.0
-    local erange = (v == math.huge or v == -math.huge) or (v == 0 and mantissa ~= "")
-    return v, erange
-end
-
--- Redis's getDoubleFromObject: the whole argument, no spaces, no NaN, no
--- overflow or underflow to zero.
-function R.to_score(s)
-    if #s == 0 or s:find("^%s") or s:find("\0", 1, true) then return nil end
-    local v, erange = strtod_all(s)
-    if v == nil or v ~= v then return nil end
-    if erange and (v == math.huge or v == -math.huge or v == 0) then return nil end
-    return v
-end
+-- Redis's getDoubleFromObject (util.lua).
+R.to_score = U.to_double
+local strtod_all = U.strtod_all
 
 -- A bound as zslParseRange reads it: strtod on the C string (up to a NUL),
 -- leading spaces skipped, an empty string is 0, overflow gives inf; NaN and

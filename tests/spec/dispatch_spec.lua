@@ -137,28 +137,35 @@ describe("dispatch", function()
             assert.is_string(spec.flags)
         end
         table.sort(names)
-        assert.same({ "auth", "client", "command", "config", "dbsize", "debug", "decr", "decrby", "del",
-                      "delex", "delifeq", "echo", "eval", "eval_ro", "evalsha", "evalsha_ro", "exists",
-                      "expire", "expireat", "flushall", "flushdb", "get", "getdel", "hdel", "hello",
-                      "hexists", "hget", "hgetall", "hincrby", "hkeys", "hlen", "hmget", "hmset", "hset",
-                      "hvals", "incr", "incrby", "info", "keys", "lindex", "linsert", "llen", "lmove",
-                      "lock.acquire", "lock.convert", "lock.info", "lock.release", "lock.renew", "lpop",
-                      "lpos", "lpush", "lrange", "lrem", "lset", "ltrim", "memory", "move", "persist",
-                      "pexpire", "pexpireat", "ping", "policy", "psubscribe", "pttl", "publish", "pubsub",
-                      "punsubscribe", "quit", "readonly", "readwrite", "reset", "rpop", "rpoplpush", "rpush",
-                      "sadd", "scard", "script", "select", "set", "sismember", "smembers", "spublish",
-                      "srem", "ssubscribe", "subscribe", "sunsubscribe", "swapdb", "time", "ttl", "type",
-                      "unlink", "unsubscribe", "wait", "waitaof", "zadd", "zcard", "zcount", "zincrby",
-                      "zlexcount", "zmscore", "zpopmax", "zpopmin", "zrandmember", "zrange", "zrangebylex",
-                      "zrangebyscore", "zrank", "zrem", "zremrangebylex", "zremrangebyrank",
-                      "zremrangebyscore", "zrevrange", "zrevrangebylex", "zrevrangebyscore", "zrevrank",
-                      "zscore" }, names)
+        assert.same({ "append", "auth", "client", "command", "config", "copy", "dbsize", "debug", "decr",
+                      "decrby", "del", "delex", "delifeq", "echo", "eval", "eval_ro", "evalsha",
+                      "evalsha_ro", "exists", "expire", "expireat", "expiretime", "flushall", "flushdb",
+                      "get", "getdel", "getex", "getrange", "getset", "hdel", "hello", "hexists", "hget",
+                      "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hrandfield",
+                      "hscan", "hset", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "info",
+                      "keys", "lindex", "linsert", "llen", "lmove", "lock.acquire", "lock.convert",
+                      "lock.info", "lock.release", "lock.renew", "lpop", "lpos", "lpush", "lrange", "lrem",
+                      "lset", "ltrim", "memory", "mget", "move", "mset", "msetnx", "object", "persist",
+                      "pexpire", "pexpireat", "pexpiretime", "ping", "policy", "psetex", "psubscribe",
+                      "pttl", "publish", "pubsub", "punsubscribe", "quit", "randomkey", "readonly",
+                      "readwrite", "rename", "renamenx", "reset", "rpop", "rpoplpush", "rpush", "sadd",
+                      "scan", "scard", "script", "sdiff", "sdiffstore", "select", "set", "setex", "setnx",
+                      "setrange", "sinter", "sintercard", "sinterstore", "sismember", "smembers",
+                      "smismember", "smove", "spop", "spublish", "srandmember", "srem", "sscan",
+                      "ssubscribe", "strlen", "subscribe", "substr", "sunion", "sunionstore", "sunsubscribe",
+                      "swapdb", "time", "ttl", "type", "unlink", "unsubscribe", "wait", "waitaof", "zadd",
+                      "zcard", "zcount", "zincrby", "zlexcount", "zmscore", "zpopmax", "zpopmin",
+                      "zrandmember", "zrange", "zrangebylex", "zrangebyscore", "zrank", "zrem",
+                      "zremrangebylex", "zremrangebyrank", "zremrangebyscore", "zrevrange", "zrevrangebylex",
+                      "zrevrangebyscore", "zrevrank", "zscan", "zscore" }, names)
         assert.same({ -3, 1, 1, 1, "write denyoom" },
                     { cmds.set.arity, cmds.set.first_key, cmds.set.last_key, cmds.set.step,
                       cmds.set.flags })
         assert.same({ -2, 1, -1, 1 }, { cmds.del.arity, cmds.del.first_key, cmds.del.last_key,
                                         cmds.del.step })
         assert.same({ 2, 0, 0 }, { cmds.keys.arity, cmds.keys.first_key, cmds.keys.last_key })
+        assert.same({ -3, 1, -1, 2 }, { cmds.mset.arity, cmds.mset.first_key, cmds.mset.last_key,
+                                        cmds.mset.step })
     end)
 
     it("reloads the policy on the \"reload\" event, keeping the old one when it fails", function()
