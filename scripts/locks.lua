@@ -220,8 +220,8 @@ end
 local function start_listing(lock)
     local l = { done = false }
     host.spawn(function()
-        local ok, names, pzxid = pcall(LS.read_children, lock)
-        if ok then l.names, l.pzxid = names, pzxid end
+        local ok, names, pzxid, stat = pcall(LS.read_children, lock)
+        if ok then l.names, l.pzxid, l.stat = names, pzxid, stat end
         l.done = true
         LW.finish(l)
     end)
@@ -261,8 +261,17 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
                 return t.lines[seq].token, LS.build(lock, t, names, pzxid, seq), listing
             end
             if converting and not t.lines[seq] then return nil, "lost" end
+            -- not granted: that listing and this table are one snapshot
+            -- when no write came between them
+            if listing then LW.await(listing) end
+            local st = listing and listing.names and listing.stat
+            if st and st.version == t.version and st.czxid == t.czxid then
+                names, pzxid, czxid = listing.names, listing.pzxid, t.czxid
+            else
+                t = nil
+            end
         end
-        t, names, pzxid, czxid = LS.snapshot(lock)
+        if not (names and t) then t, names, pzxid, czxid = LS.snapshot(lock) end
         if not t then return nil, "lost" end
         local snap = LS.build(lock, t, names, pzxid)
         local me = snap.by_seq[seq]

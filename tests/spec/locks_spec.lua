@@ -271,6 +271,65 @@ describe("native locks", function()
         assert.equal(1, #W:children(a.LK.lock_path("nc")))
     end)
 
+    -- The kinds of the requests sidecar sc made on the lock's nodes since
+    -- W.ops[from].
+    local function lock_ops(sc, key, from)
+        local lock, kinds = sc.LK.lock_path(key), {}
+        for i = from + 1, #W.ops do
+            local op = W.ops[i]
+            if op.sc == sc.id and (op.path or ""):find(lock, 1, true) then kinds[#kinds + 1] = op.kind end
+        end
+        return kinds
+    end
+
+    -- The first holder here was granted at once: its view lists no waiter,
+    -- so its release is a plain delete and the first waiter grants itself
+    -- (one read of the table beside one listing, then its write).  From
+    -- then on each release grants the next in its own multi.
+    it("hands on within one sidecar with the release's multi alone", function()
+        local t0 = a:call("LOCK.ACQUIRE", "ho", "h")
+        local w = {}
+        for i = 1, 3 do w[i] = start(a, "LOCK.ACQUIRE", "ho", "w" .. i, "WAIT", "60000") end
+        local from = #W.ops
+        assert.equal(1, a:call("LOCK.RELEASE", "ho", "h"))
+        run()
+        assert.is_true(w[1].done and w[1].result > t0)
+        assert.same({ "delete", "get", "children", "set" }, lock_ops(a, "ho", from))
+        for i = 2, 3 do
+            from = #W.ops
+            assert.equal(1, a:call("LOCK.RELEASE", "ho", "w" .. i - 1))
+            run()
+            assert.is_true(w[i].done and w[i].result > w[i - 1].result)
+            if w[i + 1] then assert.is_falsy(w[i + 1].done) end
+            -- the waiter learnt its grant and its view from the release
+            assert.same({ "multi" }, lock_ops(a, "ho", from))
+        end
+    end)
+
+    it("hands on across sidecars: the woken waiter reads the table, and its release grants the next", function()
+        local t0 = a:call("LOCK.ACQUIRE", "hx", "h")
+        local sides = { b, a, b }
+        local w = {}
+        for i = 1, 3 do w[i] = start(sides[i], "LOCK.ACQUIRE", "hx", "w" .. i, "WAIT", "60000") end
+        assert.equal(1, a:call("LOCK.RELEASE", "hx", "h"))
+        run()
+        assert.is_true(w[1].done and w[1].result > t0)
+        for i = 2, 3 do
+            local from = #W.ops
+            local releaser, woken = sides[i - 1], sides[i]
+            assert.equal(1, releaser:call("LOCK.RELEASE", "hx", "w" .. i - 1))
+            run()
+            assert.is_true(w[i].done and w[i].result > w[i - 1].result)
+            -- granted by the release's multi: the waiter read the table
+            -- (beside the listing its own release will grant from), and
+            -- wrote no grant of its own
+            assert.same({ "multi" }, lock_ops(releaser, "hx", from))
+            local kinds = lock_ops(woken, "hx", from)
+            table.sort(kinds)
+            assert.same({ "children", "get" }, kinds)
+        end
+    end)
+
     it("answers bad options with Redis's errors", function()
         assert.same(S.E("ERR wrong number of arguments for 'lock.acquire' command"), a:call("LOCK.ACQUIRE", "k"))
         assert.same(S.SYNTAX, a:call("LOCK.ACQUIRE", "k", "o", "PX"))
