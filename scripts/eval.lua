@@ -380,7 +380,7 @@ V.lookup = lookup
 -- through another sidecar that this one learns of while the script runs
 -- (the watch of script_cache.lua fires before any later ZooKeeper answer
 -- comes in) makes it run again, looking the sha up again: NOSCRIPT if it
--- is gone.  Its commit, if any, checks the cache's generation.
+-- is gone.
 local function run(args, fn, sha, ro, entry)
     local n = U.to_int(args[3])
     if not n then return err(E.NOT_INTEGER) end
@@ -402,8 +402,6 @@ local function run(args, fn, sha, ro, entry)
                 if not entry then return err(NOSCRIPT), false end
                 fn = entry.fn
             end
-            local check = SC.generation_check()
-            if check then t:on_commit(check) end
         end
         c.resp = 2
         c.keys = table.move(args, 4, 3 + n, 1, {})

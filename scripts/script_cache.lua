@@ -150,24 +150,6 @@ function C.verify()
     gen, version, verified = now, v, true
 end
 
--- A commit participant (txn.lua's t:on_commit) for a script run from the
--- local cache: its multi, when it sends one, checks that <root>/s is still
--- at the version known when the script was looked up, so that a script
--- flushed meanwhile writes nothing (the multi fails, the script runs
--- again and finds itself gone).  It adds no multi of its own.
-function C.generation_check()
-    local v = version
-    if not v then return nil end
-    local d = C.dir()
-    return {
-        plan = function(_, ops)
-            ops[#ops + 1] = { "check", d, v }
-            return 0
-        end,
-        done = function() end,
-    }
-end
-
 -- Makes sure every FLUSH that ended before the running command arrived has
 -- reached the local cache (SCRIPT EXISTS, which runs no script whose
 -- ZooKeeper traffic would tell): one read of <root>/s, whose answer comes

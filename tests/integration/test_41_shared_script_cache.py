@@ -314,7 +314,7 @@ def test_zookeeper_away(make_zk, make_zkresp):
 
 
 @pytest.mark.parametrize("body", [
-    "return redis.call('incr', KEYS[1])",     # writes: its commit checks the cache's generation
+    "return redis.call('incr', KEYS[1])",     # writes: its read of the key comes after the FLUSH's event
     "return redis.call('exists', KEYS[1])",   # reads: it looks again when the FLUSH came in meanwhile
 ])
 def test_evalsha_right_after_a_flush_elsewhere_answers_noscript(zkresp_pair, body):

@@ -305,6 +305,9 @@ def ldd_packages(binary):
     return pkgs
 
 
+DLOPENED = {"lua-cjson": "5.4/cjson.so"}
+
+
 def test_runtime_packages_match_what_zkresp_links(tmp_path=None):
     binary = os.path.join(ROOT, "build", "zkresp")
     assert os.access(binary, os.X_OK), "build/zkresp missing"
@@ -315,6 +318,12 @@ def test_runtime_packages_match_what_zkresp_links(tmp_path=None):
     runtime = stages[-1]
     installed = apt_installed(runtime)
     want = set(needed) - BASE_IMAGE_PKGS
+    # Lua C modules zkresp loads at run time (package.cpath), not linked:
+    # Debian's lua-cjson for the scripts' cjson (scripts/lua_cjson.lua).
+    for pkg, module in DLOPENED.items():
+        q = subprocess.run(["dpkg", "-L", pkg], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert q.returncode == 0 and module in q.stdout.decode(), "%s does not provide %s" % (pkg, module)
+        want.add(pkg)
     missing = want - installed
     extra = installed - want
     assert not missing, "the runtime image misses %s (for %s)" % (
