@@ -213,20 +213,16 @@ end, -2, "readonly")
 -- HSCAN key cursor [MATCH pattern] [COUNT count]: the whole hash at once
 -- (scan.lua).
 C.hscan = spec(function(args)
-    local key = args[2]
-    if not N.cursor(args[3]) then return err(E.INVALID_CURSOR) end
-    return T.run({ key }, function(t)
+    return N.collection(args, function(t, key)
         local _, h = load(t, key)
-        if not h then return { "0", {} } end
-        local o, e = N.options(args, 4, false)
-        if not o then return err(e) end
+        if not h then return nil end
         local flat = {}
         for _, f in ipairs(h.keys) do
             flat[#flat + 1] = f
             flat[#flat + 1] = h.vals[f]
         end
-        return N.whole(flat, o.match, true)
-    end)
+        return flat
+    end, true)
 end, -3, "readonly")
 
 ---------------------------------------------------------------------------

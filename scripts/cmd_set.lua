@@ -99,15 +99,10 @@ end, -3, "readonly fast")
 -- SSCAN key cursor [MATCH pattern] [COUNT count]: the whole set at once
 -- (scan.lua).
 S.sscan = spec(function(args)
-    local key = args[2]
-    if not N.cursor(args[3]) then return E.reply(E.INVALID_CURSOR) end
-    return T.run({ key }, function(t)
+    return N.collection(args, function(t, key)
         local _, s = load(t, key)
-        if not s then return { "0", {} } end
-        local o, e = N.options(args, 4, false)
-        if not o then return E.reply(e) end
-        return N.whole(s.keys, o.match, false)
-    end)
+        return s and s.keys
+    end, false)
 end, -3, "readonly")
 
 ---------------------------------------------------------------------------

@@ -220,20 +220,16 @@ end, 2, "readonly fast")
 -- ZSCAN key cursor [MATCH pattern] [COUNT count]: the whole sorted set at
 -- once (scan.lua), scores as bulk strings ("%.17g") in RESP2 and RESP3.
 Z.zscan = spec(function(args)
-    local key = args[2]
-    if not N.cursor(args[3]) then return err(E.INVALID_CURSOR) end
-    return T.run({ key }, function(t)
+    return N.collection(args, function(t, key)
         local _, z = load(t, key)
-        if not z then return { "0", {} } end
-        local o, e = N.options(args, 4, false)
-        if not o then return err(e) end
+        if not z then return nil end
         local flat = {}
         for _, m in ipairs(z) do
             flat[#flat + 1] = m[1]
             flat[#flat + 1] = ("%.17g"):format(m[2])
         end
-        return N.whole(flat, o.match, true)
-    end)
+        return flat
+    end, true)
 end, -3, "readonly")
 
 ---------------------------------------------------------------------------

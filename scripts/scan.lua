@@ -9,11 +9,13 @@
 -- the whole scan is therefore returned exactly once, however the keyspace
 -- changes meanwhile, as Redis guarantees (Redis may return one twice).
 --
--- HSCAN and SSCAN answer the whole collection at once with cursor 0, as
--- Redis does for a collection small enough for a listpack or an intset.
+-- HSCAN, SSCAN and ZSCAN answer the whole collection at once with cursor
+-- 0, as Redis does for a collection small enough for a listpack or an
+-- intset (N.collection).
 
 local E = require "errors"
 local U = require "util"
+local T = require "txn"
 
 local N = {}
 
@@ -92,8 +94,8 @@ function N.step(names, cursor, count)
     return out, 0
 end
 
--- The HSCAN/SSCAN reply: cursor 0 and the entries of `list` that match
--- (pairs: list is field, value, ...; the field is matched).
+-- The HSCAN/SSCAN/ZSCAN reply: cursor 0 and the entries of `list` that
+-- match (pairs: list is field, value, ...; the field is matched).
 function N.whole(list, match, pairs)
     local out = {}
     local step = pairs and 2 or 1
@@ -103,6 +105,21 @@ function N.whole(list, match, pairs)
         end
     end
     return { "0", out }
+end
+
+-- HSCAN, SSCAN, ZSCAN key cursor [MATCH pattern] [COUNT count]: listing(t,
+-- key) reads the collection into the flat list N.whole answers from (nil
+-- when the key is absent); pairs as N.whole's.
+function N.collection(args, listing, pairs)
+    local key = args[2]
+    if not N.cursor(args[3]) then return E.reply(E.INVALID_CURSOR) end
+    return T.run({ key }, function(t)
+        local list = listing(t, key)
+        if not list then return { "0", {} } end
+        local o, e = N.options(args, 4, false)
+        if not o then return E.reply(e) end
+        return N.whole(list, o.match, pairs)
+    end)
 end
 
 return N

@@ -224,12 +224,12 @@ end
 -- count asks for that many picks with repetition; beyond RANDOM_MAX picks
 -- (Redis would build the reply until memory runs out) it is refused as out
 -- of range.  Returns the count, or nil and the error text.
-U.RANDOM_MAX = 1000000
+U.RANDOM_MAX = E.RANDOM_MAX
 
 function U.random_count(text)
     local n = U.to_int(text)
     if not n then return nil, E.NOT_INTEGER end
-    if n == math.mininteger then return nil, E.value_between(-math.maxinteger, math.maxinteger) end
+    if n == math.mininteger then return nil, E.LONG_RANGE end
     if n < -U.RANDOM_MAX then return nil, E.OUT_OF_RANGE end
     return n
 end
