@@ -335,9 +335,9 @@ end
 -- with a conversion pending, grants nobody: a plain delete.  A view listed
 -- before its table grants from that listing: the requests it lacks came
 -- later and wait behind those it lists; one that left since is granted in
--- vain, and the waiter behind it grants itself.  true
--- when done; false to take the slow way (read, then delete), which drops
--- the view if the hold goes on (the grants marked in it were not made).
+-- vain, and the waiter behind it grants itself.  true when done; false to
+-- take the slow way (read, then delete), which drops the view if the hold
+-- goes on (the grants marked in it were not made).
 local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
@@ -376,7 +376,6 @@ local function quick_release(h)
     if Z.unknown(rc) then return Z.exists(h.path) == zk.NONODE end
     return false
 end
-
 
 ---------------------------------------------------------------------------
 -- The commands
