@@ -117,6 +117,7 @@ struct zk {
     char *auth;             /* digest user:password, or NULL */
     struct ACL_vector *acl; /* of every node we create */
     int auth_failed;        /* the server refused the credentials */
+    int auth_added;         /* the current handle has them to send */
     double auth_retry_at;   /* when to try a new session then */
     int denied;             /* a write answered NOAUTH / INVALIDACL (its rc) */
     char denied_path[256];  /* that write's first path */

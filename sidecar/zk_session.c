@@ -71,6 +71,26 @@ static void on_auth(int rc, const void *data)
     zk_enqueue(r);
 }
 
+/* Gives the current handle the credentials; the library sends them on
+ * every (re)connection, before any request.  A handle whose client thread
+ * is between connection attempts may refuse them (ZINVALIDSTATE, seen when
+ * a new session is opened while the server is down): they are given again
+ * when it connects, before the requests parked meanwhile are sent. */
+static void add_auth(struct zk *z, int connected)
+{
+    if (!z->auth || z->auth_added)
+        return;
+    int arc = zoo_add_auth(z->zh, "digest", z->auth, (int)strlen(z->auth),
+                           on_auth, z->hctx);
+    z->auth_added = arc == ZOK;
+    if (arc == ZOK)
+        return;
+    if (connected)
+        log_error("zk.auth", "rc=%d err=\"%s\"", arc, zerror(arc));
+    else
+        log_warn("zk.auth_later", "rc=%d err=\"%s\"", arc, zerror(arc));
+}
+
 static int open_handle(struct zk *z, char *err, size_t errlen)
 {
     struct zk_handle_ctx *hc = malloc(sizeof *hc);
@@ -93,13 +113,8 @@ static int open_handle(struct zk *z, char *err, size_t errlen)
      * still follows DNS changes of the ensemble, and a connection loss
      * always resolves anew. */
     zoo_set_servers_resolution_delay(z->zh, RESOLVE_DELAY_MS);
-    /* The library sends them on every (re)connection, before any request. */
-    if (z->auth) {
-        int arc = zoo_add_auth(z->zh, "digest", z->auth, (int)strlen(z->auth),
-                               on_auth, hc);
-        if (arc != ZOK)
-            log_error("zk.auth", "rc=%d err=\"%s\"", arc, zerror(arc));
-    }
+    z->auth_added = 0;
+    add_auth(z, 0);
     log_info("zk.connecting", "zk=%s session_timeout=%d credentials=%s acl=%s",
              z->hosts, z->session_timeout, z->auth ? "digest" : "none",
              z->acl == &ZOO_CREATOR_ALL_ACL ? "creator" : "open");
@@ -192,6 +207,7 @@ void zk_session_state(struct zk *z, int state)
                  "session=0x%llx timeout=%d server=%s new_session=%s",
                  (unsigned long long)sid, z->negotiated, z->server,
                  is_new ? "yes" : "no");
+        add_auth(z, 1);
         zk_flush_parked(z);
         emit(z, is_new && z->sessions > 1 ? "new" : "connected");
     } else if (state == ZOO_CONNECTING_STATE ||
