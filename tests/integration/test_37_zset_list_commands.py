@@ -356,17 +356,24 @@ def test_lmove_race_loses_and_duplicates_nothing(zkresp_pair):
                     return
                 assert raw.startswith(b"$"), raw
                 out.append(decode_one(raw))
-    seen, stop = [], threading.Event()
+    seen, stop, watching = [], threading.Event(), threading.Event()
 
     def watcher():
         # both lengths in one script (one snapshot): a move is never half done
         with RawClient(b.port, timeout=60) as c:
-            while not stop.is_set():
+            while True:
+                last = stop.is_set()
                 seen.append(tuple(decode_one(c.cmd(
                     "EVAL", "return {redis.call('llen', KEYS[1]), redis.call('llen', KEYS[2])}",
                     "2", "q", "done"))))
+                watching.set()
+                if last:
+                    return
     w = threading.Thread(target=watcher)
     w.start()
+    # the first snapshot is taken before the race and the last after it, so
+    # however fast the race runs the watcher has read across it
+    assert watching.wait(30)
     try:
         outs = _race([a.port, b.port], worker)
     finally:
@@ -374,7 +381,8 @@ def test_lmove_race_loses_and_duplicates_nothing(zkresp_pair):
         w.join(60)
     moved = [x for o in outs for x in o]
     assert sorted(moved) == sorted(items)
-    assert len(seen) > 1 and all(q + d == N_ITEMS for q, d in seen), [x for x in seen if sum(x) != N_ITEMS][:5]
+    assert seen[0] == (N_ITEMS, 0) and seen[-1] == (0, N_ITEMS), (seen[0], seen[-1])
+    assert all(q + d == N_ITEMS for q, d in seen), [x for x in seen if sum(x) != N_ITEMS][:5]
     with b.client() as cb:
         assert cb.cmd("EXISTS", "q") == b":0\r\n"
         assert sorted(decode_one(cb.cmd("LRANGE", "done", "0", "-1"))) == sorted(items)
