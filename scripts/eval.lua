@@ -402,6 +402,7 @@ local function run(args, fn, sha, ro, entry)
                 if not entry then return err(NOSCRIPT), false end
                 fn = entry.fn
             end
+            t.still = function() return SC.peek(sha) == entry end
         end
         c.resp = 2
         c.keys = table.move(args, 4, 3 + n, 1, {})

@@ -70,6 +70,22 @@ describe("the shared script cache", function()
         assert.same(NOSCRIPT, b:call("EVALSHA", sha(a, BODY), "0"))
     end)
 
+    it("answers NOSCRIPT when a FLUSH lands while EVALSHA reads the key it presumed absent", function()
+        -- the key was never seen, so the script runs on the presumption and
+        -- reads the key only before answering: the FLUSH's watch event comes
+        -- before that read's answer, and the script must not answer from the
+        -- flushed body
+        local RO = "return redis.call('exists', KEYS[1])"
+        a:call("SCRIPT", "LOAD", RO)
+        assert.equal(0, b:call("EVALSHA", sha(a, RO), "1", "never"))
+        b:fail_next({ pass = true, latency = 50 })
+        local reader = b:start("EVALSHA", sha(a, RO), "1", "never")
+        local flush = a:start("SCRIPT", "FLUSH")
+        W:run_until(function() return flush.done and reader.done end)
+        assert.same(OK, flush.result)
+        assert.same(NOSCRIPT, reader.result)
+    end)
+
     it("refuses SCRIPT LOAD while ZooKeeper is away; a cached script still runs", function()
         a:call("SCRIPT", "LOAD", BODY)
         a:disconnect()
