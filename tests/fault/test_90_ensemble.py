@@ -92,8 +92,28 @@ class Cluster:
             if not z.alive():
                 self.restarts.append((self.names[i], z.proc.popen.returncode if z.proc else None))
                 z.restart(wait=False)
-        for z in self.sidecars:
-            z.wait_ready(30)
+        try:
+            for z in self.sidecars:
+                z.wait_ready(30)
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, self.diagnosis())) from None
+
+    def diagnosis(self):
+        """What the servers and the proxies say, for a sidecar that could not
+        get back: each server's mode and connections, its log's last
+        warnings, each proxy's counters and whether it still accepts."""
+        out = ["--- ensemble: modes %r" % (self.ens.modes(),)]
+        for i in range(self.ens.n):
+            out.append("--- server %d cons:\n%s" % (i + 1, self.ens.four_letter(i, "cons", 1.0)[-1500:]))
+            lines = [l for l in self.ens.procs[i].output().decode("utf-8", "replace").splitlines()
+                     if " WARN " in l or " ERROR " in l or "LEADING" in l or "FOLLOWING" in l
+                     or "LOOKING" in l]
+            out.append("--- server %d log (warnings, elections), last 25:\n%s" % (i + 1, "\n".join(lines[-25:])))
+        for i, ps in enumerate(self.proxies):
+            for j, p in enumerate(ps.proxies):
+                out.append("--- proxy s%d->server %d: accepting %s, open %d, %r" % (
+                    i, j + 1, p._thread.is_alive(), p.open_connections(), p.snapshot()["counters"]))
+        return "\n".join(out)
 
     def set_faketime(self, i, stamp_file):
         """Restarts sidecar i with libfaketime reading stamp_file (or

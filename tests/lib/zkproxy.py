@@ -109,17 +109,27 @@ class _Conn:
         self.lock = threading.Lock()
 
     def start(self):
-        if not self.blackholed:
-            try:
+        """Connects upstream and starts forwarding, in a thread of its own:
+        a stopped server's connect must not hold up the next accept."""
+        threading.Thread(target=self._start, daemon=True).start()
+
+    def _start(self):
+        try:
+            if not self.blackholed:
                 self.ssock = socket.create_connection(self.proxy.upstream, timeout=5)
                 self.ssock.settimeout(None)
                 self.ssock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                self.close()
+            with self.lock:
+                closed = self.closed
+            if closed:              # cut while it connected
+                _close(self.ssock)
                 return
-        self.csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for fn in (self._up, self._down, self._writer):
-            threading.Thread(target=fn, daemon=True).start()
+            self.csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for fn in (self._up, self._down, self._writer):
+                threading.Thread(target=fn, daemon=True).start()
+        except Exception:  # noqa: BLE001 - a connection that cannot start is closed, never the proxy
+            self.proxy._count("start_failed")
+            self.close()
 
     def close(self):
         with self.lock:
@@ -339,10 +349,14 @@ class ZkProxy:
                 _close(csock)
                 self._count("refused")
                 continue
-            with self.lock:
-                c = _Conn(self, csock, self._blackhole)
-                self.conns.add(c)
-            c.start()
+            try:
+                with self.lock:
+                    c = _Conn(self, csock, self._blackhole)
+                    self.conns.add(c)
+                c.start()
+            except Exception:  # noqa: BLE001 - e.g. no thread to spare: drop this one, keep accepting
+                self._count("start_failed")
+                _close(csock)
 
     def _forget(self, conn):
         with self.lock:
