@@ -423,7 +423,7 @@ local function run(args, fn, sha, ro, entry)
             local line = not ok and type(r) == "table" and rawget(r, "line")
             return with_origin(KILLED[why](c), c, math.type(line) and line or 1), false
         end
-        if entry and SC.peek(sha) ~= entry then K.retry(0) end
+        if t.still and not t.still() then K.retry(0) end
         if not ok then
             if SB.is_signal(r) then error(r, 0) end
             if type(r) ~= "table" or rawget(r, "failed") == nil and rawget(r, "line") == nil then

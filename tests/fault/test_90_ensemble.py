@@ -112,7 +112,7 @@ class Cluster:
         for i, ps in enumerate(self.proxies):
             for j, p in enumerate(ps.proxies):
                 out.append("--- proxy s%d->server %d: accepting %s, open %d, %r" % (
-                    i, j + 1, p._thread.is_alive(), p.open_connections(), p.snapshot()["counters"]))
+                    i, j + 1, p.accepting(), p.open_connections(), p.snapshot()["counters"]))
         return "\n".join(out)
 
     def set_faketime(self, i, stamp_file):

@@ -329,6 +329,10 @@ class ZkProxy:
         with self.lock:
             return [(op, f) for op, f in self.frames if needle in f]
 
+    def accepting(self):
+        """Whether the accept loop still runs."""
+        return self._thread.is_alive()
+
     def open_connections(self):
         with self.lock:
             return len(self.conns)
