@@ -9,7 +9,10 @@
 --                              its data is the grant table, one line per
 --                              granted request: "<seq> <mode> <token>
 --                              <lease end at the grant, leader ms>
---                              [<converting to> <convert_at> <asked ms>]"
+--                              [<converting to> <convert_at> <asked ms>]",
+--                              then "q <request name>" for each request of
+--                              the queue the writer decided on (up to
+--                              lockstore's NAMES_MAX)
 --   .../<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>
 --                              a request: EPHEMERAL_SEQUENTIAL, created by
 --                              the sidecar that took it; its name says the
@@ -30,10 +33,12 @@
 -- the waiter's read of the table, as the ZooKeeper recipe's delete and
 -- getChildren (no read when the holder was on the waiter's sidecar, which
 -- knows the table it wrote: lockstore keeps the last table it read or
--- wrote), and the listing its own release will grant from, asked beside
--- that read.  A request leaves by deleting its node (release, lease end,
--- WAIT over, client gone, session lost); a table line without a node is a
--- leftover, dropped by the next write.
+-- wrote).  The table carries the queue its writer decided on (the names
+-- of its requests), which the granted waiter takes as its view: the
+-- listing its own release grants from, with no listing of its own.  A
+-- request leaves by deleting its node (release, lease end, WAIT over,
+-- client gone, session lost); a table line without a node is a leftover,
+-- dropped by the next write.
 --
 -- Herd-free waits: a waiter watches one node (lockq's watch target) with a
 -- data watch, so a release wakes the waiters it may unblock.  A grant of a
@@ -231,45 +236,34 @@ end
 -- Waits for, and records, the grant of our request at `path` (a new
 -- request, or our hold's conversion asked in the table).  Returns the
 -- token, the lock as last read (the hold's view) and, when that view's
--- listing is older than its table, a listing begun for the next view; or
--- nil, why ("timeout", "gone", "deadlock", "lost": the node went, the
--- conversion was given up, or the session `sid` that created it is no
--- longer ours).  After a wake-up the table alone is read first, beside
--- that listing: a release that granted us wrote it (one round trip, as the
--- recipe's getChildren); none when that release was this sidecar's (its
--- write is waited for: its reply follows the event).  first(snap, me),
--- when given, sees the first listing: a truthy answer ends the wait (nil,
--- answer).
+-- listing is older than its table (a table that carries no queue), a
+-- listing begun for the next view; or nil, why ("timeout", "gone", "deadlock", "lost": the node went,
+-- the conversion was given up, or the session `sid` that created it is no
+-- longer ours).  After a wake-up the table alone is read: a release that
+-- granted us wrote it (one round trip, as the recipe's getChildren), and
+-- with it the queue that release decided on, which becomes our view; none
+-- when that release was this sidecar's (its write is waited for: its
+-- reply follows the event).  Not granted, the lock is listed.
+-- first(snap, me), when given, sees the first listing: a truthy answer
+-- ends the wait (nil, answer).
 local function settle(lock, path, sid, until_ms, converting, px, first)
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid
     while true do
         if zk.session() ~= sid then return nil, "lost" end
         if names then
-            -- woken: a release may have granted us (a conversion reads);
-            -- one of this sidecar's passes on the listing it granted from
+            -- woken: a release may have granted us (a conversion reads)
             LW.await_write(lock)
-            local cached = not converting and LS.cached_grant(lock, seq, czxid)
-            if cached and cached.names then
-                return cached.lines[seq].token, LS.build(lock, cached, cached.names, 0, seq)
-            end
-            local listing = not converting and start_listing(lock)
-            t = cached or LS.read_table(lock)
+            t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock)
             if not t then return nil, "lost" end
             if granted_in(t, seq, converting) then
+                local view = t.names and LS.build(lock, t, t.names, 0, seq)
+                if view and view.by_seq[seq] then return t.lines[seq].token, view end
                 -- the view lists the queue as it was before we waited
-                return t.lines[seq].token, LS.build(lock, t, names, pzxid, seq), listing
+                return t.lines[seq].token, LS.build(lock, t, names, pzxid, seq), not converting and start_listing(lock) or nil
             end
             if converting and not t.lines[seq] then return nil, "lost" end
-            -- not granted: that listing and this table are one snapshot
-            -- when no write came between them
-            if listing then LW.await(listing) end
-            local st = listing and listing.names and listing.stat
-            if st and st.version == t.version and st.czxid == t.czxid then
-                names, pzxid, czxid = listing.names, listing.pzxid, t.czxid
-            else
-                t = nil
-            end
+            names = nil
         end
         if not (names and t) then t, names, pzxid, czxid = LS.snapshot(lock) end
         if not t then return nil, "lost" end
@@ -363,7 +357,7 @@ local function quick_release(h)
         local ok
         ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
         if ok then rc = Z.first_error(rc, results) end
-        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, data, queue) end
+        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, data) end
         LW.end_write(h.lock)
         if not ok then error(rc, 0) end
     else

@@ -78,9 +78,11 @@ function LS.decode_req(data)
              sidecar = sidecar, client = client }
 end
 
--- The grant table: seq -> {mode, token, convert, convert_at, asked}
+-- The grant table: seq -> {mode, token, convert, convert_at, asked}, and
+-- the queue its writer decided on: the request names in order ("q" lines),
+-- or nil when it wrote none.
 function LS.decode_table(data)
-    local t = {}
+    local t, names = {}, nil
     for line in (data or ""):gmatch("[^\n]+") do
         local seq, mode, token, lease_end, rest = line:match("^(%d+) (%u%u) (%d+) (%d+)(.*)$")
         if seq then
@@ -88,12 +90,25 @@ function LS.decode_table(data)
             local conv, at, asked = rest:match("^ (%u%u) (%d+) (%d+)$")
             if conv then g.convert, g.convert_at, g.asked = conv, tonumber(at), tonumber(asked) end
             t[tonumber(seq)] = g
+        else
+            local name = line:match("^q (.+)$")
+            if name then
+                names = names or {}
+                names[#names + 1] = name
+            end
         end
     end
-    return t
+    return t, names
 end
 
--- The table of `queue`'s granted entries (leftovers dropped).
+-- Queues longer than this are not written beside the table (a waiter then
+-- lists the lock itself after its grant).
+LS.NAMES_MAX = 32
+
+-- The table of `queue`'s granted entries (leftovers dropped), then the
+-- names of queue's requests: the queue the grants were decided on, which a
+-- waiter of another sidecar granted by this write takes as its view (the
+-- listing its release grants from) instead of listing the lock itself.
 function LS.encode_table(queue)
     local out = {}
     for _, e in ipairs(queue) do
@@ -105,6 +120,9 @@ function LS.encode_table(queue)
             out[#out + 1] = line
         end
     end
+    if #queue <= LS.NAMES_MAX then
+        for _, e in ipairs(queue) do out[#out + 1] = "q " .. e.name end
+    end
     return table.concat(out, "\n")
 end
 
@@ -113,7 +131,8 @@ end
 
 -- The newest grant table this sidecar read or wrote, by lock: a listing
 -- whose stat shows that version needs no read of the table, and a waiter
--- whose grant this sidecar wrote needs none either.  A lock node that went
+-- whose grant this sidecar wrote needs none either (nor a listing: the
+-- table carries the queue its writer decided on, LS.encode_table).  A lock node that went
 -- and came again starts its sequence anew: czxid tells them apart.
 local tables, ntables = {}, 0
 local TABLES_MAX = 1024
@@ -128,16 +147,18 @@ local function remember_table(lock, t)
     tables[lock] = t
 end
 
-local function table_of(stat, lines)
-    return { version = stat.version, mzxid = stat.mzxid, czxid = stat.czxid, lines = lines }
+local function table_of(stat, data)
+    local lines, names = LS.decode_table(data)
+    return { version = stat.version, mzxid = stat.mzxid, czxid = stat.czxid, lines = lines, names = names }
 end
 
--- The grant table: {version, mzxid, czxid, lines = seq -> line}, or nil
--- when the lock node is absent.
+-- The grant table: {version, mzxid, czxid, lines = seq -> line, names (the
+-- queue its writer decided on, or nil)}, or nil when the lock node is
+-- absent.
 function LS.read_table(lock)
     local rc, data, stat = Z.get(lock)
     if rc == zk.NONODE then return nil end
-    local t = table_of(stat, LS.decode_table(data))
+    local t = table_of(stat, data)
     remember_table(lock, t)
     return t
 end
@@ -150,17 +171,10 @@ function LS.read_children(lock)
     return names, stat.pzxid, stat
 end
 
--- The table written at `stat` (a write of ours that succeeded); `queue`,
--- when given, the requests the writer listed (a release's view without
--- its own): the waiters it granted here start their views from it.
-function LS.wrote_table(lock, stat, data, queue)
+-- The table written at `stat` (a write of ours that succeeded).
+function LS.wrote_table(lock, stat, data)
     if not stat then return end
-    local t = table_of(stat, LS.decode_table(data))
-    if queue then
-        t.names = {}
-        for i, e in ipairs(queue) do t.names[i] = e.name end
-    end
-    remember_table(lock, t)
+    remember_table(lock, table_of(stat, data))
 end
 
 -- The line of request `seq` in the table this sidecar last knew of lock
