@@ -220,6 +220,15 @@ local function granted_in(t, seq, converting)
     return true
 end
 
+-- Whether view lists a request but the one at `path` that waits (one the
+-- release of that hold may grant).
+local function next_waiter(path, view)
+    for _, e in ipairs(view.queue) do
+        if e.path ~= path and not e.granted then return true end
+    end
+    return false
+end
+
 -- A listing of a lock made in the background: {names, pzxid, done}; a
 -- hold's next view (its release grants the requests that came after it).
 local function start_listing(lock)
@@ -235,15 +244,19 @@ end
 
 -- Waits for, and records, the grant of our request at `path` (a new
 -- request, or our hold's conversion asked in the table).  Returns the
--- token, the lock as last read (the hold's view) and, when that view's
--- listing is older than its table (a table that carries no queue), a
--- listing begun for the next view; or nil, why ("timeout", "gone", "deadlock", "lost": the node went,
--- the conversion was given up, or the session `sid` that created it is no
--- longer ours).  After a wake-up the table alone is read: a release that
--- granted us wrote it (one round trip, as the recipe's getChildren), and
--- with it the queue that release decided on, which becomes our view; none
--- when that release was this sidecar's (its write is waited for: its
--- reply follows the event).  Not granted, the lock is listed.
+-- token, the lock as last read (the hold's view) and, when that view may
+-- lack the requests its release will grant (it lists none after ours, or
+-- it is our listing from before the wait: the table carried no queue), a
+-- listing begun for the next view; or nil, why ("timeout", "gone",
+-- "deadlock", "lost": the node went, the conversion was given up, or the
+-- session `sid` that created it is no longer ours).  After a wake-up the
+-- table alone is read: a release that granted us wrote it (one round trip,
+-- as the recipe's getChildren), and with it the queue that release decided
+-- on, which becomes our view; none when that release was this sidecar's
+-- (its write is waited for: its reply follows the event).  Views pass down
+-- the queue from release to release and learn of no new request: the last
+-- request of one lists the lock after its grant, so that its release
+-- grants those that came since.  Not granted, the lock is listed.
 -- first(snap, me), when given, sees the first listing: a truthy answer
 -- ends the wait (nil, answer).
 local function settle(lock, path, sid, until_ms, converting, px, first)
@@ -258,9 +271,14 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
             if not t then return nil, "lost" end
             if granted_in(t, seq, converting) then
                 local view = t.names and LS.build(lock, t, t.names, 0, seq)
-                if view and view.by_seq[seq] then return t.lines[seq].token, view end
+                if view and view.by_seq[seq] then
+                    -- the last of that queue lists the lock for its release
+                    local last = not converting and not next_waiter(path, view)
+                    return t.lines[seq].token, view, last and start_listing(lock) or nil
+                end
                 -- the view lists the queue as it was before we waited
-                return t.lines[seq].token, LS.build(lock, t, names, pzxid, seq), not converting and start_listing(lock) or nil
+                local view_before = LS.build(lock, t, names, pzxid, seq)
+                return t.lines[seq].token, view_before, not converting and start_listing(lock) or nil
             end
             if converting and not t.lines[seq] then return nil, "lost" end
             names = nil
@@ -314,14 +332,6 @@ local function adopt_listing(h)
     return h.view
 end
 
--- Whether view lists a request after hold h's (one its release may grant).
-local function next_waiter(h, view)
-    for _, e in ipairs(view.queue) do
-        if e.path ~= h.path and not e.granted then return true end
-    end
-    return false
-end
-
 -- The release of hold h as one multi: the delete of its node (at the
 -- version we wrote) and, when its view of the lock is still the table's
 -- version, the grants of the new requests the release lets through, with
@@ -335,7 +345,7 @@ end
 local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
-    if h.listing and not next_waiter(h, view) then
+    if h.listing and not next_waiter(h.path, view) then
         view = adopt_listing(h) or view
     end
     local queue = {}

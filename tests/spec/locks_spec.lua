@@ -107,9 +107,10 @@ describe("native locks", function()
         assert.is_true(w2.done and w2.result > w1.result)
         local seen = {}
         for _, op in ipairs(W.ops) do seen[#seen + 1] = op.sc .. " " .. op.kind end
-        -- the table w2 read carries the queue w1's release decided on:
-        -- w2's own release grants from it, nothing is listed
-        assert.same({ b.id .. " multi", c.id .. " get" }, seen)
+        -- the table w2 read carries the queue w1's release decided on;
+        -- w2, the last of it, lists the lock after its grant for its own
+        -- release
+        assert.same({ b.id .. " multi", c.id .. " get", c.id .. " children" }, seen)
         assert.equal(1, b.LK.stats.handed)
     end)
 
@@ -301,8 +302,9 @@ describe("native locks", function()
             run()
             assert.is_true(w[i].done and w[i].result > w[i - 1].result)
             if w[i + 1] then assert.is_falsy(w[i + 1].done) end
-            -- the waiter learnt its grant and its view from the release
-            assert.same({ "multi" }, lock_ops(a, "ho", from))
+            -- the waiter learnt its grant and its view from the release;
+            -- the last of that view lists the lock for its own release
+            assert.same(w[i + 1] and { "multi" } or { "multi", "children" }, lock_ops(a, "ho", from))
         end
     end)
 
@@ -322,10 +324,44 @@ describe("native locks", function()
             assert.is_true(w[i].done and w[i].result > w[i - 1].result)
             -- granted by the release's multi: the waiter read the table,
             -- which carries the queue the release decided on (its own
-            -- release grants from it), listed nothing and wrote no grant
+            -- release grants from it), and wrote no grant; only the last
+            -- of that queue lists the lock after its grant
             assert.same({ "multi" }, lock_ops(releaser, "hx", from))
-            assert.same({ "get" }, lock_ops(woken, "hx", from))
+            local kinds = lock_ops(woken, "hx", from)
+            table.sort(kinds)
+            assert.same(w[i + 1] and { "get" } or { "children", "get" }, kinds)
         end
+    end)
+
+    -- A view passes from release to release and learns of no new request:
+    -- the last request of it lists the lock after its grant, so that its
+    -- release grants one that came since in its multi, instead of a plain
+    -- delete after which that request would grant itself.
+    it("hands on to a request that came after the queue the views carry", function()
+        a:call("LOCK.ACQUIRE", "hn", "h")
+        local w1 = start(b, "LOCK.ACQUIRE", "hn", "w1", "WAIT", "60000")
+        local w2 = start(a, "LOCK.ACQUIRE", "hn", "w2", "WAIT", "60000")
+        assert.equal(1, a:call("LOCK.RELEASE", "hn", "h"))
+        run()
+        assert.is_true(w1.done) -- granted itself: h's view had no waiter
+        -- w3 comes after w1's view ([w1, w2]): w1's release grants w2 and
+        -- writes [w2]; w2, its last, lists the lock after its grant
+        local w3 = start(c, "LOCK.ACQUIRE", "hn", "w3", "WAIT", "60000")
+        run()
+        assert.equal(1, b:call("LOCK.RELEASE", "hn", "w1"))
+        run()
+        assert.is_true(w2.done and w2.result > w1.result)
+        assert.is_falsy(w3.done)
+        local from = #W.ops
+        assert.equal(1, a:call("LOCK.RELEASE", "hn", "w2"))
+        run()
+        assert.is_true(w3.done and w3.result > w2.result)
+        -- granted by w2's multi: w3 read the table, wrote no grant (and,
+        -- the last of the queue again, listed the lock)
+        assert.same({ "multi" }, lock_ops(a, "hn", from))
+        local kinds = lock_ops(c, "hn", from)
+        table.sort(kinds)
+        assert.same({ "children", "get" }, kinds)
     end)
 
     it("answers bad options with Redis's errors", function()
