@@ -108,6 +108,16 @@ class ZkEnsemble:
                 return line.split(":", 1)[1].strip()
         return None
 
+    def epoch(self, timeout=0.5):
+        """The largest epoch (a zxid's upper 32 bits) the serving servers
+        report; it grows with every election.  0 when none answers."""
+        best = 0
+        for i in self.up():
+            for line in self.four_letter(i, "srvr", timeout).splitlines():
+                if line.startswith("Zxid:"):
+                    best = max(best, int(line.split(":", 1)[1].strip(), 16) >> 32)
+        return best
+
     def up(self):
         """Indices of servers running and not stopped."""
         return [i for i in range(self.n) if self.procs[i].alive() and i not in self.stopped]
