@@ -132,8 +132,9 @@ end
 -- The newest grant table this sidecar read or wrote, by lock: a listing
 -- whose stat shows that version needs no read of the table, and a waiter
 -- whose grant this sidecar wrote needs none either (nor a listing: the
--- table carries the queue its writer decided on, LS.encode_table).  A lock node that went
--- and came again starts its sequence anew: czxid tells them apart.
+-- table carries the queue its writer decided on, LS.encode_table).  A lock
+-- node that went and came again starts its sequence anew: czxid tells them
+-- apart.
 local tables, ntables = {}, 0
 local TABLES_MAX = 1024
 
