@@ -270,15 +270,14 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
             t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock)
             if not t then return nil, "lost" end
             if granted_in(t, seq, converting) then
+                -- the view: the queue the table carries, else our listing
+                -- from before the wait; listed again for the release when
+                -- it is the latter, or when we are the last of the former
                 local view = t.names and LS.build(lock, t, t.names, 0, seq)
-                if view and view.by_seq[seq] then
-                    -- the last of that queue lists the lock for its release
-                    local last = not converting and not next_waiter(path, view)
-                    return t.lines[seq].token, view, last and start_listing(lock) or nil
-                end
-                -- the view lists the queue as it was before we waited
-                local view_before = LS.build(lock, t, names, pzxid, seq)
-                return t.lines[seq].token, view_before, not converting and start_listing(lock) or nil
+                local carried = view and view.by_seq[seq]
+                if not carried then view = LS.build(lock, t, names, pzxid, seq) end
+                local relist = not converting and not (carried and next_waiter(path, view))
+                return t.lines[seq].token, view, relist and start_listing(lock) or nil
             end
             if converting and not t.lines[seq] then return nil, "lost" end
             names = nil

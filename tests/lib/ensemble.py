@@ -98,25 +98,25 @@ class ZkEnsemble:
         except OSError:
             return ""
 
-    def mode(self, i, timeout=0.5):
-        """'leader', 'follower', or None (not serving / down / stopped)."""
+    def srvr(self, i, field, timeout=0.5):
+        """A field of server i's `srvr` answer ("Mode", "Zxid"...), or None
+        (not serving / down / stopped)."""
         if not self.procs[i].alive() or i in self.stopped:
             return None
-        out = self.four_letter(i, "srvr", timeout)
-        for line in out.splitlines():
-            if line.startswith("Mode:"):
+        for line in self.four_letter(i, "srvr", timeout).splitlines():
+            if line.startswith(field + ":"):
                 return line.split(":", 1)[1].strip()
         return None
+
+    def mode(self, i, timeout=0.5):
+        """'leader', 'follower', or None (not serving / down / stopped)."""
+        return self.srvr(i, "Mode", timeout)
 
     def epoch(self, timeout=0.5):
         """The largest epoch (a zxid's upper 32 bits) the serving servers
         report; it grows with every election.  0 when none answers."""
-        best = 0
-        for i in self.up():
-            for line in self.four_letter(i, "srvr", timeout).splitlines():
-                if line.startswith("Zxid:"):
-                    best = max(best, int(line.split(":", 1)[1].strip(), 16) >> 32)
-        return best
+        zxids = [self.srvr(i, "Zxid", timeout) for i in self.up()]
+        return max([int(z, 16) >> 32 for z in zxids if z] or [0])
 
     def up(self):
         """Indices of servers running and not stopped."""
