@@ -35,7 +35,9 @@
 -- knows the table it wrote: lockstore keeps the last table it read or
 -- wrote).  The table carries the queue its writer decided on (the names
 -- of its requests), which the granted waiter takes as its view: the
--- listing its own release grants from, with no listing of its own.  A
+-- listing its own release grants from, with no listing of its own (the
+-- last of that queue takes its sidecar's newest listing, when it lists a
+-- request after it, or lists the lock).  A
 -- request leaves by deleting its node (release, lease end, WAIT over,
 -- client gone, session lost); a table line without a node is a leftover,
 -- dropped by the next write.
@@ -255,7 +257,9 @@ end
 -- on, which becomes our view; none when that release was this sidecar's
 -- (its write is waited for: its reply follows the event).  Views pass down
 -- the queue from release to release and learn of no new request: the last
--- request of one lists the lock after its grant, so that its release
+-- request of one takes this sidecar's newest listing when that lists a
+-- request after it (LS.newer_view: one that came since, listed at its
+-- arrival here), else lists the lock after its grant, so that its release
 -- grants those that came since.  Not granted, the lock is listed.
 -- first(snap, me), when given, sees the first listing: a truthy answer
 -- ends the wait (nil, answer).
@@ -271,12 +275,15 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
             if not t then return nil, "lost" end
             if granted_in(t, seq, converting) then
                 -- the view: the queue the table carries, else our listing
-                -- from before the wait; listed again for the release when
-                -- it is the latter, or when we are the last of the former
+                -- from before the wait; when it is the latter, or we are
+                -- the last of the former, this sidecar's newest listing if
+                -- it lists a request after ours, else the lock listed again
                 local view = t.names and LS.build(lock, t, t.names, 0, seq)
                 local carried = view and view.by_seq[seq]
                 if not carried then view = LS.build(lock, t, names, pzxid, seq) end
                 local relist = not converting and not (carried and next_waiter(path, view))
+                local newer = relist and LS.newer_view(lock, t, seq)
+                if newer and next_waiter(path, newer) then view, relist = newer, false end
                 return t.lines[seq].token, view, relist and start_listing(lock) or nil
             end
             if converting and not t.lines[seq] then return nil, "lost" end
@@ -338,14 +345,22 @@ end
 -- with a conversion pending, grants nobody: a plain delete.  A view listed
 -- before its table grants from that listing: the requests it lacks came
 -- later and wait behind those it lists; one that left since is granted in
--- vain, and the waiter behind it grants itself.  true when done; false to
+-- vain, and the waiter behind it grants itself.  A view that lists no
+-- waiter after h takes this sidecar's newest listing when it lists one,
+-- else the listing begun at the grant.  true when done; false to
 -- take the slow way (read, then delete), which drops the view if the hold
 -- goes on (the grants marked in it were not made).
 local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
-    if h.listing and not next_waiter(h.path, view) then
-        view = adopt_listing(h) or view
+    if not next_waiter(h.path, view) then
+        local t = LS.known_table(h.lock, view.version)
+        local newer = t and LS.newer_view(h.lock, t, LS.seq_of(h.path))
+        if newer and next_waiter(h.path, newer) then
+            h.view, h.listing, view = newer, nil, newer
+        elseif h.listing then
+            view = adopt_listing(h) or view
+        end
     end
     local queue = {}
     for _, e in ipairs(view.queue) do

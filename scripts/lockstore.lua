@@ -164,11 +164,33 @@ function LS.read_table(lock)
     return t
 end
 
+-- The newest listing this sidecar read, by lock (of queues up to
+-- NAMES_MAX requests): {names, pzxid, czxid, top (its largest sequence)}.
+-- Replies come in the order of the requests, so a later one is newer.
+local listings, nlistings = {}, 0
+
+local function remember_listing(lock, names, stat)
+    if #names > LS.NAMES_MAX then return end
+    local top = -1
+    for _, name in ipairs(names) do
+        local seq = LS.seq_of(name)
+        if seq and seq > top then top = seq end
+    end
+    local old = listings[lock]
+    if old and old.czxid == stat.czxid and old.top > top then return end
+    if not old then
+        if nlistings >= TABLES_MAX then listings, nlistings = {}, 0 end
+        nlistings = nlistings + 1
+    end
+    listings[lock] = { names = names, pzxid = stat.pzxid, czxid = stat.czxid, top = top }
+end
+
 -- The request names, the lock node's pzxid and its stat, or nil when it
 -- is absent.
 function LS.read_children(lock)
     local rc, names, stat = Z.list(lock)
     if rc == zk.NONODE then return nil end
+    remember_listing(lock, names, stat)
     return names, stat.pzxid, stat
 end
 
@@ -176,6 +198,12 @@ end
 function LS.wrote_table(lock, stat, data)
     if not stat then return end
     remember_table(lock, table_of(stat, data))
+end
+
+-- The table this sidecar knows of lock at `version`, or nil.
+function LS.known_table(lock, version)
+    local t = tables[lock]
+    if t and t.version == version then return t end
 end
 
 -- The line of request `seq` in the table this sidecar last knew of lock
@@ -245,6 +273,19 @@ function LS.build(lock, t, names, pzxid, older)
     end
     table.sort(snap.queue, function(a, b) return a.seq < b.seq end)
     return snap
+end
+
+-- The view of granted request `seq` from this sidecar's newest listing of
+-- the lock, when that lists a request after it (one that came after the
+-- queue table t carries): the listing is the older read (LS.build's
+-- `older`; it was made after our request, which came before the one it
+-- lists after us).  nil when there is none, or the view is stale.
+function LS.newer_view(lock, t, seq)
+    local l = listings[lock]
+    if not (l and l.czxid == t.czxid and l.top > seq) then return nil end
+    local view = LS.build(lock, t, l.names, l.pzxid, seq)
+    if view.stale or not view.by_seq[seq] then return nil end
+    return view
 end
 
 -- The lock's queue (LS.snapshot, LS.build); nil when the node is absent.

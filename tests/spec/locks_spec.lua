@@ -284,9 +284,9 @@ describe("native locks", function()
     end
 
     -- The first holder here was granted at once: its view lists no waiter,
-    -- so its release is a plain delete and the first waiter grants itself
-    -- (one read of the table beside one listing, then its write).  From
-    -- then on each release grants the next in its own multi.
+    -- but the sidecar listed the lock since, at each waiter's arrival, and
+    -- its release grants from the newest of those listings.  From then on
+    -- each release grants the next in its own multi.
     it("hands on within one sidecar with the release's multi alone", function()
         local t0 = a:call("LOCK.ACQUIRE", "ho", "h")
         local w = {}
@@ -295,7 +295,7 @@ describe("native locks", function()
         assert.equal(1, a:call("LOCK.RELEASE", "ho", "h"))
         run()
         assert.is_true(w[1].done and w[1].result > t0)
-        assert.same({ "delete", "get", "children", "set" }, lock_ops(a, "ho", from))
+        assert.same({ "multi" }, lock_ops(a, "ho", from))
         for i = 2, 3 do
             from = #W.ops
             assert.equal(1, a:call("LOCK.RELEASE", "ho", "w" .. i - 1))
@@ -309,27 +309,29 @@ describe("native locks", function()
     end)
 
     it("hands on across sidecars: the woken waiter reads the table alone, and its release grants the next", function()
-        local t0 = a:call("LOCK.ACQUIRE", "hx", "h")
+        local last = a:call("LOCK.ACQUIRE", "hx", "h")
         local sides = { b, a, b }
         local w = {}
         for i = 1, 3 do w[i] = start(sides[i], "LOCK.ACQUIRE", "hx", "w" .. i, "WAIT", "60000") end
-        assert.equal(1, a:call("LOCK.RELEASE", "hx", "h"))
-        run()
-        assert.is_true(w[1].done and w[1].result > t0)
-        for i = 2, 3 do
+        -- h's release grants from a's listing at w2's arrival, [w1, w2];
+        -- w2, the last of that queue, lists the lock after its grant for
+        -- its own release, and so does w3, the last of w2's listing
+        local lists = { false, true, true }
+        local holder, releaser = "h", a
+        for i = 1, 3 do
             local from = #W.ops
-            local releaser, woken = sides[i - 1], sides[i]
-            assert.equal(1, releaser:call("LOCK.RELEASE", "hx", "w" .. i - 1))
+            assert.equal(1, releaser:call("LOCK.RELEASE", "hx", holder))
             run()
-            assert.is_true(w[i].done and w[i].result > w[i - 1].result)
+            assert.is_true(w[i].done and w[i].result > last)
+            if w[i + 1] then assert.is_falsy(w[i + 1].done) end
             -- granted by the release's multi: the waiter read the table,
             -- which carries the queue the release decided on (its own
-            -- release grants from it), and wrote no grant; only the last
-            -- of that queue lists the lock after its grant
+            -- release grants from it), and wrote no grant
             assert.same({ "multi" }, lock_ops(releaser, "hx", from))
-            local kinds = lock_ops(woken, "hx", from)
+            local kinds = lock_ops(sides[i], "hx", from)
             table.sort(kinds)
-            assert.same(w[i + 1] and { "get" } or { "children", "get" }, kinds)
+            assert.same(lists[i] and { "children", "get" } or { "get" }, kinds)
+            holder, releaser, last = "w" .. i, sides[i], w[i].result
         end
     end)
 
@@ -343,7 +345,7 @@ describe("native locks", function()
         local w2 = start(a, "LOCK.ACQUIRE", "hn", "w2", "WAIT", "60000")
         assert.equal(1, a:call("LOCK.RELEASE", "hn", "h"))
         run()
-        assert.is_true(w1.done) -- granted itself: h's view had no waiter
+        assert.is_true(w1.done) -- by h's release, from a's listing at w2's arrival
         -- w3 comes after w1's view ([w1, w2]): w1's release grants w2 and
         -- writes [w2]; w2, its last, lists the lock after its grant
         local w3 = start(c, "LOCK.ACQUIRE", "hn", "w3", "WAIT", "60000")
@@ -362,6 +364,36 @@ describe("native locks", function()
         local kinds = lock_ops(c, "hn", from)
         table.sort(kinds)
         assert.same({ "children", "get" }, kinds)
+    end)
+
+    -- The last request of the queue its view carries takes, rather than a
+    -- listing of its own, its sidecar's newest listing when that lists a
+    -- request after it: one that came since, on that sidecar.
+    it("hands on to a later request from its sidecar's newest listing, without listing again", function()
+        a:call("LOCK.ACQUIRE", "hl", "h")
+        local w1 = start(b, "LOCK.ACQUIRE", "hl", "w1", "WAIT", "60000")
+        local w2 = start(a, "LOCK.ACQUIRE", "hl", "w2", "WAIT", "60000")
+        assert.equal(1, a:call("LOCK.RELEASE", "hl", "h"))
+        run()
+        assert.is_true(w1.done) -- its view: [w1, w2]
+        local w3 = start(a, "LOCK.ACQUIRE", "hl", "w3", "WAIT", "60000") -- listed by a
+        local from = #W.ops
+        assert.equal(1, b:call("LOCK.RELEASE", "hl", "w1"))
+        run()
+        assert.is_true(w2.done and w2.result > w1.result)
+        assert.is_falsy(w3.done)
+        -- w2, the last of the queue w1's release carried ([w2]), read the
+        -- table alone: a's listing at w3's arrival is its view
+        assert.same({ "get" }, lock_ops(a, "hl", from))
+        from = #W.ops
+        assert.equal(1, a:call("LOCK.RELEASE", "hl", "w2"))
+        run()
+        assert.is_true(w3.done and w3.result > w2.result)
+        -- granted by w2's multi (no read: a wrote it); w3, the last of
+        -- that view with nothing listed after it, lists the lock
+        local kinds = lock_ops(a, "hl", from)
+        table.sort(kinds)
+        assert.same({ "children", "multi" }, kinds)
     end)
 
     it("answers bad options with Redis's errors", function()
