@@ -164,21 +164,22 @@ function LS.read_table(lock)
     return t
 end
 
--- The newest listing this sidecar read, by lock (of queues up to
--- NAMES_MAX requests): {names, pzxid, czxid, top (its largest sequence)}.
--- Replies come in the order of the requests, so a later one is newer.
+-- The last listing this sidecar read, by lock (of queues up to NAMES_MAX
+-- requests): {names, pzxid, czxid, top (its largest sequence)}.  Replies
+-- come in the order of the requests, so the last is the newest.
 local listings, nlistings = {}, 0
 
 local function remember_listing(lock, names, stat)
-    if #names > LS.NAMES_MAX then return end
+    if #names > LS.NAMES_MAX then
+        listings[lock] = nil -- (counted still: nlistings only bounds the table)
+        return
+    end
     local top = -1
     for _, name in ipairs(names) do
         local seq = LS.seq_of(name)
         if seq and seq > top then top = seq end
     end
-    local old = listings[lock]
-    if old and old.czxid == stat.czxid and old.top > top then return end
-    if not old then
+    if not listings[lock] then
         if nlistings >= TABLES_MAX then listings, nlistings = {}, 0 end
         nlistings = nlistings + 1
     end
