@@ -335,20 +335,26 @@ describe("native locks", function()
         end
     end)
 
+    -- h holds on a, w1 waits on b and w2 on a; h's release grants w1 from
+    -- a's listing at w2's arrival, so the queue the views carry is [w1, w2];
+    -- then w3 comes, on `side`, after that queue.  w1's release grants w2
+    -- and writes [w2].
+    local function newcomer_after_the_views(key, side)
+        a:call("LOCK.ACQUIRE", key, "h")
+        local w1 = start(b, "LOCK.ACQUIRE", key, "w1", "WAIT", "60000")
+        local w2 = start(a, "LOCK.ACQUIRE", key, "w2", "WAIT", "60000")
+        assert.equal(1, a:call("LOCK.RELEASE", key, "h"))
+        run()
+        assert.is_true(w1.done)
+        return w1, w2, start(side, "LOCK.ACQUIRE", key, "w3", "WAIT", "60000")
+    end
+
     -- A view passes from release to release and learns of no new request:
     -- the last request of it lists the lock after its grant, so that its
     -- release grants one that came since in its multi, instead of a plain
     -- delete after which that request would grant itself.
     it("hands on to a request that came after the queue the views carry", function()
-        a:call("LOCK.ACQUIRE", "hn", "h")
-        local w1 = start(b, "LOCK.ACQUIRE", "hn", "w1", "WAIT", "60000")
-        local w2 = start(a, "LOCK.ACQUIRE", "hn", "w2", "WAIT", "60000")
-        assert.equal(1, a:call("LOCK.RELEASE", "hn", "h"))
-        run()
-        assert.is_true(w1.done) -- by h's release, from a's listing at w2's arrival
-        -- w3 comes after w1's view ([w1, w2]): w1's release grants w2 and
-        -- writes [w2]; w2, its last, lists the lock after its grant
-        local w3 = start(c, "LOCK.ACQUIRE", "hn", "w3", "WAIT", "60000")
+        local w1, w2, w3 = newcomer_after_the_views("hn", c)
         run()
         assert.equal(1, b:call("LOCK.RELEASE", "hn", "w1"))
         run()
@@ -370,20 +376,14 @@ describe("native locks", function()
     -- listing of its own, its sidecar's newest listing when that lists a
     -- request after it: one that came since, on that sidecar.
     it("hands on to a later request from its sidecar's newest listing, without listing again", function()
-        a:call("LOCK.ACQUIRE", "hl", "h")
-        local w1 = start(b, "LOCK.ACQUIRE", "hl", "w1", "WAIT", "60000")
-        local w2 = start(a, "LOCK.ACQUIRE", "hl", "w2", "WAIT", "60000")
-        assert.equal(1, a:call("LOCK.RELEASE", "hl", "h"))
-        run()
-        assert.is_true(w1.done) -- its view: [w1, w2]
-        local w3 = start(a, "LOCK.ACQUIRE", "hl", "w3", "WAIT", "60000") -- listed by a
+        local w1, w2, w3 = newcomer_after_the_views("hl", a)
         local from = #W.ops
         assert.equal(1, b:call("LOCK.RELEASE", "hl", "w1"))
         run()
         assert.is_true(w2.done and w2.result > w1.result)
         assert.is_falsy(w3.done)
-        -- w2, the last of the queue w1's release carried ([w2]), read the
-        -- table alone: a's listing at w3's arrival is its view
+        -- w2, the last of [w2], read the table alone: a's listing at w3's
+        -- arrival is its view
         assert.same({ "get" }, lock_ops(a, "hl", from))
         from = #W.ops
         assert.equal(1, a:call("LOCK.RELEASE", "hl", "w2"))
