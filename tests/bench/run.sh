@@ -1056,6 +1056,11 @@ fi
         "was sent $(ho_total nat-44 fresh); early (before the release's reply):" \
         "native $(ho_val nat-44 early) of $(ho_val nat-44 wake_n), raw" \
         "$(ho_val nat-raw early) of $(ho_val nat-raw wake_n) (medians)."
+    echo "  Handoffs to the other sidecar, by round:" \
+        "$(awk '$1 == "nat-44" { for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                 if (v["wake_n"] > 0) printf "%s%.0f%% (%s/s)", n++ ? ", " : "", 100 * v["xwake_n"] / v["wake_n"], v["ops_per_sec"] }' "$tmp/results")."
+    echo "  (the waiters hold in the cyclic order of their first arrivals, so this"
+    echo "  share, one ZooKeeper round trip more per handoff, is chance per round)"
     echo
     echo "Targets (native locks, issue 18; a report, not a test)"
     read -r nq nlo nhi <<<"$(ho_stat ratio nat-44 nat-raw ops_per_sec)"
