@@ -354,7 +354,7 @@ local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
     if not next_waiter(h.path, view) then
-        local t = LS.known_table(h.lock, view.version)
+        local t = LS.known_table(h.lock, view.t.czxid, view.version)
         local newer = t and LS.newer_view(h.lock, t, LS.seq_of(h.path))
         if newer and next_waiter(h.path, newer) then
             h.view, h.listing, view = newer, nil, newer

@@ -201,10 +201,11 @@ function LS.wrote_table(lock, stat, data)
     remember_table(lock, table_of(stat, data))
 end
 
--- The table this sidecar knows of lock at `version`, or nil.
-function LS.known_table(lock, version)
+-- The table this sidecar knows of lock node incarnation `czxid` at
+-- `version`, or nil.
+function LS.known_table(lock, czxid, version)
     local t = tables[lock]
-    if t and t.version == version then return t end
+    if t and t.czxid == czxid and t.version == version then return t end
 end
 
 -- The line of request `seq` in the table this sidecar last knew of lock
