@@ -60,6 +60,7 @@ class Cluster:
             z.start()
         self.timeouts = [self.negotiated(i) for i in range(N_SIDECARS)]
         self.restarts = []
+        self.ensemble_restarts = []  # diagnoses of an ensemble that took no session
 
     def _make(self, i, env=None):
         return Zkresp(self.proxies[i].connect_string, root=self.root, session_timeout=SESSION_MS,
@@ -93,10 +94,39 @@ class Cluster:
                 self.restarts.append((self.names[i], z.proc.popen.returncode if z.proc else None))
                 z.restart(wait=False)
         try:
-            for z in self.sidecars:
-                z.wait_ready(30)
+            self.wait_sidecars()
         except AssertionError as e:
-            raise AssertionError("%s\n%s" % (e, self.diagnosis())) from None
+            diag = self.diagnosis()
+            if self.ensemble_serves():
+                raise AssertionError("%s\n%s" % (e, diag)) from None
+            # The servers took connections and answered no handshake, to the
+            # sidecars and to a client of our own alike (seen once, after all
+            # of them were paused longer than the session): the ensemble's
+            # failure, not a sidecar's.  Killed and started again, it must
+            # serve the sidecars again.
+            self.ensemble_restarts.append("%s\n%s" % (e, diag))
+            print("ensemble took no new session; restarted it:\n%s" % diag)
+            self.ens.stop_all()
+            self.ens.start_all(timeout=90)
+            try:
+                self.wait_sidecars()
+            except AssertionError as e2:
+                raise AssertionError("%s (after the ensemble's restart)\n%s\n--- before it:\n%s"
+                                     % (e2, self.diagnosis(), diag)) from None
+
+    def wait_sidecars(self):
+        for z in self.sidecars:
+            z.wait_ready(30)
+
+    def ensemble_serves(self, timeout=10.0):
+        """Whether the ensemble opens a session for a client of our own,
+        straight to the servers (not through the sidecars' proxies)."""
+        try:
+            kz = harness.kazoo_client(self.ens.connect_string, timeout=timeout)
+        except Exception:
+            return False
+        kz.close_quietly()
+        return True
 
     def diagnosis(self):
         """What the servers and the proxies say, for a sidecar that could not
