@@ -231,6 +231,14 @@ local function next_waiter(path, view)
     return false
 end
 
+-- This sidecar's newest listing as the view of the request at `path`,
+-- granted in table t, when it lists a waiter after it (LS.newer_view);
+-- else nil.
+local function newer_view(lock, t, path)
+    local view = t and LS.newer_view(lock, t, LS.seq_of(path))
+    if view and next_waiter(path, view) then return view end
+end
+
 -- A listing of a lock made in the background: {names, pzxid, done}; a
 -- hold's next view (its release grants the requests that came after it).
 local function start_listing(lock)
@@ -282,8 +290,8 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
                 local carried = view and view.by_seq[seq]
                 if not carried then view = LS.build(lock, t, names, pzxid, seq) end
                 local relist = not converting and not (carried and next_waiter(path, view))
-                local newer = relist and LS.newer_view(lock, t, seq)
-                if newer and next_waiter(path, newer) then view, relist = newer, false end
+                local newer = relist and newer_view(lock, t, path)
+                if newer then view, relist = newer, false end
                 return t.lines[seq].token, view, relist and start_listing(lock) or nil
             end
             if converting and not t.lines[seq] then return nil, "lost" end
@@ -354,9 +362,8 @@ local function quick_release(h)
     local view = h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
     if not next_waiter(h.path, view) then
-        local t = LS.known_table(h.lock, view.t.czxid, view.version)
-        local newer = t and LS.newer_view(h.lock, t, LS.seq_of(h.path))
-        if newer and next_waiter(h.path, newer) then
+        local newer = newer_view(h.lock, LS.known_table(h.lock, view.t.czxid, view.version), h.path)
+        if newer then
             h.view, h.listing, view = newer, nil, newer
         elseif h.listing then
             view = adopt_listing(h) or view

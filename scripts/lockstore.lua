@@ -165,8 +165,8 @@ function LS.read_table(lock)
 end
 
 -- The last listing this sidecar read, by lock (of queues up to NAMES_MAX
--- requests): {names, pzxid, czxid, top (its largest sequence)}.  Replies
--- come in the order of the requests, so the last is the newest.
+-- requests): {names, pzxid, czxid}.  Replies come in the order of the
+-- requests, so the last is the newest.
 local listings, nlistings = {}, 0
 
 local function remember_listing(lock, names, stat)
@@ -174,16 +174,11 @@ local function remember_listing(lock, names, stat)
         listings[lock] = nil -- (counted still: nlistings only bounds the table)
         return
     end
-    local top = -1
-    for _, name in ipairs(names) do
-        local seq = LS.seq_of(name)
-        if seq and seq > top then top = seq end
-    end
     if not listings[lock] then
         if nlistings >= TABLES_MAX then listings, nlistings = {}, 0 end
         nlistings = nlistings + 1
     end
-    listings[lock] = { names = names, pzxid = stat.pzxid, czxid = stat.czxid, top = top }
+    listings[lock] = { names = names, pzxid = stat.pzxid, czxid = stat.czxid }
 end
 
 -- The request names, the lock node's pzxid and its stat, or nil when it
@@ -278,13 +273,12 @@ function LS.build(lock, t, names, pzxid, older)
 end
 
 -- The view of granted request `seq` from this sidecar's newest listing of
--- the lock, when that lists a request after it (one that came after the
--- queue table t carries): the listing is the older read (LS.build's
--- `older`; it was made after our request, which came before the one it
--- lists after us).  nil when there is none, or the view is stale.
+-- the lock (which may list requests that came after the queue table t
+-- carries): the listing is the older read (LS.build's `older`).  nil when
+-- there is none, it lacks `seq`, or the view is stale.
 function LS.newer_view(lock, t, seq)
     local l = listings[lock]
-    if not (l and l.czxid == t.czxid and l.top > seq) then return nil end
+    if not (l and l.czxid == t.czxid) then return nil end
     local view = LS.build(lock, t, l.names, l.pzxid, seq)
     if view.stale or not view.by_seq[seq] then return nil end
     return view

@@ -60,7 +60,6 @@ class Cluster:
             z.start()
         self.timeouts = [self.negotiated(i) for i in range(N_SIDECARS)]
         self.restarts = []
-        self.ensemble_restarts = []  # diagnoses of an ensemble that took no session
 
     def _make(self, i, env=None):
         return Zkresp(self.proxies[i].connect_string, root=self.root, session_timeout=SESSION_MS,
@@ -104,7 +103,6 @@ class Cluster:
             # of them were paused longer than the session): the ensemble's
             # failure, not a sidecar's.  Killed and started again, it must
             # serve the sidecars again.
-            self.ensemble_restarts.append("%s\n%s" % (e, diag))
             print("ensemble took no new session; restarted it:\n%s" % diag)
             self.ens.stop_all()
             self.ens.start_all(timeout=90)
