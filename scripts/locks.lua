@@ -239,8 +239,18 @@ local function newer_view(lock, t, path)
     if view and next_waiter(path, view) then return view end
 end
 
--- A listing of a lock made in the background: {names, pzxid, done}; a
--- hold's next view (its release grants the requests that came after it).
+-- Whether `names` (a listing's, or nil) has the request at `path`.
+local function lists(names, path)
+    local name = path:match("[^/]+$")
+    for _, n in ipairs(names or {}) do
+        if n == name then return true end
+    end
+    return false
+end
+
+-- A listing of a lock made in the background: {names, pzxid, stat, done};
+-- a hold's next view (its release grants the requests that came after it),
+-- or a new request's first listing, sent right after its create.
 local function start_listing(lock)
     local l = { done = false }
     host.spawn(function()
@@ -270,8 +280,12 @@ end
 -- arrival here), else lists the lock after its grant, so that its release
 -- grants those that came since.  Not granted, the lock is listed.
 -- first(snap, me), when given, sees the first listing: a truthy answer
--- ends the wait (nil, answer).
-local function settle(lock, path, sid, until_ms, converting, px, first)
+-- ends the wait (nil, answer).  A new request's first listing is
+-- `listing`, begun beside its create, when it lists the request; there
+-- the table this sidecar knows may do though the lock moved on since
+-- (LS.snapshot's `seq, mode`): the request waits for the one ahead of it,
+-- watched with LW.wait's `since`, and grants itself only on a newer read.
+local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid
     while true do
@@ -297,7 +311,15 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
             if converting and not t.lines[seq] then return nil, "lost" end
             names = nil
         end
-        if not (names and t) then t, names, pzxid, czxid = LS.snapshot(lock) end
+        local older
+        if not (names and t) then
+            if listing then
+                LW.await(listing)
+                if not lists(listing.names, path) then listing = nil end
+            end
+            t, names, pzxid, czxid, older = LS.snapshot(lock, listing, not converting and seq or nil, mode)
+            listing = nil
+        end
         if not t then return nil, "lost" end
         local snap = LS.build(lock, t, names, pzxid)
         local me = snap.by_seq[seq]
@@ -307,7 +329,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
         first = nil
         if granted_in(t, seq, converting) then return me.token, snap end
         if converting and not me.convert then return nil, "lost" end
-        local g = grants_me(snap.queue, me)
+        local g = not older and grants_me(snap.queue, me)
         if g then
             me.granted, me.convert, me.token = g.mode, nil, snap.token
             if not converting then me.lease_end = math.floor(LS.leader_now() + px) end
@@ -327,7 +349,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first)
             end
             local target, poll = LW.target(snap.queue, me)
             local wait_until = poll and math.min(until_ms, host.now() + LW.POLL_MS) or until_ms
-            local how = LW.wait(target and target.path, lock, wait_until)
+            local how = LW.wait(target and target.path, lock, wait_until, older and t.mzxid or nil)
             if how == "gone" or (how == "timeout" and host.now() >= until_ms) then return nil, how end
         end
     end
@@ -462,10 +484,13 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         end
     end
     local until_ms = host.now() + wait_ms
+    -- the listing the wait starts from, sent after the create (a session's
+    -- requests are answered in order): one round trip for both
+    local first_listing = start_listing(lock)
     local path, sid, data = create_request(lock, owner, mode, px)
     local token, view, listing = settle(lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return owner_there(s, me, owner)
-    end)
+    end, mode, first_listing)
     if not token then
         leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end

@@ -211,16 +211,49 @@ function LS.cached_grant(lock, seq, czxid)
     if t and t.czxid == czxid and t.lines[seq] then return t end
 end
 
+-- Whether the request just before request `seq` in `names` clashes with
+-- `mode` by the mode its name asks, and table t (this sidecar's, maybe
+-- older than the listing) shows it waiting or granted in that mode: then
+-- `seq` waits for it whatever a newer table says.  It is queued ahead of
+-- `seq`, so it must be granted (in that mode) and then leave before `seq`
+-- may be, unless it was converted since t, a write that touches its node
+-- (LW.wait's `since` sees that).
+local function waits_behind(t, names, seq, mode)
+    local prev, pmode = -1, nil
+    for _, name in ipairs(names) do
+        local m, _, _, s = parse_name(name)
+        if m and s < seq and s > prev then prev, pmode = s, m end
+    end
+    if not pmode or Q.compatible(pmode, mode) then return false end
+    local line = t.lines[prev]
+    return not line or (line.mode == pmode and not line.convert)
+end
+
 -- The table and a listing read no earlier than it (what LS.build needs):
 -- t, names, pzxid, czxid, or nil when the lock node is absent.  The listing
--- is read first; a table this sidecar knows at the version its stat shows
--- is the one, else the table is read, and the listing again if the table
--- moved on in between.
-function LS.snapshot(lock)
-    local names, pzxid, stat = LS.read_children(lock)
+-- is read first, or is `listing` ({names, pzxid, stat}: one read after our
+-- request's create, beside it); a table this sidecar knows at the version
+-- its stat shows is the one, else the table is read, and the listing again
+-- if the table moved on in between.
+--
+-- seq, mode: a new request's, looking for what to wait for.  When the table
+-- this sidecar knows is older than the listing but the request just ahead
+-- of `seq` clashes with `mode` (waits_behind), that table is answered with
+-- a fifth value, true: good enough to wait with (the request ahead is the
+-- one to watch), not to grant with; the read is saved.
+function LS.snapshot(lock, listing, seq, mode)
+    local names, pzxid, stat
+    if listing then
+        names, pzxid, stat = listing.names, listing.pzxid, listing.stat
+    else
+        names, pzxid, stat = LS.read_children(lock)
+    end
     if not names then return nil end
     local t = tables[lock]
-    if t and t.czxid == stat.czxid and t.version == stat.version then return t, names, pzxid, stat.czxid end
+    if t and t.czxid == stat.czxid then
+        if t.version == stat.version then return t, names, pzxid, stat.czxid end
+        if seq and waits_behind(t, names, seq, mode) then return t, names, pzxid, stat.czxid, true end
+    end
     t = LS.read_table(lock)
     if not t then return nil end
     if t.version ~= stat.version or t.czxid ~= stat.czxid then

@@ -2,7 +2,7 @@
 -- node it watches, the watch, its WAIT, its client going.
 --
 --   LW.target(queue, me) -> entry|nil, poll   what to watch
---   LW.wait(path, lock, until_ms) -> "changed" | "timeout" | "gone"
+--   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone"
 --   LW.on_watch(path)                          a watch of ours fired
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
@@ -54,18 +54,21 @@ end
 -- path is nil), `until_ms` (host.now()) passes, or the client goes.  The
 -- watch is a data watch (getData): it fires when the node is deleted and
 -- when its data changes.  One watch per node and sidecar (the C client
--- keeps one), however many of this sidecar's waiters watch it.
-function LW.wait(path, lock, until_ms)
+-- keeps one), however many of this sidecar's waiters watch it.  since: a
+-- zxid; a node written after it (and after its creation) counts as changed
+-- at once (the waiter chose it on a table from before that write).
+function LW.wait(path, lock, until_ms, since)
     local watch = path or lock
     local rec = { co = coroutine.running() }
     local set = watching[watch]
     if not set then set = {} watching[watch] = set end
     set[rec] = true
-    local rc = zk.get(watch, true)
+    local rc, _, stat = zk.get(watch, true)
     local left = until_ms - host.now()
-    if rc ~= zk.OK or rec.fired or left <= 0 then
+    local moved = since and stat and stat.mzxid > since and stat.mzxid > stat.czxid
+    if rc ~= zk.OK or rec.fired or moved or left <= 0 then
         unwatch(watch, set, rec)
-        return (rc ~= zk.OK or rec.fired) and "changed" or "timeout"
+        return (rc ~= zk.OK or rec.fired or moved) and "changed" or "timeout"
     end
     local timer = host.timer(function() wake(rec, "timeout") end)
     timer:start(left)

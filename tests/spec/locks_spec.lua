@@ -396,6 +396,88 @@ describe("native locks", function()
         assert.same({ "children", "multi" }, kinds)
     end)
 
+    -- The ops (kind and when it was sent) sidecar sc made on the lock's
+    -- nodes since W.ops[from].
+    local function timed_ops(sc, key, from)
+        local lock, out = sc.LK.lock_path(key), {}
+        for i = from + 1, #W.ops do
+            local op = W.ops[i]
+            if op.sc == sc.id and (op.path or ""):find(lock, 1, true) then
+                out[#out + 1] = { op.kind, W.op_times[i], op.path }
+            end
+        end
+        return out
+    end
+
+    it("sends an arriving request's create and its listing together", function()
+        a:call("LOCK.ACQUIRE", "pl", "h")
+        local from = #W.ops
+        local w = start(b, "LOCK.ACQUIRE", "pl", "w", "WAIT", "60000")
+        local ops = timed_ops(b, "pl", from)
+        -- create and listing in one round trip, then the table (b has not
+        -- seen it) and the watch
+        assert.equal("create", ops[1][1])
+        assert.equal("children", ops[2][1])
+        assert.equal(ops[1][2], ops[2][2])
+        assert.is_true(ops[3][2] > ops[1][2])
+        -- a free lock this sidecar knows: the create and the listing, then
+        -- the grant's write
+        c:call("LOCK.ACQUIRE", "pf", "x")
+        c:call("LOCK.RELEASE", "pf", "x")
+        from = #W.ops
+        local t0 = W.now
+        integer(c:call("LOCK.ACQUIRE", "pf", "x", "WAIT", "1000"))
+        ops = timed_ops(c, "pf", from)
+        assert.equal(2 * W.latency, W.now - t0)
+        assert.same({ "create", "children", "set" }, { ops[1][1], ops[2][1], ops[3][1] })
+        a:call("LOCK.RELEASE", "pl", "h")
+        run()
+        assert.is_true(w.done)
+    end)
+
+    -- h on a; w1 on b (b reads the table); a's release grants w1; w2 comes
+    -- on c; b's release of w1 grants w2.  a last saw the table of its own
+    -- release, two versions back, when w3 comes on a.
+    it("waits behind the request ahead of it without reading a table that moved on", function()
+        a:call("LOCK.ACQUIRE", "st", "h")
+        local w1 = start(b, "LOCK.ACQUIRE", "st", "w1", "WAIT", "60000")
+        a:call("LOCK.RELEASE", "st", "h")
+        run()
+        assert.is_true(w1.done)
+        local w2 = start(c, "LOCK.ACQUIRE", "st", "w2", "WAIT", "60000")
+        b:call("LOCK.RELEASE", "st", "w1")
+        run()
+        assert.is_true(w2.done)
+        local from = #W.ops
+        local w3 = start(a, "LOCK.ACQUIRE", "st", "w3", "WAIT", "60000")
+        local kinds, watched = {}, nil
+        for _, op in ipairs(timed_ops(a, "st", from)) do
+            kinds[#kinds + 1] = op[1]
+            if op[1] == "get" then watched = op[3] end
+        end
+        -- no read of the lock node: the get is the watch on w2's request
+        assert.same({ "create", "children", "get" }, kinds)
+        assert.is_not.equal(a.LK.lock_path("st"), watched)
+        assert.is_falsy(w3.done)
+        c:call("LOCK.RELEASE", "st", "w2")
+        run()
+        assert.is_true(w3.done and w3.result > w2.result)
+    end)
+
+    -- b last read the table while x held EX; x converts down to PR (a write
+    -- b does not see); w (PR) comes on b: the table b knows says x holds EX
+    -- and b saves the read, but x's node was written since that table, so
+    -- w looks again rather than waiting for x's release.
+    it("looks again when the request it waits for changed after the table it chose on", function()
+        a:call("LOCK.ACQUIRE", "dc", "x", "MODE", "EX")
+        assert.equal(0, #waiters(b, "dc")) -- b reads the lock: the table of x's grant
+        integer(a:call("LOCK.CONVERT", "dc", "x", "MODE", "PR"))
+        local w = start(b, "LOCK.ACQUIRE", "dc", "w", "MODE", "PR", "WAIT", "60000")
+        run()
+        assert.is_true(w.done and math.type(w.result) == "integer")
+        assert.equal(2, #c:call("LOCK.INFO", "dc").map[2])
+    end)
+
     it("answers bad options with Redis's errors", function()
         assert.same(S.E("ERR wrong number of arguments for 'lock.acquire' command"), a:call("LOCK.ACQUIRE", "k"))
         assert.same(S.SYNTAX, a:call("LOCK.ACQUIRE", "k", "o", "PX"))

@@ -112,7 +112,7 @@ function Z.world(opts)
         nodes = {}, zxid = 0, sessions = {}, next_sid = 0x10000,
         runq = {}, rq_head = 1, rq_tail = 0,
         timers = {}, seq = 0, tasks = setmetatable({}, { __mode = "k" }),
-        sidecars = {}, ops = {}, watches = {}, cwatches = {},
+        sidecars = {}, ops = {}, op_times = {}, watches = {}, cwatches = {},
     }, World)
     local tx = { zxid = 0, time = W:leader_now() }
     W.nodes["/"] = newnode(tx, nil)
@@ -562,6 +562,7 @@ local function make_zk(sc)
         local task = W.tasks[co]
         assert(task, "zk." .. kind .. " called outside a task")
         W.ops[#W.ops + 1] = { sc = sc.id, kind = kind, path = path, grouped = grouped or nil }
+        W.op_times[#W.ops] = W.now
         task.waiting = "zk"
         if sc.closing then
             W:post(function() W:resume(co, C.CLOSING) end)
