@@ -43,7 +43,12 @@ function LS.sidecar_id()
 end
 
 function LS.hex(s)
-    return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+    local out = {}
+    for i = 1, #s, 64 do
+        local chunk = s:sub(i, i + 63)
+        out[#out + 1] = string.rep("%02x", #chunk):format(chunk:byte(1, -1))
+    end
+    return table.concat(out)
 end
 
 -- A request's name: "<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>": what
@@ -52,15 +57,25 @@ function LS.prefix(mode, owner, px, nonce)
     return mode .. "." .. LS.owner_hash(owner) .. "." .. tostring(px) .. "." .. nonce .. "-"
 end
 
--- name -> mode, hash, px, seq
+-- name -> mode, hash, px, seq (a name never changes: parsed once, while
+-- the cache holds it)
+local parsed, nparsed = {}, 0
+local PARSED_MAX = 4096
+
 local function parse_name(name)
-    local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%d+)$")
-    if not mode then return nil end
-    return mode, hash, tonumber(px), tonumber(seq)
+    local p = parsed[name]
+    if not p then
+        local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%d+)$")
+        if not mode then return nil end
+        if nparsed >= PARSED_MAX then parsed, nparsed = {}, 0 end
+        p = { mode, hash, tonumber(px), tonumber(seq) }
+        parsed[name], nparsed = p, nparsed + 1
+    end
+    return p[1], p[2], p[3], p[4]
 end
 
 -- The sequence number of a request's path.
-function LS.seq_of(path) return tonumber(path:match("%-(%d+)$")) end
+function LS.seq_of(path) return tonumber(path:match("%-(%d+)$", -11)) end
 
 local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 
@@ -81,22 +96,31 @@ end
 -- The grant table: seq -> {mode, token, convert, convert_at, asked}, and
 -- the queue its writer decided on: the request names in order ("q" lines),
 -- or nil when it wrote none.
+local Q_LINE = ("q "):byte(1, 2)
+
 function LS.decode_table(data)
     local t, names = {}, nil
-    for line in (data or ""):gmatch("[^\n]+") do
-        local seq, mode, token, lease_end, rest = line:match("^(%d+) (%u%u) (%d+) (%d+)(.*)$")
-        if seq then
-            local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
-            local conv, at, asked = rest:match("^ (%u%u) (%d+) (%d+)$")
-            if conv then g.convert, g.convert_at, g.asked = conv, tonumber(at), tonumber(asked) end
-            t[tonumber(seq)] = g
-        else
-            local name = line:match("^q (.+)$")
-            if name then
+    data = data or ""
+    local at, len = 1, #data
+    while at <= len do
+        local nl = data:find("\n", at, true) or len + 1
+        if data:byte(at) == Q_LINE and data:byte(at + 1) == 32 then
+            if nl > at + 2 then
                 names = names or {}
-                names[#names + 1] = name
+                names[#names + 1] = data:sub(at + 2, nl - 1)
+            end
+        elseif nl > at then
+            local seq, mode, token, lease_end, rest = data:sub(at, nl - 1):match("^(%d+) (%u%u) (%d+) (%d+)(.*)$")
+            if seq then
+                local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
+                if rest ~= "" then
+                    local conv, cat, asked = rest:match("^ (%u%u) (%d+) (%d+)$")
+                    if conv then g.convert, g.convert_at, g.asked = conv, tonumber(cat), tonumber(asked) end
+                end
+                t[tonumber(seq)] = g
             end
         end
+        at = nl + 1
     end
     return t, names
 end
@@ -277,6 +301,8 @@ end
 -- passed it), so it is left out.  stale: the table grants a request the
 -- listing lacks; such a view decides no grant (its table would drop that
 -- line).
+local function by_seq(a, b) return a.seq < b.seq end
+
 function LS.build(lock, t, names, pzxid, older)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
                    token = Q.observed({}, pzxid, t.mzxid) }
@@ -301,7 +327,7 @@ function LS.build(lock, t, names, pzxid, older)
             if seq > top then snap.stale = true end
         end
     end
-    table.sort(snap.queue, function(a, b) return a.seq < b.seq end)
+    table.sort(snap.queue, by_seq)
     return snap
 end
 
