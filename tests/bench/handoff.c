@@ -333,7 +333,6 @@ struct waiter {
     unsigned pending; /* messages since the current acquire was sent */
     uint64_t next_k;  /* the release its next message is for */
     uint64_t msgs, own, resyncs, timeouts;
-    int rank; /* native --order: its place among the first arrivals */
 };
 
 static struct waiter waiters[MAX_WAITERS];
@@ -825,23 +824,11 @@ static void native_release(struct waiter *w)
     freeReplyObject(r);
 }
 
-/* native --order: the waiters' first requests go one ORDER_GAP_MS apart in
- * this order (they then hold in it, cyclically); 0: all at once. */
-static int order_alternate = -1;
-#define ORDER_GAP_MS 20
-
 static void *native_run(void *arg)
 {
     struct waiter *w = arg;
     const char *argv[] = {"LOCK.ACQUIRE", key,    w->holder, "PX",
                           nat_px,         "WAIT", nat_wait};
-    if (order_alternate >= 0) {
-        struct timespec ts = {0, 0};
-        long ms = (long)w->rank * ORDER_GAP_MS;
-        ts.tv_sec = ms / 1000;
-        ts.tv_nsec = (ms % 1000) * 1000000L;
-        nanosleep(&ts, NULL);
-    }
     while (atomic_load(&phase) != PHASE_STOP && !atomic_load(&fatal)) {
         uint64_t sent = bench_now_ns();
         redisReply *r = cmd_call(w, 7, argv);
@@ -1101,7 +1088,6 @@ static void usage(void)
         stderr,
         "usage: handoff --side PORT:N [--side PORT:N]... [--key K]   (resp)\n"
         "       handoff --native --side PORT:N [--side PORT:N]... [--key K]\n"
-        "               [--order alternate|grouped]\n"
         "       handoff --zk HOST:PORT [--waiters N] [--sessions S] [--root "
         "P]  (raw)\n"
         "       [--seconds S] [--warmup S] [--hold-us N] [--timeout-ms N]\n"
@@ -1122,11 +1108,7 @@ static void usage(void)
         "                  native mode: LOCK.ACQUIRE's WAIT (default 2000)\n"
         "  --zk-mntr ADDR  count ZooKeeper watch events per release (mntr)\n"
         "  --pid NAME=PID  charge PID's CPU time to the handoffs "
-        "(repeatable)\n"
-        "  --order O       native mode: the waiters first ask one after the\n"
-        "                  other, 20 ms apart, and so hold in that order:\n"
-        "                  alternate (the sides take turns: every handoff\n"
-        "                  goes to another side) or grouped (side by side)\n");
+        "(repeatable)\n");
     exit(2);
 }
 
@@ -1177,14 +1159,7 @@ int main(int argc, char **argv)
             mntr = v;
         else if (strcmp(a, "--resolve-delay") == 0)
             resolve_delay = atoi(v);
-        else if (strcmp(a, "--order") == 0) {
-            if (strcmp(v, "alternate") == 0)
-                order_alternate = 1;
-            else if (strcmp(v, "grouped") == 0)
-                order_alternate = 0;
-            else
-                usage();
-        } else if (strcmp(a, "--pid") == 0) {
+        else if (strcmp(a, "--pid") == 0) {
             if (bench_pids_add(&pids, v) != 0)
                 usage();
         } else
@@ -1211,16 +1186,6 @@ int main(int argc, char **argv)
             }
             snprintf(who + strlen(who), sizeof(who) - strlen(who), "%s%d",
                      s ? "+" : "", side_n[s]);
-        }
-        if (order_alternate > 0) { /* sides taking turns: 0, 1, 0, 1 ... */
-            int rank = 0;
-            for (int r = 0; rank < nwaiters; r++)
-                for (int s = 0, start = 0; s < sides; start += side_n[s++])
-                    if (r < side_n[s])
-                        waiters[start + r].rank = rank++;
-        } else if (order_alternate == 0) { /* side by side: 0, 0 ... 1, 1 */
-            for (int i = 0; i < nwaiters; i++)
-                waiters[i].rank = i;
         }
         for (int i = 0; i < nwaiters; i++)
             (native ? native_setup : waiter_setup)(&waiters[i]);
