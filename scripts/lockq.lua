@@ -97,6 +97,11 @@ function Q.is_down(from, to)
     return true
 end
 
+local function by_ask(a, b)
+    if a.convert_at ~= b.convert_at then return a.convert_at < b.convert_at end
+    return a.seq < b.seq
+end
+
 -- The conversion queue: every granted entry with a pending up-conversion,
 -- ordered by when the conversion was asked (convert_at, then seq).
 local function conversions(queue)
@@ -106,10 +111,7 @@ local function conversions(queue)
             out[#out + 1] = e
         end
     end
-    table.sort(out, function(a, b)
-        if a.convert_at ~= b.convert_at then return a.convert_at < b.convert_at end
-        return a.seq < b.seq
-    end)
+    if #out > 1 then table.sort(out, by_ask) end
     return out
 end
 Q.conversions = conversions

@@ -405,12 +405,12 @@ local function quick_release(h)
         end
     end
     if granted > 0 then
-        local data = LS.encode_table(queue)
+        local data, lines, names = LS.encode_table(queue)
         LW.begin_write(h.lock)
         local ok
         ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
         if ok then rc = Z.first_error(rc, results) end
-        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, data) end
+        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, lines, names) end
         LW.end_write(h.lock)
         if not ok then error(rc, 0) end
     else

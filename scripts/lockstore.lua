@@ -133,21 +133,31 @@ LS.NAMES_MAX = 32
 -- names of queue's requests: the queue the grants were decided on, which a
 -- waiter of another sidecar granted by this write takes as its view (the
 -- listing its release grants from) instead of listing the lock itself.
+-- Also answers what LS.decode_table reads back from it (lines, names).
 function LS.encode_table(queue)
-    local out = {}
+    local out, lines, names = {}, {}, nil
     for _, e in ipairs(queue) do
         if e.granted then
-            local line = string.format("%d %s %d %d", e.seq, e.granted, e.token, e.lease_end or 0)
+            local lease_end = e.lease_end or 0
+            local line = string.format("%d %s %d %d", e.seq, e.granted, e.token, lease_end)
+            local g = { mode = e.granted, token = e.token, lease_end = lease_end }
             if e.convert then
                 line = line .. string.format(" %s %d %d", e.convert, e.convert_at, e.asked_convert)
+                g.convert, g.convert_at, g.asked = e.convert, e.convert_at, e.asked_convert
             end
             out[#out + 1] = line
+            lines[e.seq] = g
         end
     end
     if #queue <= LS.NAMES_MAX then
-        for _, e in ipairs(queue) do out[#out + 1] = "q " .. e.name end
+        names = {}
+        for i, e in ipairs(queue) do
+            out[#out + 1] = "q " .. e.name
+            names[i] = e.name
+        end
+        if #names == 0 then names = nil end
     end
-    return table.concat(out, "\n")
+    return table.concat(out, "\n"), lines, names
 end
 
 ---------------------------------------------------------------------------
@@ -214,10 +224,12 @@ function LS.read_children(lock)
     return names, stat.pzxid, stat
 end
 
--- The table written at `stat` (a write of ours that succeeded).
-function LS.wrote_table(lock, stat, data)
+-- The table written at `stat` (a write of ours that succeeded): lines and
+-- names as LS.encode_table answered them with its data.
+function LS.wrote_table(lock, stat, lines, names)
     if not stat then return end
-    remember_table(lock, table_of(stat, data))
+    remember_table(lock, { version = stat.version, mzxid = stat.mzxid, czxid = stat.czxid, lines = lines,
+                           names = names })
 end
 
 -- The table this sidecar knows of lock node incarnation `czxid` at
@@ -306,7 +318,7 @@ local function by_seq(a, b) return a.seq < b.seq end
 function LS.build(lock, t, names, pzxid, older)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
                    token = Q.observed({}, pzxid, t.mzxid) }
-    local top = -1
+    local top, sorted = -1, true
     for _, name in ipairs(names) do
         local mode, hash, px, seq = parse_name(name)
         if mode and older and seq < older and not t.lines[seq] then mode = nil end
@@ -319,7 +331,7 @@ function LS.build(lock, t, names, pzxid, older)
             end
             snap.queue[#snap.queue + 1] = e
             snap.by_seq[seq] = e
-            if seq > top then top = seq end
+            if seq > top then top = seq else sorted = false end
         end
     end
     if older then
@@ -327,7 +339,7 @@ function LS.build(lock, t, names, pzxid, older)
             if seq > top then snap.stale = true end
         end
     end
-    table.sort(snap.queue, by_seq)
+    if not sorted then table.sort(snap.queue, by_seq) end
     return snap
 end
 
@@ -388,7 +400,7 @@ end
 -- read again), or "unknown" (the reply was lost: read again to learn);
 -- with "ok", the zxid of the write.
 function LS.write_table(snap, touch)
-    local data = LS.encode_table(snap.queue)
+    local data, lines, names = LS.encode_table(snap.queue)
     local rc, results, stat
     if touch then
         local d = LS.entry_data(touch)
@@ -402,7 +414,7 @@ function LS.write_table(snap, touch)
     end
     if rc == zk.OK then
         Z.learn_offset(stat)
-        LS.wrote_table(snap.path, stat, data)
+        LS.wrote_table(snap.path, stat, lines, names)
         return "ok", stat and stat.mzxid or snap.token
     end
     if rc == zk.BADVERSION or rc == zk.NONODE then return "stale" end
