@@ -272,14 +272,22 @@ describe("native locks", function()
         assert.equal(1, #W:children(a.LK.lock_path("nc")))
     end)
 
-    -- The kinds of the requests sidecar sc made on the lock's nodes since
-    -- W.ops[from].
-    local function lock_ops(sc, key, from)
-        local lock, kinds = sc.LK.lock_path(key), {}
+    -- The requests sidecar sc made on the lock's nodes since W.ops[from]:
+    -- {kind, when it was sent, path} each; lock_ops: their kinds.
+    local function timed_ops(sc, key, from)
+        local lock, out = sc.LK.lock_path(key), {}
         for i = from + 1, #W.ops do
             local op = W.ops[i]
-            if op.sc == sc.id and (op.path or ""):find(lock, 1, true) then kinds[#kinds + 1] = op.kind end
+            if op.sc == sc.id and (op.path or ""):find(lock, 1, true) then
+                out[#out + 1] = { op.kind, W.op_times[i], op.path }
+            end
         end
+        return out
+    end
+
+    local function lock_ops(sc, key, from)
+        local kinds = {}
+        for i, op in ipairs(timed_ops(sc, key, from)) do kinds[i] = op[1] end
         return kinds
     end
 
@@ -395,19 +403,6 @@ describe("native locks", function()
         table.sort(kinds)
         assert.same({ "children", "multi" }, kinds)
     end)
-
-    -- The ops (kind and when it was sent) sidecar sc made on the lock's
-    -- nodes since W.ops[from].
-    local function timed_ops(sc, key, from)
-        local lock, out = sc.LK.lock_path(key), {}
-        for i = from + 1, #W.ops do
-            local op = W.ops[i]
-            if op.sc == sc.id and (op.path or ""):find(lock, 1, true) then
-                out[#out + 1] = { op.kind, W.op_times[i], op.path }
-            end
-        end
-        return out
-    end
 
     it("sends an arriving request's create and its listing together", function()
         a:call("LOCK.ACQUIRE", "pl", "h")
