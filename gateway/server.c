@@ -10,6 +10,11 @@
  * calls malloc_trim(0), which returns the free pages of every arena:
  *
  *   busy ... busy | quiet second -> collect + trim -> idle RSS
+ *
+ * Work is counted in connections and coroutines started or finished, but
+ * one background coroutine may do much while it counts as one (expiring
+ * thousands of keys, after a trim that came while it ran): any work earns
+ * a trim once IDLE_SETTLE seconds have passed since the last one.
  */
 #include "server.h"
 
@@ -32,9 +37,10 @@
 /* A cron second with at most IDLE_QUIET new connections and coroutines
  * started or finished is quiet (a periodic timer or a health check does not
  * count as work); at least IDLE_WORK of them since the last trim make one
- * worth doing. */
+ * worth doing, and so does any work once IDLE_SETTLE seconds have passed. */
 #define IDLE_QUIET 4
 #define IDLE_WORK 64
+#define IDLE_SETTLE 5
 
 size_t server_rss(void)
 {
@@ -59,6 +65,7 @@ void server_trim_memory(struct server *s)
     }
     malloc_trim(0);
     s->idle.trims++;
+    s->idle.since = 0;
     log_debug("memory.trimmed",
               "lua_before=%zu lua_after=%zu pool_released=%zu "
               "rss_before=%zu rss_after=%zu",
@@ -73,7 +80,9 @@ static void idle_check(struct server *s)
     uint64_t delta = seen - s->idle.seen;
     s->idle.seen = seen;
     s->idle.work += delta;
-    if (delta > IDLE_QUIET || s->idle.work < IDLE_WORK)
+    s->idle.since++;
+    if (delta > IDLE_QUIET || s->idle.work == 0 ||
+        (s->idle.work < IDLE_WORK && s->idle.since < IDLE_SETTLE))
         return;
     /* Not while a command runs, abandoned ones included: a second can be
      * quiet while thousands wait for ZooKeeper, and their garbage comes

@@ -43,6 +43,7 @@ struct server {
         uint64_t seen;  /* connections + coroutines at the last cron */
         uint64_t work;  /* of those, since the last trim */
         uint64_t trims; /* server_trim_memory runs */
+        uint64_t since; /* cron seconds since the last trim */
     } idle;
     struct log_limit auth_log; /* client.auth_failed lines, for all clients */
     char run_id[41];
