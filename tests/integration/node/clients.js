@@ -138,10 +138,12 @@ async function semaphore(deadline) {
     clients.push(c);
     run.push(loop(deadline, async () => {
       // The semaphore is one key whose TTL is set by whoever touched it last,
-      // so a long holder's 300 ms lockTimeout bounds every holder's refresh
-      // gap: all of them refresh every 80 ms, as they would have to on Redis.
+      // so a long holder's 600 ms lockTimeout (shorter than its 700 ms hold:
+      // only refreshes keep it) bounds every holder's refresh gap: all of
+      // them refresh every 80 ms, as they would have to on Redis.  (300 ms
+      // lost the key once under ASan, a refresh 220 ms late.)
       const long = i % 3 === 0;
-      const s = new Semaphore(c, 'node:sem', LIMIT, { lockTimeout: long ? 300 : 2000, acquireTimeout: 2000,
+      const s = new Semaphore(c, 'node:sem', LIMIT, { lockTimeout: long ? 600 : 2000, acquireTimeout: 2000,
                                                      retryInterval: 5, refreshInterval: 80 });
       await s.acquire();
       await hold(i, long ? 700 : 5);
