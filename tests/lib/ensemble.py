@@ -258,6 +258,23 @@ class ProxySet:
                 return i
         return None
 
+    def first_answer_after(self, t):
+        """When the first reply to a request reached the sidecar through
+        any of its proxies at or after monotonic time t, or None."""
+        later = [a for p in self.proxies for a in p.times_answered() if a >= t]
+        return min(later) if later else None
+
+    def last_answer_before(self, t):
+        """When the last reply reached the sidecar before monotonic time t,
+        or None."""
+        earlier = [a for p in self.proxies for a in p.times_answered() if a < t]
+        return max(earlier) if earlier else None
+
+    def asked_between(self, t_from, t_to):
+        """How many requests the sidecar sent through its proxies in
+        [t_from, t_to]."""
+        return sum(1 for p in self.proxies for a in p.times_asked() if t_from <= a <= t_to)
+
     def delay(self, ms):
         for p in self.proxies:
             p.delay(ms)

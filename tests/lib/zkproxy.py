@@ -19,7 +19,10 @@ is the session handshake), so faults can be aimed precisely:
     refuse(on)         close new connections as soon as they are accepted
 
 Counters: connections, requests by op name, replies, dropped, bytes.
-Sessions seen in handshakes: (session_id, passwd, timeout).
+Sessions seen in handshakes: (session_id, passwd, timeout).  Times: when
+each request (xid > 0: not a ping, not the handshake) went up and each
+reply to one came down (times_asked, times_answered): what the client's
+ZooKeeper connection really answered, whatever the fault's schedule was.
 """
 
 import collections
@@ -151,11 +154,13 @@ class _Conn:
                 if self.blackholed:
                     p._count("blackholed_up")
                     continue
+                req = False
                 if first:
                     first = False
                     p._count("handshakes")
                 else:
                     xid, op = struct.unpack(">ii", frame[4:12])
+                    req = xid > 0
                     name = OPS.get(op, str(op))
                     p._count_req(name)
                     if name not in HOUSEKEEPING_OPS:
@@ -170,6 +175,8 @@ class _Conn:
                 if self.ssock is None:
                     continue
                 self.ssock.sendall(frame)
+                if req:
+                    p.asked.append(time.monotonic())
         except OSError:
             pass
         if not self.blackholed:
@@ -186,6 +193,7 @@ class _Conn:
                 if self.blackholed:
                     p._count("blackholed_down")
                     continue
+                reply = False
                 if first:
                     first = False
                     p._record_session(frame)
@@ -197,15 +205,16 @@ class _Conn:
                         self._enqueue(None)  # cut after what came before
                         return
                     p._count("replies")
-                self._enqueue(frame)
+                    reply = xid > 0
+                self._enqueue(frame, reply)
         except (OSError, ValueError):
             pass
         if not self.blackholed:
             self._enqueue(None)
 
-    def _enqueue(self, frame):
+    def _enqueue(self, frame, reply=False):
         with self.cv:
-            self.queue.append((time.monotonic() + self.proxy._delay, frame))
+            self.queue.append((time.monotonic() + self.proxy._delay, frame, reply))
             self.cv.notify()
 
     def _writer(self):
@@ -215,7 +224,7 @@ class _Conn:
                     self.cv.wait()
                 if self.closed:
                     return
-                due, frame = self.queue.popleft()
+                due, frame, reply = self.queue.popleft()
             wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
@@ -227,6 +236,8 @@ class _Conn:
             try:
                 self.csock.sendall(frame)
                 self.proxy._add("bytes_down", len(frame))
+                if reply:
+                    self.proxy.answered.append(time.monotonic())
             except OSError:
                 self.close()
                 return
@@ -243,6 +254,8 @@ class ZkProxy:
         self.requests = collections.Counter()
         self.sessions = []
         self.frames = collections.deque(maxlen=20000)   # (op name, request frame)
+        self.asked = collections.deque(maxlen=200000)   # monotonic times, requests sent up
+        self.answered = collections.deque(maxlen=200000)  # monotonic times, replies sent down
         self._delay = 0.0
         self._blackhole = False
         self._refuse = False
@@ -328,6 +341,12 @@ class ZkProxy:
         (e.g. a node name): what reached ZooKeeper about a key."""
         with self.lock:
             return [(op, f) for op, f in self.frames if needle in f]
+
+    def times_asked(self):
+        return list(self.asked)
+
+    def times_answered(self):
+        return list(self.answered)
 
     def accepting(self):
         """Whether the accept loop still runs."""
