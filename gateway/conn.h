@@ -61,6 +61,7 @@ struct conn {
     char addr[64], laddr[64];
     struct req *head, *tail;
     size_t inflight; /* requests in the FIFO */
+    size_t window;   /* how many may be: see conn.c, Backpressure */
     struct buf out;  /* replies ready, not yet handed to the socket */
     size_t writing;  /* bytes handed to uv_write, not yet completed */
     int reading;     /* uv_read_start is active */
