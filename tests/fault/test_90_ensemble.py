@@ -311,12 +311,12 @@ def outage_as_seen(c, ph):
     really saw: from the last reply that reached it before the fault ended
     (or the fault's start, if later) to the first one after.  A loaded
     machine can make that longer than the nemesis's schedule (seen in CI,
-    under ASan: after a 2 s pause of every server, no reply reached any of
-    the three sidecars for 2.7 s more, and no election was seen; each
-    sidecar answered its renewals -TRYAGAIN when its lease ran out and gave
-    its session up, the honest answers).  Only a sidecar that asked (its
-    requests went up through its proxies) and was answered nothing is let
-    off, with a note; one that was answered in time must still renew."""
+    under ASan: after a 2 s pause of every server, two of the three
+    sidecars had no answer until their leases ran out 2.7 s after the
+    resume, with no election seen, and gave their sessions up, as they
+    must).  Only a sidecar that asked (its requests went up through its
+    proxies) and was answered nothing is let off, with a note; one that was
+    answered in time must still renew."""
     lease = SESSION_MS * 0.9 / 1000.0 - 0.5   # the sidecar's lease, less its own slack
     end = time.monotonic()
     for f in ph.faults:
