@@ -7,14 +7,14 @@
  *
  * Backpressure: reading stops while the client's window of requests is in
  * the FIFO or more than OUT_SOFT bytes wait to be written, and resumes when
- * both fall back.  The window starts at WINDOW_START, grows by one with each
- * reply up to `max-inflight` and halves (not below WINDOW_MIN) with each
- * reply of BIG_REPLY bytes or more: a long pipeline of small commands still
- * runs up to `max-inflight` at once, while a burst of large reads cannot put
- * hundreds of megabytes on the shared ZooKeeper session ahead of every other
- * client before its first reply shows how large they are.  A client whose
- * unsent output passes `max-output` is closed, so a client that never reads
- * costs bounded memory.
+ * both fall back.  The window (never more than `max-inflight`) starts at
+ * WINDOW_START, grows by one with each reply up to `max-inflight` and halves
+ * (not below WINDOW_MIN) with each reply of BIG_REPLY bytes or more: a long
+ * pipeline of small commands still runs up to `max-inflight` at once, while a
+ * burst of large reads cannot put hundreds of megabytes on the shared ZooKeeper
+ * session ahead of every other client before its first reply shows how large
+ * they are.  A client whose unsent output passes `max-output` is closed, so a
+ * client that never reads costs bounded memory.
  */
 #include "conn.h"
 
@@ -78,7 +78,8 @@ static void req_done(struct lua_task *t)
 
 static int under_limits(const struct conn *c)
 {
-    return !c->paused && c->inflight < c->window &&
+    size_t max = (size_t)c->srv->cfg->max_inflight;
+    return !c->paused && c->inflight < (c->window < max ? c->window : max) &&
            c->out.len + c->writing < OUT_SOFT;
 }
 
@@ -146,13 +147,10 @@ static void pop_done(struct conn *c)
         if (!c->head)
             c->tail = NULL;
         c->inflight--;
-        size_t max = (size_t)c->srv->cfg->max_inflight;
         if (r->reply.len >= BIG_REPLY)
             c->window = c->window / 2 > WINDOW_MIN ? c->window / 2 : WINDOW_MIN;
-        else if (c->window < max)
+        else if (c->window < (size_t)c->srv->cfg->max_inflight)
             c->window++;
-        if (c->window > max)
-            c->window = max;
         /* Metrics: the reply is ready to leave; an error reply starts with
          * '-' (simple error) or '!' (RESP3 blob error). */
         if (r->metric_cmd >= 0)
@@ -391,8 +389,6 @@ void conn_accept(struct server *s)
     c->tcp.data = c;
     c->srv = s;
     c->window = WINDOW_START;
-    if (c->window > (size_t)s->cfg->max_inflight)
-        c->window = (size_t)s->cfg->max_inflight;
     if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) < 0) {
         uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
         return;

@@ -258,22 +258,23 @@ class ProxySet:
                 return i
         return None
 
+    def _times(self, kind):
+        """Monotonic times, over all the proxies, of the sidecar's requests
+        sent up ("asked") or of the replies to them sent down ("answered")."""
+        return [t for p in self.proxies for t in getattr(p, "times_" + kind)()]
+
     def first_answer_after(self, t):
-        """When the first reply to a request reached the sidecar through
-        any of its proxies at or after monotonic time t, or None."""
-        later = [a for p in self.proxies for a in p.times_answered() if a >= t]
-        return min(later) if later else None
+        """When the first reply to a request reached the sidecar at or after
+        monotonic time t, or None."""
+        return min((a for a in self._times("answered") if a >= t), default=None)
 
     def last_answer_before(self, t):
-        """When the last reply reached the sidecar before monotonic time t,
-        or None."""
-        earlier = [a for p in self.proxies for a in p.times_answered() if a < t]
-        return max(earlier) if earlier else None
+        """When the last reply reached the sidecar before t, or None."""
+        return max((a for a in self._times("answered") if a < t), default=None)
 
     def asked_between(self, t_from, t_to):
-        """How many requests the sidecar sent through its proxies in
-        [t_from, t_to]."""
-        return sum(1 for p in self.proxies for a in p.times_asked() if t_from <= a <= t_to)
+        """How many requests the sidecar sent in [t_from, t_to]."""
+        return sum(1 for a in self._times("asked") if t_from <= a <= t_to)
 
     def delay(self, ms):
         for p in self.proxies:
