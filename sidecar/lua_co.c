@@ -100,11 +100,13 @@ void lua_co_finish(struct co *c)
     h->activity++;
     if (c->command)
         h->commands--;
+    /* The thread may outlive c (Lua code still holds it, as a queue's
+     * waiter or a wake target): it must not lead to freed memory. */
+    *(struct co **)lua_getextraspace(c->L) = NULL;
     if (c->reusable && h->nspare < SPARE_THREADS &&
         lua_status(c->L) == LUA_OK) {
         lua_settop(c->L, 0);
         lua_sethook(c->L, NULL, 0, 0);
-        *(struct co **)lua_getextraspace(c->L) = NULL;
         h->spare[h->nspare++] = c->L;
     } else {
         lua_co_unanchor(h, c->L);
