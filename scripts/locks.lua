@@ -49,7 +49,10 @@
 -- its release.  A change of a granted hold that may unblock others (a
 -- down-conversion, a conversion asked, granted or given up) also touches
 -- its own node in the same multi, which wakes those watching it
--- (lockwait.lua).
+-- (lockwait.lua).  A waiter behind a request of its own sidecar sets no
+-- watch at first: that sidecar's own delete or write wakes it (LW.delete,
+-- LW.write_table, the release's multi); a wait that outlasts
+-- LW.OWN_GRACE_MS looks again and watches from then on.
 --
 -- Tokens: the largest zxid the granting sidecar saw of the lock node
 -- (lockq's Q.token): its mzxid and pzxid, or the zxid of its own grant.
@@ -94,7 +97,7 @@ end
 -- Deletes a request node (whatever its version); true once it is gone.
 local function delete_node(path)
     for _ = 1, Z.READ_TRIES do
-        local rc = zk.delete(path, -1)
+        local rc = LW.delete(path, -1)
         if rc == zk.OK or rc == zk.NONODE then return true end
         if not Z.unknown(rc) then Z.fail(rc, "delete " .. path) end
     end
@@ -112,7 +115,7 @@ local function create_request(lock, owner, mode, px)
     for _ = 1, Z.READ_TRIES do
         local sid = zk.session()
         local rc, created = zk.create(lock .. "/" .. prefix, data, zk.EPHEMERAL | zk.SEQUENCE)
-        if rc == zk.OK then return created, sid, d end
+        if rc == zk.OK then LW.created(created) return created, sid, d end
         if rc == zk.NONODE then
             local crc = zk.create(lock, "", zk.CONTAINER)
             if crc == zk.NONODE then Z.ensure_path(LS.dir()) end
@@ -121,8 +124,9 @@ local function create_request(lock, owner, mode, px)
             for _, name in ipairs(Z.children(lock)) do
                 if name:sub(1, #prefix) == prefix then
                     -- made under a session that is over: out of the queue
-                    if zk.session() == sid then return lock .. "/" .. name, sid, d end
-                    delete_node(lock .. "/" .. name)
+                    local found = lock .. "/" .. name
+                    if zk.session() == sid then LW.created(found) return found, sid, d end
+                    delete_node(found)
                 end
             end
         else
@@ -178,7 +182,7 @@ local function lease_due(path)
         h.timer:start(left)
         return
     end
-    local drc = zk.delete(path, -1)
+    local drc = LW.delete(path, -1)
     if drc == zk.OK or drc == zk.NONODE then
         forget(path)
         L.stats.expired = L.stats.expired + 1
@@ -333,7 +337,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         if g then
             me.granted, me.convert, me.token = g.mode, nil, snap.token
             if not converting then me.lease_end = math.floor(LS.leader_now() + px) end
-            local how, zxid = LS.write_table(snap, converting and me or nil)
+            local how, zxid = LW.write_table(snap, converting and me or nil)
             if how == "ok" then
                 snap.version, snap.token = snap.version + 1, zxid
                 return me.token, snap
@@ -416,12 +420,10 @@ local function quick_release(h)
     else
         rc = zk.delete(h.path, h.version)
     end
-    if rc == zk.OK then
-        L.stats.handed = L.stats.handed + granted
-        return true
-    end
-    if Z.unknown(rc) then return Z.exists(h.path) == zk.NONODE end
-    return false
+    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE)
+    if gone then LW.wrote(h.path, true) end
+    if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
+    return gone
 end
 
 ---------------------------------------------------------------------------
@@ -522,7 +524,7 @@ function L.release(key, owner)
             d.count = d.count - 1
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
-            rc = zk.delete(mine.path, mine.version)
+            rc = LW.delete(mine.path, mine.version)
         end
         if rc == zk.OK then
             if stat then
@@ -577,7 +579,7 @@ end
 -- (which wakes whoever watches it); then snap as written is the hold's
 -- view.  true when written.
 local function write_own(snap, mine)
-    local how, zxid = LS.write_table(snap, mine)
+    local how, zxid = LW.write_table(snap, mine)
     if how ~= "ok" then return false end
     snap.version, snap.token = snap.version + 1, zxid
     converted(mine.path, mine.granted, mine.token, snap)
@@ -610,7 +612,7 @@ function L.convert(key, owner, mode, wait_ms)
                 if write_own(snap, mine) then return mine.token end
             elseif wait_ms == 0 then
                 return nil
-            elseif LS.write_table(snap, mine) == "ok" then
+            elseif LW.write_table(snap, mine) == "ok" then
                 asked, sid = mine.path, mine.owner_sid
                 break
             end
@@ -670,6 +672,7 @@ end
 -- Session events: holds of an ended session are lost.
 function L.on_session(event)
     if event ~= "lost" and event ~= "new" then return end
+    LW.session_changed()
     local sid = zk.session()
     for path, h in pairs(L.holds) do
         if h.sid ~= sid or event == "lost" then
@@ -682,6 +685,7 @@ end
 function L.count() return U.count(L.holds) end
 
 L.wait_stats = LW.stats
+L.wait_own_grace_ms = LW.OWN_GRACE_MS
 L.on_watch = LW.on_watch
 
 function L.owns_path(path)

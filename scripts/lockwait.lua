@@ -4,18 +4,27 @@
 --   LW.target(queue, me) -> entry|nil, poll   what to watch
 --   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone"
 --   LW.on_watch(path)                          a watch of ours fired
+--   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
+--   LW.delete(path, version) / LW.write_table(snap, touch)
+--                                              writes that wake waiters here
+--   LW.session_changed()                       they are ours no more
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
 --   LW.await(p) / LW.finish(p)                 wait for / end p in flight
 
 local Q = require "lockq"
+local LS = require "lockstore"
 
 local LW = {}
 
 -- How often a waiter that sees through a compatible waiter looks again.
 LW.POLL_MS = 250
 
-LW.stats = { waits = 0, woken = 0 }
+-- How long a waiter behind a request of its own sidecar waits without a
+-- watch (see `own` below).
+LW.OWN_GRACE_MS = 250
+
+LW.stats = { waits = 0, woken = 0, own_waits = 0 }
 
 -- Waiting commands by the node they watch: path -> {record = true}.
 local watching = {}
@@ -50,21 +59,76 @@ local function unwatch(watch, set, rec)
     if not next(set) and watching[watch] == set then watching[watch] = nil end
 end
 
+-- Request nodes this sidecar's session created and has not seen go:
+-- path -> true, or "watch" once a wait on it outlasted LW.OWN_GRACE_MS.
+-- Their deletes and the writes that may let a waiter through (a release,
+-- a lease's end, a conversion, WAIT over, a client gone) are normally
+-- this sidecar's own, so a waiter behind one of them sets no ZooKeeper
+-- watch at first: the write's reply wakes it (LW.wrote), one request
+-- fewer than the recipe's in a quick handoff.  For what this sidecar does
+-- not see (a release or conversion of that hold through another sidecar,
+-- a node deleted by hand), a wait that outlasts LW.OWN_GRACE_MS looks
+-- again, and every later wait on that node sets the watch, as for a
+-- request of another sidecar: one look more than the recipe's, once.
+local own = {}
+
+function LW.created(path) own[path] = true end
+
+-- A write of ours to a request node was answered: it was deleted (gone)
+-- or changed.  Wakes whoever waits on it here.
+function LW.wrote(path, gone)
+    if gone then own[path] = nil end
+    LW.on_watch(path)
+end
+
+-- zk.delete of a request node: zk.delete's answer.
+function LW.delete(path, version)
+    local rc = zk.delete(path, version)
+    if rc == zk.OK or rc == zk.NONODE then LW.wrote(path, true) end
+    return rc
+end
+
+-- LS.write_table, touching our request `touch` (a conversion asked,
+-- granted or given up, a down-conversion): LS.write_table's answer.
+function LW.write_table(snap, touch)
+    local how, zxid = LS.write_table(snap, touch)
+    if how == "ok" and touch then LW.wrote(touch.path) end
+    return how, zxid
+end
+
+-- The session changed: the nodes it created are not ours to answer for;
+-- their waiters wake and find out.
+function LW.session_changed()
+    local was = own
+    own = {}
+    for path in pairs(was) do LW.on_watch(path) end
+end
+
 -- Waits until the node at `path` changes (or the lock node's table, when
 -- path is nil), `until_ms` (host.now()) passes, or the client goes.  The
 -- watch is a data watch (getData): it fires when the node is deleted and
 -- when its data changes.  One watch per node and sidecar (the C client
--- keeps one), however many of this sidecar's waiters watch it.  since: a
--- zxid; a node written after it (and after its creation) counts as changed
--- at once (the waiter chose it on a table from before that write).
+-- keeps one), however many of this sidecar's waiters watch it; none at
+-- first for a node of ours (`own`), whose wait ends by LW.OWN_GRACE_MS
+-- ("changed": look again).  since: a zxid; a node written after it (and
+-- after its creation) counts as changed at once (the waiter chose it on a
+-- table from before that write).
 function LW.wait(path, lock, until_ms, since)
     local watch = path or lock
     local rec = { co = coroutine.running() }
     local set = watching[watch]
     if not set then set = {} watching[watch] = set end
     set[rec] = true
-    local rc, _, stat = zk.get(watch, true)
-    local left = until_ms - host.now()
+    local rc, stat, grace = zk.OK, nil, nil
+    if path and own[path] == true and not since then
+        grace = host.now() + LW.OWN_GRACE_MS
+        LW.stats.own_waits = LW.stats.own_waits + 1
+    else
+        local _
+        rc, _, stat = zk.get(watch, true)
+        if rc == zk.NONODE then own[watch] = nil end
+    end
+    local left = math.min(until_ms, grace or until_ms) - host.now()
     local moved = since and stat and stat.mzxid > since and stat.mzxid > stat.czxid
     if rc ~= zk.OK or rec.fired or moved or left <= 0 then
         unwatch(watch, set, rec)
@@ -80,6 +144,10 @@ function LW.wait(path, lock, until_ms, since)
     unwatch(watch, set, rec)
     if host.client() == nil and not rec.fired then return "gone" end
     if rec.fired then return "changed" end
+    if grace and host.now() >= grace and host.now() < until_ms then
+        if own[path] then own[path] = "watch" end
+        return "changed"
+    end
     return "timeout"
 end
 

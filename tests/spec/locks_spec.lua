@@ -459,6 +459,52 @@ describe("native locks", function()
         assert.is_true(w3.done and w3.result > w2.result)
     end)
 
+    -- A waiter behind a request of its own sidecar sets no watch: that
+    -- sidecar's release (its multi), lease end and leaving waiter wake it;
+    -- what another sidecar did to that request it finds by looking again.
+    it("waits behind a request of its own sidecar with no watch: that sidecar's writes wake it", function()
+        a:call("LOCK.ACQUIRE", "ow", "h")
+        local from = #W.ops
+        local w1 = start(a, "LOCK.ACQUIRE", "ow", "w1", "PX", "1000", "WAIT", "60000")
+        assert.same({ "create", "children" }, lock_ops(a, "ow", from))
+        local w2 = start(a, "LOCK.ACQUIRE", "ow", "w2", "WAIT", "60000")
+        assert.equal(1, a:call("LOCK.RELEASE", "ow", "h"))
+        run()
+        assert.is_true(w1.done and not w2.done)
+        -- w1's lease ends: a's delete wakes w2 at once
+        W:advance(1000)
+        run()
+        assert.is_true(w2.done and w2.result > w1.result)
+        local w3 = start(a, "LOCK.ACQUIRE", "ow", "w3", "WAIT", "60000")
+        local w4 = start(a, "LOCK.ACQUIRE", "ow", "w4", "WAIT", "60000")
+        a:abandon(w3)
+        run()
+        assert.equal(1, a:call("LOCK.RELEASE", "ow", "w2"))
+        run()
+        assert.is_true(w4.done and w4.result > w2.result)
+        -- w4 released through b: a's waiter behind it looks again once
+        -- its grace is over
+        local w5 = start(a, "LOCK.ACQUIRE", "ow", "w5", "WAIT", "60000")
+        assert.equal(1, b:call("LOCK.RELEASE", "ow", "w4"))
+        run()
+        assert.is_falsy(w5.done)
+        W:advance(a.LK.wait_own_grace_ms)
+        assert.is_true(w5.done and w5.result > w4.result)
+        assert.is_true(a.LK.wait_stats.own_waits >= 5)
+        -- a wait that outlasts the grace watches from then on: a release
+        -- through b wakes w7 at once
+        local w6 = start(a, "LOCK.ACQUIRE", "ow", "w6", "WAIT", "60000")
+        assert.equal(1, a:call("LOCK.RELEASE", "ow", "w5"))
+        run()
+        assert.is_true(w6.done)
+        local w7 = start(a, "LOCK.ACQUIRE", "ow", "w7", "WAIT", "60000")
+        W:advance(a.LK.wait_own_grace_ms + 50)
+        assert.is_falsy(w7.done)
+        assert.equal(1, b:call("LOCK.RELEASE", "ow", "w6"))
+        run()
+        assert.is_true(w7.done and w7.result > w6.result)
+    end)
+
     -- b last read the table while x held EX; x converts down to PR (a write
     -- b does not see); w (PR) comes on b: the table b knows says x holds EX
     -- and b saves the read, but x's node was written since that table, so
