@@ -647,6 +647,8 @@ static void info_write(struct server *s, unsigned sections,
     }
     if (sections & INFO_ZOOKEEPER) {
         struct zk_group_stats gs = zk_group_stats(s->zk);
+        uint64_t ahead_sent, ahead_taken;
+        zk_ahead_counts(s->zk, &ahead_sent, &ahead_taken);
         buf_printf(
             &b,
             "# Zookeeper\r\nzk_state:%s\r\nzk_session_id:0x%llx\r\n"
@@ -655,6 +657,7 @@ static void info_write(struct server *s, unsigned sections,
             "zk_groups:%llu\r\nzk_grouped_requests:%llu\r\n"
             "zk_group_resends:%llu\r\nzk_disconnects:%llu\r\n"
             "zk_max_request:%zu\r\nzk_requests_too_large:%llu\r\n"
+            "zk_reads_ahead:%llu\r\nzk_reads_ahead_taken:%llu\r\n"
             "lua_running:%zu\r\n\r\n",
             zk_state_name(s->zk), (unsigned long long)zk_session_id(s->zk),
             zk_negotiated_timeout(s->zk), zk_server(s->zk), s->cfg->zk,
@@ -664,6 +667,7 @@ static void info_write(struct server *s, unsigned sections,
             (unsigned long long)gs.resent,
             (unsigned long long)zk_disconnects(s->zk), zk_max_request(s->zk),
             (unsigned long long)zk_requests_too_large(s->zk),
+            (unsigned long long)ahead_sent, (unsigned long long)ahead_taken,
             lua_host_running(s->lua));
     }
     if (sections & INFO_POLICY) {

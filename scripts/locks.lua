@@ -291,13 +291,13 @@ end
 -- watched with LW.wait's `since`, and grants itself only on a newer read.
 local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
     local seq = LS.seq_of(path)
-    local t, names, pzxid, czxid
+    local t, names, pzxid, czxid, event
     while true do
         if zk.session() ~= sid then return nil, "lost" end
         if names then
             -- woken: a release may have granted us (a conversion reads)
             LW.await_write(lock)
-            t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock)
+            t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock, event)
             if not t then return nil, "lost" end
             if granted_in(t, seq, converting) then
                 -- the view: the queue the table carries, else our listing
@@ -353,7 +353,8 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
             end
             local target, poll = LW.target(snap.queue, me)
             local wait_until = poll and math.min(until_ms, host.now() + LW.POLL_MS) or until_ms
-            local how = LW.wait(target and target.path, lock, wait_until, older and t.mzxid or nil)
+            local how
+            how, event = LW.wait(target and target.path, lock, wait_until, older and t.mzxid or nil)
             if how == "gone" or (how == "timeout" and host.now() >= until_ms) then return nil, how end
         end
     end

@@ -189,9 +189,12 @@ end
 
 -- The grant table: {version, mzxid, czxid, lines = seq -> line, names (the
 -- queue its writer decided on, or nil)}, or nil when the lock node is
--- absent.
-function LS.read_table(lock)
-    local rc, data, stat = Z.get(lock)
+-- absent.  woken: by a watch event, whose read-ahead of the lock this
+-- takes when there is one (zk.get_ahead; else, or failed, it reads).
+function LS.read_table(lock, woken)
+    local rc, data, stat
+    if woken then rc, data, stat = zk.get_ahead(lock) end
+    if rc ~= zk.OK and rc ~= zk.NONODE then rc, data, stat = Z.get(lock) end
     if rc == zk.NONODE then return nil end
     local t = table_of(stat, data)
     remember_table(lock, t)

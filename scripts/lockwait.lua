@@ -2,7 +2,8 @@
 -- node it watches, the watch, its WAIT, its client going.
 --
 --   LW.target(queue, me) -> entry|nil, poll   what to watch
---   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone"
+--   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone",
+--                                              and whether a watch event woke it
 --   LW.on_watch(path)                          a watch of ours fired
 --   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
 --   LW.delete(path, version) / LW.write_table(snap, touch)
@@ -59,6 +60,20 @@ local function unwatch(watch, set, rec)
     if not next(set) and watching[watch] == set then watching[watch] = nil end
 end
 
+-- The node at `path` changed (a watch event, or a write of ours): wake
+-- every waiter watching it.
+local function fire(path, event)
+    local set = watching[path]
+    if not set then return false end
+    watching[path] = nil
+    for rec in pairs(set) do
+        rec.fired, rec.event = true, event
+        if rec.waiting then LW.stats.woken = LW.stats.woken + 1 end
+        wake(rec, "changed")
+    end
+    return true
+end
+
 -- Request nodes this sidecar's session created and has not seen go:
 -- path -> true, or "watch" once a wait on it outlasted LW.OWN_GRACE_MS.
 -- Their deletes and the writes that may let a waiter through (a release,
@@ -78,7 +93,7 @@ function LW.created(path) own[path] = true end
 -- or changed.  Wakes whoever waits on it here.
 function LW.wrote(path, gone)
     if gone then own[path] = nil end
-    LW.on_watch(path)
+    fire(path, false)
 end
 
 -- zk.delete of a request node: zk.delete's answer.
@@ -101,7 +116,7 @@ end
 function LW.session_changed()
     local was = own
     own = {}
-    for path in pairs(was) do LW.on_watch(path) end
+    for path in pairs(was) do fire(path, false) end
 end
 
 -- Waits until the node at `path` changes (or the lock node's table, when
@@ -110,9 +125,12 @@ end
 -- when its data changes.  One watch per node and sidecar (the C client
 -- keeps one), however many of this sidecar's waiters watch it; none at
 -- first for a node of ours (`own`), whose wait ends by LW.OWN_GRACE_MS
--- ("changed": look again).  since: a zxid; a node written after it (and
--- after its creation) counts as changed at once (the waiter chose it on a
--- table from before that write).
+-- ("changed": look again).  A watch on another's request reads `lock`
+-- ahead (zk.read_ahead): the event's read is sent by the client's thread
+-- as the event comes, and the waiter it wakes takes it (LS.read_table's
+-- `woken`).  since: a zxid; a node written after it (and after its
+-- creation) counts as changed at once (the waiter chose it on a table
+-- from before that write).
 function LW.wait(path, lock, until_ms, since)
     local watch = path or lock
     local rec = { co = coroutine.running() }
@@ -125,6 +143,7 @@ function LW.wait(path, lock, until_ms, since)
         LW.stats.own_waits = LW.stats.own_waits + 1
     else
         local _
+        if path then zk.read_ahead(path, lock) end
         rc, _, stat = zk.get(watch, true)
         if rc == zk.NONODE then own[watch] = nil end
     end
@@ -143,7 +162,7 @@ function LW.wait(path, lock, until_ms, since)
     timer:stop()
     unwatch(watch, set, rec)
     if host.client() == nil and not rec.fired then return "gone" end
-    if rec.fired then return "changed" end
+    if rec.fired then return "changed", rec.event end
     if grace and host.now() >= grace and host.now() < until_ms then
         if own[path] then own[path] = "watch" end
         return "changed"
@@ -194,17 +213,7 @@ function LW.await_write(lock)
     if w then LW.await(w) end
 end
 
--- A watch fired on a path of ours: wake every waiter watching it.
-function LW.on_watch(path)
-    local set = watching[path]
-    if not set then return false end
-    watching[path] = nil
-    for rec in pairs(set) do
-        rec.fired = true
-        if rec.waiting then LW.stats.woken = LW.stats.woken + 1 end
-        wake(rec, "changed")
-    end
-    return true
-end
+-- A watch fired on a path of ours.
+function LW.on_watch(path) return fire(path, true) end
 
 return LW

@@ -167,6 +167,38 @@ static int l_zk_children(lua_State *L)
     return zk_call(L, "zk.children", ZK_OP_CHILDREN, &op, 1, 0);
 }
 
+/* zk.read_ahead(watch, read): when the watch on `watch` fires, `read` is
+ * read at once (zk_ahead.c). */
+static int l_zk_read_ahead(lua_State *L)
+{
+    struct co *c = lua_co_check(L, "zk.read_ahead");
+    zk_read_ahead(c->h->zk, luaL_checkstring(L, 1), luaL_checkstring(L, 2));
+    return 0;
+}
+
+/* zk.get_ahead(path) -> false (none: read it), or as zk.get(path): the
+ * read-ahead of path an event began, for a waiter it woke. */
+static int l_zk_get_ahead(lua_State *L)
+{
+    struct co *c = lua_co_check(L, "zk.get_ahead");
+    const char *path = luaL_checkstring(L, 1);
+    const struct zk_result *now = NULL;
+    int slot = -1;
+    int how = zk_take_ahead(c->h->zk, path, lua_co_deadline(c), on_zk_done, c,
+                            &now, &slot);
+    if (how == 0) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    if (how == 1) {
+        int n = push_result(L, now);
+        zk_ahead_taken(c->h->zk, slot);
+        return n;
+    }
+    c->wait = WAIT_ZK;
+    return lua_yield(L, 0);
+}
+
 /* zk.get_acl(path) -> rc, {{perms =, scheme =, id =}, ...} */
 static int l_zk_get_acl(lua_State *L)
 {
@@ -347,6 +379,8 @@ void lua_zk_open(struct lua_host *h)
                                       {"request_size", l_zk_request_size},
                                       {"max_request", l_zk_max_request},
                                       {"get_acl", l_zk_get_acl},
+                                      {"read_ahead", l_zk_read_ahead},
+                                      {"get_ahead", l_zk_get_ahead},
                                       {NULL, NULL}};
     lua_newtable(L);
     *(struct lua_host **)lua_newuserdatauv(L, sizeof h, 0) = h;

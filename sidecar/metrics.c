@@ -306,6 +306,16 @@ void metrics_render(struct buf *out)
             "ZooKeeper requests refused before sending: larger than the "
             "request limit (--zk-max-request).",
             z ? zk_requests_too_large(z) : 0);
+    uint64_t ahead_sent = 0, ahead_taken = 0;
+    if (z)
+        zk_ahead_counts(z, &ahead_sent, &ahead_taken);
+    counter(out, "zkresp_zookeeper_reads_ahead_total",
+            "Reads sent by the ZooKeeper client's thread as a watch event "
+            "came, for the waiter it wakes (native locks).",
+            ahead_sent);
+    counter(out, "zkresp_zookeeper_reads_ahead_taken_total",
+            "Reads ahead that a woken waiter took instead of reading.",
+            ahead_taken);
     gauge(out, "zkresp_zookeeper_max_request_bytes",
           "The largest ZooKeeper request sent (--zk-max-request, or less "
           "once ZooKeeper dropped the connection over larger ones).",

@@ -74,8 +74,8 @@ static void on_stat(int rc, const struct Stat *stat, const void *data)
     zk_enqueue(r);
 }
 
-static void on_data(int rc, const char *value, int len, const struct Stat *stat,
-                    const void *data)
+void zk_on_data(int rc, const char *value, int len, const struct Stat *stat,
+                const void *data)
 {
     struct zk_req *r = (struct zk_req *)data;
     r->res.rc = rc;
@@ -206,7 +206,7 @@ static void on_multi(int rc, const void *data)
 
 /* --- loop side ----------------------------------------------------------- */
 
-static void req_free(struct zk_req *r)
+void zk_req_free(struct zk_req *r)
 {
     for (int i = 0; i < r->nops; i++) {
         free((char *)r->ops[i].path);
@@ -300,7 +300,7 @@ void zk_deliver(struct zk *z, struct zk_req *r)
     note_access(z, r);
     if (r->cb && !r->abandoned)
         r->cb(&r->res, r->arg);
-    req_free(r);
+    zk_req_free(r);
 }
 
 /* Answers r, sent and still unanswered, now: its deadline passed.  Its
@@ -343,7 +343,7 @@ static void send_req(struct zk *z, struct zk_req *r)
     r->conn = z->connects;
     switch (r->kind) {
     case ZK_OP_GET:
-        rc = zoo_aget(zh, op->path, op->watch, on_data, r);
+        rc = zoo_aget(zh, op->path, op->watch, zk_on_data, r);
         break;
     case ZK_OP_EXISTS:
         rc = zoo_aexists(zh, op->path, op->watch, on_stat, r);
@@ -604,7 +604,11 @@ void zk_drain(struct zk *z)
             if (r->gen == z->gen && z->zh && !z->closed)
                 zk_session_state(z, r->ev_state);
             free(r);
+        } else if (r->kind == ZK_EV_AHEAD) {
+            zk_ahead_done(z, r);
         } else if (r->kind == ZK_EV_WATCH) {
+            if (r->ahead_req && r->gen == z->gen && !z->closed)
+                zk_ahead_event(z, r->ahead_req, r->ahead_req->ahead);
             if (r->gen == z->gen && !z->closed && z->on_watch)
                 z->on_watch(watch_name(r->ev_state), r->res.path, z->watch_arg);
             free(r->res.path);

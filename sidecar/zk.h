@@ -156,6 +156,18 @@ enum zk_submit_flags {
  * parked while the session was being replaced (expiry, lost lease) is never
  * sent under the new session: it completes with ZSESSIONEXPIRED when the
  * old session is given up. */
+/* Read-ahead (zk_ahead.c): when the watch on `watch` fires, `read` is read
+ * at once; a waiter the event woke takes that read with zk_take_ahead: 0
+ * none (read it yourself); 1 come, *now is its answer (then
+ * zk_ahead_taken(*slot) ends it); 2 on its way: cb(res, arg) gets it, or an
+ * error by `deadline`.  zk_ahead_counts: reads sent, taken. */
+void zk_read_ahead(struct zk *z, const char *watch, const char *read);
+int zk_take_ahead(struct zk *z, const char *path, double deadline,
+                  zk_done_cb cb, void *arg, const struct zk_result **now,
+                  int *slot);
+void zk_ahead_taken(struct zk *z, int slot);
+void zk_ahead_counts(const struct zk *z, uint64_t *sent, uint64_t *taken);
+
 void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
                int nops, double deadline, int flags, zk_done_cb cb, void *arg);
 

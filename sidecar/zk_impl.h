@@ -11,8 +11,11 @@
  *   zk_session.c  the session lifecycle: handles, reconnects, the lease,
  *                 credentials, the tick, create/close/free, the getters
  *   zk_log.c      the C client's own log lines, routed into ours
+ *   zk_ahead.c    read-ahead: the read a watch event's waiter makes, sent
+ *                 from the completion thread as the event comes
  *
- * Everything but the queue belongs to the loop thread.
+ * Everything but the queue and the read-ahead's registrations belongs to
+ * the loop thread.
  */
 #ifndef ZKRESP_ZK_IMPL_H
 #define ZKRESP_ZK_IMPL_H
@@ -21,6 +24,7 @@
 #include "zk_queue.h"
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <uv.h>
 #include <zookeeper/zookeeper.h>
@@ -29,6 +33,8 @@
 #define ZK_EV_WATCH (-2)   /* a queued watch event */
 #define ZK_GROUP (-3)      /* a group: several requests sent as one multi */
 #define ZK_EV_AUTH (-4)    /* a queued answer to our credentials */
+#define ZK_EV_AHEAD (-5)   /* a read-ahead's answer (zk_ahead.c) */
+#define ZK_AHEAD_MAX 32
 #define AUTH_RETRY_MS 5000 /* a new session after the server refused them */
 #define TICK_MS 20
 #define RESOLVE_DELAY_MS 10000
@@ -59,6 +65,25 @@ struct zk_req {
     int unsent;            /* ZK_GROUP: zoo_amulti refused it */
     size_t bytes;          /* zk_request_size of it (a group: of the multi) */
     uint64_t conn;         /* z->connects when it was sent */
+    char *ahead;           /* ZK_EV_WATCH, ZK_EV_AHEAD: the path read ahead */
+    struct zk_req *ahead_req; /* ZK_EV_WATCH: that read (zk_ahead.c) */
+};
+
+/* A read-ahead asked for (zk_ahead.c): under ahead_mu. */
+struct zk_ahead_reg {
+    char *watch, *read;
+};
+
+/* A read-ahead begun by an event: the loop's. */
+struct zk_ahead_got {
+    char *path;
+    struct zk_req *inflight; /* the read, until its answer is drained */
+    struct zk_req *req;      /* its answer, once drained */
+    double at;               /* when */
+    uint64_t seq;            /* newer events' reads have greater */
+    zk_done_cb cb;           /* its taker, waiting, and until when */
+    void *arg;
+    double deadline;
 };
 
 /* The context a handle's watcher sees. */
@@ -126,7 +151,27 @@ struct zk {
     void *event_arg;
     zk_watch_cb on_watch;
     void *watch_arg;
+
+    /* Read-ahead (zk_ahead.c). */
+    pthread_mutex_t ahead_mu; /* ahead_reg, ahead_inflight */
+    struct zk_ahead_reg ahead_reg[ZK_AHEAD_MAX];
+    struct zk_req *ahead_inflight;
+    unsigned ahead_next;
+    struct zk_ahead_got ahead_got[ZK_AHEAD_MAX];
+    uint64_t ahead_seq, ahead_sent, ahead_taken;
 };
+
+void zk_on_data(int rc, const char *value, int len, const struct Stat *stat,
+                const void *data);
+void zk_req_free(struct zk_req *r);
+void zk_ahead_init(struct zk *z);
+void zk_ahead_free(struct zk *z);
+struct zk_req *zk_ahead_start(struct zk *z, zhandle_t *zh, uint64_t gen,
+                              const char *path);
+void zk_ahead_event(struct zk *z, struct zk_req *a, const char *path);
+void zk_ahead_done(struct zk *z, struct zk_req *a);
+void zk_ahead_tick(struct zk *z, double now);
+void zk_ahead_close(struct zk *z);
 
 /* --- zk.c ----------------------------------------------------------------- */
 

@@ -51,6 +51,8 @@ static void on_watch(zhandle_t *zh, int type, int state, const char *path,
         r->kind = ZK_EV_WATCH;
         r->ev_state = type;
         r->res.path = strdup(path ? path : "");
+        if (path && (type == ZOO_DELETED_EVENT || type == ZOO_CHANGED_EVENT))
+            r->ahead_req = zk_ahead_start(hc->z, zh, hc->gen, path);
     }
     zk_enqueue(r);
 }
@@ -133,6 +135,7 @@ static void close_handle(struct zk *z)
     int rc = zookeeper_close(zh);
     if (rc != ZOK)
         log_warn("zk.close", "rc=%d err=\"%s\"", rc, zerror(rc));
+    zk_ahead_close(z);
     /* The watcher may still have queued events of this generation; they
      * are ignored by generation, so the context can go now. */
     free(z->hctx);
@@ -272,6 +275,7 @@ static void on_tick(uv_timer_t *t)
         zk_expire_parked(z, now, 0, ZK_TIMEOUT);
     if (z->all)
         zk_abandon_late(z, now);
+    zk_ahead_tick(z, now);
     if (z->closed)
         return;
     if (z->auth_failed && z->auth_retry_at > 0 && now >= z->auth_retry_at) {
@@ -361,6 +365,7 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     z->on_event = on_event;
     z->event_arg = arg;
     zk_queue_init(&z->queue, loop, on_wake, z);
+    zk_ahead_init(z);
     uv_timer_init(loop, &z->tick);
     z->tick.data = z;
     uv_prepare_init(loop, &z->group_prepare);
@@ -397,6 +402,7 @@ static void on_handle_closed(uv_handle_t *h)
     struct zk *z = h->data;
     if (--z->handles_open == 0) {
         zk_queue_destroy(&z->queue);
+        zk_ahead_free(z);
         free(z->hosts);
         free(z->root);
         if (z->auth) {
@@ -528,6 +534,12 @@ struct zk_group_stats zk_group_stats(const struct zk *z)
 uint64_t zk_disconnects(const struct zk *z)
 {
     return z->disconnects;
+}
+
+void zk_ahead_counts(const struct zk *z, uint64_t *sent, uint64_t *taken)
+{
+    *sent = z->ahead_sent;
+    *taken = z->ahead_taken;
 }
 
 uint64_t zk_requests_too_large(const struct zk *z)

@@ -407,6 +407,7 @@ def test_strict_fifo_12_waiters_across_three_sidecars(sc, conn, waiters):
     than the one before."""
     r0 = conn(0)
     key = unique("fifo")
+    taken_before = reads_ahead_taken(sc)
     t0 = acquire(r0, key, "h0", mode="EX")
     assert is_token(t0)
     owners = ["w%02d-%s" % (i, "abc"[i % 3] * (1 + i % 4)) for i in range(12)]
@@ -433,6 +434,22 @@ def test_strict_fifo_12_waiters_across_three_sidecars(sc, conn, waiters):
         w.join(10)
         assert w.released == 1, (w.owner, w.released, w.error)
     assert lock_info(r0, key) == {"holders": [], "waiters": []}
+    # every handoff crossed sidecars: the woken waiter took the table its
+    # sidecar's ZooKeeper thread read as the event came (read-ahead)
+    taken = reads_ahead_taken(sc) - taken_before
+    print("reads ahead taken: %d" % taken)
+    assert taken >= 8, "%d of 12 cross-sidecar wake-ups took the read-ahead" % taken
+
+
+def reads_ahead_taken(sides):
+    total = 0
+    for z in sides:
+        r = z.redis()
+        try:
+            total += int(r.info("zookeeper")["zk_reads_ahead_taken"])
+        finally:
+            r.close()
+    return total
 
 
 def test_reader_never_passes_queued_writer(sc, conn, waiters):

@@ -648,6 +648,11 @@ local function make_zk(sc)
     end
 
     -- Every node is open (world:anyone, all): the model has no ACLs.
+    -- Read-ahead (zk_ahead.c): the model's events reach the scripts at
+    -- once, so nothing is read ahead; the waiter reads.
+    function zk.read_ahead(_watch, _read) end
+    function zk.get_ahead(_path) return false end
+
     function zk.get_acl(path)
         return op("get_acl", path, function()
             if not W.nodes[path] then return C.NONODE end
