@@ -265,11 +265,27 @@ void zk_ahead_tick(struct zk *z, double now)
 }
 
 /* Loop: the handle closed (zookeeper_close returned): the reads in flight
- * never come back; their takers are answered with an error. */
+ * never come back.  Each is replaced by an error queued like a completion
+ * (of no current handle), so that its taker is answered from the drain,
+ * as a request failed at the close is, not from within the close. */
 void zk_ahead_close(struct zk *z)
 {
     free_inflight(z);
-    for (int i = 0; i < ZK_AHEAD_MAX; i++)
-        if (z->ahead_got[i].inflight)
-            end_answer(&z->ahead_got[i], NULL, ZCONNECTIONLOSS);
+    for (int i = 0; i < ZK_AHEAD_MAX; i++) {
+        struct zk_ahead_got *e = &z->ahead_got[i];
+        if (!e->inflight)
+            continue;
+        struct zk_req *f = calloc(1, sizeof *f);
+        if (!f) {
+            end_answer(e, NULL, ZCONNECTIONLOSS);
+            continue;
+        }
+        f->z = z;
+        f->kind = ZK_EV_AHEAD;
+        f->gen = z->gen - 1; /* never the current handle's */
+        f->res.type = ZK_OP_GET;
+        f->res.rc = ZCONNECTIONLOSS;
+        e->inflight = f;
+        zk_enqueue(f);
+    }
 }
