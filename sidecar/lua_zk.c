@@ -171,8 +171,8 @@ static int l_zk_children(lua_State *L)
  * read at once (zk_ahead.c). */
 static int l_zk_read_ahead(lua_State *L)
 {
-    struct co *c = lua_co_check(L, "zk.read_ahead");
-    zk_read_ahead(c->h->zk, luaL_checkstring(L, 1), luaL_checkstring(L, 2));
+    zk_read_ahead(host_of(L)->zk, luaL_checkstring(L, 1),
+                  luaL_checkstring(L, 2));
     return 0;
 }
 

@@ -608,7 +608,7 @@ void zk_drain(struct zk *z)
             zk_ahead_done(z, r);
         } else if (r->kind == ZK_EV_WATCH) {
             if (r->ahead_req && r->gen == z->gen && !z->closed)
-                zk_ahead_event(z, r->ahead_req, r->ahead_req->ahead);
+                zk_ahead_event(z, r->ahead_req);
             if (r->gen == z->gen && !z->closed && z->on_watch)
                 z->on_watch(watch_name(r->ev_state), r->res.path, z->watch_arg);
             free(r->res.path);

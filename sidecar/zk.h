@@ -147,15 +147,6 @@ enum zk_submit_flags {
     ZK_BOUNDED = 2,
 };
 
-/* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
- * otherwise nops is 1.  `deadline` (ms, zk_now() clock) bounds how long it
- * may wait for a connection (then ZK_TIMEOUT: not sent); with ZK_BOUNDED
- * also how long it waits for its answer.  cb (NULL: no answer wanted) is
- * always called exactly once, on the loop thread, and never before
- * zk_submit returns; it may submit again.  An operation
- * parked while the session was being replaced (expiry, lost lease) is never
- * sent under the new session: it completes with ZSESSIONEXPIRED when the
- * old session is given up. */
 /* Read-ahead (zk_ahead.c): when the watch on `watch` fires, `read` is read
  * at once; a waiter the event woke takes that read with zk_take_ahead: 0
  * none (read it yourself); 1 come, *now is its answer (then
@@ -168,6 +159,15 @@ int zk_take_ahead(struct zk *z, const char *path, double deadline,
 void zk_ahead_taken(struct zk *z, int slot);
 void zk_ahead_counts(const struct zk *z, uint64_t *sent, uint64_t *taken);
 
+/* Starts an operation; for ZK_OP_MULTI, ops[0..nops) are the multi's parts,
+ * otherwise nops is 1.  `deadline` (ms, zk_now() clock) bounds how long it
+ * may wait for a connection (then ZK_TIMEOUT: not sent); with ZK_BOUNDED
+ * also how long it waits for its answer.  cb (NULL: no answer wanted) is
+ * always called exactly once, on the loop thread, and never before
+ * zk_submit returns; it may submit again.  An operation
+ * parked while the session was being replaced (expiry, lost lease) is never
+ * sent under the new session: it completes with ZSESSIONEXPIRED when the
+ * old session is given up. */
 void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
                int nops, double deadline, int flags, zk_done_cb cb, void *arg);
 

@@ -114,24 +114,19 @@ static void on_ahead_data(int rc, const char *value, int len,
 struct zk_req *zk_ahead_start(struct zk *z, zhandle_t *zh, uint64_t gen,
                               const char *path)
 {
-    struct zk_req *a = calloc(1, sizeof *a);
-    if (!a)
-        return NULL;
     pthread_mutex_lock(&z->ahead_mu);
-    for (int i = 0; i < ZK_AHEAD_MAX; i++) {
-        struct zk_ahead_reg *g = &z->ahead_reg[i];
-        if (g->watch && strcmp(g->watch, path) == 0) {
-            a->ahead = g->read;
-            g->read = NULL;
-            reg_clear(g);
-            break;
-        }
-    }
-    if (!a->ahead) {
+    struct zk_ahead_reg *g = NULL;
+    for (int i = 0; i < ZK_AHEAD_MAX && !g; i++)
+        if (z->ahead_reg[i].watch && strcmp(z->ahead_reg[i].watch, path) == 0)
+            g = &z->ahead_reg[i];
+    struct zk_req *a = g ? calloc(1, sizeof *a) : NULL;
+    if (!a) {
         pthread_mutex_unlock(&z->ahead_mu);
-        free(a);
         return NULL;
     }
+    a->ahead = g->read;
+    g->read = NULL;
+    reg_clear(g);
     a->z = z;
     a->gen = gen;
     a->kind = ZK_EV_AHEAD;
@@ -153,7 +148,7 @@ struct zk_req *zk_ahead_start(struct zk *z, zhandle_t *zh, uint64_t gen,
 
 /* Loop: the event whose read-ahead `a` is on its way is drained, before
  * the waiters it wakes run. */
-void zk_ahead_event(struct zk *z, struct zk_req *a, const char *path)
+void zk_ahead_event(struct zk *z, struct zk_req *a)
 {
     struct zk_ahead_got *e = NULL;
     for (int i = 0; i < ZK_AHEAD_MAX && !e; i++)
@@ -165,7 +160,7 @@ void zk_ahead_event(struct zk *z, struct zk_req *a, const char *path)
     if (!e)
         return; /* its answer finds no entry and is dropped */
     got_clear(e);
-    e->path = strdup(path);
+    e->path = strdup(a->ahead);
     if (!e->path)
         return;
     e->inflight = a;

@@ -65,7 +65,7 @@ struct zk_req {
     int unsent;            /* ZK_GROUP: zoo_amulti refused it */
     size_t bytes;          /* zk_request_size of it (a group: of the multi) */
     uint64_t conn;         /* z->connects when it was sent */
-    char *ahead;           /* ZK_EV_WATCH, ZK_EV_AHEAD: the path read ahead */
+    char *ahead;           /* ZK_EV_AHEAD: the path it reads */
     struct zk_req *ahead_req; /* ZK_EV_WATCH: that read (zk_ahead.c) */
 };
 
@@ -168,7 +168,7 @@ void zk_ahead_init(struct zk *z);
 void zk_ahead_free(struct zk *z);
 struct zk_req *zk_ahead_start(struct zk *z, zhandle_t *zh, uint64_t gen,
                               const char *path);
-void zk_ahead_event(struct zk *z, struct zk_req *a, const char *path);
+void zk_ahead_event(struct zk *z, struct zk_req *a);
 void zk_ahead_done(struct zk *z, struct zk_req *a);
 void zk_ahead_tick(struct zk *z, double now);
 void zk_ahead_close(struct zk *z);
