@@ -105,7 +105,7 @@ static void caps_hook(lua_State *L, lua_Debug *ar)
             ++k->ticks >= k->time_every) {
             k->ticks = 0;
             double now = zk_now();
-            if (now - c->waited - c->paused > k->deadline) {
+            if (lua_co_busy(c, now) > k->deadline) {
                 k->killed = "time";
             } else if (now - c->resumed_at >= k->slice_ms &&
                        lua_isyieldable(L)) {
@@ -165,6 +165,8 @@ static int l_host_caps(lua_State *L)
     lua_pushvalue(L, 8);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &caps_client_key);
     c->caps.on = 1;
+    if (c->mark_wall <= 0)
+        lua_co_mark(c, zk_now());
     if (c->caps.killed)
         caps_mark(c, c->caps.killed);
     else
@@ -181,7 +183,7 @@ static int l_host_caps(lua_State *L)
 static void pattern_check(lua_State *L, void *arg)
 {
     struct co *c = arg;
-    if (zk_now() - c->waited - c->paused > c->caps.deadline) {
+    if (lua_co_busy(c, zk_now()) > c->caps.deadline) {
         caps_mark(c, "time");
         caps_raise(L, c->caps.killed);
     }

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct co *lua_co_check(lua_State *L, const char *fn)
 {
@@ -169,6 +170,9 @@ void lua_co_resume(struct co *c, int nargs)
     c->queued = 0;
     busy_remove(c);
     c->resumed_at = now;
+    c->checked_at = now;
+    if (c->caps.deadline > 0) /* a script: host.caps watched it */
+        lua_co_mark(c, now);
     size_t limit = lua_alloc_set_limit(h->alloc, lua_caps_limit(c));
     int status = lua_resume(c->L, h->L, nargs, &nres);
     if (c->caps.on)
@@ -255,6 +259,49 @@ void lua_co_ready(struct lua_host *h, struct co *c, int nargs)
         uv_idle_start(&h->idle, on_idle);
         h->idle_on = 1;
     }
+}
+
+/* --- a script's own clock ------------------------------------------------
+ *
+ * A script's time cap counts its own running time: the wall clock less
+ * what it spent yielded.  A process that does not run while the script
+ * runs (SIGSTOP, a frozen container, a paused VM, a long preemption) would
+ * count that time too, and kill a script that did nothing wrong.  So when
+ * two reads of its clock while it runs, normally microseconds apart (the
+ * count hook looks every few hundred instructions), are more than STALL_MS
+ * apart, the loop thread's CPU clock says whether it ran meanwhile: wall
+ * time past the CPU time since the last mark is left out.  A long C call
+ * (a big gsub, a collection) runs on the CPU, so it still counts.  The CPU
+ * clock is a system call, so it is read only at a script's resume and at
+ * such a gap. */
+#define STALL_MS 50.0
+
+static double thread_cpu_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void lua_co_mark(struct co *c, double now)
+{
+    c->mark_wall = now;
+    c->mark_cpu = thread_cpu_ms();
+}
+
+double lua_co_busy(struct co *c, double now)
+{
+    if (now - c->checked_at > STALL_MS && c->mark_wall > 0) {
+        double cpu = thread_cpu_ms();
+        double idle = (now - c->mark_wall) - (cpu - c->mark_cpu);
+        if (idle > STALL_MS)
+            c->stopped += idle;
+        c->mark_wall = now;
+        c->mark_cpu = cpu;
+    }
+    c->checked_at = now;
+    return now - c->waited - c->paused - c->stopped;
 }
 
 /* Until when c's ZooKeeper requests may wait: --zk-request-timeout of

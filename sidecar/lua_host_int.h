@@ -58,7 +58,12 @@ struct co {
     double yielded_at;  /* when it last yielded (0: running) */
     double waited;      /* ms spent yielded: host.busy() leaves them out */
     double paused;      /* ms spent between slices: host.busy() too */
+    double stopped;     /* ms the process did not run while it ran (a
+                           SIGSTOP, a frozen container): host.busy() too */
     double resumed_at;  /* when it was last resumed */
+    double checked_at;  /* when its busy clock was last read */
+    double mark_wall, mark_cpu; /* a script's wall and CPU clocks at its
+                                   resume, or when a stall was looked for */
     enum co_wait wait;
     int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
@@ -137,6 +142,15 @@ void lua_co_unanchor(struct lua_host *h, lua_State *co);
 
 /* Until when (zk_now() ms) c's ZooKeeper requests may wait. */
 double lua_co_deadline(const struct co *c);
+
+/* c's own running time, in ms of a clock of its own (host.busy(), a
+ * script's time cap): the wall clock at now less what c spent yielded and
+ * what the process spent not running while c ran (lua_co.c). */
+double lua_co_busy(struct co *c, double now);
+
+/* Takes a script's clocks: when host.caps watches it first, and at each
+ * resume after that. */
+void lua_co_mark(struct co *c, double now);
 
 /* --- lua_caps.c ---------------------------------------------------------- */
 

@@ -119,12 +119,12 @@ static int l_host_spawn(lua_State *L)
 }
 
 /* host.busy(): host.now() less the time the running coroutine has spent
- * yielded (waiting for ZooKeeper, sleeping, paused between slices): a clock
- * of its own work. */
+ * yielded (waiting for ZooKeeper, sleeping, paused between slices) or the
+ * process did not run while it ran (lua_co_busy): a clock of its own work. */
 static int l_host_busy(lua_State *L)
 {
     struct co *c = co_of(L);
-    lua_pushnumber(L, zk_now() - (c ? c->waited + c->paused : 0));
+    lua_pushnumber(L, c ? lua_co_busy(c, zk_now()) : zk_now());
     return 1;
 }
 

@@ -95,6 +95,31 @@ def test_finalizers_and_close_handlers_stay_under_the_time_cap(make_zkresp):
         assert c.call("EVAL", "return 'ok'", "0") == b"ok"
 
 
+def test_time_the_sidecar_was_stopped_does_not_count_against_the_time_cap(make_zkresp):
+    """The time cap counts the script's own running time: a sidecar stopped
+    (SIGSTOP; a frozen container, a paused VM) while a script runs does not
+    kill the script for the time it stood still, while a script that runs
+    past the cap on the CPU, in Lua or in long C calls, is still killed."""
+    z = make_zkresp(extra=("--script-time-limit", "1500"))
+    # 0.8 s of the process's CPU time (os.clock), which stands still while stopped
+    spin = "local t0 = os.clock() while os.clock() - t0 < %s do end return 'ran'"
+    with z.client(timeout=30) as c:
+        c.send_cmd("EVAL", spin % "0.8", "0")
+        time.sleep(0.3)
+        z.stop()
+        try:
+            time.sleep(2.5)
+        finally:
+            z.cont()
+        assert c.read_value(timeout=20) == b"ran"
+        for body in [spin % "3",
+                     "while true do local s = string.rep('ab', 2000000) s = s:gsub('a', 'c') end"]:
+            r, took = timed_call(c, "EVAL", body, "0", timeout=20)
+            assert isinstance(r, Err) and "time limit of 1500 ms" in r, (body, r)
+            assert took < 10, (body, took)
+        assert c.call("EVAL", "return 'ok'", "0") == b"ok"
+
+
 # ------------------------------------------------------------------ item 5
 
 def test_a_backtracking_pattern_stops_at_its_budget(make_zkresp):
