@@ -101,12 +101,19 @@ def test_mutual_exclusion_with_expiry(make_zkresp, kz):
     pair = _steady_pair(make_zkresp)
     sessions = [z.session_id() for z in pair]
     hist, errors = LockHistory(), []
-    _contend(pair, kz, ["lock:x"], 4, 4.0, 300, False, hist, errors)
+    # Who wins an expired lock is a race (the holder's own sidecar sees the
+    # expiry without a round trip, so under a sanitizer it may win a round's
+    # every expiry): contend in rounds until both sides have won one.
+    for _ in range(3):
+        _contend(pair, kz, ["lock:x"], 4, 4.0, 300, False, hist, errors)
+        if errors or (hist.count(holder_prefix="A") > 0 and hist.count(holder_prefix="B") > 0):
+            break
     _same_sessions(pair, sessions)
     assert not errors, errors[:5]
     hist.check()
     assert hist.count() >= 6, "too few acquisitions: %d" % hist.count()
-    assert hist.count(holder_prefix="A") > 0 and hist.count(holder_prefix="B") > 0
+    assert hist.count(holder_prefix="A") > 0 and hist.count(holder_prefix="B") > 0, \
+        "one side never acquired in 3 rounds: A=%d B=%d" % (hist.count(holder_prefix="A"), hist.count(holder_prefix="B"))
 
 
 def test_expiry_seen_from_both(zkresp_pair, kz):
