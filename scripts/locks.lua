@@ -462,6 +462,13 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         d.count = d.count + 1
         d.lease_end = LS.leader_now() + px
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
+        if Z.unknown(rc) then
+            local again, d2 = LS.find_owner(LS.read(lock), owner)
+            if not LS.landed({ path = mine.path, version = mine.version + 1, count = d.count }, again, d2) then
+                return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true)
+            end
+            rc, stat = zk.OK, { version = again.version }
+        end
         if rc == zk.BADVERSION or rc == zk.NONODE then
             return L.acquire(key, owner, mode, px, wait_ms, before_acquire)
         end
@@ -516,27 +523,33 @@ function L.release(key, owner)
         notify("on_release", h)
         return 1
     end
+    -- Our write to the owner's request at `path` is done, `left` holds on.
+    local function done(path, left, d, version)
+        local mh = L.holds[path]
+        if left > 0 then
+            if mh then mh.data, mh.version, mh.view = d, version, nil end
+        else
+            mh = forget(path)
+            if mh then notify("on_release", mh) end
+        end
+        return 1
+    end
+    local sent -- a write of ours whose reply was lost: {path, version after it, count}
     for _ = 1, Z.READ_TRIES do
         local snap = LS.read(lock)
         local mine, d = LS.find_owner(snap, owner)
+        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
         if not mine or not mine.granted then return 0 end
         local rc, stat
-        if d.count > 1 then
-            d.count = d.count - 1
+        local left = d.count > 1 and d.count - 1 or 0
+        if left > 0 then
+            d.count = left
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
             rc = LW.delete(mine.path, mine.version)
         end
-        if rc == zk.OK then
-            if stat then
-                local mh = L.holds[mine.path]
-                if mh then mh.data, mh.version, mh.view = d, stat.version, nil end
-            else
-                local mh = forget(mine.path)
-                if mh then notify("on_release", mh) end
-            end
-            return 1
-        end
+        if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
+        sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left } or nil
         if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "release " .. mine.path)
         end
@@ -591,7 +604,7 @@ end
 function L.convert(key, owner, mode, wait_ms)
     local lock = LS.lock_path(key)
     local until_ms = host.now() + wait_ms
-    local asked, sid
+    local asked, sid, unsure
     while true do
         local snap = LS.read(lock)
         local mine, d = LS.find_owner(snap, owner)
@@ -599,6 +612,11 @@ function L.convert(key, owner, mode, wait_ms)
             return { err = "ERR owner holds no lock on this key (LOCK.ACQUIRE first)" }
         end
         if LS.from_lost_session(mine, d) then return { err = E.LOST_SESSION } end
+        if mine.convert and unsure and mine.convert == mode then
+            -- our request of the conversion went through, its reply lost
+            asked, sid = mine.path, mine.owner_sid
+            break
+        end
         if mine.convert then
             return { err = "ERR owner's conversion of this lock is already waiting" }
         end
@@ -613,9 +631,13 @@ function L.convert(key, owner, mode, wait_ms)
                 if write_own(snap, mine) then return mine.token end
             elseif wait_ms == 0 then
                 return nil
-            elseif LW.write_table(snap, mine) == "ok" then
-                asked, sid = mine.path, mine.owner_sid
-                break
+            else
+                local how = LW.write_table(snap, mine)
+                if how == "ok" then
+                    asked, sid = mine.path, mine.owner_sid
+                    break
+                end
+                unsure = how == "unknown"
             end
         end
     end
@@ -640,35 +662,7 @@ function L.convert(key, owner, mode, wait_ms)
 end
 
 -- LOCK.INFO: {holders = {...}, waiters = {...}} as reply maps.
-function L.info(key)
-    local snap = LS.read(LS.lock_path(key))
-    local holders, waiters = {}, {}
-    if not snap then return { map = { "holders", holders, "waiters", waiters } } end
-    local now_wall, leader = host.wall(), LS.leader_now()
-    for _, e in ipairs(snap.queue) do
-        local d = LS.entry_data(e)
-        if d and e.granted then
-            local left = math.max(0, math.floor(math.max(e.lease_end or 0, d.lease_end) - leader))
-            holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
-                                              "count", d.count, "lease_left_ms", left,
-                                              "sidecar", d.sidecar, "client", d.client } }
-        end
-    end
-    local function waiter(e, mode, kind, since)
-        local d = LS.entry_data(e)
-        since = since or (d and d.asked)
-        if d then
-            waiters[#waiters + 1] = { map = { "owner", d.owner, "mode", mode,
-                                              "waited_ms", math.max(0, math.floor(now_wall - since)),
-                                              "kind", kind } }
-        end
-    end
-    for _, c in ipairs(Q.conversions(snap.queue)) do waiter(c, c.convert, "conversion", c.asked_convert) end
-    for _, e in ipairs(snap.queue) do
-        if not e.granted then waiter(e, e.mode, "new") end
-    end
-    return { map = { "holders", holders, "waiters", waiters } }
-end
+function L.info(key) return LS.info(LS.lock_path(key)) end
 
 -- Session events: holds of an ended session are lost.
 function L.on_session(event)

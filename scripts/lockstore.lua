@@ -9,6 +9,8 @@
 --   LS.snapshot(lock)            the table and the listing it goes with
 --   LS.cached_grant(lock, seq, czxid)   a grant of ours this sidecar knows
 --   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.from_lost_session
+--   LS.landed(sent, mine, d)     whether a write whose reply was lost went through
+--   LS.info(lock)                LOCK.INFO's holders and waiters
 --   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
 --   LS.leader_now()              the leader's clock, ms
 
@@ -392,6 +394,47 @@ function LS.find_owner(snap, owner)
             if d and d.owner == owner then return e, d end
         end
     end
+end
+
+-- Whether our write `sent` of the owner's request, whose reply was lost,
+-- went through, as the owner's entry `mine` (data d) read since shows: a
+-- delete (count 0) when the node is gone, a set of the hold count when
+-- the node is at the version after ours with our count.
+function LS.landed(sent, mine, d)
+    if sent.count == 0 then return not mine or mine.path ~= sent.path end
+    return mine ~= nil and mine.path == sent.path and mine.version == sent.version and d.count == sent.count
+end
+
+-- LOCK.INFO of the lock node `lock`: {holders = {...}, waiters = {...}}
+-- as reply maps, in queue order (conversions first among the waiters).
+function LS.info(lock)
+    local snap = LS.read(lock)
+    local holders, waiters = {}, {}
+    if not snap then return { map = { "holders", holders, "waiters", waiters } } end
+    local now_wall, leader = host.wall(), LS.leader_now()
+    for _, e in ipairs(snap.queue) do
+        local d = LS.entry_data(e)
+        if d and e.granted then
+            local left = math.max(0, math.floor(math.max(e.lease_end or 0, d.lease_end) - leader))
+            holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
+                                              "count", d.count, "lease_left_ms", left,
+                                              "sidecar", d.sidecar, "client", d.client } }
+        end
+    end
+    local function waiter(e, mode, kind, since)
+        local d = LS.entry_data(e)
+        since = since or (d and d.asked)
+        if d then
+            waiters[#waiters + 1] = { map = { "owner", d.owner, "mode", mode,
+                                              "waited_ms", math.max(0, math.floor(now_wall - since)),
+                                              "kind", kind } }
+        end
+    end
+    for _, c in ipairs(Q.conversions(snap.queue)) do waiter(c, c.convert, "conversion", c.asked_convert) end
+    for _, e in ipairs(snap.queue) do
+        if not e.granted then waiter(e, e.mode, "new") end
+    end
+    return { map = { "holders", holders, "waiters", waiters } }
 end
 
 ---------------------------------------------------------------------------

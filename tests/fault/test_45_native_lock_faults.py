@@ -1,0 +1,323 @@
+"""Fault tier 45: the native lock commands (issue 18: LOCK.ACQUIRE,
+LOCK.RELEASE) when ZooKeeper's replies are lost (RELIABILITY 2, 6, 7).
+
+A ZkProxy between a sidecar and ZooKeeper lets a request execute and then
+loses its reply with the connection; the session survives.  The sidecar
+must settle the outcome before it answers:
+
+- an ACQUIRE whose create was answered to nobody finds its request node by
+  its nonce: one request in the queue, one grant, its token;
+- a RELEASE whose delete (or delete-and-grant multi) was answered to nobody
+  answers 1 once the node is confirmed gone, and the waiter it unblocked is
+  granted exactly once;
+- under random connection cuts on every sidecar, with shared and exclusive
+  holders on two keys, no two conflicting holds overlap and a hold asked
+  after another conflicting one was granted gets a larger token.
+"""
+
+import random
+import threading
+import time
+
+import pytest
+import redis
+
+import harness
+from harness import CREATE_OPS, DELETE_OPS, keyenc
+
+SESSION_MS = 10000   # cuts must not cost a session, even on a loaded machine
+REQUEST_MS = 3000
+CONFLICTS = {("EX", "EX"), ("EX", "PR"), ("PR", "EX")}
+
+
+def _children(kz, z, key):
+    """The request nodes of the lock `key` (name -> ephemeralOwner)."""
+    lock = "%s/l/%s" % (z.root.rstrip("/"), keyenc.encode(key))
+    out = {}
+    for name in kz.get_children(lock):
+        _, st = kz.get("%s/%s" % (lock, name))
+        out[name] = st.ephemeralOwner
+    return out
+
+
+def _holders(r, key):
+    """LOCK.INFO's holders of `key`, as (owner, mode) pairs (RESP2)."""
+    info = r.execute_command("LOCK.INFO", key)
+    top = dict(zip(info[0::2], info[1::2]))
+    out = []
+    for h in top[b"holders"]:
+        f = dict(zip(h[0::2], h[1::2]))
+        out.append((f[b"owner"].decode(), f[b"mode"].decode()))
+    return out
+
+
+@pytest.fixture
+def native_pair(make_proxy, make_zkresp, zk):
+    """A (through a proxy) and B (direct) on one root."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=SESSION_MS, request_timeout=REQUEST_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS, request_timeout=REQUEST_MS)
+    return a, b, proxy
+
+
+def test_acquire_create_reply_lost_is_found_by_nonce(native_pair, kz):
+    """RELIABILITY 2 for native locks: the request's create executed, its
+    reply was lost: the sidecar finds the node by its nonce, is granted once,
+    and leaves no second request behind."""
+    a, b, proxy = native_pair
+    sid = a.session_id()
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("nc")
+    t0 = ra.execute_command("LOCK.ACQUIRE", key, "warm")   # the lock node exists
+    assert ra.execute_command("LOCK.RELEASE", key, "warm") == 1
+    proxy.drop_next_reply(CREATE_OPS)
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "o1", "WAIT", "5000")
+    assert proxy.wait_dropped(0), "no create went through the proxy (requests: %r)" % proxy.snapshot()
+    assert isinstance(t1, int) and t1 > t0, (t0, t1)
+    assert a.session_id() == sid, "a lost reply must not cost the session"
+    nodes = _children(kz, a, key)
+    assert list(nodes.values()) == [sid], "one request of A's session expected: %r" % nodes
+    assert _holders(rb, key) == [("o1", "EX")]
+    assert rb.execute_command("LOCK.ACQUIRE", key, "o2") is None
+    assert ra.execute_command("LOCK.RELEASE", key, "o1") == 1
+    assert ra.execute_command("LOCK.RELEASE", key, "o1") == 0
+    t2 = rb.execute_command("LOCK.ACQUIRE", key, "o2")
+    assert isinstance(t2, int) and t2 > t1, (t1, t2)
+    assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
+
+
+@pytest.mark.parametrize("waiter_side", ["same", "other"])
+def test_release_reply_lost_hands_on_once(native_pair, kz, waiter_side):
+    """RELIABILITY 6 for native locks: the release's delete (a plain delete,
+    or the multi that also grants the next waiter, when that waiter is on the
+    holder's sidecar) executed, its reply was lost: RELEASE answers 1, the
+    waiter is granted once, with a larger token, and holds alone."""
+    a, b, proxy = native_pair
+    ra = a.redis(socket_timeout=20)
+    rw = (a if waiter_side == "same" else b).redis(socket_timeout=20)
+    rb = b.redis(socket_timeout=20)
+    key = harness.unique("rl")
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
+    result = {}
+
+    def wait():
+        result["token"] = rw.execute_command("LOCK.ACQUIRE", key, "w", "WAIT", "15000")
+    th = threading.Thread(target=wait)
+    th.start()
+    harness.wait_for(lambda: len(_children(kz, a, key)) == 2, 5.0, what="the waiter's request")
+    time.sleep(0.2)          # the holder's sidecar saw it (its release grants from a listing)
+    proxy.drop_next_reply(DELETE_OPS)
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert proxy.wait_dropped(0), "no delete went through the proxy (requests: %r)" % proxy.snapshot()
+    if waiter_side == "same":
+        assert proxy.dropped_op == "multi", "the release on the waiter's sidecar grants in its multi, " \
+            "but the lost reply was a %s" % proxy.dropped_op
+    th.join(20)
+    t2 = result.get("token")
+    assert isinstance(t2, int) and t2 > t1, (t1, result)
+    assert _holders(rb, key) == [("w", "EX")]
+    assert len(_children(kz, a, key)) == 1
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+    assert rw.execute_command("LOCK.RELEASE", key, "w") == 1
+
+
+def test_release_through_another_sidecar_delete_reply_lost(native_pair, kz):
+    """A hold released through a sidecar other than its own (the owner
+    string is global): that sidecar reads the lock and deletes the node;
+    the delete executed, its reply was lost: RELEASE answers 1, not 0 (the
+    node it finds gone is the one it deleted)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("xr")
+    t1 = rb.execute_command("LOCK.ACQUIRE", key, "h")
+    proxy.drop_next_reply(DELETE_OPS)
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert proxy.wait_dropped(0), "no delete went through the proxy (requests: %r)" % proxy.snapshot()
+    assert _children(kz, a, key) == {}
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+    t2 = ra.execute_command("LOCK.ACQUIRE", key, "w")
+    assert isinstance(t2, int) and t2 > t1, (t1, t2)
+    assert ra.execute_command("LOCK.RELEASE", key, "w") == 1
+
+
+def test_reentrant_hold_count_reply_lost(native_pair, kz):
+    """The hold count is a write of the request node: a reentrant ACQUIRE
+    whose write executed with its reply lost answers the hold's token (once
+    counted), and a RELEASE whose count write was lost counts down once, so
+    two ACQUIREs take exactly two RELEASEs."""
+    a, b, proxy = native_pair
+    ra = a.redis(socket_timeout=20)
+    key = harness.unique("re")
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
+    proxy.drop_next_reply({"setData"})
+    assert ra.execute_command("LOCK.ACQUIRE", key, "h") == t1
+    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
+    proxy.drop_next_reply({"setData"})
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
+    assert len(_children(kz, a, key)) == 1, "one hold left after one of two releases"
+    assert _holders(b.redis(socket_timeout=20), key) == [("h", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert _children(kz, a, key) == {}
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+
+
+def test_conversion_request_reply_lost(native_pair, kz):
+    """An up-conversion that must wait is a write of the grant table (and a
+    touch of the holder's node): when it executed with its reply lost, the
+    CONVERT goes on waiting for it instead of answering that a conversion
+    already waits, and is granted when the other reader leaves."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("cv")
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h", "MODE", "PR")
+    rb.execute_command("LOCK.ACQUIRE", key, "r", "MODE", "PR")
+    result = {}
+
+    def convert():
+        try:
+            result["token"] = ra.execute_command("LOCK.CONVERT", key, "h", "MODE", "EX", "WAIT", "15000")
+        except redis.ResponseError as e:
+            result["error"] = str(e)
+    proxy.drop_next_reply({"multi", "setData"})
+    th = threading.Thread(target=convert)
+    th.start()
+    assert proxy.wait_dropped(10), "no write went through the proxy (requests: %r)" % proxy.snapshot()
+    time.sleep(0.5)
+    assert th.is_alive(), "CONVERT answered while the other reader held: %r" % result
+    assert rb.execute_command("LOCK.RELEASE", key, "r") == 1
+    th.join(20)
+    assert isinstance(result.get("token"), int) and result["token"] > t1, result
+    assert _holders(rb, key) == [("h", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+
+
+class _Hold:
+    __slots__ = ("key", "mode", "owner", "token", "t_sent", "t_reply", "t_rel", "released")
+
+    def __init__(self, key, mode, owner, token, t_sent, t_reply):
+        self.key, self.mode, self.owner, self.token = key, mode, owner, token
+        self.t_sent, self.t_reply = t_sent, t_reply
+        self.t_rel, self.released = None, None
+
+    def __repr__(self):
+        return "%s %s %s token %d asked %.3f granted %.3f released %s (%r)" % (
+            self.key, self.owner, self.mode, self.token, self.t_sent, self.t_reply,
+            "-" if self.t_rel is None else "%.3f" % self.t_rel, self.released)
+
+
+def _violations(holds):
+    """Token order and overlaps among conflicting holds of each key: a hold
+    asked after another was granted has a larger token; two holds whose
+    releases answered 1 held from their grant to their release, so those
+    spans must not overlap."""
+    out = []
+    by_key = {}
+    for h in holds:
+        by_key.setdefault(h.key, []).append(h)
+    for hs in by_key.values():
+        for x in hs:
+            for y in hs:
+                if x is y or (x.mode, y.mode) not in CONFLICTS:
+                    continue
+                if y.t_sent > x.t_reply and y.token <= x.token:
+                    out.append("token order: %r asked after %r was granted" % (y, x))
+                if (x.released == 1 and y.released == 1 and x.t_reply < y.t_reply and
+                        y.t_reply < x.t_rel):
+                    out.append("overlap: %r granted while %r still held" % (y, x))
+    return out
+
+
+def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
+    """Three sidecars, each behind a proxy that delays replies and cuts its
+    ZooKeeper connection at random moments; exclusive and shared holders on
+    two keys.  Every answer is a token, a null (WAIT ran out) or -TRYAGAIN;
+    no conflicting holds overlap; tokens follow grant order; a release of a
+    hold inside its lease answers 1 (no session was lost)."""
+    proxies = [make_proxy(zk) for _ in range(3)]
+    first = make_zkresp(zk_target=proxies[0], session_timeout=SESSION_MS, request_timeout=REQUEST_MS)
+    sides = [first] + [make_zkresp(zk_target=p, root=first.root, session_timeout=SESSION_MS,
+                                   request_timeout=REQUEST_MS) for p in proxies[1:]]
+    sessions = [z.session_id() for z in sides]
+    for p in proxies:
+        p.delay(3)
+    keys = [harness.unique("cut1"), harness.unique("cut2")]
+    duration = 8.0
+    stop = time.monotonic() + duration
+    holds, errors, lock = [], [], threading.Lock()
+    counts = {"tryagain": 0, "timeouts": 0}
+
+    def worker(side, n):
+        r = sides[side].redis(socket_timeout=30)
+        rnd = random.Random(side * 100 + n)
+        i = 0
+        try:
+            while time.monotonic() < stop:
+                i += 1
+                key = rnd.choice(keys)
+                mode = rnd.choice(["EX", "EX", "PR"])
+                owner = "s%d-%d-%d" % (side, n, i)
+                t_sent = time.monotonic()
+                try:
+                    tok = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode,
+                                            "PX", "5000", "WAIT", "2000")
+                except redis.ResponseError as e:
+                    if not str(e).startswith("TRYAGAIN"):
+                        errors.append("%s ACQUIRE: %r" % (owner, e))
+                    with lock:
+                        counts["tryagain"] += 1
+                    continue
+                t_reply = time.monotonic()
+                if tok is None:
+                    with lock:
+                        counts["timeouts"] += 1
+                    continue
+                h = _Hold(key, mode, owner, tok, t_sent, t_reply)
+                time.sleep(rnd.uniform(0, 0.01))
+                h.t_rel = time.monotonic()
+                try:
+                    h.released = r.execute_command("LOCK.RELEASE", key, owner)
+                except redis.ResponseError as e:
+                    if not str(e).startswith("TRYAGAIN"):
+                        errors.append("%s RELEASE: %r" % (owner, e))
+                    h.released = "TRYAGAIN"
+                    # the hold may still be there: end it before going on
+                    for _ in range(20):
+                        try:
+                            r.execute_command("LOCK.RELEASE", key, owner)
+                            break
+                        except redis.ResponseError:
+                            time.sleep(0.2)
+                if h.released == 0:
+                    errors.append("RELEASE answered 0 inside the lease, with no session lost: %r" % h)
+                with lock:
+                    holds.append(h)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append("%s: %r" % (side, e))
+        finally:
+            r.close()
+
+    def chaos():
+        rnd = random.Random(11)
+        while time.monotonic() < stop:
+            time.sleep(rnd.uniform(0.2, 0.5))
+            rnd.choice(proxies).cut()
+
+    ts = [threading.Thread(target=worker, args=(s, n)) for s in range(3) for n in range(3)]
+    ts.append(threading.Thread(target=chaos))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(duration + 90)
+    assert [z.session_id() for z in sides] == sessions, \
+        "a sidecar's session was replaced (the machine stalled it past %d ms)" % SESSION_MS
+    if errors:
+        import shutil
+        for i, z in enumerate(sides):
+            shutil.copy(z.log_path, "/tmp/t45log_%d.log" % i)
+    assert not errors, "\n".join(errors[:10])
+    bad = _violations(holds)
+    assert not bad, "%d violations in %d holds:\n%s" % (len(bad), len(holds), "\n".join(bad[:10]))
+    assert sum(p.counters["cuts"] for p in proxies) >= 8
+    assert len(holds) >= 30, "too few grants under cuts: %d (%r)" % (len(holds), counts)
+    assert {h.mode for h in holds} == {"EX", "PR"}
