@@ -231,8 +231,9 @@ def _violations(holds):
 def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
     """Three sidecars, each behind a proxy that delays replies and cuts its
     ZooKeeper connection at random moments; exclusive and shared holders on
-    two keys.  Every answer is a token, a null (WAIT ran out) or -TRYAGAIN;
-    no conflicting holds overlap; tokens follow grant order; a release of a
+    two keys, some of them acquiring again (reentrant) and releasing twice.
+    Every answer is a token, a null (WAIT ran out) or -TRYAGAIN; no
+    conflicting holds overlap; tokens follow grant order; a release of a
     hold inside its lease answers 1 (no session was lost)."""
     proxies = [make_proxy(zk) for _ in range(3)]
     first = make_zkresp(zk_target=proxies[0], session_timeout=SESSION_MS, request_timeout=REQUEST_MS)
@@ -274,6 +275,18 @@ def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
                     continue
                 h = _Hold(key, mode, owner, tok, t_sent, t_reply)
                 time.sleep(rnd.uniform(0, 0.01))
+                if rnd.random() < 0.3:
+                    # reentrant: the same token, counted once; one release counts it down
+                    try:
+                        again = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode, "PX", "5000")
+                        if again != tok:
+                            errors.append("%s: reentrant ACQUIRE answered %r, not its token %r" % (owner, again, tok))
+                        down = r.execute_command("LOCK.RELEASE", key, owner)
+                        if down != 1:
+                            errors.append("%s: the first of two RELEASEs answered %r" % (owner, down))
+                    except redis.ResponseError as e:
+                        if not str(e).startswith("TRYAGAIN"):
+                            errors.append("%s reentrant: %r" % (owner, e))
                 h.t_rel = time.monotonic()
                 try:
                     h.released = r.execute_command("LOCK.RELEASE", key, owner)
