@@ -23,11 +23,11 @@ import pytest
 import redis
 
 import harness
+import nativeload
 from harness import CREATE_OPS, DELETE_OPS, keyenc
 
 SESSION_MS = 10000   # cuts must not cost a session, even on a loaded machine
 REQUEST_MS = 3000
-CONFLICTS = {("EX", "EX"), ("EX", "PR"), ("PR", "EX")}
 
 
 def _children(kz, z, key):
@@ -192,49 +192,13 @@ def test_conversion_request_reply_lost(native_pair, kz):
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
 
 
-class _Hold:
-    __slots__ = ("key", "mode", "owner", "token", "t_sent", "t_reply", "t_rel", "released")
-
-    def __init__(self, key, mode, owner, token, t_sent, t_reply):
-        self.key, self.mode, self.owner, self.token = key, mode, owner, token
-        self.t_sent, self.t_reply = t_sent, t_reply
-        self.t_rel, self.released = None, None
-
-    def __repr__(self):
-        return "%s %s %s token %d asked %.3f granted %.3f released %s (%r)" % (
-            self.key, self.owner, self.mode, self.token, self.t_sent, self.t_reply,
-            "-" if self.t_rel is None else "%.3f" % self.t_rel, self.released)
-
-
-def _violations(holds):
-    """Token order and overlaps among conflicting holds of each key: a hold
-    asked after another was granted has a larger token; two holds whose
-    releases answered 1 held from their grant to their release, so those
-    spans must not overlap."""
-    out = []
-    by_key = {}
-    for h in holds:
-        by_key.setdefault(h.key, []).append(h)
-    for hs in by_key.values():
-        for x in hs:
-            for y in hs:
-                if x is y or (x.mode, y.mode) not in CONFLICTS:
-                    continue
-                if y.t_sent > x.t_reply and y.token <= x.token:
-                    out.append("token order: %r asked after %r was granted" % (y, x))
-                if (x.released == 1 and y.released == 1 and x.t_reply < y.t_reply and
-                        y.t_reply < x.t_rel):
-                    out.append("overlap: %r granted while %r still held" % (y, x))
-    return out
-
-
 def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
     """Three sidecars, each behind a proxy that delays replies and cuts its
     ZooKeeper connection at random moments; exclusive and shared holders on
-    two keys, some of them acquiring again (reentrant) and releasing twice.
-    Every answer is a token, a null (WAIT ran out) or -TRYAGAIN; no
-    conflicting holds overlap; tokens follow grant order; a release of a
-    hold inside its lease answers 1 (no session was lost)."""
+    two keys, some of them acquiring again (reentrant) and releasing twice
+    (tests/lib/nativeload.py): every answer is a token, a null (WAIT ran
+    out) or -TRYAGAIN; no conflicting holds overlap; tokens follow grant
+    order; a release of a hold inside its lease answers 1."""
     proxies = [make_proxy(zk) for _ in range(3)]
     first = make_zkresp(zk_target=proxies[0], session_timeout=SESSION_MS, request_timeout=REQUEST_MS)
     sides = [first] + [make_zkresp(zk_target=p, root=first.root, session_timeout=SESSION_MS,
@@ -242,95 +206,13 @@ def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
     sessions = [z.session_id() for z in sides]
     for p in proxies:
         p.delay(3)
-    keys = [harness.unique("cut1"), harness.unique("cut2")]
-    duration = 8.0
-    stop = time.monotonic() + duration
-    holds, errors, lock = [], [], threading.Lock()
-    counts = {"tryagain": 0, "timeouts": 0}
 
-    def worker(side, n):
-        r = sides[side].redis(socket_timeout=30)
-        rnd = random.Random(side * 100 + n)
-        i = 0
-        try:
-            while time.monotonic() < stop:
-                i += 1
-                key = rnd.choice(keys)
-                mode = rnd.choice(["EX", "EX", "PR"])
-                owner = "s%d-%d-%d" % (side, n, i)
-                t_sent = time.monotonic()
-                try:
-                    tok = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode,
-                                            "PX", "5000", "WAIT", "2000")
-                except redis.ResponseError as e:
-                    if not str(e).startswith("TRYAGAIN"):
-                        errors.append("%s ACQUIRE: %r" % (owner, e))
-                    with lock:
-                        counts["tryagain"] += 1
-                    continue
-                t_reply = time.monotonic()
-                if tok is None:
-                    with lock:
-                        counts["timeouts"] += 1
-                    continue
-                h = _Hold(key, mode, owner, tok, t_sent, t_reply)
-                time.sleep(rnd.uniform(0, 0.01))
-                if rnd.random() < 0.3:
-                    # reentrant: the same token, counted once; one release counts it down
-                    try:
-                        again = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode, "PX", "5000")
-                        if again != tok:
-                            errors.append("%s: reentrant ACQUIRE answered %r, not its token %r" % (owner, again, tok))
-                        down = r.execute_command("LOCK.RELEASE", key, owner)
-                        if down != 1:
-                            errors.append("%s: the first of two RELEASEs answered %r" % (owner, down))
-                    except redis.ResponseError as e:
-                        if not str(e).startswith("TRYAGAIN"):
-                            errors.append("%s reentrant: %r" % (owner, e))
-                h.t_rel = time.monotonic()
-                try:
-                    h.released = r.execute_command("LOCK.RELEASE", key, owner)
-                except redis.ResponseError as e:
-                    if not str(e).startswith("TRYAGAIN"):
-                        errors.append("%s RELEASE: %r" % (owner, e))
-                    h.released = "TRYAGAIN"
-                    # the hold may still be there: end it before going on
-                    for _ in range(20):
-                        try:
-                            r.execute_command("LOCK.RELEASE", key, owner)
-                            break
-                        except redis.ResponseError:
-                            time.sleep(0.2)
-                if h.released == 0:
-                    errors.append("RELEASE answered 0 inside the lease, with no session lost: %r" % h)
-                with lock:
-                    holds.append(h)
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append("%s: %r" % (side, e))
-        finally:
-            r.close()
-
-    def chaos():
+    def chaos(stop):
         rnd = random.Random(11)
         while time.monotonic() < stop:
             time.sleep(rnd.uniform(0.2, 0.5))
             rnd.choice(proxies).cut()
 
-    ts = [threading.Thread(target=worker, args=(s, n)) for s in range(3) for n in range(3)]
-    ts.append(threading.Thread(target=chaos))
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(duration + 90)
-    assert [z.session_id() for z in sides] == sessions, \
-        "a sidecar's session was replaced (the machine stalled it past %d ms)" % SESSION_MS
-    if errors:
-        import shutil
-        for i, z in enumerate(sides):
-            shutil.copy(z.log_path, "/tmp/t45log_%d.log" % i)
-    assert not errors, "\n".join(errors[:10])
-    bad = _violations(holds)
-    assert not bad, "%d violations in %d holds:\n%s" % (len(bad), len(holds), "\n".join(bad[:10]))
+    run = nativeload.contend(sides, [harness.unique("cut1"), harness.unique("cut2")], 8.0, chaos)
+    nativeload.check(run, sides, sessions)
     assert sum(p.counters["cuts"] for p in proxies) >= 8
-    assert len(holds) >= 30, "too few grants under cuts: %d (%r)" % (len(holds), counts)
-    assert {h.mode for h in holds} == {"EX", "PR"}

@@ -1,0 +1,162 @@
+"""A contention workload of the native lock commands (issue 18) for the
+fault suites, and its checker.
+
+contend(sidecars, keys, duration, chaos) runs three workers per sidecar,
+each on its own connection, for `duration` seconds while chaos(stop) (a
+function of the stop time, in a thread) injects faults:
+
+  LOCK.ACQUIRE key owner MODE EX|PR PX 5000 WAIT 2000 (EX twice as often)
+    token -> hold up to 10 ms; sometimes acquire again (reentrant: the same
+             token is expected) and release once (1 expected); then
+             LOCK.RELEASE (1 expected: the lease is far from over)
+    null  -> WAIT ran out: ask again
+
+Every owner string is used once.  -TRYAGAIN is a legitimate answer to any
+command (counted); any other error, or a release answering 0 inside its
+lease, is an error of the run.  A release that answered -TRYAGAIN is asked
+again until it answers, so that the next grant is not held up by a lease.
+
+violations(holds) checks, for each key and each pair of holds whose modes
+conflict (EX with EX or PR): a hold asked after the other was granted has a
+larger token (tokens follow grant order); and two holds whose releases both
+answered 1, which held from their grant's reply to their release's request,
+never overlap."""
+
+import random
+import threading
+import time
+
+import redis
+
+CONFLICTS = {("EX", "EX"), ("EX", "PR"), ("PR", "EX")}
+
+
+class Hold:
+    __slots__ = ("key", "mode", "owner", "token", "t_sent", "t_reply", "t_rel", "released")
+
+    def __init__(self, key, mode, owner, token, t_sent, t_reply):
+        self.key, self.mode, self.owner, self.token = key, mode, owner, token
+        self.t_sent, self.t_reply = t_sent, t_reply
+        self.t_rel, self.released = None, None
+
+    def __repr__(self):
+        return "%s %s %s token %d asked %.3f granted %.3f released %s (%r)" % (
+            self.key, self.owner, self.mode, self.token, self.t_sent, self.t_reply,
+            "-" if self.t_rel is None else "%.3f" % self.t_rel, self.released)
+
+
+def violations(holds):
+    out = []
+    by_key = {}
+    for h in holds:
+        by_key.setdefault(h.key, []).append(h)
+    for hs in by_key.values():
+        for x in hs:
+            for y in hs:
+                if x is y or (x.mode, y.mode) not in CONFLICTS:
+                    continue
+                if y.t_sent > x.t_reply and y.token <= x.token:
+                    out.append("token order: %r asked after %r was granted" % (y, x))
+                if (x.released == 1 and y.released == 1 and x.t_reply < y.t_reply and
+                        y.t_reply < x.t_rel):
+                    out.append("overlap: %r granted while %r still held" % (y, x))
+    return out
+
+
+class Run:
+    def __init__(self):
+        self.holds, self.errors = [], []
+        self.counts = {"tryagain": 0, "timeouts": 0}
+        self.lock = threading.Lock()
+
+    def error(self, text):
+        with self.lock:
+            self.errors.append(text)
+
+    def tryagain(self, owner, what, e):
+        if not str(e).startswith("TRYAGAIN"):
+            self.error("%s %s: %r" % (owner, what, e))
+        with self.lock:
+            self.counts["tryagain"] += 1
+
+
+def _worker(run, sidecar, side, n, keys, stop):
+    r = sidecar.redis(socket_timeout=30)
+    rnd = random.Random(side * 100 + n)
+    i = 0
+    try:
+        while time.monotonic() < stop:
+            i += 1
+            key = rnd.choice(keys)
+            mode = rnd.choice(["EX", "EX", "PR"])
+            owner = "s%d-%d-%d" % (side, n, i)
+            t_sent = time.monotonic()
+            try:
+                tok = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode, "PX", "5000", "WAIT", "2000")
+            except redis.ResponseError as e:
+                run.tryagain(owner, "ACQUIRE", e)
+                continue
+            t_reply = time.monotonic()
+            if tok is None:
+                with run.lock:
+                    run.counts["timeouts"] += 1
+                continue
+            h = Hold(key, mode, owner, tok, t_sent, t_reply)
+            time.sleep(rnd.uniform(0, 0.01))
+            if rnd.random() < 0.3:
+                try:
+                    again = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode, "PX", "5000")
+                    if again != tok:
+                        run.error("%s: reentrant ACQUIRE answered %r, not its token %r" % (owner, again, tok))
+                    down = r.execute_command("LOCK.RELEASE", key, owner)
+                    if down != 1:
+                        run.error("%s: the first of two RELEASEs answered %r" % (owner, down))
+                except redis.ResponseError as e:
+                    run.tryagain(owner, "reentrant", e)
+            h.t_rel = time.monotonic()
+            try:
+                h.released = r.execute_command("LOCK.RELEASE", key, owner)
+            except redis.ResponseError as e:
+                run.tryagain(owner, "RELEASE", e)
+                h.released = "TRYAGAIN"
+                for _ in range(20):   # the hold may still be there: end it
+                    try:
+                        r.execute_command("LOCK.RELEASE", key, owner)
+                        break
+                    except redis.ResponseError:
+                        time.sleep(0.2)
+            if h.released == 0:
+                run.error("RELEASE answered 0 inside the lease, with no session lost: %r" % h)
+            with run.lock:
+                run.holds.append(h)
+    except Exception as e:  # noqa: BLE001 - reported by the run
+        run.error("%s-%d: %r" % (side, n, e))
+    finally:
+        r.close()
+
+
+def contend(sidecars, keys, duration, chaos, workers=3):
+    """Runs the workload; returns the Run (holds, errors, counts)."""
+    run = Run()
+    stop = time.monotonic() + duration
+    ts = [threading.Thread(target=_worker, args=(run, z, side, n, keys, stop))
+          for side, z in enumerate(sidecars) for n in range(workers)]
+    ts.append(threading.Thread(target=chaos, args=(stop,)))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(duration + 120)
+    return run
+
+
+def check(run, sidecars, sessions, min_holds=30):
+    """The run's verdict, as assertions: sessions kept, no error, no
+    violation, enough grants of both modes."""
+    now = [z.session_id() for z in sidecars]
+    assert now == sessions, "a sidecar's session was replaced (the machine stalled it): %r -> %r" % (
+        sessions, now)
+    assert not run.errors, "\n".join(run.errors[:10])
+    bad = violations(run.holds)
+    assert not bad, "%d violations in %d holds:\n%s" % (len(bad), len(run.holds), "\n".join(bad[:10]))
+    assert len(run.holds) >= min_holds, "too few grants: %d (%r)" % (len(run.holds), run.counts)
+    assert {h.mode for h in run.holds} == {"EX", "PR"}
