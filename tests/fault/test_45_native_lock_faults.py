@@ -195,8 +195,8 @@ def test_conversion_request_reply_lost(native_pair, kz):
 def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
     """Three sidecars, each behind a proxy that delays replies and cuts its
     ZooKeeper connection at random moments; exclusive and shared holders on
-    two keys, some of them acquiring again (reentrant) and releasing twice
-    (tests/lib/nativeload.py): every answer is a token, a null (WAIT ran
+    two keys, some of them acquiring again (reentrant) and releasing twice,
+    some converting up or down (tests/lib/nativeload.py): every answer is a token, a null (WAIT ran
     out) or -TRYAGAIN; no conflicting holds overlap; tokens follow grant
     order; a release of a hold inside its lease answers 1."""
     proxies = [make_proxy(zk) for _ in range(3)]

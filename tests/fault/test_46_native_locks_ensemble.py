@@ -3,8 +3,8 @@ ensemble, with three sidecars that each reach every server through a proxy
 (RELIABILITY 14: a leader change; sessions that move between servers).
 
 The workload and its checker are tests/lib/nativeload.py: exclusive and
-shared holders, some reentrant, on two keys from three workers per
-sidecar.  Under each fault, every answer is a token, a null (WAIT ran
+shared holders, some reentrant, some converting up or down, on two keys
+from three workers per sidecar.  Under each fault, every answer is a token, a null (WAIT ran
 out) or -TRYAGAIN; no conflicting holds overlap; a hold asked after
 another was granted has a larger token (zxids order grants across servers
 and leaders); a release inside the lease answers 1; no session is lost

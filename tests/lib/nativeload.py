@@ -7,8 +7,10 @@ function of the stop time, in a thread) injects faults:
 
   LOCK.ACQUIRE key owner MODE EX|PR PX 5000 WAIT 2000 (EX twice as often)
     token -> hold up to 10 ms; sometimes acquire again (reentrant: the same
-             token is expected) and release once (1 expected); then
-             LOCK.RELEASE (1 expected: the lease is far from over)
+             token is expected) and release once (1 expected); sometimes
+             convert (PR up to EX, WAIT 1000: a token, or null with PR
+             kept; EX down to PR: at once); then LOCK.RELEASE (1 expected:
+             the lease is far from over)
     null  -> WAIT ran out: ask again
 
 Every owner string is used once.  -TRYAGAIN is a legitimate answer to any
@@ -16,11 +18,14 @@ command (counted); any other error, or a release answering 0 inside its
 lease, is an error of the run.  A release that answered -TRYAGAIN is asked
 again until it answers, so that the next grant is not held up by a lease.
 
-violations(holds) checks, for each key and each pair of holds whose modes
-conflict (EX with EX or PR): a hold asked after the other was granted has a
-larger token (tokens follow grant order); and two holds whose releases both
-answered 1, which held from their grant's reply to their release's request,
-never overlap."""
+violations(holds) checks, for each key and each pair of spans of two holds
+whose modes conflict (EX with EX or PR): one asked after the other was
+granted has a larger token (tokens follow grant order); and two holds whose
+releases both answered 1 never held at once.  A hold is one span, from its
+grant's reply to its release's request, in its mode; a conversion makes it
+two: an up-conversion holds PR throughout and EX from the CONVERT's reply
+(asked when the CONVERT was sent, with the token it answered); a
+down-conversion holds EX until the CONVERT was sent and PR from its reply."""
 
 import random
 import threading
@@ -31,34 +36,44 @@ import redis
 CONFLICTS = {("EX", "EX"), ("EX", "PR"), ("PR", "EX")}
 
 
-class Hold:
-    __slots__ = ("key", "mode", "owner", "token", "t_sent", "t_reply", "t_rel", "released")
+class Span:
+    """A mode held with a token: asked at t_asked, held from t_from to t_to."""
+    __slots__ = ("hold", "mode", "token", "t_asked", "t_from", "t_to")
 
-    def __init__(self, key, mode, owner, token, t_sent, t_reply):
-        self.key, self.mode, self.owner, self.token = key, mode, owner, token
-        self.t_sent, self.t_reply = t_sent, t_reply
-        self.t_rel, self.released = None, None
+    def __init__(self, hold, mode, token, t_asked, t_from, t_to=None):
+        self.hold, self.mode, self.token = hold, mode, token
+        self.t_asked, self.t_from, self.t_to = t_asked, t_from, t_to
 
     def __repr__(self):
-        return "%s %s %s token %d asked %.3f granted %.3f released %s (%r)" % (
-            self.key, self.owner, self.mode, self.token, self.t_sent, self.t_reply,
-            "-" if self.t_rel is None else "%.3f" % self.t_rel, self.released)
+        return "%s %s %s token %d asked %.3f held %.3f..%s (released %r)" % (
+            self.hold.key, self.hold.owner, self.mode, self.token, self.t_asked, self.t_from,
+            "-" if self.t_to is None else "%.3f" % self.t_to, self.hold.released)
+
+
+class Hold:
+    __slots__ = ("key", "owner", "spans", "released")
+
+    def __init__(self, key, owner):
+        self.key, self.owner, self.spans, self.released = key, owner, [], None
+
+    def __repr__(self):
+        return "; ".join(repr(sp) for sp in self.spans)
 
 
 def violations(holds):
     out = []
     by_key = {}
     for h in holds:
-        by_key.setdefault(h.key, []).append(h)
-    for hs in by_key.values():
-        for x in hs:
-            for y in hs:
-                if x is y or (x.mode, y.mode) not in CONFLICTS:
+        by_key.setdefault(h.key, []).extend(h.spans)
+    for spans in by_key.values():
+        for x in spans:
+            for y in spans:
+                if x.hold is y.hold or (x.mode, y.mode) not in CONFLICTS:
                     continue
-                if y.t_sent > x.t_reply and y.token <= x.token:
+                if y.t_asked > x.t_from and y.token <= x.token:
                     out.append("token order: %r asked after %r was granted" % (y, x))
-                if (x.released == 1 and y.released == 1 and x.t_reply < y.t_reply and
-                        y.t_reply < x.t_rel):
+                if (x.hold.released == 1 and y.hold.released == 1 and x.t_from < y.t_from and
+                        y.t_from < x.t_to):
                     out.append("overlap: %r granted while %r still held" % (y, x))
     return out
 
@@ -78,6 +93,28 @@ class Run:
             self.error("%s %s: %r" % (owner, what, e))
         with self.lock:
             self.counts["tryagain"] += 1
+
+
+def _convert(run, r, h, span):
+    """Converts hold h (its current span `span`): PR up to EX, EX down to
+    PR; returns its span from then on."""
+    to = "EX" if span.mode == "PR" else "PR"
+    t_sent = time.monotonic()
+    try:
+        tok = r.execute_command("LOCK.CONVERT", h.key, h.owner, "MODE", to, "WAIT", "1000")
+    except redis.ResponseError as e:
+        run.tryagain(h.owner, "CONVERT", e)
+        return span
+    t_reply = time.monotonic()
+    if tok is None:
+        if to == "PR":
+            run.error("%s: a down-conversion answered null" % h.owner)
+        return span
+    if to == "PR":
+        span.t_to = t_sent   # EX for sure until the CONVERT was sent
+    new = Span(h, to, tok, t_sent, t_reply)
+    h.spans.append(new)
+    return new
 
 
 def _worker(run, sidecar, side, n, keys, stop):
@@ -101,7 +138,9 @@ def _worker(run, sidecar, side, n, keys, stop):
                 with run.lock:
                     run.counts["timeouts"] += 1
                 continue
-            h = Hold(key, mode, owner, tok, t_sent, t_reply)
+            h = Hold(key, owner)
+            span = Span(h, mode, tok, t_sent, t_reply)
+            h.spans.append(span)
             time.sleep(rnd.uniform(0, 0.01))
             if rnd.random() < 0.3:
                 try:
@@ -113,7 +152,12 @@ def _worker(run, sidecar, side, n, keys, stop):
                         run.error("%s: the first of two RELEASEs answered %r" % (owner, down))
                 except redis.ResponseError as e:
                     run.tryagain(owner, "reentrant", e)
-            h.t_rel = time.monotonic()
+            if rnd.random() < 0.25:
+                span = _convert(run, r, h, span)
+            t_rel = time.monotonic()
+            for sp in h.spans:
+                if sp.t_to is None:
+                    sp.t_to = t_rel
             try:
                 h.released = r.execute_command("LOCK.RELEASE", key, owner)
             except redis.ResponseError as e:
@@ -159,4 +203,7 @@ def check(run, sidecars, sessions, min_holds=30):
     bad = violations(run.holds)
     assert not bad, "%d violations in %d holds:\n%s" % (len(bad), len(run.holds), "\n".join(bad[:10]))
     assert len(run.holds) >= min_holds, "too few grants: %d (%r)" % (len(run.holds), run.counts)
-    assert {h.mode for h in run.holds} == {"EX", "PR"}
+    modes = {sp.mode for h in run.holds for sp in h.spans}
+    assert modes == {"EX", "PR"}, modes
+    converted = sum(1 for h in run.holds if len(h.spans) > 1)
+    assert converted >= min_holds // 10, "too few conversions: %d" % converted
