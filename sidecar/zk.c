@@ -600,6 +600,14 @@ void zk_drain(struct zk *z)
         struct zk_req *r =
             (struct zk_req *)((char *)n - offsetof(struct zk_req, qnode));
         n = n->next;
+        /* The client library ends the requests in flight with
+         * ZRUNTIMEINCONSISTENCY when it drops a connection over a reply
+         * out of order (a server's fault, e.g. ZOOKEEPER-2775; a multi's
+         * own answer never carries it, only its operations): for each of
+         * them that is a connection loss, its outcome unknown. */
+        if ((r->kind >= 0 || r->kind == ZK_GROUP || r->kind == ZK_EV_AHEAD) &&
+            r->res.rc == ZRUNTIMEINCONSISTENCY)
+            r->res.rc = ZCONNECTIONLOSS;
         if (r->kind == ZK_EV_SESSION) {
             if (r->gen == z->gen && z->zh && !z->closed)
                 zk_session_state(z, r->ev_state);

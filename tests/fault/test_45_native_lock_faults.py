@@ -86,6 +86,28 @@ def test_acquire_create_reply_lost_is_found_by_nonce(native_pair, kz):
     assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
 
 
+def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
+    """A server that answers out of order (a known class of server bug):
+    the client library drops the connection and ends the requests in flight
+    with a runtime inconsistency; for the sidecar each is a connection loss
+    whose outcome it settles.  An ACQUIRE sends its create and the listing
+    together, so their answers are the pair swapped: it is granted once."""
+    a, b, proxy = native_pair
+    sid = a.session_id()
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("oo")
+    t0 = ra.execute_command("LOCK.ACQUIRE", key, "warm")
+    assert ra.execute_command("LOCK.RELEASE", key, "warm") == 1
+    proxy.swap_next_replies()
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "o1", "WAIT", "5000")
+    assert proxy.counters["swapped"] == 1, "no two replies were swapped: %r" % proxy.counters
+    assert isinstance(t1, int) and t1 > t0, (t0, t1)
+    assert a.session_id() == sid
+    assert list(_children(kz, a, key).values()) == [sid]
+    assert _holders(rb, key) == [("o1", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "o1") == 1
+
+
 @pytest.mark.parametrize("waiter_side", ["same", "other"])
 def test_release_reply_lost_hands_on_once(native_pair, kz, waiter_side):
     """RELIABILITY 6 for native locks: the release's delete (a plain delete,

@@ -60,13 +60,19 @@ def _free_listener():
     return s
 
 
-def _close(sock):
+def _shutdown(sock):
     if sock is None:
         return
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+def _close(sock):
+    _shutdown(sock)
+    if sock is None:
+        return
     try:
         sock.close()
     except OSError:
@@ -110,6 +116,8 @@ class _Conn:
         self.queue = collections.deque()
         self.cv = threading.Condition()
         self.lock = threading.Lock()
+        self.running = 0        # forwarding threads still using the sockets
+        self.swap = None        # a reply held back to go after the next one
 
     def start(self):
         """Connects upstream and starts forwarding, in a thread of its own:
@@ -128,19 +136,42 @@ class _Conn:
                 _close(self.ssock)
                 return
             self.csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.lock:
+                self.running = 3
             for fn in (self._up, self._down, self._writer):
-                threading.Thread(target=fn, daemon=True).start()
+                threading.Thread(target=self._run, args=(fn,), daemon=True).start()
         except Exception:  # noqa: BLE001 - a connection that cannot start is closed, never the proxy
             self.proxy._count("start_failed")
             self.close()
 
+    def _run(self, fn):
+        try:
+            fn()
+        finally:
+            with self.lock:
+                self.running -= 1
+                last = self.running == 0 and self.closed
+            if last:
+                self._release()
+
+    def _release(self):
+        _close(self.csock)
+        _close(self.ssock)
+
     def close(self):
+        """Shuts both sockets down, which ends the forwarding threads; the
+        last of them closes them.  Closing a socket another thread is still
+        sending on would free its descriptor for the next connection, which
+        may then receive what was meant for this one."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
-        _close(self.csock)
-        _close(self.ssock)
+            idle = self.running == 0
+        _shutdown(self.csock)
+        _shutdown(self.ssock)
+        if idle:
+            self._release()
         with self.cv:
             self.cv.notify_all()
         self.proxy._forget(self)
@@ -206,7 +237,14 @@ class _Conn:
                         return
                     p._count("replies")
                     reply = xid > 0
+                    if reply and p._take_swap():
+                        self.swap = frame    # goes after the next reply
+                        continue
                 self._enqueue(frame, reply)
+                if reply and self.swap is not None:
+                    held, self.swap = self.swap, None
+                    p._count("swapped")
+                    self._enqueue(held, True)
         except (OSError, ValueError):
             pass
         if not self.blackholed:
@@ -258,6 +296,7 @@ class ZkProxy:
         self.answered = collections.deque(maxlen=200000)  # monotonic times, replies sent down
         self._delay = 0.0
         self._blackhole = False
+        self._swap_armed = False
         self._refuse = False
         self._drop_ops = None
         self._drop_target = None
@@ -275,6 +314,19 @@ class ZkProxy:
     def delay(self, ms):
         """Delay every server->client frame by ms from now on (0: none)."""
         self._delay = ms / 1000.0
+
+    def swap_next_replies(self):
+        """Arms the fault: the next reply is held back and sent after the
+        one that follows it, out of order (as a faulty server may; the
+        client drops the connection)."""
+        with self.lock:
+            self._swap_armed = True
+
+    def _take_swap(self):
+        with self.lock:
+            armed = self._swap_armed
+            self._swap_armed = False
+        return armed
 
     def drop_next_reply(self, ops=WRITE_OPS, hold=False):
         """Arms the fault: the next request with an op in ops executes but
