@@ -9,8 +9,9 @@ function of the stop time, in a thread) injects faults:
     token -> hold up to 10 ms; sometimes acquire again (reentrant: the same
              token is expected) and release once (1 expected); sometimes
              convert (PR up to EX, WAIT 1000: a token, or null with PR
-             kept; EX down to PR: at once); then LOCK.RELEASE (1 expected:
-             the lease is far from over)
+             kept; EX down to PR: at once, or -TRYAGAIN with the outcome
+             unknown); then LOCK.RELEASE (1 expected: the lease is far from
+             over)
     null  -> WAIT ran out: ask again
 
 Every owner string is used once.  -TRYAGAIN is a legitimate answer to any
@@ -25,7 +26,8 @@ releases both answered 1 never held at once.  A hold is one span, from its
 grant's reply to its release's request, in its mode; a conversion makes it
 two: an up-conversion holds PR throughout and EX from the CONVERT's reply
 (asked when the CONVERT was sent, with the token it answered); a
-down-conversion holds EX until the CONVERT was sent and PR from its reply."""
+down-conversion (answered, or -TRYAGAIN: it may have been written) holds
+EX until the CONVERT was sent and PR throughout."""
 
 import random
 import threading
@@ -97,22 +99,30 @@ class Run:
 
 def _convert(run, r, h, span):
     """Converts hold h (its current span `span`): PR up to EX, EX down to
-    PR; returns its span from then on."""
+    PR; returns its span from then on.  A down-conversion answered
+    -TRYAGAIN may have been written all the same (its outcome is unknown):
+    so, whatever the answer, EX is certain only until the CONVERT was sent,
+    and PR (which EX includes) over the whole hold.  An up-conversion adds
+    an EX span only when granted."""
     to = "EX" if span.mode == "PR" else "PR"
     t_sent = time.monotonic()
+    tok, answered = None, True
     try:
         tok = r.execute_command("LOCK.CONVERT", h.key, h.owner, "MODE", to, "WAIT", "1000")
     except redis.ResponseError as e:
         run.tryagain(h.owner, "CONVERT", e)
-        return span
+        answered = False
     t_reply = time.monotonic()
-    if tok is None:
-        if to == "PR":
-            run.error("%s: a down-conversion answered null" % h.owner)
-        return span
     if to == "PR":
-        span.t_to = t_sent   # EX for sure until the CONVERT was sent
-    new = Span(h, to, tok, t_sent, t_reply)
+        if answered and tok is None:
+            run.error("%s: a down-conversion answered null" % h.owner)
+        span.t_to = t_sent
+        new = Span(h, "PR", tok if tok is not None else span.token, span.t_asked, span.t_from)
+        h.spans.append(new)
+        return new
+    if tok is None:
+        return span
+    new = Span(h, "EX", tok, t_sent, t_reply)
     h.spans.append(new)
     return new
 
