@@ -95,20 +95,11 @@ local function client_desc()
 end
 
 -- Deletes a request node (whatever its version); true once it is gone.
-local function delete_node(path)
-    for _ = 1, Z.READ_TRIES do
-        local rc = LW.delete(path, -1)
-        if rc == zk.OK or rc == zk.NONODE then return true end
-        if not Z.unknown(rc) then Z.fail(rc, "delete " .. path) end
-    end
-    return false
-end
-
--- Creates our request node; returns its path, the session that made it
--- and its data.  The lock node is created (a container) when missing.  A
--- create whose reply was lost is found again by its nonce.
-local function create_request(lock, owner, mode, px)
-    local prefix = LS.prefix(mode, owner, px, LS.hex(Z.nonce()))
+-- Creates our request node, named `prefix` and a sequence; returns its
+-- path, the session that made it and its data.  The lock node is created
+-- (a container) when missing.  A create whose reply was lost is found
+-- again by its nonce (in the prefix).
+local function create_request(lock, prefix, owner, px)
     local d = { owner = owner, count = 1, lease_end = LS.leader_now() + px, asked = host.wall(),
                 sidecar = LS.sidecar_id(), client = client_desc() }
     local data = LS.encode_req(d)
@@ -126,7 +117,7 @@ local function create_request(lock, owner, mode, px)
                     -- made under a session that is over: out of the queue
                     local found = lock .. "/" .. name
                     if zk.session() == sid then LW.created(found) return found, sid, d end
-                    delete_node(found)
+                    LW.delete_node(found)
                 end
             end
         else
@@ -134,15 +125,6 @@ local function create_request(lock, owner, mode, px)
         end
     end
     S.abort({ err = E.UNAVAILABLE })
-end
-
--- Leaves the queue from a command that may have lost its client: in the
--- background when the command's own deadline may be spent.
-local function leave(path)
-    local ok, done = pcall(delete_node, path)
-    if not (ok and done) then
-        host.spawn(function() while not delete_node(path) do host.sleep(200) end end)
-    end
 end
 
 ---------------------------------------------------------------------------
@@ -497,12 +479,17 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     -- the listing the wait starts from, sent after the create (a session's
     -- requests are answered in order): one round trip for both
     local first_listing = start_listing(lock)
-    local path, sid, data = create_request(lock, owner, mode, px)
-    local token, view, listing = settle(lock, path, sid, until_ms, nil, px, not snap and function(s, me)
+    -- a command that fails (ZooKeeper out past its time) leaves the queue,
+    -- in the background if need be: nobody would ever release its request
+    local prefix, sid0 = LS.prefix(mode, owner, px, LS.hex(Z.nonce())), zk.session()
+    local made, path, sid, data = pcall(create_request, lock, prefix, owner, px)
+    if not made then LW.abandon(lock, prefix, sid0) error(path, 0) end
+    local settled, token, view, listing = pcall(settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return owner_there(s, me, owner)
     end, mode, first_listing)
+    if not settled then LW.leave(path) error(token, 0) end
     if not token then
-        leave(path)
+        LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
         if view == "lost" then return { err = E.LOST_SESSION } end
         return nil

@@ -8,6 +8,8 @@
 --   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
 --   LW.delete(path, version) / LW.write_table(snap, touch)
 --                                              writes that wake waiters here
+--   LW.leave(path) / LW.abandon(lock, prefix, sid)
+--                                              a request out of the queue
 --   LW.session_changed()                       they are ours no more
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
@@ -15,6 +17,7 @@
 
 local Q = require "lockq"
 local LS = require "lockstore"
+local Z = require "zkio"
 
 local LW = {}
 
@@ -101,6 +104,45 @@ function LW.delete(path, version)
     local rc = zk.delete(path, version)
     if rc == zk.OK or rc == zk.NONODE then LW.wrote(path, true) end
     return rc
+end
+
+-- Deletes our request node at `path` (gone already counts): true when
+-- done, false when ZooKeeper did not answer within the tries.
+function LW.delete_node(path)
+    for _ = 1, Z.READ_TRIES do
+        local rc = LW.delete(path, -1)
+        if rc == zk.OK or rc == zk.NONODE then return true end
+        if not Z.unknown(rc) then Z.fail(rc, "delete " .. path) end
+    end
+    return false
+end
+
+-- Leaves the queue from a command that may have lost its client, or
+-- failed: in the background when the command's own time may be spent.
+function LW.leave(path)
+    local ok, done = pcall(LW.delete_node, path)
+    if not (ok and done) then
+        host.spawn(function() while not LW.delete_node(path) do host.sleep(200) end end)
+    end
+end
+
+-- A request whose create may have landed, its command ended without
+-- knowing (a lost reply it could not settle in time): found by its name's
+-- prefix (a nonce) and deleted, in the background, while session `sid`
+-- (which would own it) lasts.
+function LW.abandon(lock, prefix, sid)
+    host.spawn(function()
+        while zk.session() == sid do
+            local ok, names = pcall(Z.children, lock)
+            if ok then
+                for _, name in ipairs(names) do
+                    if name:sub(1, #prefix) == prefix then LW.leave(lock .. "/" .. name) end
+                end
+                return
+            end
+            host.sleep(200)
+        end
+    end)
 end
 
 -- LS.write_table, touching our request `touch` (a conversion asked,

@@ -86,6 +86,29 @@ def test_acquire_create_reply_lost_is_found_by_nonce(native_pair, kz):
     assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
 
 
+def test_acquire_that_runs_out_of_time_leaves_no_request(native_pair, kz):
+    """The create executed, its reply was lost and ZooKeeper stays out of
+    reach past the request timeout: ACQUIRE answers -TRYAGAIN, and once
+    ZooKeeper is back the request it may have left is deleted, so nobody
+    queues behind a request no one would ever release."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("ot")
+    ra.execute_command("LOCK.ACQUIRE", key, "warm")    # the lock node exists
+    assert ra.execute_command("LOCK.RELEASE", key, "warm") == 1
+    proxy.drop_next_reply(CREATE_OPS, hold=True)
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        ra.execute_command("LOCK.ACQUIRE", key, "o1", "WAIT", "20000")
+    assert proxy.wait_dropped(0), "no create went through the proxy (requests: %r)" % proxy.snapshot()
+    assert len(_children(kz, a, key)) == 1, "the create landed: its request is in the queue"
+    proxy.blackhole(False)
+    harness.wait_for(lambda: _children(kz, a, key) == {}, 10.0,
+                     what="the request of the ACQUIRE that failed to leave the queue")
+    t = rb.execute_command("LOCK.ACQUIRE", key, "o2")
+    assert isinstance(t, int), t
+    assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
+
+
 def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
     """A server that answers out of order (a known class of server bug):
     the client library drops the connection and ends the requests in flight
