@@ -94,7 +94,6 @@ local function client_desc()
     return tostring(c.id) .. " " .. (c.addr or "")
 end
 
--- Deletes a request node (whatever its version); true once it is gone.
 -- Creates our request node, named `prefix` and a sequence; returns its
 -- path, the session that made it and its data.  The lock node is created
 -- (a container) when missing.  A create whose reply was lost is found
@@ -587,9 +586,21 @@ local function write_own(snap, mine)
     return true
 end
 
--- LOCK.CONVERT: a token, nil (WAIT over, old mode kept) or an error reply.
-function L.convert(key, owner, mode, wait_ms)
-    local lock = LS.lock_path(key)
+-- Gives our conversion to `mode` of the request at `asked` up (the old
+-- mode stays): the token when it was granted meanwhile, else nil.
+local function give_up(lock, asked, mode)
+    for _ = 1, Z.READ_TRIES do
+        local snap = LS.read(lock)
+        local me = snap and snap.by_seq[LS.seq_of(asked)]
+        if not me or not me.convert then return me and me.granted == mode and me.token or nil end
+        me.convert = nil
+        if write_own(snap, me) then return nil end
+    end
+end
+
+-- LOCK.CONVERT of lock node `lock`; `pending` learns the request whose
+-- conversion it asks for before the write.
+local function convert(lock, owner, mode, wait_ms, pending)
     local until_ms = host.now() + wait_ms
     local asked, sid, unsure
     while true do
@@ -619,6 +630,7 @@ function L.convert(key, owner, mode, wait_ms)
             elseif wait_ms == 0 then
                 return nil
             else
+                pending.path = mine.path
                 local how = LW.write_table(snap, mine)
                 if how == "ok" then
                     asked, sid = mine.path, mine.owner_sid
@@ -633,19 +645,28 @@ function L.convert(key, owner, mode, wait_ms)
         converted(asked, mode, token, why)
         return token
     end
-    -- Give the conversion up: the old mode stays.
-    for _ = 1, Z.READ_TRIES do
-        local snap = LS.read(lock)
-        local me = snap and snap.by_seq[LS.seq_of(asked)]
-        if not me or not me.convert then
-            if me and me.granted == mode then return me.token end
-            break
-        end
-        me.convert = nil
-        if write_own(snap, me) then break end
-    end
+    local granted = give_up(lock, asked, mode)
+    if granted then return granted end
     if why == "lost" then return { err = E.LOST_SESSION } end
     return nil
+end
+
+-- LOCK.CONVERT: a token, nil (WAIT over, old mode kept) or an error reply.
+-- A command that fails once it may have asked for the conversion (an
+-- -TRYAGAIN) gives it up in the background, as one whose WAIT ran out.
+function L.convert(key, owner, mode, wait_ms)
+    local lock, pending = LS.lock_path(key), {}
+    local ok, r = pcall(convert, lock, owner, mode, wait_ms, pending)
+    if ok then return r end
+    if pending.path then
+        host.spawn(function()
+            for _ = 1, 600 do -- two minutes of ZooKeeper out of reach at most
+                if pcall(give_up, lock, pending.path, mode) then return end
+                host.sleep(200)
+            end
+        end)
+    end
+    error(r, 0)
 end
 
 -- LOCK.INFO: {holders = {...}, waiters = {...}} as reply maps.

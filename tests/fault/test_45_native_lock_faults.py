@@ -109,6 +109,35 @@ def test_acquire_that_runs_out_of_time_leaves_no_request(native_pair, kz):
     assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
 
 
+def test_conversion_that_runs_out_of_time_is_given_up(native_pair, kz):
+    """The write asking for an up-conversion executed, its reply was lost
+    and ZooKeeper stays out of reach past the request timeout: CONVERT
+    answers -TRYAGAIN, and once ZooKeeper is back the conversion is given
+    up (the hold keeps its mode), so new requests do not queue behind a
+    conversion nobody waits for."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("ct")
+    ra.execute_command("LOCK.ACQUIRE", key, "h", "MODE", "PR")
+    rb.execute_command("LOCK.ACQUIRE", key, "r", "MODE", "PR")
+    proxy.drop_next_reply({"multi", "setData"}, hold=True)
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        ra.execute_command("LOCK.CONVERT", key, "h", "MODE", "EX", "WAIT", "20000")
+    assert proxy.wait_dropped(0), "no write went through the proxy (requests: %r)" % proxy.snapshot()
+    proxy.blackhole(False)
+
+    def conversions():
+        info = rb.execute_command("LOCK.INFO", key)
+        top = dict(zip(info[0::2], info[1::2]))
+        return [w for w in top[b"waiters"] if b"conversion" in w]
+    harness.wait_for(lambda: conversions() == [], 10.0, what="the conversion that failed to be given up")
+    assert sorted(_holders(rb, key)) == [("h", "PR"), ("r", "PR")]
+    t = rb.execute_command("LOCK.ACQUIRE", key, "n", "MODE", "PR")
+    assert isinstance(t, int), t
+    for owner, r in (("n", rb), ("r", rb), ("h", ra)):
+        assert r.execute_command("LOCK.RELEASE", key, owner) == 1
+
+
 def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
     """A server that answers out of order (a known class of server bug):
     the client library drops the connection and ends the requests in flight
