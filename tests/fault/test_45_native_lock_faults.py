@@ -40,15 +40,18 @@ def _children(kz, z, key):
     return out
 
 
-def _holders(r, key):
-    """LOCK.INFO's holders of `key`, as (owner, mode) pairs (RESP2)."""
+def _info(r, key, part):
+    """LOCK.INFO's `part` ("holders" or "waiters") of `key`, each entry a
+    dict of its fields, decoded (RESP2)."""
     info = r.execute_command("LOCK.INFO", key)
     top = dict(zip(info[0::2], info[1::2]))
-    out = []
-    for h in top[b"holders"]:
-        f = dict(zip(h[0::2], h[1::2]))
-        out.append((f[b"owner"].decode(), f[b"mode"].decode()))
-    return out
+    return [{k.decode(): v.decode() if isinstance(v, bytes) else v for k, v in zip(e[0::2], e[1::2])}
+            for e in top[part.encode()]]
+
+
+def _holders(r, key):
+    """LOCK.INFO's holders of `key`, as (owner, mode) pairs."""
+    return [(h["owner"], h["mode"]) for h in _info(r, key, "holders")]
 
 
 @pytest.fixture
@@ -126,11 +129,8 @@ def test_conversion_that_runs_out_of_time_is_given_up(native_pair, kz):
     assert proxy.wait_dropped(0), "no write went through the proxy (requests: %r)" % proxy.snapshot()
     proxy.blackhole(False)
 
-    def conversions():
-        info = rb.execute_command("LOCK.INFO", key)
-        top = dict(zip(info[0::2], info[1::2]))
-        return [w for w in top[b"waiters"] if b"conversion" in w]
-    harness.wait_for(lambda: conversions() == [], 10.0, what="the conversion that failed to be given up")
+    harness.wait_for(lambda: [w for w in _info(rb, key, "waiters") if w["kind"] == "conversion"] == [], 10.0,
+                     what="the conversion that failed to be given up")
     assert sorted(_holders(rb, key)) == [("h", "PR"), ("r", "PR")]
     t = rb.execute_command("LOCK.ACQUIRE", key, "n", "MODE", "PR")
     assert isinstance(t, int), t

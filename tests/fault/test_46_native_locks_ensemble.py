@@ -38,11 +38,8 @@ class Trio:
         return [z.session_id() for z in self.sidecars]
 
     def close(self):
-        for z in self.sidecars:
-            z.close()
-        for p in self.proxies:
-            p.close()
-        self.ens.close()
+        for x in self.sidecars + self.proxies + [self.ens]:
+            x.close()
 
 
 @pytest.fixture(scope="module")
