@@ -658,7 +658,7 @@ static void info_write(struct server *s, unsigned sections,
             "zk_group_resends:%llu\r\nzk_disconnects:%llu\r\n"
             "zk_max_request:%zu\r\nzk_requests_too_large:%llu\r\n"
             "zk_reads_ahead:%llu\r\nzk_reads_ahead_taken:%llu\r\n"
-            "lua_running:%zu\r\n\r\n",
+            "zk_requests:",
             zk_state_name(s->zk), (unsigned long long)zk_session_id(s->zk),
             zk_negotiated_timeout(s->zk), zk_server(s->zk), s->cfg->zk,
             s->cfg->root, zk_inflight(s->zk),
@@ -667,8 +667,12 @@ static void info_write(struct server *s, unsigned sections,
             (unsigned long long)gs.resent,
             (unsigned long long)zk_disconnects(s->zk), zk_max_request(s->zk),
             (unsigned long long)zk_requests_too_large(s->zk),
-            (unsigned long long)ahead_sent, (unsigned long long)ahead_taken,
-            lua_host_running(s->lua));
+            (unsigned long long)ahead_sent, (unsigned long long)ahead_taken);
+        for (int t = 0, n = 0; t < ZK_OP_TYPES; t++)
+            if (t != ZK_OP_CHECK) /* only ever inside a multi */
+                buf_printf(&b, "%s%s=%llu", n++ ? "," : "", zk_op_name(t),
+                           (unsigned long long)zk_requests_sent(s->zk, t));
+        buf_printf(&b, "\r\nlua_running:%zu\r\n\r\n", lua_host_running(s->lua));
     }
     if (sections & INFO_POLICY) {
         buf_printf(&b, "# Policy\r\n");

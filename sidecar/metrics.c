@@ -306,6 +306,14 @@ void metrics_render(struct buf *out)
             "ZooKeeper requests refused before sending: larger than the "
             "request limit (--zk-max-request).",
             z ? zk_requests_too_large(z) : 0);
+    head(out, "zkresp_zookeeper_requests_total", "counter",
+         "Requests sent to ZooKeeper, by operation (a group commit's multi "
+         "counts as one multi; reads ahead are counted apart).");
+    for (int t = 0; t < ZK_OP_TYPES; t++)
+        if (t != ZK_OP_CHECK) /* only ever inside a multi */
+            buf_printf(out, "zkresp_zookeeper_requests_total{op=\"%s\"} %llu\n",
+                       zk_op_name(t),
+                       (unsigned long long)(z ? zk_requests_sent(z, t) : 0));
     uint64_t ahead_sent = 0, ahead_taken = 0;
     if (z)
         zk_ahead_counts(z, &ahead_sent, &ahead_taken);

@@ -375,7 +375,9 @@ static void send_req(struct zk *z, struct zk_req *r)
         rc = ZBADARGUMENTS;
         break;
     }
-    if (rc != ZOK)
+    if (rc == ZOK)
+        z->sent[r->kind]++;
+    else
         zk_fail_later(r, rc);
 }
 

@@ -52,6 +52,10 @@ enum zk_op_type {
     ZK_OP_MULTI,
     ZK_OP_GET_ACL,
 };
+#define ZK_OP_TYPES (ZK_OP_GET_ACL + 1)
+
+/* The operation's name in metrics and INFO ("get", "children", ...). */
+const char *zk_op_name(enum zk_op_type type);
 
 /* One operation.  zk_submit() copies path and data. */
 struct zk_op {
@@ -224,6 +228,9 @@ uint64_t zk_sessions_started(const struct zk *z);
 uint64_t zk_disconnects(const struct zk *z);
 /* Requests refused with ZK_TOOBIG. */
 uint64_t zk_requests_too_large(const struct zk *z);
+/* Requests of `type` sent to ZooKeeper (a group commit's multi counts as
+ * one multi; reads ahead are zk_ahead_counts'). */
+uint64_t zk_requests_sent(const struct zk *z, enum zk_op_type type);
 
 struct zk_group_stats {
     uint64_t groups;  /* multis sent carrying several requests */

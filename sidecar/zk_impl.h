@@ -131,6 +131,7 @@ struct zk {
     uint64_t suspect_conn; /* on which connection (z->connects) */
     double suspect_at;
     uint64_t connects, disconnects, too_large;
+    uint64_t sent[ZK_OP_TYPES]; /* requests sent, by type */
 
     double last_contact;   /* send time of the newest answered request */
     double lease_deadline; /* while disconnected */

@@ -546,3 +546,19 @@ uint64_t zk_requests_too_large(const struct zk *z)
 {
     return z->too_large;
 }
+
+uint64_t zk_requests_sent(const struct zk *z, enum zk_op_type type)
+{
+    return (unsigned)type < ZK_OP_TYPES ? z->sent[type] : 0;
+}
+
+const char *zk_op_name(enum zk_op_type type)
+{
+    static const char *const names[ZK_OP_TYPES] = {
+        [ZK_OP_GET] = "get",           [ZK_OP_EXISTS] = "exists",
+        [ZK_OP_CHILDREN] = "children", [ZK_OP_CREATE] = "create",
+        [ZK_OP_SET] = "set",           [ZK_OP_DELETE] = "delete",
+        [ZK_OP_CHECK] = "check",       [ZK_OP_SYNC] = "sync",
+        [ZK_OP_MULTI] = "multi",       [ZK_OP_GET_ACL] = "get_acl"};
+    return (unsigned)type < ZK_OP_TYPES ? names[type] : "unknown";
+}

@@ -733,26 +733,50 @@ ho_metric() {
     if [ "$found" = 1 ]; then echo "$s"; else echo n/a; fi
 }
 ho_watch_re='^zkresp_[a-z_]*watch[a-z_]*_total($|[{])'
+# ho_ops: "op=N ..." summed over both sidecars' /metrics: the requests each
+# sent to ZooKeeper by operation, and its reads ahead as op "ahead".
+ho_ops() {
+    local port
+    for port in "$metrics_port" "$metrics2_port"; do
+        curl -s --max-time 5 "http://127.0.0.1:$port/metrics" || true
+    done | awk '
+        $1 ~ /^zkresp_zookeeper_requests_total[{]/ {
+            op = $1; sub(/.*op="/, "", op); sub(/".*/, "", op); n[op] += $NF }
+        $1 == "zkresp_zookeeper_reads_ahead_total" { n["ahead"] += $NF }
+        END { k = split("create children get ahead exists multi delete set sync get_acl", o, " ")
+              for (i = 1; i <= k; i++) printf "%s=%d ", o[i], n[o[i]] }'
+}
 ho_madeup_re='^zkresp_lua_pubsub_made_up_total$'
 # ho_measure NAME ROUND ARGS...: one handoff run through measure; appended
 # to its result line: the sidecars' watch counters per release (whole run)
 # and the messages they made up (pubsub made_up_total).
 ho_measure() {
-    local name=$1 round=$2 w0 w1 m0 m1 rel
+    local name=$1 round=$2 w0 w1 m0 m1 o0 o1 rel
     shift 2
     w0=$(ho_metric "$ho_watch_re")
     m0=$(ho_metric "$ho_madeup_re")
+    o0=$(ho_ops)
     measure "$name" "$round" "$out/handoff" --seconds "$SECS" \
         --warmup "$HO_WARMUP" --hold-us "$HO_HOLD_US" "$@"
     kill -0 "$zkresp2_pid" 2>/dev/null || fail "second zkresp died during $name"
     w1=$(ho_metric "$ho_watch_re")
     m1=$(ho_metric "$ho_madeup_re")
+    o1=$(ho_ops)
     rel=$(tail -1 "$tmp/results" | tr ' ' '\n' | sed -n 's/^releases=//p')
-    awk -v a="$w0" -v b="$w1" -v r="${rel:-0}" -v c="$m0" -v d="$m1" 'BEGIN {
+    awk -v a="$w0" -v b="$w1" -v r="${rel:-0}" -v c="$m0" -v d="$m1" \
+        -v o0="$o0" -v o1="$o1" 'BEGIN {
         if (a == "n/a" || b == "n/a" || r <= 0) w = "n/a"
         else w = sprintf("%.2f", (b - a) / r)
         m = (c == "n/a" || d == "n/a") ? "n/a" : d - c
-        printf "sidecar_watch_per_release=%s sidecar_made_up=%s\n", w, m
+        # requests per release by operation, those sent at all (whole run)
+        split(o0, x, " "); for (i in x) { split(x[i], kv, "="); before[kv[1]] = kv[2] }
+        n = split(o1, y, " "); ops = ""
+        for (i = 1; i <= n; i++) {
+            split(y[i], kv, "=")
+            if (r > 0 && (kv[2] - before[kv[1]]) / r >= 0.005)
+                ops = ops sprintf("%s%s:%.2f", ops == "" ? "" : ",", kv[1], (kv[2] - before[kv[1]]) / r)
+        }
+        printf "sidecar_watch_per_release=%s sidecar_made_up=%s sidecar_zk_per_release=%s\n", w, m, ops == "" ? "n/a" : ops
     }' >"$tmp/$name.sw"
     sed -i "\$s|\$| $(cat "$tmp/$name.sw")|" "$tmp/results"
 }
@@ -1045,6 +1069,10 @@ fi
     echo "  ZK/ho: ZooKeeper requests per handoff (mntr zk_packets_received);" \
         "watch events per release: $(ho_val nat-44 zk_watch_events_per_release %.2f)" \
         "(native), $(ho_val nat-raw zk_watch_events_per_release %.2f) (raw)."
+    echo "  Sent by the sidecars per release, by operation (round 1, whole run):" \
+        "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_per_release=/) {
+                 v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")"
+    echo "  (ahead: table reads sent by the ZooKeeper client's thread as a watch event came)."
     echo "  Native grants (all rounds): $(ho_total nat-44 tokens) checked, fencing" \
         "violations $nat_fencing, overlaps $nat_overlaps; raw overlaps" \
         "$(ho_total nat-raw overlaps).  LOCK.RELEASE of a held lock answered 0:" \

@@ -149,6 +149,49 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
         assert val(during, "zkresp_connected_clients") >= 2
 
 
+ZK_OPS = ("get", "exists", "children", "create", "set", "delete", "sync", "multi", "get_acl")
+
+
+def test_zookeeper_requests_counted_by_operation(make_zkresp, zk):
+    """zkresp_zookeeper_requests_total{op} and INFO's zk_requests count
+    what the sidecar sends to ZooKeeper, by operation; ZooKeeper's own
+    count of requests received bounds their sum."""
+    z = with_metrics(make_zkresp, extra=["--zk-group-max", "0"])
+    zk_before = zk.mntr()["zk_packets_received"]
+    before = parse(scrape(z.mport))
+    with z.client() as c:
+        for i in range(20):
+            c.send_cmd("SET", "ops%d" % i, "v", "NX", "PX", "60000")
+        for _ in range(20):
+            assert c.read_reply(timeout=10) == b"+OK\r\n"
+        for i in range(20):
+            assert c.cmd("DELIFEQ", "ops%d" % i, "v") == b":1\r\n"
+        assert c.cmd("LOCK.ACQUIRE", "ops:lock", "me").startswith(b":")
+        assert c.cmd("LOCK.RELEASE", "ops:lock", "me") == b":1\r\n"
+    after_text = scrape(z.mport)
+    promtool_check(after_text)
+    after = parse(after_text)
+    info = dict(kv.split("=") for kv in z.info("zookeeper")["zk_requests"].split(","))
+    zk_after = zk.mntr()["zk_packets_received"]
+
+    def delta(op):
+        return val(after, "zkresp_zookeeper_requests_total", op=op) - \
+            val(before, "zkresp_zookeeper_requests_total", op=op)
+
+    # Each SET NX created its key's node, each DELIFEQ deleted it (or, in a
+    # multi, with its checks); the lock's request was created and listed.
+    assert delta("create") >= 21, delta("create")
+    assert delta("delete") + delta("multi") >= 20, (delta("delete"), delta("multi"))
+    assert delta("children") >= 1, delta("children")
+    # INFO, read after the scrape, shows the same counters, never fewer.
+    assert set(info) == set(ZK_OPS), info
+    for op in ZK_OPS:
+        assert int(info[op]) >= val(after, "zkresp_zookeeper_requests_total", op=op), (op, info)
+    # ZooKeeper received them all (and pings, and the test's own mntr).
+    sent = sum(delta(op) for op in ZK_OPS)
+    assert 45 <= sent <= zk_after - zk_before, (sent, zk_before, zk_after)
+
+
 def test_lua_counters_move(make_zkresp):
     """The Lua layer's counters (M.stats): messages published, script
     commits."""
