@@ -247,9 +247,9 @@ void zk_group_send(struct zk *z)
     zk_list_add(&z->groups_out, g);
     g->sent_at = now;
     int rc = zoo_amulti(z->zh, total, g->zops, g->zres, on_group, g);
-    if (rc == ZOK)
+    if (rc == ZOK) {
         z->sent[ZK_OP_MULTI]++;
-    if (rc != ZOK) {
+    } else {
         g->unsent = 1;
         g->res.rc = rc;
         zk_enqueue(g);

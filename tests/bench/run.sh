@@ -719,49 +719,49 @@ $CC $CFLAGS_BENCH $(pkg-config --cflags hiredis 2>/dev/null) \
     $(pkg-config --libs hiredis 2>/dev/null || echo -lhiredis) \
     -lzookeeper_mt -lpthread || fail "building handoff"
 
-# ho_metric RE: the sum over both sidecars' /metrics of the counters whose
-# name matches RE, or n/a when neither exports one.
-ho_metric() {
-    local port m s=0 found=0
-    for port in "$metrics_port" "$metrics2_port"; do
-        m=$(curl -s --max-time 5 "http://127.0.0.1:$port/metrics") || m=
-        if awk -v re="$1" '$1 ~ re { f = 1 } END { exit !f }' <<<"$m"; then
-            found=1
-            s=$((s + $(awk -v re="$1" '$1 ~ re { t += $NF } END { printf "%d", t }' <<<"$m")))
-        fi
-    done
-    if [ "$found" = 1 ]; then echo "$s"; else echo n/a; fi
-}
-ho_watch_re='^zkresp_[a-z_]*watch[a-z_]*_total($|[{])'
-# ho_ops: "op=N ..." summed over both sidecars' /metrics: the requests each
-# sent to ZooKeeper by operation, and its reads ahead as op "ahead".
-ho_ops() {
+# ho_scrape: both sidecars' /metrics, one after the other (one read of each
+# for all the counters below).
+ho_scrape() {
     local port
     for port in "$metrics_port" "$metrics2_port"; do
         curl -s --max-time 5 "http://127.0.0.1:$port/metrics" || true
-    done | awk '
+    done
+}
+# ho_metric RE SCRAPE: the sum in SCRAPE (ho_scrape's text) of the counters
+# whose name matches RE, or n/a when neither sidecar exports one.
+ho_metric() {
+    awk -v re="$1" '$1 ~ re { f = 1; t += $NF }
+        END { if (f) printf "%d\n", t; else print "n/a" }' <<<"$2"
+}
+ho_watch_re='^zkresp_[a-z_]*watch[a-z_]*_total($|[{])'
+# ho_ops SCRAPE: "op=N ..." summed over both sidecars: the requests each
+# sent to ZooKeeper by operation, and its reads ahead as op "ahead".
+ho_ops() {
+    awk '
         $1 ~ /^zkresp_zookeeper_requests_total[{]/ {
             op = $1; sub(/.*op="/, "", op); sub(/".*/, "", op); n[op] += $NF }
         $1 == "zkresp_zookeeper_reads_ahead_total" { n["ahead"] += $NF }
         END { k = split("create children get ahead exists multi delete set sync get_acl", o, " ")
-              for (i = 1; i <= k; i++) printf "%s=%d ", o[i], n[o[i]] }'
+              for (i = 1; i <= k; i++) printf "%s=%d ", o[i], n[o[i]] }' <<<"$1"
 }
 ho_madeup_re='^zkresp_lua_pubsub_made_up_total$'
 # ho_measure NAME ROUND ARGS...: one handoff run through measure; appended
 # to its result line: the sidecars' watch counters per release (whole run)
 # and the messages they made up (pubsub made_up_total).
 ho_measure() {
-    local name=$1 round=$2 w0 w1 m0 m1 o0 o1 rel
+    local name=$1 round=$2 s w0 w1 m0 m1 o0 o1 rel
     shift 2
-    w0=$(ho_metric "$ho_watch_re")
-    m0=$(ho_metric "$ho_madeup_re")
-    o0=$(ho_ops)
+    s=$(ho_scrape)
+    w0=$(ho_metric "$ho_watch_re" "$s")
+    m0=$(ho_metric "$ho_madeup_re" "$s")
+    o0=$(ho_ops "$s")
     measure "$name" "$round" "$out/handoff" --seconds "$SECS" \
         --warmup "$HO_WARMUP" --hold-us "$HO_HOLD_US" "$@"
     kill -0 "$zkresp2_pid" 2>/dev/null || fail "second zkresp died during $name"
-    w1=$(ho_metric "$ho_watch_re")
-    m1=$(ho_metric "$ho_madeup_re")
-    o1=$(ho_ops)
+    s=$(ho_scrape)
+    w1=$(ho_metric "$ho_watch_re" "$s")
+    m1=$(ho_metric "$ho_madeup_re" "$s")
+    o1=$(ho_ops "$s")
     rel=$(tail -1 "$tmp/results" | tr ' ' '\n' | sed -n 's/^releases=//p')
     awk -v a="$w0" -v b="$w1" -v r="${rel:-0}" -v c="$m0" -v d="$m1" \
         -v o0="$o0" -v o1="$o1" 'BEGIN {

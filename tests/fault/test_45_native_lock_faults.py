@@ -25,6 +25,7 @@ import redis
 import harness
 import nativeload
 from harness import CREATE_OPS, DELETE_OPS, keyenc
+from nativeload import holders, lock_info
 
 SESSION_MS = 10000   # cuts must not cost a session, even on a loaded machine
 REQUEST_MS = 3000
@@ -38,20 +39,6 @@ def _children(kz, z, key):
         _, st = kz.get("%s/%s" % (lock, name))
         out[name] = st.ephemeralOwner
     return out
-
-
-def _info(r, key, part):
-    """LOCK.INFO's `part` ("holders" or "waiters") of `key`, each entry a
-    dict of its fields, decoded (RESP2)."""
-    info = r.execute_command("LOCK.INFO", key)
-    top = dict(zip(info[0::2], info[1::2]))
-    return [{k.decode(): v.decode() if isinstance(v, bytes) else v for k, v in zip(e[0::2], e[1::2])}
-            for e in top[part.encode()]]
-
-
-def _holders(r, key):
-    """LOCK.INFO's holders of `key`, as (owner, mode) pairs."""
-    return [(h["owner"], h["mode"]) for h in _info(r, key, "holders")]
 
 
 @pytest.fixture
@@ -80,7 +67,7 @@ def test_acquire_create_reply_lost_is_found_by_nonce(native_pair, kz):
     assert a.session_id() == sid, "a lost reply must not cost the session"
     nodes = _children(kz, a, key)
     assert list(nodes.values()) == [sid], "one request of A's session expected: %r" % nodes
-    assert _holders(rb, key) == [("o1", "EX")]
+    assert holders(rb, key) == [("o1", "EX")]
     assert rb.execute_command("LOCK.ACQUIRE", key, "o2") is None
     assert ra.execute_command("LOCK.RELEASE", key, "o1") == 1
     assert ra.execute_command("LOCK.RELEASE", key, "o1") == 0
@@ -129,9 +116,9 @@ def test_conversion_that_runs_out_of_time_is_given_up(native_pair, kz):
     assert proxy.wait_dropped(0), "no write went through the proxy (requests: %r)" % proxy.snapshot()
     proxy.blackhole(False)
 
-    harness.wait_for(lambda: [w for w in _info(rb, key, "waiters") if w["kind"] == "conversion"] == [], 10.0,
+    harness.wait_for(lambda: [w for w in lock_info(rb, key)["waiters"] if w["kind"] == "conversion"] == [], 10.0,
                      what="the conversion that failed to be given up")
-    assert sorted(_holders(rb, key)) == [("h", "PR"), ("r", "PR")]
+    assert sorted(holders(rb, key)) == [("h", "PR"), ("r", "PR")]
     t = rb.execute_command("LOCK.ACQUIRE", key, "n", "MODE", "PR")
     assert isinstance(t, int), t
     for owner, r in (("n", rb), ("r", rb), ("h", ra)):
@@ -156,7 +143,7 @@ def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
     assert isinstance(t1, int) and t1 > t0, (t0, t1)
     assert a.session_id() == sid
     assert list(_children(kz, a, key).values()) == [sid]
-    assert _holders(rb, key) == [("o1", "EX")]
+    assert holders(rb, key) == [("o1", "EX")]
     assert ra.execute_command("LOCK.RELEASE", key, "o1") == 1
 
 
@@ -189,7 +176,7 @@ def test_release_reply_lost_hands_on_once(native_pair, kz, waiter_side):
     th.join(20)
     t2 = result.get("token")
     assert isinstance(t2, int) and t2 > t1, (t1, result)
-    assert _holders(rb, key) == [("w", "EX")]
+    assert holders(rb, key) == [("w", "EX")]
     assert len(_children(kz, a, key)) == 1
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
     assert rw.execute_command("LOCK.RELEASE", key, "w") == 1
@@ -230,7 +217,7 @@ def test_reentrant_hold_count_reply_lost(native_pair, kz):
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
     assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
     assert len(_children(kz, a, key)) == 1, "one hold left after one of two releases"
-    assert _holders(b.redis(socket_timeout=20), key) == [("h", "EX")]
+    assert holders(b.redis(socket_timeout=20), key) == [("h", "EX")]
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
     assert _children(kz, a, key) == {}
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
@@ -262,7 +249,7 @@ def test_conversion_request_reply_lost(native_pair, kz):
     assert rb.execute_command("LOCK.RELEASE", key, "r") == 1
     th.join(20)
     assert isinstance(result.get("token"), int) and result["token"] > t1, result
-    assert _holders(rb, key) == [("h", "EX")]
+    assert holders(rb, key) == [("h", "EX")]
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
 
 

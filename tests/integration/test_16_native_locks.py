@@ -26,6 +26,7 @@ import redis
 
 import harness
 from harness import Zkresp, unique, wait_for
+from nativeload import flat_map, holders, lock_info, text, waiting
 from resp import elements
 
 MODES = ["NL", "CR", "CW", "PR", "PW", "EX"]
@@ -108,36 +109,6 @@ def waiters():
 
 
 # ---------------------------------------------------------------- helpers
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def _flat_map(flat, what):
-    assert isinstance(flat, list) and len(flat) % 2 == 0, "%s is not a flat field-value array: %r" % (what, flat)
-    return {_s(k): v for k, v in zip(flat[::2], flat[1::2])}
-
-
-def _entry(flat, what):
-    return {k: _s(v) for k, v in _flat_map(flat, what).items()}
-
-
-def lock_info(r, key):
-    """LOCK.INFO over RESP2 as {"holders": [dict], "waiters": [dict]}, text
-    values decoded, in the order of the reply."""
-    top = _flat_map(r.execute_command("LOCK.INFO", key), "LOCK.INFO")
-    assert set(top) == {"holders", "waiters"}, top
-    return {"holders": [_entry(h, "a holder") for h in top["holders"]],
-            "waiters": [_entry(w, "a waiter") for w in top["waiters"]]}
-
-
-def holders(r, key):
-    return [(h["owner"], h["mode"]) for h in lock_info(r, key)["holders"]]
-
-
-def waiting(r, key):
-    return [(w["owner"], w["mode"], w["kind"]) for w in lock_info(r, key)["waiters"]]
-
 
 def acquire(r, key, owner, mode=None, px=None, wait=None):
     args = ["LOCK.ACQUIRE", key, owner]
@@ -1008,7 +979,7 @@ def test_info_shape_resp2(sc, conn, waiters):
     a, b = conn(0), conn(1)
     key = unique("info2")
     empty = a.execute_command("LOCK.INFO", key)
-    assert _flat_map(empty, "LOCK.INFO") == {"holders": [], "waiters": []}, empty
+    assert flat_map(empty, "LOCK.INFO") == {"holders": [], "waiters": []}, empty
     t1 = acquire(a, key, "h1", mode="PR", px=30000)
     t2 = acquire(b, key, "h2", mode="PR", px=30000)
     a2 = conn(0)
@@ -1016,13 +987,13 @@ def test_info_shape_resp2(sc, conn, waiters):
     w = Waiter(sc[2], key, "w", "EX", wait=20000).start(waiters)
     wait_queued(a, key, [("w", "EX", "new")])
     raw = a.execute_command("LOCK.INFO", key)
-    top = _flat_map(raw, "LOCK.INFO")
+    top = flat_map(raw, "LOCK.INFO")
     assert set(top) == {"holders", "waiters"}, raw
     hs = []
     for h in top["holders"]:
-        fields = _flat_map(h, "a holder")
+        fields = flat_map(h, "a holder")
         assert set(fields) == HOLDER_FIELDS, sorted(fields)
-        hs.append({k: _s(v) for k, v in fields.items()})
+        hs.append({k: text(v) for k, v in fields.items()})
     assert [h["owner"] for h in hs] == ["h1", "h2", "h3"], hs
     for h, t in zip(hs, (t1, t2, t3)):
         assert h["mode"] == "PR" and h["token"] == t and h["count"] == 1, h
@@ -1032,9 +1003,9 @@ def test_info_shape_resp2(sc, conn, waiters):
     assert hs[0]["client"] != hs[2]["client"], hs
     ws = top["waiters"]
     assert len(ws) == 1
-    wf = _flat_map(ws[0], "a waiter")
+    wf = flat_map(ws[0], "a waiter")
     assert set(wf) == WAITER_FIELDS, sorted(wf)
-    assert (_s(wf["owner"]), _s(wf["mode"]), _s(wf["kind"])) == ("w", "EX", "new"), wf
+    assert (text(wf["owner"]), text(wf["mode"]), text(wf["kind"])) == ("w", "EX", "new"), wf
     assert isinstance(wf["waited_ms"], int) and wf["waited_ms"] >= 0, wf
     time.sleep(0.3)
     later = lock_info(a, key)["waiters"][0]["waited_ms"]
@@ -1064,12 +1035,12 @@ def test_info_shape_resp3(sc, conn, waiters):
         for name, fields in ((b"holders", HOLDER_FIELDS), (b"waiters", WAITER_FIELDS)):
             for e in top[name]:
                 assert isinstance(e, dict), "a %s entry is not a map: %r" % (name.decode(), e)
-                assert {_s(k) for k in e} == fields, e
+                assert {text(k) for k in e} == fields, e
         assert len(top[b"holders"]) == 1 and len(top[b"waiters"]) == 1, top
-        h = {_s(k): v for k, v in top[b"holders"][0].items()}
+        h = {text(k): v for k, v in top[b"holders"][0].items()}
         assert (h["owner"], h["mode"], h["token"], h["count"]) == (b"h", b"EX", t, 1), h
         assert isinstance(h["lease_left_ms"], int) and 0 < h["lease_left_ms"] <= 30000, h
-        wv = {_s(k): v for k, v in top[b"waiters"][0].items()}
+        wv = {text(k): v for k, v in top[b"waiters"][0].items()}
         assert (wv["owner"], wv["mode"], wv["kind"]) == (b"w", b"PR", b"new"), wv
         assert isinstance(wv["waited_ms"], int), wv
         # Every entry's frame is itself a map ('%'), not a flat array.

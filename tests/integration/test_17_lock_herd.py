@@ -15,6 +15,7 @@ import pytest
 
 import harness
 from harness import Zkresp, unique, wait_for
+from nativeload import lock_info
 
 WATCH_SUMS = ("zk_sum_node_created_watch_count", "zk_sum_node_deleted_watch_count",
               "zk_sum_node_changed_watch_count", "zk_sum_node_children_watch_count")
@@ -62,9 +63,7 @@ def settled(zk, quiet=0.3, timeout=10):
 
 
 def waiter_count(r, key):
-    flat = r.execute_command("LOCK.INFO", key)
-    top = dict(zip(flat[::2], flat[1::2]))
-    return len(top[b"waiters"])
+    return len(lock_info(r, key)["waiters"])
 
 
 @pytest.mark.parametrize("n", [2, 8, 32])

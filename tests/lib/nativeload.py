@@ -1,5 +1,6 @@
-"""A contention workload of the native lock commands (issue 18) for the
-fault suites, and its checker.
+"""The native lock commands (issue 18) from redis-py: LOCK.INFO read as
+dicts (lock_info, holders, waiting), and a contention workload for the
+fault suites with its checker.
 
 contend(sidecars, keys, duration, chaos) runs three workers per sidecar,
 each on its own connection, for `duration` seconds while chaos(stop) (a
@@ -36,6 +37,43 @@ import time
 import redis
 
 CONFLICTS = {("EX", "EX"), ("EX", "PR"), ("PR", "EX")}
+
+
+# ------------------------------------------------------------ LOCK.INFO
+
+def text(v):
+    """bytes decoded; anything else as it is."""
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def flat_map(flat, what):
+    """A RESP2 flat field-value array as a dict, its fields decoded."""
+    assert isinstance(flat, list) and len(flat) % 2 == 0, "%s is not a flat field-value array: %r" % (what, flat)
+    return {text(k): v for k, v in zip(flat[::2], flat[1::2])}
+
+
+def _entry(flat, what):
+    return {k: text(v) for k, v in flat_map(flat, what).items()}
+
+
+def lock_info(r, key):
+    """LOCK.INFO over RESP2 as {"holders": [dict], "waiters": [dict]}, text
+    values decoded, in the order of the reply."""
+    top = flat_map(r.execute_command("LOCK.INFO", key), "LOCK.INFO")
+    assert set(top) == {"holders", "waiters"}, top
+    return {"holders": [_entry(h, "a holder") for h in top["holders"]],
+            "waiters": [_entry(w, "a waiter") for w in top["waiters"]]}
+
+
+def holders(r, key):
+    return [(h["owner"], h["mode"]) for h in lock_info(r, key)["holders"]]
+
+
+def waiting(r, key):
+    return [(w["owner"], w["mode"], w["kind"]) for w in lock_info(r, key)["waiters"]]
+
+
+# ------------------------------------------------------------ the workload
 
 
 class Span:
@@ -86,9 +124,9 @@ class Run:
         self.counts = {"tryagain": 0, "timeouts": 0}
         self.lock = threading.Lock()
 
-    def error(self, text):
+    def error(self, msg):
         with self.lock:
-            self.errors.append(text)
+            self.errors.append(msg)
 
     def tryagain(self, owner, what, e):
         if not str(e).startswith("TRYAGAIN"):

@@ -70,9 +70,9 @@ def _shutdown(sock):
 
 
 def _close(sock):
-    _shutdown(sock)
     if sock is None:
         return
+    _shutdown(sock)
     try:
         sock.close()
     except OSError:
