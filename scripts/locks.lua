@@ -32,15 +32,15 @@
 -- settled by reading the table.  A handoff costs the holder's multi and
 -- the waiter's read of the table, as the ZooKeeper recipe's delete and
 -- getChildren (no read when the holder was on the waiter's sidecar, which
--- knows the table it wrote: lockstore keeps the last table it read or
--- wrote).  The table carries the queue its writer decided on (the names
--- of its requests), which the granted waiter takes as its view: the
--- listing its own release grants from, with no listing of its own (the
--- last of that queue takes its sidecar's newest listing, when it lists a
--- request after it, or lists the lock).  A
--- request leaves by deleting its node (release, lease end, WAIT over,
--- client gone, session lost); a table line without a node is a leftover,
--- dropped by the next write.
+-- knows the table it wrote: lockstore keeps it; that waiter is answered
+-- before the release).  The table carries the queue its writer decided
+-- on (its requests' names), which the granted waiter takes as its view:
+-- the listing its own release grants from, with no listing of its own
+-- (the last of that queue takes its sidecar's newest listing, when it
+-- lists a request after it, or lists the lock).  A request leaves by
+-- deleting its node (release, lease end, WAIT over, client gone, session
+-- lost); a table line without a node is a leftover, dropped by the next
+-- write.
 --
 -- Herd-free waits: a waiter watches one node (lockq's watch target) with a
 -- data watch, so a release wakes the waiters it may unblock.  A grant of a
@@ -213,7 +213,6 @@ local function next_waiter(path, view)
     for _, e in ipairs(view.queue) do
         if e.path ~= path and not e.granted then return true end
     end
-    return false
 end
 
 -- This sidecar's newest listing as the view of the request at `path`,
@@ -230,7 +229,6 @@ local function lists(names, path)
     for _, n in ipairs(names or {}) do
         if n == name then return true end
     end
-    return false
 end
 
 -- A listing of a lock made in the background: {names, pzxid, stat, done};
@@ -363,11 +361,12 @@ end
 -- later and wait behind those it lists; one that left since is granted in
 -- vain, and the waiter behind it grants itself.  A view that lists no
 -- waiter after h takes this sidecar's newest listing when it lists one,
--- else the listing begun at the grant.  true when done; false to
--- take the slow way (read, then delete), which drops the view if the hold
--- goes on (the grants marked in it were not made).
+-- else the listing begun at the grant.  true when done (then whether it
+-- woke a waiter here); false (or no hold h) to take the slow way (read,
+-- then delete), which drops the view if the hold goes on (its marked
+-- grants not made).
 local function quick_release(h)
-    local view = h.view
+    local view = h and h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
     if not next_waiter(h.path, view) then
         local newer = newer_view(h.lock, LS.known_table(h.lock, view.t.czxid, view.version), h.path)
@@ -403,9 +402,9 @@ local function quick_release(h)
         rc = zk.delete(h.path, h.version)
     end
     local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE)
-    if gone then LW.wrote(h.path, true) end
+    local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
-    return gone
+    return gone, woke
 end
 
 ---------------------------------------------------------------------------
@@ -504,9 +503,11 @@ function L.release(key, owner)
     local lock = LS.lock_path(key)
     local hp = by_owner[lock .. "\0" .. owner]
     local h = hp and L.holds[hp]
-    if h and quick_release(h) then
+    local gone, woke = quick_release(h)
+    if gone then
         forget(hp)
         notify("on_release", h)
+        if woke then host.pass() end -- the next holder, when here, is answered first
         return 1
     end
     -- Our write to the owner's request at `path` is done, `left` holds on.

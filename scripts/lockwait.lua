@@ -93,10 +93,10 @@ local own = {}
 function LW.created(path) own[path] = true end
 
 -- A write of ours to a request node was answered: it was deleted (gone)
--- or changed.  Wakes whoever waits on it here.
+-- or changed.  Wakes whoever waits on it here: true when someone did.
 function LW.wrote(path, gone)
     if gone then own[path] = nil end
-    fire(path, false)
+    return fire(path, false)
 end
 
 -- zk.delete of a request node: zk.delete's answer.

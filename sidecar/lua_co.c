@@ -180,9 +180,12 @@ void lua_co_resume(struct co *c, int nargs)
     lua_alloc_set_limit(h->alloc, limit);
     if (status == LUA_YIELD) {
         c->yielded_at = zk_now();
-        if (c->wait == WAIT_SLICE) {
+        if (c->wait == WAIT_SLICE || c->wait == WAIT_PASS) {
             lua_pop(c->L, nres);
-            busy_add(c);
+            if (c->wait == WAIT_SLICE)
+                busy_add(c);
+            else
+                c->queued = 1; /* its turn, not ZooKeeper's time */
             lua_co_ready(h, c, 0);
             return;
         }

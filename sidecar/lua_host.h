@@ -144,6 +144,9 @@
  *                            command's deadline (host.deadline)
  *     host.wake(co, ...)     schedules a suspended coroutine to resume (on the
  *                            loop, after the caller yields or returns)
+ *     host.pass()            yields to the coroutines already scheduled to
+ *                            resume (host.wake, host.spawn), then resumes
+ *                            (a release answers after the waiter it woke)
  *     host.spawn(fn, ...)    runs fn(...) in a new background coroutine
  *     host.timer(fn)         a timer object: t:start(ms) (re)arms it,
  *                            t:stop() disarms; fn() runs in a new coroutine

@@ -33,7 +33,8 @@ enum co_wait {
     WAIT_SLEEP,
     WAIT_WAKE,
     WAIT_READY,
-    WAIT_SLICE /* a script's code paused between slices (host.caps) */
+    WAIT_SLICE, /* a script's code paused between slices (host.caps) */
+    WAIT_PASS   /* host.pass: behind the coroutines already ready */
 };
 
 /* The caps of an EVAL script's client code (host.caps).  Once `killed` is

@@ -91,6 +91,13 @@ static int l_host_suspend(lua_State *L)
     return lua_yield(L, 0);
 }
 
+static int l_host_pass(lua_State *L)
+{
+    struct co *c = lua_co_check(L, "host.pass");
+    c->wait = WAIT_PASS;
+    return lua_yield(L, 0);
+}
+
 static int l_host_wake(lua_State *L)
 {
     lua_State *co = lua_tothread(L, 1);
@@ -373,6 +380,7 @@ void lua_hostlib_open(struct lua_host *h)
                                         {"wall", l_host_wall},
                                         {"sleep", l_host_sleep},
                                         {"suspend", l_host_suspend},
+                                        {"pass", l_host_pass},
                                         {"wake", l_host_wake},
                                         {"spawn", l_host_spawn},
                                         {"timer", l_host_timer},

@@ -73,6 +73,7 @@
  *                   the release's own round trip plus the notification
  *   xwake_*, xsent_wake_*  the same for waiters on another side than the
  *                   releaser's: another --side (resp), another session (raw)
+ *   swake_*         wake_* for waiters on the releaser's side
  *   gap_p50/p99     from a release's reply to the next acquire's reply: the
  *                   time the lock sat free (0 when the acquire's reply came
  *                   first)
@@ -165,7 +166,7 @@ static uint64_t releases;   /* releases begun */
 static uint64_t releases_m; /* of which during the measured period */
 /* Wake-ups from the release's reply and from its request, of every other
  * waiter and of those on another side (server or session) only. */
-static struct bench_samples wake, wake_sent, xwake, xwake_sent, gap;
+static struct bench_samples wake, wake_sent, xwake, xwake_sent, swake, gap;
 static uint64_t early, unmatched, handoffs, errors, errors_shown;
 static int holding = -1;  /* the waiter whose acquire said it holds */
 static uint64_t overlaps; /* acquisitions while another waiter held */
@@ -206,8 +207,7 @@ static void wake_add(uint64_t heard, uint64_t done, int cross)
 {
     early += heard < done;
     bench_samples_add(&wake, heard + SIGNED_OFF - done);
-    if (cross)
-        bench_samples_add(&xwake, heard + SIGNED_OFF - done);
+    bench_samples_add(cross ? &xwake : &swake, heard + SIGNED_OFF - done);
 }
 
 /* The release's reply came at now: the wake-ups heard before it are
@@ -1278,6 +1278,7 @@ int main(int argc, char **argv)
     bench_samples_sort(&wake_sent);
     bench_samples_sort(&xwake);
     bench_samples_sort(&xwake_sent);
+    bench_samples_sort(&swake);
     bench_samples_sort(&gap);
     double off = (double)SIGNED_OFF / 1000;
     printf("handoff mode=%s waiters=%s",
@@ -1294,6 +1295,8 @@ int main(int argc, char **argv)
     printf(" wake_n=%zu early=%llu", wake.n, (unsigned long long)early);
     print_pct("xwake", &xwake, off);
     printf(" xwake_n=%zu", xwake.n);
+    print_pct("swake", &swake, off);
+    printf(" swake_n=%zu", swake.n);
     print_pct("sent_wake", &wake_sent, 0);
     print_pct("xsent_wake", &xwake_sent, 0);
     print_pct("gap", &gap, 0);
@@ -1349,6 +1352,7 @@ int main(int argc, char **argv)
     free(wake_sent.v);
     free(xwake.v);
     free(xwake_sent.v);
+    free(swake.v);
     free(gap.v);
     if (atomic_load(&fatal)) {
         fprintf(stderr, "handoff: run aborted (session lost)\n");

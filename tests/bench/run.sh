@@ -1066,6 +1066,9 @@ fi
     done
     echo "  CPU us/ho: native both sidecars', raw the 8 clients'; ZooKeeper's:" \
         "$(ho_val nat-44 zk_cpu_us_per_op %.1f) (native), $(ho_val nat-raw zk_cpu_us_per_op %.1f) (raw)."
+    echo "  Same side (the next holder on the releaser's sidecar; raw: session): wake" \
+        "p50/p99 $(ho_p50 nat-44 swake)/$(ho_val nat-44 swake_p99_us) us (native)," \
+        "$(ho_p50 nat-raw swake)/$(ho_val nat-raw swake_p99_us) us (raw)."
     echo "  ZK/ho: ZooKeeper requests per handoff (mntr zk_packets_received);" \
         "watch events per release: $(ho_val nat-44 zk_watch_events_per_release %.2f)" \
         "(native), $(ho_val nat-raw zk_watch_events_per_release %.2f) (raw)."

@@ -18,6 +18,7 @@ timeout above its WAIT).  A waiter is put in the queue in a known order by
 waiting until LOCK.INFO lists it before the next one is sent."""
 
 import socket
+import struct
 import threading
 import time
 
@@ -27,7 +28,7 @@ import redis
 import harness
 from harness import Zkresp, unique, wait_for
 from nativeload import flat_map, holders, lock_info, text, waiting
-from resp import elements
+from resp import decode_one, elements, encode
 
 MODES = ["NL", "CR", "CW", "PR", "PW", "EX"]
 MATRIX = {            # held mode (row) x requested mode (column), in MODES order
@@ -421,6 +422,49 @@ def reads_ahead_taken(sides):
         finally:
             r.close()
     return total
+
+
+SO_TIMESTAMPNS = 35  # Linux: each read carries the kernel's receive time
+
+
+def _timed_reply(sock):
+    """The next reply on sock (one read: a short reply) and the time the
+    kernel received it, in ns."""
+    data, anc, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(16))
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", payload[:16])
+            return decode_one(data), sec * 10**9 + nsec
+    raise AssertionError("no receive time on the socket (%r)" % data)
+
+
+def test_waiter_on_the_releasers_sidecar_answered_before_the_release(sc, conn):
+    """A release whose multi grants a waiter of its own sidecar answers
+    that waiter first: the kernel received the waiter's grant (a token
+    above the holder's) before the release's reply."""
+    key = unique("first")
+    holder = socket.create_connection(("127.0.0.1", sc[0].port), timeout=10)
+    waiter = socket.create_connection(("127.0.0.1", sc[0].port), timeout=10)
+    try:
+        for s in (holder, waiter):
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        holder.sendall(encode("LOCK.ACQUIRE", key, "h"))
+        t0, _ = _timed_reply(holder)
+        assert is_token(t0), t0
+        waiter.sendall(encode("LOCK.ACQUIRE", key, "w", "WAIT", "10000"))
+        wait_queued(conn(1), key, [("w", "EX", "new")])
+        holder.sendall(encode("LOCK.RELEASE", key, "h"))
+        released, at_release = _timed_reply(holder)
+        granted, at_grant = _timed_reply(waiter)
+        assert released == 1
+        assert is_token(granted) and granted > t0, (t0, granted)
+        assert at_grant < at_release, \
+            "the release answered %d ns before the waiter it granted" % (at_grant - at_release)
+        assert holders(conn(2), key) == [("w", "EX")]
+        assert release(conn(0), key, "w") == 1
+    finally:
+        holder.close()
+        waiter.close()
 
 
 def test_reader_never_passes_queued_writer(sc, conn, waiters):

@@ -241,7 +241,8 @@ function World:resume(co, ...)
         end
         error("task failed: " .. debug.traceback(co, tostring(msg)), 0)
     elseif coroutine.status(co) == "dead" then
-        task.done = true
+        self.finished = (self.finished or 0) + 1
+        task.done, task.finished = true, self.finished -- its reply's place
         task.result = res[2]
         task.results = res
     end
@@ -829,6 +830,15 @@ local function make_host(sc, opts)
         if queued then t.deadline = t.deadline + (W.now - since) end
         t.queued = nil
         return table.unpack(r, 1, r.n)
+    end
+
+    -- behind what is already posted (host.wake, host.spawn), as the
+    -- loop's ready queue
+    function host.pass()
+        local co = coroutine.running()
+        task().waiting = "pass"
+        W:post(function() W:resume(co) end)
+        coroutine.yield()
     end
 
     function host.wake(co, ...)
