@@ -1102,6 +1102,14 @@ fi
     nr=$(ho_val nat-raw wake_p50_us %.1f)
     printf '  %-52s %9s   %s\n' "wake p50 native vs raw, from the reply, within 2x" \
         "$nz vs $nr us" "$(reply_target "$nz" "$nr" "raw is at or before the reply; native is later")"
+    nz=$(ho_val nat-44 swake_p50_us %.1f)
+    nr=$(ho_val nat-raw swake_p50_us %.1f)
+    printf '  %-52s %9s   %s\n' "  the same, next holder on the releaser's sidecar" \
+        "$nz vs $nr us" "$(reply_target "$nz" "$nr" "native is later")"
+    nz=$(ho_val nat-44 xwake_p50_us %.1f)
+    nr=$(ho_val nat-raw xwake_p50_us %.1f)
+    printf '  %-52s %9s   %s\n' "  the same, next holder on the other sidecar" \
+        "$nz vs $nr us" "$(reply_target "$nz" "$nr" "native reads its grant: one round trip")"
     read -r sq slo shi <<<"$(ho_stat ratio nat-44 nat-raw sent_wake_p50_us)"
     printf '  %-52s %9s   %-8s (range %s..%s)\n' \
         "wake p50 native/raw, from the request, within 2x" "$(num %.2f "$sq")" \
