@@ -21,10 +21,8 @@
 #define MAX_CMDS 512
 #define NAME_MAX_LEN 32
 #define INDEX_SLOTS 1024 /* open addressing, at most half full */
-#define NBUCKETS 16
-
 /* Upper bounds in seconds, 50 us .. 5 s; +Inf is implicit. */
-static const double bucket_le[NBUCKETS] = {
+static const double bucket_le[METRICS_BUCKETS] = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
     0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,
 };
@@ -32,8 +30,7 @@ static const double bucket_le[NBUCKETS] = {
 struct cmd_stat {
     char name[NAME_MAX_LEN + 1];
     uint64_t ok, err;
-    uint64_t buckets[NBUCKETS]; /* not cumulative; summed when rendered */
-    double sum;                 /* seconds */
+    struct metrics_histo time;
 };
 
 static struct {
@@ -115,22 +112,27 @@ int metrics_cmd_register(const char *name, size_t len)
     return m.ncmds++;
 }
 
+void metrics_histo_add(struct metrics_histo *h, double seconds)
+{
+    h->count++;
+    h->sum += seconds;
+    for (int b = 0; b < METRICS_BUCKETS; b++)
+        if (seconds <= bucket_le[b]) {
+            h->buckets[b]++;
+            break;
+        }
+}
+
 void metrics_cmd_done(int idx, int error, uint64_t ns)
 {
     if (idx < 0 || idx >= m.ncmds)
         return;
     struct cmd_stat *c = &m.cmds[idx];
-    double s = (double)ns / 1e9;
     if (error)
         c->err++;
     else
         c->ok++;
-    c->sum += s;
-    for (int b = 0; b < NBUCKETS; b++)
-        if (s <= bucket_le[b]) {
-            c->buckets[b]++;
-            break;
-        }
+    metrics_histo_add(&c->time, (double)ns / 1e9);
 }
 
 void metrics_session_event(const char *event, int64_t session_id)
@@ -189,6 +191,23 @@ static void counter(struct buf *out, const char *name, const char *help,
     buf_printf(out, "%s %llu\n", name, (unsigned long long)v);
 }
 
+/* The series of histogram h, labelled label="value" (after its head). */
+static void histo(struct buf *out, const char *name, const char *label,
+                  const char *value, const struct metrics_histo *h)
+{
+    uint64_t cum = 0;
+    for (int b = 0; b < METRICS_BUCKETS; b++) {
+        cum += h->buckets[b];
+        buf_printf(out, "%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, label,
+                   value, bucket_le[b], (unsigned long long)cum);
+    }
+    buf_printf(out, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, label,
+               value, (unsigned long long)h->count);
+    buf_printf(out, "%s_sum{%s=\"%s\"} %.9f\n", name, label, value, h->sum);
+    buf_printf(out, "%s_count{%s=\"%s\"} %llu\n", name, label, value,
+               (unsigned long long)h->count);
+}
+
 /* What M.stats() returned, collected before rendering. */
 #define MAX_LUA_STATS 32
 struct lua_stats {
@@ -245,31 +264,10 @@ void metrics_render(struct buf *out)
 
     head(out, "zkresp_command_duration_seconds", "histogram",
          "Time from reading a command to its reply being ready.");
-    for (int i = 0; i < m.ncmds; i++) {
-        const struct cmd_stat *c = &m.cmds[i];
-        uint64_t total = c->ok + c->err, cum = 0;
-        if (total == 0)
-            continue;
-        for (int b = 0; b < NBUCKETS; b++) {
-            cum += c->buckets[b];
-            buf_printf(out,
-                       "zkresp_command_duration_seconds_bucket{command=\"%s\","
-                       "le=\"%g\"} %llu\n",
-                       c->name, bucket_le[b], (unsigned long long)cum);
-        }
-        buf_printf(out,
-                   "zkresp_command_duration_seconds_bucket{command=\"%s\","
-                   "le=\"+Inf\"} %llu\n",
-                   c->name, (unsigned long long)total);
-        buf_printf(out,
-                   "zkresp_command_duration_seconds_sum{command=\"%s\"} "
-                   "%.9f\n",
-                   c->name, c->sum);
-        buf_printf(out,
-                   "zkresp_command_duration_seconds_count{command=\"%s\"} "
-                   "%llu\n",
-                   c->name, (unsigned long long)total);
-    }
+    for (int i = 0; i < m.ncmds; i++)
+        if (m.cmds[i].time.count > 0)
+            histo(out, "zkresp_command_duration_seconds", "command",
+                  m.cmds[i].name, &m.cmds[i].time);
 
     struct zk *z = m.src.zk;
     int connected = z && zk_connected(z);
@@ -314,6 +312,16 @@ void metrics_render(struct buf *out)
             buf_printf(out, "zkresp_zookeeper_requests_total{op=\"%s\"} %llu\n",
                        zk_op_name(t),
                        (unsigned long long)(z ? zk_requests_sent(z, t) : 0));
+    head(out, "zkresp_zookeeper_request_duration_seconds", "histogram",
+         "Time from sending a ZooKeeper request to its answer, by operation "
+         "(a group commit's multi is one multi; connection losses not "
+         "counted).");
+    for (int t = 0; z && t < ZK_OP_TYPES; t++) {
+        const struct metrics_histo *h = zk_request_took(z, t);
+        if (h && h->count > 0)
+            histo(out, "zkresp_zookeeper_request_duration_seconds", "op",
+                  zk_op_name(t), h);
+    }
     uint64_t ahead_sent = 0, ahead_taken = 0;
     if (z)
         zk_ahead_counts(z, &ahead_sent, &ahead_taken);

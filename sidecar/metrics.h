@@ -43,6 +43,18 @@ struct metrics_sources {
 
 void metrics_set_sources(const struct metrics_sources *src);
 
+/* A latency histogram: METRICS_BUCKETS upper bounds from 50 us to 5 s (and
+ * +Inf), as every *_duration_seconds family renders it. */
+#define METRICS_BUCKETS 16
+struct metrics_histo {
+    uint64_t
+        buckets[METRICS_BUCKETS]; /* not cumulative; summed when rendered */
+    uint64_t count;
+    double sum; /* seconds */
+};
+
+void metrics_histo_add(struct metrics_histo *h, double seconds);
+
 /* Adds a command name (lowercased copy) to the known set; returns its index,
  * the existing one if already known, or the "unknown" index when full. */
 int metrics_cmd_register(const char *name, size_t len);

@@ -32,6 +32,7 @@ double zk_now(void)
 
 void zk_enqueue(struct zk_req *r)
 {
+    r->answered_at = zk_now();
     zk_queue_push(&r->z->queue, &r->qnode);
 }
 
@@ -287,12 +288,24 @@ static void note_access(struct zk *z, const struct zk_req *r)
     }
 }
 
+/* The time r took from its sending to its answer on the completion thread,
+ * counted as an operation of `kind` when ZooKeeper answered it. */
+void zk_note_took(struct zk *z, int kind, const struct zk_req *r)
+{
+    int rc = r->res.rc;
+    if (kind >= 0 && kind < ZK_OP_TYPES && r->sent_at > 0 &&
+        r->answered_at > r->sent_at && !zk_is_connection_rc(rc) &&
+        rc != ZK_TIMEOUT && rc != ZK_CLOSING)
+        metrics_histo_add(&z->took[kind], (r->answered_at - r->sent_at) / 1e3);
+}
+
 void zk_deliver(struct zk *z, struct zk_req *r)
 {
     zk_list_remove(&z->all, r);
     z->inflight--;
     if (r->res.rc == ZCLOSING || r->res.rc == ZINVALIDSTATE)
         r->res.rc = z->closed ? ZK_CLOSING : ZCONNECTIONLOSS;
+    zk_note_took(z, r->kind, r);
     zk_note_loss(z, r);
     if (r->sent_at > 0 && !zk_is_connection_rc(r->res.rc) &&
         r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
@@ -340,6 +353,7 @@ static void send_req(struct zk *z, struct zk_req *r)
     struct zk_op *op = &r->ops[0];
     int rc;
     r->sent_at = zk_now();
+    r->answered_at = 0;
     r->conn = z->connects;
     switch (r->kind) {
     case ZK_OP_GET:

@@ -231,6 +231,12 @@ uint64_t zk_requests_too_large(const struct zk *z);
 /* Requests of `type` sent to ZooKeeper (a group commit's multi counts as
  * one multi; reads ahead are zk_ahead_counts'). */
 uint64_t zk_requests_sent(const struct zk *z, enum zk_op_type type);
+/* How long the answered ones took, from sending to their answer on the
+ * client library's completion thread (connection losses and local
+ * timeouts not counted; a group commit is one multi). */
+struct metrics_histo;
+const struct metrics_histo *zk_request_took(const struct zk *z,
+                                            enum zk_op_type type);
 
 struct zk_group_stats {
     uint64_t groups;  /* multis sent carrying several requests */

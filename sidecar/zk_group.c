@@ -237,6 +237,7 @@ void zk_group_send(struct zk *z)
     for (m = head; m; m = m->member) {
         m->offset = off;
         m->sent_at = now;
+        m->answered_at = 0; /* the group's time counts, as one multi */
         m->conn = z->connects;
         g->bytes += member_bytes(z, m);
         memcpy(&g->zops[off], m->zops, (size_t)m->nops * sizeof(zoo_op_t));
@@ -328,8 +329,10 @@ static void member_answer(struct zk_req *m, int rc)
 void zk_group_done(struct zk *z, struct zk_req *g)
 {
     zk_list_remove(&z->groups_out, g);
-    if (!g->unsent)
+    if (!g->unsent) {
+        zk_note_took(z, ZK_OP_MULTI, g);
         zk_note_loss(z, g);
+    }
 
     /* An operation that failed answers the multi's rc; after a connection
      * failure the results may hold anything. */

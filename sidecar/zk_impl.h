@@ -20,6 +20,7 @@
 #ifndef ZKRESP_ZK_IMPL_H
 #define ZKRESP_ZK_IMPL_H
 
+#include "metrics.h"
 #include "zk.h"
 #include "zk_queue.h"
 
@@ -56,6 +57,7 @@ struct zk_req {
     void *arg;
     double deadline;
     double sent_at;
+    double answered_at;    /* on the completion thread (zk_enqueue) */
     int flags;             /* enum zk_submit_flags */
     int abandoned;         /* answered at its deadline; the reply is dropped */
     uint64_t gen;          /* handle generation the request went to */
@@ -131,7 +133,8 @@ struct zk {
     uint64_t suspect_conn; /* on which connection (z->connects) */
     double suspect_at;
     uint64_t connects, disconnects, too_large;
-    uint64_t sent[ZK_OP_TYPES]; /* requests sent, by type */
+    uint64_t sent[ZK_OP_TYPES];             /* requests sent, by type */
+    struct metrics_histo took[ZK_OP_TYPES]; /* sent to answered, by type */
 
     double last_contact;   /* send time of the newest answered request */
     double lease_deadline; /* while disconnected */
@@ -184,6 +187,7 @@ void zk_set_stat(struct zk_result *res, const struct Stat *s);
 void zk_fill_multi(struct zk_req *r);
 /* Whether rc says the connection (not the request) failed. */
 int zk_is_connection_rc(int rc);
+void zk_note_took(struct zk *z, int kind, const struct zk_req *r);
 /* The outstanding lists (z->all, z->groups_out). */
 void zk_list_add(struct zk_req **head, struct zk_req *r);
 void zk_list_remove(struct zk_req **head, struct zk_req *r);

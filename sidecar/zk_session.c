@@ -547,6 +547,12 @@ uint64_t zk_requests_too_large(const struct zk *z)
     return z->too_large;
 }
 
+const struct metrics_histo *zk_request_took(const struct zk *z,
+                                            enum zk_op_type type)
+{
+    return (unsigned)type < ZK_OP_TYPES ? &z->took[type] : NULL;
+}
+
 uint64_t zk_requests_sent(const struct zk *z, enum zk_op_type type)
 {
     return (unsigned)type < ZK_OP_TYPES ? z->sent[type] : 0;

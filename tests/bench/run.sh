@@ -744,17 +744,28 @@ ho_ops() {
         END { k = split("create children get ahead exists multi delete set sync get_acl", o, " ")
               for (i = 1; i <= k; i++) printf "%s=%d ", o[i], n[o[i]] }' <<<"$1"
 }
+# ho_took SCRAPE: "op=SUM:COUNT ..." summed over both sidecars: the time
+# their answered requests took, from sending to the answer (seconds).
+ho_took() {
+    awk '
+        $1 ~ /^zkresp_zookeeper_request_duration_seconds_(sum|count)[{]/ {
+            op = $1; sub(/.*op="/, "", op); sub(/".*/, "", op)
+            if ($1 ~ /_sum[{]/) t[op] += $NF; else n[op] += $NF }
+        END { k = split("create children get multi delete set exists sync get_acl", o, " ")
+              for (i = 1; i <= k; i++) if (n[o[i]] > 0) printf "%s=%.9f:%d ", o[i], t[o[i]], n[o[i]] }' <<<"$1"
+}
 ho_madeup_re='^zkresp_lua_pubsub_made_up_total$'
 # ho_measure NAME ROUND ARGS...: one handoff run through measure; appended
 # to its result line: the sidecars' watch counters per release (whole run)
 # and the messages they made up (pubsub made_up_total).
 ho_measure() {
-    local name=$1 round=$2 s w0 w1 m0 m1 o0 o1 rel
+    local name=$1 round=$2 s w0 w1 m0 m1 o0 o1 t0 t1 rel
     shift 2
     s=$(ho_scrape)
     w0=$(ho_metric "$ho_watch_re" "$s")
     m0=$(ho_metric "$ho_madeup_re" "$s")
     o0=$(ho_ops "$s")
+    t0=$(ho_took "$s")
     measure "$name" "$round" "$out/handoff" --seconds "$SECS" \
         --warmup "$HO_WARMUP" --hold-us "$HO_HOLD_US" "$@"
     kill -0 "$zkresp2_pid" 2>/dev/null || fail "second zkresp died during $name"
@@ -762,9 +773,10 @@ ho_measure() {
     w1=$(ho_metric "$ho_watch_re" "$s")
     m1=$(ho_metric "$ho_madeup_re" "$s")
     o1=$(ho_ops "$s")
+    t1=$(ho_took "$s")
     rel=$(tail -1 "$tmp/results" | tr ' ' '\n' | sed -n 's/^releases=//p')
     awk -v a="$w0" -v b="$w1" -v r="${rel:-0}" -v c="$m0" -v d="$m1" \
-        -v o0="$o0" -v o1="$o1" 'BEGIN {
+        -v o0="$o0" -v o1="$o1" -v t0="$t0" -v t1="$t1" 'BEGIN {
         if (a == "n/a" || b == "n/a" || r <= 0) w = "n/a"
         else w = sprintf("%.2f", (b - a) / r)
         m = (c == "n/a" || d == "n/a") ? "n/a" : d - c
@@ -776,7 +788,16 @@ ho_measure() {
             if (r > 0 && (kv[2] - before[kv[1]]) / r >= 0.005)
                 ops = ops sprintf("%s%s:%.2f", ops == "" ? "" : ",", kv[1], (kv[2] - before[kv[1]]) / r)
         }
-        printf "sidecar_watch_per_release=%s sidecar_made_up=%s sidecar_zk_per_release=%s\n", w, m, ops == "" ? "n/a" : ops
+        # mean time of each operation answered during the run, in us
+        split(t0, x, " "); for (i in x) { split(x[i], kv, "[=:]"); ts[kv[1]] = kv[2]; tn[kv[1]] = kv[3] }
+        n = split(t1, y, " "); took = ""
+        for (i = 1; i <= n; i++) {
+            split(y[i], kv, "[=:]")
+            if (kv[3] - tn[kv[1]] > 0)
+                took = took sprintf("%s%s:%.0f", took == "" ? "" : ",", kv[1],
+                                    1e6 * (kv[2] - ts[kv[1]]) / (kv[3] - tn[kv[1]]))
+        }
+        printf "sidecar_watch_per_release=%s sidecar_made_up=%s sidecar_zk_per_release=%s sidecar_zk_mean_us=%s\n", w, m, ops == "" ? "n/a" : ops, took == "" ? "n/a" : took
     }' >"$tmp/$name.sw"
     sed -i "\$s|\$| $(cat "$tmp/$name.sw")|" "$tmp/results"
 }
@@ -1076,6 +1097,9 @@ fi
         "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_per_release=/) {
                  v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")"
     echo "  (ahead: table reads sent by the ZooKeeper client's thread as a watch event came)."
+    echo "  Their round trips, mean from sending to the answer (round 1, whole run, us):" \
+        "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_mean_us=/) {
+                 v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")."
     echo "  Native grants (all rounds): $(ho_total nat-44 tokens) checked, fencing" \
         "violations $nat_fencing, overlaps $nat_overlaps; raw overlaps" \
         "$(ho_total nat-raw overlaps).  LOCK.RELEASE of a held lock answered 0:" \

@@ -192,6 +192,53 @@ def test_zookeeper_requests_counted_by_operation(make_zkresp, zk):
     assert 45 <= sent <= zk_after - zk_before, (sent, zk_before, zk_after)
 
 
+@pytest.mark.parametrize("grouping", [[], ["--zk-group-max", "0"]], ids=["grouped", "alone"])
+def test_zookeeper_request_durations_by_operation(make_zkresp, grouping):
+    """zkresp_zookeeper_request_duration_seconds{op} times every answered
+    request, as many as zkresp_zookeeper_requests_total counts sent (a
+    group commit is one multi, with or without grouping), each within its
+    buckets."""
+    z = with_metrics(make_zkresp, extra=grouping)
+    with z.client() as c:
+        for i in range(20):
+            c.send_cmd("SET", "dur%d" % i, "v", "NX", "PX", "60000")
+        for _ in range(20):
+            assert c.read_reply(timeout=10) == b"+OK\r\n"
+        for i in range(20):
+            assert c.cmd("DELIFEQ", "dur%d" % i, "v") == b":1\r\n"
+        assert c.cmd("LOCK.ACQUIRE", "dur:lock", "me").startswith(b":")
+        assert c.cmd("LOCK.RELEASE", "dur:lock", "me") == b":1\r\n"
+    name = "zkresp_zookeeper_request_duration_seconds"
+    seen = {}
+
+    def all_answered():
+        # background requests (a lock's listing, a guard) may still be out
+        samples = parse(scrape(z.mport))
+        seen["s"] = samples
+        return all(val(samples, name + "_count", op=op) ==
+                   val(samples, "zkresp_zookeeper_requests_total", op=op) for op in ZK_OPS)
+    harness.wait_for(all_answered, 10, what="every request sent answered and timed")
+    text = scrape(z.mport)
+    promtool_check(text)
+    samples = parse(text)
+    if not grouping:  # the pipelined SETs went out as group commits
+        assert val(samples, "zkresp_zookeeper_groups_total") >= 1
+    for op in ("create", "children"):
+        assert val(samples, name + "_count", op=op) >= 1, op
+    assert val(samples, name + "_count", op="delete") + val(samples, name + "_count", op="multi") >= 20
+    for op in ZK_OPS:
+        n = val(samples, name + "_count", op=op)
+        if n == 0:
+            continue
+        buckets = sorted((float(dict(k[1])["le"]), v) for k, v in samples.items()
+                         if k[0] == name + "_bucket" and dict(k[1]).get("op") == op)
+        counts = [v for _, v in buckets]
+        assert counts == sorted(counts) and buckets[-1] == (float("inf"), n), (op, buckets)
+        total = val(samples, name + "_sum", op=op)
+        # a loopback round trip: more than nothing, less than 5 s each on average
+        assert 0 < total < 5 * n, (op, total, n)
+
+
 def test_lua_counters_move(make_zkresp):
     """The Lua layer's counters (M.stats): messages published, script
     commits."""
