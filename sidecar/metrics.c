@@ -100,7 +100,7 @@ int metrics_cmd_register(const char *name, size_t len)
     for (size_t k = 0; k < len; k++) {
         char ch = lower(name[k]);
         if (!(islower((unsigned char)ch) || isdigit((unsigned char)ch) ||
-              ch == '_' || ch == '|' || ch == '-'))
+              ch == '_' || ch == '|' || ch == '-' || ch == '.'))
             return 0;
         m.cmds[m.ncmds].name[k] = ch;
     }

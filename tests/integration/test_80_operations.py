@@ -102,6 +102,11 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
         assert c.cmd("SET", "onlykey").startswith(b"-ERR wrong number of arguments")
         assert c.cmd("NOSUCHCOMMAND", "x").startswith(b"-ERR unknown command")
         assert c.cmd("PING") == b"+PONG\r\n"
+        # Commands with a dot in their name (the native locks) have a label
+        # of their own, as Redis's module commands do.
+        assert c.cmd("LOCK.ACQUIRE", "m-lock", "o1").startswith(b":")
+        assert c.cmd("LOCK.RELEASE", "m-lock", "o1") == b":1\r\n"
+        assert c.cmd("LOCK.RELEASE", "m-lock", "o1") == b":0\r\n"
     for text in scrapes[:1] + scrapes[-1:]:
         promtool_check(text)
     # The mid-traffic scrapes saw the SET counter climb.
@@ -120,6 +125,9 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
     assert delta("zkresp_commands_total", command="get", result="ok") == nget
     assert delta("zkresp_commands_total", command="unknown", result="error") == 1
     assert delta("zkresp_commands_total", command="ping", result="ok") >= 1
+    assert delta("zkresp_commands_total", command="lock.acquire", result="ok") == 1
+    assert delta("zkresp_commands_total", command="lock.release", result="ok") == 2
+    assert delta("zkresp_command_duration_seconds_count", command="lock.release") == 2
     # The histogram counts every SET, in cumulative buckets.
     assert delta("zkresp_command_duration_seconds_count", command="set") == nset + 1
     assert val(after, "zkresp_command_duration_seconds_bucket", command="set", le="+Inf") == \
