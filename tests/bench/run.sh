@@ -1042,14 +1042,20 @@ for ((r = 1; r <= NAT_ROUNDS; r++)); do
     ho_measure nat-44 "$r" --native --side "$zkresp_port:4" \
         --side "$zkresp2_port:4" --key "bench:native:44:$r" \
         --timeout-ms "$NAT_WAIT_MS" "${ho_zk[@]}" "${ho_sides[@]}"
+    ho_measure nat-raw1 "$r" --zk "127.0.0.1:$zk_port" --waiters 8 \
+        --sessions 1 --root /bench/native-raw1 \
+        --resolve-delay "$RAW_RESOLVE_DELAY" "${ho_zk[@]}"
+    ho_measure nat-8 "$r" --native --side "$zkresp_port:8" \
+        --key "bench:native:8:$r" \
+        --timeout-ms "$NAT_WAIT_MS" "${ho_zk[@]}" "${ho_sides[@]}"
 done
 measure_ok_rc=
 read -r nat_busy1 nat_ours1 <<<"$(ho_ticks)"
 nat_others=$(awk -v b=$((nat_busy1 - nat_busy0)) -v o=$((nat_ours1 - nat_ours0)) \
     -v t0="$nat_t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
     'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
-nat_overlaps=$(ho_total nat-44 overlaps)
-nat_fencing=$(ho_total nat-44 fencing)
+nat_overlaps=$(($(ho_total nat-44 overlaps) + $(ho_total nat-8 overlaps)))
+nat_fencing=$(($(ho_total nat-44 fencing) + $(ho_total nat-8 fencing)))
 if [ "$nat_overlaps" != 0 ] || [ "$nat_fencing" != 0 ]; then
     native_broken=1
 fi
@@ -1070,10 +1076,12 @@ fi
         "wake p50/p99" "other side" "from request" "lock free" timeouts \
         "CPU us/ho" "ZK/ho"
     for row in "nat-44|native LOCK.*, 2 sidecars (4+4)" \
-        "nat-raw|raw recipe, 2 sessions (8)"; do
+        "nat-raw|raw recipe, 2 sessions (8)" \
+        "nat-8|native LOCK.*, 1 sidecar (8)" \
+        "nat-raw1|raw recipe, 1 session (8)"; do
         n=${row%%|*}
         case $n in
-        nat-raw) cpu=$(ho_self_cpu "$n") ;;
+        nat-raw*) cpu=$(ho_self_cpu "$n") ;;
         *) cpu=$(ho_sum "$n" zkresp_cpu_us_per_op zkresp2_cpu_us_per_op) ;;
         esac
         printf '  %-32s %9s %14s %14s %14s %12s %8s %9s %8s\n' "${row#*|}" \
@@ -1100,12 +1108,15 @@ fi
     echo "  Their round trips, mean from sending to the answer (round 1, whole run, us):" \
         "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_mean_us=/) {
                  v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")."
-    echo "  Native grants (all rounds): $(ho_total nat-44 tokens) checked, fencing" \
+    echo "  One sidecar (8 waiters on it, every handoff on one session) next to the"
+    echo "  raw recipe on one session: the same queue without the other sidecar's read."
+    echo "  Native grants (all rounds): $(($(ho_total nat-44 tokens) + $(ho_total nat-8 tokens))) checked, fencing" \
         "violations $nat_fencing, overlaps $nat_overlaps; raw overlaps" \
         "$(ho_total nat-raw overlaps).  LOCK.RELEASE of a held lock answered 0:" \
-        "$(ho_total nat-44 release_not_held).  Errors: native" \
-        "$(ho_total nat-44 errors) (TRYAGAIN $(ho_total nat-44 tryagain)), raw" \
-        "$(ho_total nat-raw errors)."
+        "$(($(ho_total nat-44 release_not_held) + $(ho_total nat-8 release_not_held))).  Errors: native" \
+        "$(($(ho_total nat-44 errors) + $(ho_total nat-8 errors))) (TRYAGAIN" \
+        "$(($(ho_total nat-44 tryagain) + $(ho_total nat-8 tryagain)))), raw" \
+        "$(($(ho_total nat-raw errors) + $(ho_total nat-raw1 errors)))."
     echo "  Not timed as wake-ups (measured period, all rounds): granted right" \
         "after its own release $(ho_total nat-44 own), asked after the release" \
         "was sent $(ho_total nat-44 fresh); early (before the release's reply):" \
@@ -1138,6 +1149,10 @@ fi
     printf '  %-52s %9s   %-8s (range %s..%s)\n' \
         "wake p50 native/raw, from the request, within 2x" "$(num %.2f "$sq")" \
         "$(met "$sq" "<" 2.0001)" "$(num %.2f "$slo")" "$(num %.2f "$shi")"
+    read -r oq olo ohi <<<"$(ho_stat ratio nat-8 nat-raw1 ops_per_sec)"
+    printf '  %-52s %9s   %-8s (range %s..%s)\n' \
+        "handoffs/s native/raw, 1 sidecar vs 1 session" "$(num %.2f "$oq")" \
+        "(info)" "$(num %.2f "$olo")" "$(num %.2f "$ohi")"
     read -r gq glo ghi <<<"$(ho_stat ratio nat-44 nat-raw gap_p50_us)"
     printf '  %-52s %9s   %-8s (range %s..%s)\n' \
         "lock free p50 native/raw (release to next holder)" "$(num %.2f "$gq")" \
