@@ -21,6 +21,7 @@
 #define MAX_CMDS 512
 #define NAME_MAX_LEN 32
 #define INDEX_SLOTS 1024 /* open addressing, at most half full */
+
 /* Upper bounds in seconds, 50 us .. 5 s; +Inf is implicit. */
 static const double bucket_le[METRICS_BUCKETS] = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
