@@ -1019,8 +1019,10 @@ fi # section handoff
 # (tests/bench/handoff.c --native): 8 waiters on ONE key, 4 on each sidecar,
 # one blocking connection each (LOCK.ACQUIRE k owner PX 30000 WAIT ms, hold,
 # LOCK.RELEASE k owner), next to the raw ZooKeeper lock recipe with 8 waiters
-# over 2 sessions (the two sidecars are two sessions).  The raw run and the
-# native run go back to back in each of BENCH_NATIVE_ROUNDS rounds (default
+# over 2 sessions (the two sidecars are two sessions); then, for comparison,
+# 8 waiters on one sidecar next to the recipe's 8 on one session (no handoff
+# needs the other sidecar's read).  The four runs go back to back in each of
+# BENCH_NATIVE_ROUNDS rounds (default
 # BENCH_HANDOFF_ROUNDS), with the handoff section's duration, warm-up and
 # hold.  A report: the targets (native/raw handoffs/s >= 0.8, wake
 # p50 within 2x raw) are marked met / not met and fail nothing; a grant that
