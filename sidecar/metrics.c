@@ -97,7 +97,7 @@ int metrics_cmd_register(const char *name, size_t len)
     int i = metrics_cmd_find(name, len);
     if (i > 0 || len == 0 || len > NAME_MAX_LEN || m.ncmds == MAX_CMDS)
         return i;
-    /* Label values are printed unescaped: keep them to [a-z0-9_|-]. */
+    /* Label values are printed unescaped: keep them to [a-z0-9_.|-]. */
     for (size_t k = 0; k < len; k++) {
         char ch = lower(name[k]);
         if (!(islower((unsigned char)ch) || isdigit((unsigned char)ch) ||

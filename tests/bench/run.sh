@@ -888,10 +888,11 @@ ho_val() {
     read -r m _ <<<"$(ho_stat value "$1" - "$2")"
     num "${3:-%.0f}" "$m"
 }
-# ho_total NAME KEY: the sum of KEY over NAME's runs (counts: errors,
-# overlaps, lost messages, timeouts), n/a when no run has it.
+# ho_total "NAME..." KEY: the sum of KEY over the runs of the NAMEs (counts:
+# errors, overlaps, lost messages, timeouts), n/a when no run has it.
 ho_total() {
-    awk -v a="$1" -v k="$2" '$1 == a {
+    awk -v names="$1" -v k="$2" 'BEGIN { split(names, l, " "); for (i in l) want[l[i]] = 1 }
+    $1 in want {
         for (i = 3; i <= NF; i++)
             if (substr($i, 1, length(k) + 1) == k "=" && substr($i, length(k) + 2) ~ /^[0-9]+$/) {
                 t += substr($i, length(k) + 2); f = 1 }
@@ -1056,8 +1057,8 @@ read -r nat_busy1 nat_ours1 <<<"$(ho_ticks)"
 nat_others=$(awk -v b=$((nat_busy1 - nat_busy0)) -v o=$((nat_ours1 - nat_ours0)) \
     -v t0="$nat_t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
     'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
-nat_overlaps=$(($(ho_total nat-44 overlaps) + $(ho_total nat-8 overlaps)))
-nat_fencing=$(($(ho_total nat-44 fencing) + $(ho_total nat-8 fencing)))
+nat_overlaps=$(ho_total "nat-44 nat-8" overlaps)
+nat_fencing=$(ho_total "nat-44 nat-8" fencing)
 if [ "$nat_overlaps" != 0 ] || [ "$nat_fencing" != 0 ]; then
     native_broken=1
 fi
@@ -1112,13 +1113,12 @@ fi
                  v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")."
     echo "  One sidecar (8 waiters on it, every handoff on one session) next to the"
     echo "  raw recipe on one session: the same queue without the other sidecar's read."
-    echo "  Native grants (all rounds): $(($(ho_total nat-44 tokens) + $(ho_total nat-8 tokens))) checked, fencing" \
+    echo "  Native grants (all rounds): $(ho_total "nat-44 nat-8" tokens) checked, fencing" \
         "violations $nat_fencing, overlaps $nat_overlaps; raw overlaps" \
-        "$(ho_total nat-raw overlaps).  LOCK.RELEASE of a held lock answered 0:" \
-        "$(($(ho_total nat-44 release_not_held) + $(ho_total nat-8 release_not_held))).  Errors: native" \
-        "$(($(ho_total nat-44 errors) + $(ho_total nat-8 errors))) (TRYAGAIN" \
-        "$(($(ho_total nat-44 tryagain) + $(ho_total nat-8 tryagain)))), raw" \
-        "$(($(ho_total nat-raw errors) + $(ho_total nat-raw1 errors)))."
+        "$(ho_total "nat-raw nat-raw1" overlaps).  LOCK.RELEASE of a held lock answered 0:" \
+        "$(ho_total "nat-44 nat-8" release_not_held).  Errors: native" \
+        "$(ho_total "nat-44 nat-8" errors) (TRYAGAIN $(ho_total "nat-44 nat-8" tryagain)), raw" \
+        "$(ho_total "nat-raw nat-raw1" errors)."
     echo "  Not timed as wake-ups (measured period, all rounds): granted right" \
         "after its own release $(ho_total nat-44 own), asked after the release" \
         "was sent $(ho_total nat-44 fresh); early (before the release's reply):" \
