@@ -410,17 +410,6 @@ end
 ---------------------------------------------------------------------------
 -- The commands
 
--- Whether another request of `me`'s owner is in snap (the hash in its
--- name, then its data): a reentrant acquire found after our create.
-local function owner_there(snap, me, owner)
-    for _, e in ipairs(snap.queue) do
-        if e ~= me and e.hash == me.hash then
-            local d = LS.entry_data(e)
-            if d and d.owner == owner then return "owner" end
-        end
-    end
-end
-
 -- The reply of LOCK.ACQUIRE: a token, nil (not granted within wait_ms),
 -- or an error reply table.  before_acquire: the policy's hook, or nil.
 -- The lock is read before the create only for a try-once, the hook, or
@@ -439,12 +428,21 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
             return { err = "ERR owner holds this lock in mode " .. mine.granted ..
                            "; use LOCK.CONVERT to change its mode" }
         end
+        local before = LS.encode_req(d)
         d.count = d.count + 1
         d.lease_end = LS.leader_now() + px
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
-            local again, d2 = LS.find_owner(LS.read(lock), owner)
-            if not LS.landed({ path = mine.path, version = mine.version + 1, count = d.count }, again, d2) then
+            local sent = { path = mine.path, version = mine.version + 1, count = d.count }
+            local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock), owner) end)
+            if not read then
+                LW.uncount(lock, owner, sent, before, function(version)
+                    local h = L.holds[sent.path]
+                    if h then h.data, h.version = LS.decode_req(before), version end
+                end)
+                error(again, 0)
+            end
+            if not LS.landed(sent, again, d2) then
                 return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true)
             end
             rc, stat = zk.OK, { version = again.version }
@@ -483,7 +481,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local made, path, sid, data = pcall(create_request, lock, prefix, owner, px)
     if not made then LW.abandon(lock, prefix, sid0) error(path, 0) end
     local settled, token, view, listing = pcall(settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
-        return owner_there(s, me, owner)
+        return LS.owner_there(s, me, owner)
     end, mode, first_listing)
     if not settled then LW.leave(path) error(token, 0) end
     if not token then

@@ -8,7 +8,8 @@
 --   LS.read(lock) -> snap        {path, version, queue, by_seq, token}
 --   LS.snapshot(lock)            the table and the listing it goes with
 --   LS.cached_grant(lock, seq, czxid)   a grant of ours this sidecar knows
---   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.from_lost_session
+--   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.owner_there(snap, me, owner)
+--   LS.from_lost_session(e, d)
 --   LS.landed(sent, mine, d)     whether a write whose reply was lost went through
 --   LS.info(lock)                LOCK.INFO's holders and waiters
 --   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
@@ -392,6 +393,17 @@ function LS.find_owner(snap, owner)
         if e.hash == h then
             local d = LS.entry_data(e)
             if d and d.owner == owner then return e, d end
+        end
+    end
+end
+
+-- "owner" when another request of `me`'s owner is in snap (the hash in
+-- its name, then its data): a reentrant acquire found after our create.
+function LS.owner_there(snap, me, owner)
+    for _, e in ipairs(snap.queue) do
+        if e ~= me and e.hash == me.hash then
+            local d = LS.entry_data(e)
+            if d and d.owner == owner then return "owner" end
         end
     end
 end

@@ -10,6 +10,8 @@
 --                                              writes that wake waiters here
 --   LW.leave(path) / LW.abandon(lock, prefix, sid)
 --                                              a request out of the queue
+--   LW.uncount(lock, owner, sent, before, done)
+--                                              a reentrant count taken back
 --   LW.session_changed()                       they are ours no more
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
@@ -140,6 +142,31 @@ function LW.abandon(lock, prefix, sid)
                 end
                 return
             end
+            host.sleep(200)
+        end
+    end)
+end
+
+-- A reentrant acquire's count write `sent` ({path, version after it,
+-- count}) whose reply was lost and whose command failed before it could
+-- tell (-TRYAGAIN: not granted): once ZooKeeper answers, the write, when
+-- it landed, is undone (the data `before` it written back over exactly
+-- that version; done(version) after), in the background, while the
+-- session that owns the request lasts.  Whatever the owner did to the
+-- request since stays as it is.
+function LW.uncount(lock, owner, sent, before, done)
+    local sid = zk.session()
+    host.spawn(function()
+        for _ = 1, 600 do -- two minutes of ZooKeeper out of reach at most
+            if zk.session() ~= sid then return end
+            local ok, over = pcall(function()
+                local mine, d = LS.find_owner(LS.read(lock), owner)
+                if not LS.landed(sent, mine, d) then return true end
+                local rc, stat = zk.set(sent.path, before, sent.version)
+                if rc == zk.OK then done(stat.version) end
+                return not Z.unknown(rc)
+            end)
+            if ok and over then return end
             host.sleep(200)
         end
     end)

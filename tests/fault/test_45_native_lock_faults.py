@@ -125,6 +125,35 @@ def test_conversion_that_runs_out_of_time_is_given_up(native_pair, kz):
         assert r.execute_command("LOCK.RELEASE", key, owner) == 1
 
 
+def test_reentrant_acquire_that_runs_out_of_time_counts_nothing(native_pair, kz):
+    """A reentrant ACQUIRE's hold-count write executed, its reply was lost
+    and ZooKeeper stays out of reach past the request timeout: the ACQUIRE
+    answers -TRYAGAIN (not granted), and once ZooKeeper is back the count
+    it added is taken off again, so the one RELEASE of the one hold the
+    client has frees the lock."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("rt")
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
+    assert isinstance(t1, int), t1
+    proxy.drop_next_reply({"setData"}, hold=True)
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        ra.execute_command("LOCK.ACQUIRE", key, "h")
+    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
+    assert [h["count"] for h in lock_info(rb, key)["holders"]] == [2], "the count write landed"
+    proxy.blackhole(False)
+
+    harness.wait_for(lambda: [h["count"] for h in lock_info(rb, key)["holders"]] == [1], 10.0,
+                     what="the hold count the failed ACQUIRE added to be taken off")
+    assert holders(rb, key) == [("h", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert _children(kz, a, key) == {}
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+    t2 = rb.execute_command("LOCK.ACQUIRE", key, "o2")
+    assert isinstance(t2, int) and t2 > t1, (t1, t2)
+    assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
+
+
 def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
     """A server that answers out of order (a known class of server bug):
     the client library drops the connection and ends the requests in flight
