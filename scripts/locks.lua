@@ -416,6 +416,7 @@ end
 -- `full`: the owner's request found there (reentrancy) after the create.
 function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local lock = LS.lock_path(key)
+    LW.await_settled(lock, owner)
     local snap
     if full or wait_ms == 0 or before_acquire then snap = LS.read(lock) end
     local mine, d = LS.find_owner(snap, owner)
@@ -436,10 +437,8 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
             local sent = { path = mine.path, version = mine.version + 1, count = d.count }
             local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock), owner) end)
             if not read then
-                LW.uncount(lock, owner, sent, before, function(version)
-                    local h = L.holds[sent.path]
-                    if h then h.data, h.version = LS.decode_req(before), version end
-                end)
+                local h = L.holds[mine.path] -- its data is `before` again once undone
+                LW.uncount(lock, owner, sent, before, function(v) if h then h.version = v end end)
                 error(again, 0)
             end
             if not LS.landed(sent, again, d2) then
@@ -499,6 +498,7 @@ end
 -- LOCK.RELEASE: 1 or 0.
 function L.release(key, owner)
     local lock = LS.lock_path(key)
+    LW.await_settled(lock, owner)
     local hp = by_owner[lock .. "\0" .. owner]
     local h = hp and L.holds[hp]
     local gone, woke = quick_release(h)
@@ -546,6 +546,7 @@ end
 -- renewed, whatever ZooKeeper still shows.
 function L.renew(key, owner, px)
     local lock = LS.lock_path(key)
+    LW.await_settled(lock, owner)
     host.lease_wait()
     for _ = 1, Z.READ_TRIES do
         local snap = LS.read(lock)
@@ -655,6 +656,7 @@ end
 -- -TRYAGAIN) gives it up in the background, as one whose WAIT ran out.
 function L.convert(key, owner, mode, wait_ms)
     local lock, pending = LS.lock_path(key), {}
+    LW.await_settled(lock, owner)
     local ok, r = pcall(convert, lock, owner, mode, wait_ms, pending)
     if ok then return r end
     if pending.path then

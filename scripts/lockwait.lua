@@ -10,7 +10,7 @@
 --                                              writes that wake waiters here
 --   LW.leave(path) / LW.abandon(lock, prefix, sid)
 --                                              a request out of the queue
---   LW.uncount(lock, owner, sent, before, done)
+--   LW.uncount(lock, owner, sent, before, done) / LW.await_settled(lock, owner)
 --                                              a reentrant count taken back
 --   LW.session_changed()                       they are ours no more
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
@@ -20,6 +20,8 @@
 local Q = require "lockq"
 local LS = require "lockstore"
 local Z = require "zkio"
+local S = require "signal"
+local E = require "errors"
 
 local LW = {}
 
@@ -154,11 +156,14 @@ end
 -- that version; done(version) after), in the background, while the
 -- session that owns the request lasts.  Whatever the owner did to the
 -- request since stays as it is.
+local settling = {} -- lock .. "\0" .. owner -> true while LW.uncount runs
+
 function LW.uncount(lock, owner, sent, before, done)
-    local sid = zk.session()
+    local sid, k = zk.session(), lock .. "\0" .. owner
+    settling[k] = true
     host.spawn(function()
         for _ = 1, 600 do -- two minutes of ZooKeeper out of reach at most
-            if zk.session() ~= sid then return end
+            if zk.session() ~= sid then break end
             local ok, over = pcall(function()
                 local mine, d = LS.find_owner(LS.read(lock), owner)
                 if not LS.landed(sent, mine, d) then return true end
@@ -166,10 +171,22 @@ function LW.uncount(lock, owner, sent, before, done)
                 if rc == zk.OK then done(stat.version) end
                 return not Z.unknown(rc)
             end)
-            if ok and over then return end
+            if ok and over then break end
             host.sleep(200)
         end
+        settling[k] = nil
     end)
+end
+
+-- A command on the owner's hold (a client that asks again after the
+-- -TRYAGAIN) waits for LW.uncount to end first, so that it counts from
+-- the settled hold; -TRYAGAIN when its own time runs out first.
+function LW.await_settled(lock, owner)
+    local k = lock .. "\0" .. owner
+    while settling[k] do
+        if host.now() >= host.deadline() then S.abort({ err = E.UNAVAILABLE }) end
+        host.sleep(20)
+    end
 end
 
 -- LS.write_table, touching our request `touch` (a conversion asked,

@@ -154,6 +154,30 @@ def test_reentrant_acquire_that_runs_out_of_time_counts_nothing(native_pair, kz)
     assert rb.execute_command("LOCK.RELEASE", key, "o2") == 1
 
 
+def test_reentrant_acquire_asked_again_after_tryagain_counts_once(native_pair, kz):
+    """The client of a reentrant ACQUIRE answered -TRYAGAIN (its count
+    write landed, its reply lost) asks again as ZooKeeper comes back: the
+    first one's count is taken back and the new one counts once, whichever
+    reaches ZooKeeper first: two holds, two RELEASEs.  (That the new one
+    waits for the settling when it would come first: locks_spec.)"""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("ra")
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
+    proxy.drop_next_reply({"setData"}, hold=True)
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        ra.execute_command("LOCK.ACQUIRE", key, "h")
+    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
+    proxy.blackhole(False)
+    assert ra.execute_command("LOCK.ACQUIRE", key, "h") == t1
+    assert [h["count"] for h in lock_info(rb, key)["holders"]] == [2]
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert holders(rb, key) == [("h", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert _children(kz, a, key) == {}
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+
+
 def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
     """A server that answers out of order (a known class of server bug):
     the client library drops the connection and ends the requests in flight

@@ -292,6 +292,26 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RELEASE", "rc", "h"))
     end)
 
+    it("takes back the count of a reentrant acquire that failed unsure, before the owner's next command", function()
+        local t = a:call("LOCK.ACQUIRE", "ru", "h")
+        local function count() return field(a:call("LOCK.INFO", "ru").map[2][1], "count") end
+        -- the count write lands, its reply is lost, and ZooKeeper stays out
+        -- of reach past the command's time: -TRYAGAIN, not granted
+        a:fail_next({ op = "set", when = "after", hook = function() a:disconnect() end })
+        assert.matches("^TRYAGAIN", a:call("LOCK.ACQUIRE", "ru", "h").err)
+        W:advance(1000) -- the settling tries again and again meanwhile
+        a:reconnect()
+        -- asked again at once: it waits for the settling (which reads after
+        -- its pause), then counts from the hold as it was
+        assert.equal(t, a:call("LOCK.ACQUIRE", "ru", "h"))
+        assert.equal(2, count())
+        assert.equal(1, a:call("LOCK.RELEASE", "ru", "h"))
+        assert.equal(1, count())
+        assert.equal(1, a:call("LOCK.RELEASE", "ru", "h"))
+        assert.equal(0, a:call("LOCK.RELEASE", "ru", "h"))
+        assert.equal(0, #W:children(a.LK.lock_path("ru")))
+    end)
+
     it("waits for a conversion whose request's reply was lost", function()
         a:call("LOCK.ACQUIRE", "cl", "h", "MODE", "PR")
         b:call("LOCK.ACQUIRE", "cl", "r", "MODE", "PR")
