@@ -94,38 +94,6 @@ local function client_desc()
     return tostring(c.id) .. " " .. (c.addr or "")
 end
 
--- Creates our request node, named `prefix` and a sequence; returns its
--- path, the session that made it and its data.  The lock node is created
--- (a container) when missing.  A create whose reply was lost is found
--- again by its nonce (in the prefix).
-local function create_request(lock, prefix, owner, px)
-    local d = { owner = owner, count = 1, lease_end = LS.leader_now() + px, asked = host.wall(),
-                sidecar = LS.sidecar_id(), client = client_desc() }
-    local data = LS.encode_req(d)
-    for _ = 1, Z.READ_TRIES do
-        local sid = zk.session()
-        local rc, created = zk.create(lock .. "/" .. prefix, data, zk.EPHEMERAL | zk.SEQUENCE)
-        if rc == zk.OK then LW.created(created) return created, sid, d end
-        if rc == zk.NONODE then
-            local crc = zk.create(lock, "", zk.CONTAINER)
-            if crc == zk.NONODE then Z.ensure_path(LS.dir()) end
-        elseif Z.unknown(rc) then
-            Z.sync(lock)
-            for _, name in ipairs(Z.children(lock)) do
-                if name:sub(1, #prefix) == prefix then
-                    -- made under a session that is over: out of the queue
-                    local found = lock .. "/" .. name
-                    if zk.session() == sid then LW.created(found) return found, sid, d end
-                    LW.delete_node(found)
-                end
-            end
-        else
-            Z.fail(rc, "create " .. lock)
-        end
-    end
-    S.abort({ err = E.UNAVAILABLE })
-end
-
 ---------------------------------------------------------------------------
 -- Holds of this sidecar: leases
 
@@ -438,7 +406,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
             local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock), owner) end)
             if not read then
                 local h = L.holds[mine.path] -- its data is `before` again once undone
-                LW.uncount(lock, owner, sent, before, function(v) if h then h.version = v end end)
+                LW.take_back(lock, owner, sent, before, function(v) if h then h.version = v end end)
                 error(again, 0)
             end
             if not LS.landed(sent, again, d2) then
@@ -477,7 +445,9 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     -- a command that fails (ZooKeeper out past its time) leaves the queue,
     -- in the background if need be: nobody would ever release its request
     local prefix, sid0 = LS.prefix(mode, owner, px, LS.hex(Z.nonce())), zk.session()
-    local made, path, sid, data = pcall(create_request, lock, prefix, owner, px)
+    local data = { owner = owner, count = 1, lease_end = LS.leader_now() + px, asked = host.wall(),
+                   sidecar = LS.sidecar_id(), client = client_desc() }
+    local made, path, sid = pcall(LW.create, lock, prefix, data)
     if not made then LW.abandon(lock, prefix, sid0) error(path, 0) end
     local settled, token, view, listing = pcall(settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return LS.owner_there(s, me, owner)
@@ -493,6 +463,34 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     L.stats.granted = L.stats.granted + 1
     notify("on_acquire", L.holds[path])
     return token
+end
+
+-- LOCK.RELEASE past its quick path: reads the owner's request and counts
+-- it down or deletes it; done(path, left, d, version)'s answer, 0, or an
+-- error.  unsure.sent: our last write whose reply was lost ({path, version
+-- after it, count}), unsure.before: the data it replaced.
+local function release_read(lock, owner, done, unsure)
+    for _ = 1, Z.READ_TRIES do
+        local mine, d = LS.find_owner(LS.read(lock), owner)
+        local sent = unsure.sent
+        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
+        if not mine or not mine.granted then return 0 end
+        local rc, stat
+        local left = d.count > 1 and d.count - 1 or 0
+        unsure.before = LS.encode_req(d)
+        if left > 0 then
+            d.count = left
+            rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
+        else
+            rc = LW.delete(mine.path, mine.version)
+        end
+        if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
+        unsure.sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left } or nil
+        if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
+            Z.fail(rc, "release " .. mine.path)
+        end
+    end
+    S.abort({ err = E.UNAVAILABLE })
 end
 
 -- LOCK.RELEASE: 1 or 0.
@@ -519,27 +517,15 @@ function L.release(key, owner)
         end
         return 1
     end
-    local sent -- a write of ours whose reply was lost: {path, version after it, count}
-    for _ = 1, Z.READ_TRIES do
-        local snap = LS.read(lock)
-        local mine, d = LS.find_owner(snap, owner)
-        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
-        if not mine or not mine.granted then return 0 end
-        local rc, stat
-        local left = d.count > 1 and d.count - 1 or 0
-        if left > 0 then
-            d.count = left
-            rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
-        else
-            rc = LW.delete(mine.path, mine.version)
-        end
-        if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
-        sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left } or nil
-        if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
-            Z.fail(rc, "release " .. mine.path)
-        end
+    local unsure = {}
+    local ok, r = pcall(release_read, lock, owner, done, unsure)
+    if ok then return r end
+    local sent = unsure.sent
+    if sent and sent.count > 0 then -- a count down, not the last: -TRYAGAIN leaves it counted
+        local mh = L.holds[sent.path] -- its data is unsure.before again once taken back
+        LW.take_back(lock, owner, sent, unsure.before, function(v) if mh then mh.version = v end end)
     end
-    S.abort({ err = E.UNAVAILABLE })
+    error(r, 0)
 end
 
 -- LOCK.RENEW: 1 or 0.  A hold of a session of ours that is over is not

@@ -8,10 +8,11 @@
 --   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
 --   LW.delete(path, version) / LW.write_table(snap, touch)
 --                                              writes that wake waiters here
+--   LW.create(lock, prefix, d)                 a request into the queue
 --   LW.leave(path) / LW.abandon(lock, prefix, sid)
 --                                              a request out of the queue
---   LW.uncount(lock, owner, sent, before, done) / LW.await_settled(lock, owner)
---                                              a reentrant count taken back
+--   LW.take_back(lock, owner, sent, before, done) / LW.await_settled(lock, owner)
+--                                              a hold count write taken back
 --   LW.session_changed()                       they are ours no more
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
@@ -121,6 +122,37 @@ function LW.delete_node(path)
     return false
 end
 
+-- Joins the lock node `lock`'s queue: creates our request node, named
+-- `prefix` and a sequence, with request data `d` (lockstore's); returns
+-- its path and the session that made it.  The lock node is created (a
+-- container) when missing.  A create whose reply was lost is found again
+-- by its nonce (in the prefix).
+function LW.create(lock, prefix, d)
+    local data = LS.encode_req(d)
+    for _ = 1, Z.READ_TRIES do
+        local sid = zk.session()
+        local rc, created = zk.create(lock .. "/" .. prefix, data, zk.EPHEMERAL | zk.SEQUENCE)
+        if rc == zk.OK then LW.created(created) return created, sid end
+        if rc == zk.NONODE then
+            local crc = zk.create(lock, "", zk.CONTAINER)
+            if crc == zk.NONODE then Z.ensure_path(LS.dir()) end
+        elseif Z.unknown(rc) then
+            Z.sync(lock)
+            for _, name in ipairs(Z.children(lock)) do
+                if name:sub(1, #prefix) == prefix then
+                    -- made under a session that is over: out of the queue
+                    local found = lock .. "/" .. name
+                    if zk.session() == sid then LW.created(found) return found, sid end
+                    LW.delete_node(found)
+                end
+            end
+        else
+            Z.fail(rc, "create " .. lock)
+        end
+    end
+    S.abort({ err = E.UNAVAILABLE })
+end
+
 -- Leaves the queue from a command that may have lost its client, or
 -- failed: in the background when the command's own time may be spent.
 function LW.leave(path)
@@ -149,16 +181,16 @@ function LW.abandon(lock, prefix, sid)
     end)
 end
 
--- A reentrant acquire's count write `sent` ({path, version after it,
--- count}) whose reply was lost and whose command failed before it could
--- tell (-TRYAGAIN: not granted): once ZooKeeper answers, the write, when
--- it landed, is undone (the data `before` it written back over exactly
--- that version; done(version) after), in the background, while the
--- session that owns the request lasts.  Whatever the owner did to the
--- request since stays as it is.
-local settling = {} -- lock .. "\0" .. owner -> true while LW.uncount runs
+-- A hold count write `sent` ({path, version after it, count}) whose reply
+-- was lost and whose command failed before it could tell (-TRYAGAIN: a
+-- reentrant acquire not counted, a release not counted down): once
+-- ZooKeeper answers, the write, when it landed, is taken back (the data
+-- `before` it written back over exactly that version; done(version)
+-- after), in the background, while the session that owns the request
+-- lasts.  Whatever the owner did to the request since stays as it is.
+local settling = {} -- lock .. "\0" .. owner -> true while LW.take_back runs
 
-function LW.uncount(lock, owner, sent, before, done)
+function LW.take_back(lock, owner, sent, before, done)
     local sid, k = zk.session(), lock .. "\0" .. owner
     settling[k] = true
     host.spawn(function()
@@ -179,7 +211,7 @@ function LW.uncount(lock, owner, sent, before, done)
 end
 
 -- A command on the owner's hold (a client that asks again after the
--- -TRYAGAIN) waits for LW.uncount to end first, so that it counts from
+-- -TRYAGAIN) waits for LW.take_back to end first, so that it counts from
 -- the settled hold; -TRYAGAIN when its own time runs out first.
 function LW.await_settled(lock, owner)
     local k = lock .. "\0" .. owner

@@ -50,6 +50,30 @@ def native_pair(make_proxy, make_zkresp, zk):
     return a, b, proxy
 
 
+def _counts(r, key):
+    """The hold counts of the lock `key`'s holders."""
+    return [h["count"] for h in lock_info(r, key)["holders"]]
+
+
+def _count_write_lost_past_timeout(r, proxy, *command):
+    """Runs a LOCK.* command whose hold-count write executes with its reply
+    lost while ZooKeeper stays out of reach: it answers -TRYAGAIN."""
+    proxy.drop_next_reply({"setData"}, hold=True)
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        r.execute_command(*command)
+    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
+
+
+def _two_releases_free_it(a, ra, rb, kz, key):
+    """Owner h holds `key` twice: the first RELEASE leaves one hold, the
+    second frees the lock, a third finds nothing."""
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert holders(rb, key) == [("h", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert _children(kz, a, key) == {}
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+
+
 def test_acquire_create_reply_lost_is_found_by_nonce(native_pair, kz):
     """RELIABILITY 2 for native locks: the request's create executed, its
     reply was lost: the sidecar finds the node by its nonce, is granted once,
@@ -136,14 +160,11 @@ def test_reentrant_acquire_that_runs_out_of_time_counts_nothing(native_pair, kz)
     key = harness.unique("rt")
     t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
     assert isinstance(t1, int), t1
-    proxy.drop_next_reply({"setData"}, hold=True)
-    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
-        ra.execute_command("LOCK.ACQUIRE", key, "h")
-    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
-    assert [h["count"] for h in lock_info(rb, key)["holders"]] == [2], "the count write landed"
+    _count_write_lost_past_timeout(ra, proxy, "LOCK.ACQUIRE", key, "h")
+    assert _counts(rb, key) == [2], "the count write landed"
     proxy.blackhole(False)
 
-    harness.wait_for(lambda: [h["count"] for h in lock_info(rb, key)["holders"]] == [1], 10.0,
+    harness.wait_for(lambda: _counts(rb, key) == [1], 10.0,
                      what="the hold count the failed ACQUIRE added to be taken off")
     assert holders(rb, key) == [("h", "EX")]
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
@@ -164,18 +185,30 @@ def test_reentrant_acquire_asked_again_after_tryagain_counts_once(native_pair, k
     ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
     key = harness.unique("ra")
     t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
-    proxy.drop_next_reply({"setData"}, hold=True)
-    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
-        ra.execute_command("LOCK.ACQUIRE", key, "h")
-    assert proxy.wait_dropped(0), "no setData went through the proxy (requests: %r)" % proxy.snapshot()
+    _count_write_lost_past_timeout(ra, proxy, "LOCK.ACQUIRE", key, "h")
     proxy.blackhole(False)
     assert ra.execute_command("LOCK.ACQUIRE", key, "h") == t1
-    assert [h["count"] for h in lock_info(rb, key)["holders"]] == [2]
-    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
-    assert holders(rb, key) == [("h", "EX")]
-    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
-    assert _children(kz, a, key) == {}
-    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+    assert _counts(rb, key) == [2]
+    _two_releases_free_it(a, ra, rb, kz, key)
+
+
+def test_release_of_a_reentrant_hold_that_runs_out_of_time_counts_nothing(native_pair, kz):
+    """A RELEASE of a hold counted twice: its count write executed, its
+    reply was lost and ZooKeeper stays out of reach past the request
+    timeout: -TRYAGAIN, and once ZooKeeper is back the count is put back,
+    so the client that asks again releases one hold, not two."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("rl")
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h")
+    assert ra.execute_command("LOCK.ACQUIRE", key, "h") == t1
+    _count_write_lost_past_timeout(ra, proxy, "LOCK.RELEASE", key, "h")
+    assert _counts(rb, key) == [1], "the count write landed"
+    proxy.blackhole(False)
+
+    harness.wait_for(lambda: _counts(rb, key) == [2], 10.0,
+                     what="the count the failed RELEASE took off to be put back")
+    _two_releases_free_it(a, ra, rb, kz, key)
 
 
 def test_replies_out_of_order_are_a_connection_loss(native_pair, kz):
