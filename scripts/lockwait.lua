@@ -193,20 +193,22 @@ local settling = {} -- lock .. "\0" .. owner -> true while LW.take_back runs
 function LW.take_back(lock, owner, sent, before, done)
     local sid, k = zk.session(), lock .. "\0" .. owner
     settling[k] = true
+    local function try()
+        local mine, d = LS.find_owner(LS.read(lock), owner)
+        if not LS.landed(sent, mine, d) then return true end
+        local rc, stat = zk.set(sent.path, before, sent.version)
+        if rc == zk.OK then done(stat.version) end
+        return not Z.unknown(rc)
+    end
     host.spawn(function()
+        -- whatever happens, the owner's commands stop waiting for it
+        local settled <close> = setmetatable({}, { __close = function() settling[k] = nil end })
         for _ = 1, 600 do -- two minutes of ZooKeeper out of reach at most
-            if zk.session() ~= sid then break end
-            local ok, over = pcall(function()
-                local mine, d = LS.find_owner(LS.read(lock), owner)
-                if not LS.landed(sent, mine, d) then return true end
-                local rc, stat = zk.set(sent.path, before, sent.version)
-                if rc == zk.OK then done(stat.version) end
-                return not Z.unknown(rc)
-            end)
-            if ok and over then break end
+            if zk.session() ~= sid then return end
+            local ok, over = pcall(try)
+            if ok and over then return end
             host.sleep(200)
         end
-        settling[k] = nil
     end)
 end
 
