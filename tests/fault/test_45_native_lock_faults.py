@@ -162,6 +162,10 @@ def test_reentrant_acquire_that_runs_out_of_time_counts_nothing(native_pair, kz)
     assert isinstance(t1, int), t1
     _count_write_lost_past_timeout(ra, proxy, "LOCK.ACQUIRE", key, "h")
     assert _counts(rb, key) == [2], "the count write landed"
+    # asked again while that is not settled (the settling would go on for
+    # minutes): it waits no longer than its own time, then -TRYAGAIN
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        ra.execute_command("LOCK.ACQUIRE", key, "h")
     proxy.blackhole(False)
 
     harness.wait_for(lambda: _counts(rb, key) == [1], 10.0,
