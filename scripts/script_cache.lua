@@ -6,7 +6,8 @@
 --   SCRIPT LOAD   create <root>/s/<sha>  (NODEEXISTS: known already)
 --   EVAL          local; the first time this sidecar sees the sha, a
 --                 background multi {check <root>/s at the version known
---                 when the EVAL ran, create <root>/s/<sha>}
+--                 when the EVAL ran (read first if unknown), create
+--                 <root>/s/<sha>}
 --   EVALSHA       local hit, else one read of <root>/s/<sha>
 --   SCRIPT FLUSH  set <root>/s, delete every child, set <root>/s: each set
 --                 bumps the generation (the node's version) and fires the
@@ -233,9 +234,12 @@ function C.publish(sha, body)
 end
 
 -- EVAL: makes sha known to every sidecar in the background, once, and only
--- when this sidecar knows the generation the EVAL ran in (see the top).
+-- when this sidecar knows the generation the EVAL runs in (see the top):
+-- read first when unknown (a new session, a FLUSH seen, the first read of
+-- a session not answered yet); without ZooKeeper the script stays here.
 function C.publish_later(sha, body)
     if published[sha] or pending[sha] or #body > C.max_size() then return end
+    if not version then pcall(C.verify) end
     if not version then
         verify_later()
         return

@@ -37,6 +37,13 @@ describe("the shared script cache", function()
         assert.equal(v, W:node(dir() .. "/" .. sha(a, OTHER)).stat.mzxid)
     end)
 
+    it("publishes an EVAL that came before its sidecar knew the generation", function()
+        a:run(function() a.require("script_cache").on_session("lost") end)
+        assert.equal("two", a:call("EVAL", OTHER, "0"))
+        W:advance(50)
+        assert.equal("two", b:call("EVALSHA", sha(a, OTHER), "0"))
+    end)
+
     it("forgets everywhere on SCRIPT FLUSH, local caches included", function()
         a:call("SCRIPT", "LOAD", BODY)
         assert.equal("one", b:call("EVALSHA", sha(a, BODY), "0"))
