@@ -378,6 +378,13 @@ end
 ---------------------------------------------------------------------------
 -- The commands
 
+-- LW.take_back of our hold count write `sent` (-TRYAGAIN: not counted);
+-- our hold's record, whose data is `before` again, learns the version.
+local function take_back(lock, owner, sent, before)
+    local h = L.holds[sent.path]
+    LW.take_back(lock, owner, sent, before, function(v) if h then h.version = v end end)
+end
+
 -- The reply of LOCK.ACQUIRE: a token, nil (not granted within wait_ms),
 -- or an error reply table.  before_acquire: the policy's hook, or nil.
 -- The lock is read before the create only for a try-once, the hook, or
@@ -405,8 +412,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
             local sent = { path = mine.path, version = mine.version + 1, count = d.count }
             local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock), owner) end)
             if not read then
-                local h = L.holds[mine.path] -- its data is `before` again once undone
-                LW.take_back(lock, owner, sent, before, function(v) if h then h.version = v end end)
+                take_back(lock, owner, sent, before)
                 error(again, 0)
             end
             if not LS.landed(sent, again, d2) then
@@ -477,8 +483,8 @@ local function release_read(lock, owner, done, unsure)
         if not mine or not mine.granted then return 0 end
         local rc, stat
         local left = d.count > 1 and d.count - 1 or 0
-        unsure.before = LS.encode_req(d)
         if left > 0 then
+            unsure.before = LS.encode_req(d)
             d.count = left
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
@@ -521,10 +527,7 @@ function L.release(key, owner)
     local ok, r = pcall(release_read, lock, owner, done, unsure)
     if ok then return r end
     local sent = unsure.sent
-    if sent and sent.count > 0 then -- a count down, not the last: -TRYAGAIN leaves it counted
-        local mh = L.holds[sent.path] -- its data is unsure.before again once taken back
-        LW.take_back(lock, owner, sent, unsure.before, function(v) if mh then mh.version = v end end)
-    end
+    if sent and sent.count > 0 then take_back(lock, owner, sent, unsure.before) end
     error(r, 0)
 end
 

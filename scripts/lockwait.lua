@@ -216,6 +216,7 @@ end
 -- -TRYAGAIN) waits for LW.take_back to end first, so that it counts from
 -- the settled hold; -TRYAGAIN when its own time runs out first.
 function LW.await_settled(lock, owner)
+    if next(settling) == nil then return end -- every command asks: nothing to build
     local k = lock .. "\0" .. owner
     while settling[k] do
         if host.now() >= host.deadline() then S.abort({ err = E.UNAVAILABLE }) end
