@@ -1147,6 +1147,16 @@ fi
     nr=$(ho_val nat-raw xwake_p50_us %.1f)
     printf '  %-52s %9s   %s\n' "  the same, next holder on the other sidecar" \
         "$nz vs $nr us" "$(reply_target "$nz" "$nr" "native reads its grant: one round trip")"
+    nz=$(ho_val nat-44 wake_p50_us %.1f)
+    nr=$(ho_val nat-raw sent_wake_p50_us %.1f)
+    printf '  %-52s %9s   %s\n' "wake p50 native from the reply vs raw notification" \
+        "$nz vs $nr us" "$(reply_target "$nz" "$nr" "n/a")"
+    nz=$(ho_val nat-44 xwake_p50_us %.1f)
+    nr=$(ho_val nat-raw xsent_wake_p50_us %.1f)
+    printf '  %-52s %9s   %s\n' "  the same, next holder on the other sidecar" \
+        "$nz vs $nr us" "$(reply_target "$nz" "$nr" "n/a")"
+    echo "    (the notification's own latency: from the delete's request to the"
+    echo "    successor's event; native still from the release's reply)"
     read -r sq slo shi <<<"$(ho_stat ratio nat-44 nat-raw sent_wake_p50_us)"
     printf '  %-52s %9s   %-8s (range %s..%s)\n' \
         "wake p50 native/raw, from the request, within 2x" "$(num %.2f "$sq")" \
