@@ -15,6 +15,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 import harness
 from harness import Proc, RawClient
 
@@ -231,6 +233,47 @@ def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
     assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
     a.wait_ready(15)
     assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
+
+
+# redis-py's Lock release script (redis/lock.py, LUA_RELEASE_SCRIPT)
+REDIS_PY_RELEASE = """
+local token = redis.call('get', KEYS[1])
+if not token or token ~= ARGV[1] then
+    return 0
+end
+redis.call('del', KEYS[1])
+return 1
+"""
+
+
+@pytest.mark.parametrize("release", ["DELIFEQ", "redis-py script"])
+def test_release_asked_while_frozen_after_the_lock_passed_on(make_zkresp, kz, release):
+    """RELIABILITY 8: a release sent to the frozen sidecar after its lock
+    ended with its session and was taken through the other sidecar (it
+    waits in the socket until SIGCONT) answers 0, never 1, which would tell
+    the old holder it held the lock until then; the new holder's node stays
+    as it is."""
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    ca, cb = a.client(), b.client()
+    assert ca.cmd("SET", "lk", "tok-a", "NX", "PX", "60000") == b"+OK\r\n"
+    a.stop()
+    try:
+        harness.wait_for(lambda: cb.cmd("SET", "lk", "tok-b", "NX", "PX", "60000") == b"+OK\r\n",
+                         SESSION_MS * 2 / 1000.0 + 3, 0.05, "the frozen sidecar's lock to expire")
+        _, st_b = harness.key_stat(kz, a.root, "lk")
+        if release == "DELIFEQ":
+            ca.send_cmd("DELIFEQ", "lk", "tok-a")
+        else:
+            ca.send_cmd("EVAL", REDIS_PY_RELEASE, "1", "lk", "tok-a")
+        time.sleep(0.2)
+    finally:
+        a.cont()
+    r = ca.read_reply(timeout=15)
+    assert r == b":0\r\n" or r.startswith(b"-TRYAGAIN"), \
+        "a release asked after the lock had passed on answered %r" % r
+    data, st = harness.key_stat(kz, a.root, "lk")
+    assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
 
 
 PIPE_SCRIPT = """

@@ -119,6 +119,20 @@ describe("unknown outcomes", function()
         assert.equal("tb", b:call("GET", "lock"))
     end)
 
+    it("a compare-and-delete whose session ended under it does not claim the lock's end", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "30000")
+        a:fail_next({ op = "multi", when = "before", hook = function()
+            -- the delete never arrives; our session ends, its node with
+            -- it, and another client takes the lock before we look again
+            a:expire()
+            W:raw_create(a:path("lock"), "tb")
+        end })
+        -- the node is gone, but maybe by the session's end before we asked:
+        -- run again under the new session, which reads the new owner's value
+        assert.equal(0, a:call("DELIFEQ", "lock", "ta"))
+        assert.equal("tb", b:call("GET", "lock"))
+    end)
+
     it("a write whose session expired under it is re-run under the new session", function()
         a:fail_next({ op = "create", when = "after", rc = Z.SESSIONEXPIRED, hook = function()
             W:post(function() a:expire() end)
