@@ -410,10 +410,14 @@ end
 
 -- Whether our write `sent` of the owner's request, whose reply was lost,
 -- went through, as the owner's entry `mine` (data d) read since shows: a
--- delete (count 0) when the node is gone, a set of the hold count when
+-- delete (count 0) when the node is gone, unless it was of our session
+-- (sent.sid) and that session ended meanwhile (its end removes its nodes
+-- too, maybe before the delete was asked), a set of the hold count when
 -- the node is at the version after ours with our count.
 function LS.landed(sent, mine, d)
-    if sent.count == 0 then return not mine or mine.path ~= sent.path end
+    if sent.count == 0 then
+        return (not mine or mine.path ~= sent.path) and (not sent.sid or sent.sid == zk.session())
+    end
     return mine ~= nil and mine.path == sent.path and mine.version == sent.version and d.count == sent.count
 end
 

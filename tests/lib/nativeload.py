@@ -17,7 +17,11 @@ function of the stop time, in a thread) injects faults:
 
 Every owner string is used once.  -TRYAGAIN is a legitimate answer to any
 command (counted); any other error, or a release answering 0 inside its
-lease, is an error of the run.  A release that answered -TRYAGAIN is asked
+lease, is an error of the run.  On a sidecar named in `may_lose` (the
+chaos ends its session) a hold may be gone when its owner next asks: there
+a RELEASE answering 0, a CONVERT answering "owner holds no lock" and a
+reentrant ACQUIRE granted anew (a new hold, another token) are counted as
+"lost", not errors; check() then wants that sidecar's session replaced.  A release that answered -TRYAGAIN is asked
 again until it answers, so that the next grant is not held up by a lease.
 
 violations(holds) checks, for each key and each pair of spans of two holds
@@ -128,14 +132,21 @@ class Run:
         with self.lock:
             self.errors.append(msg)
 
-    def tryagain(self, owner, what, e):
+    def tryagain(self, owner, what, e, lost_ok=False):
+        if lost_ok and "holds no lock" in str(e):
+            self.lost()
+            return
         if not str(e).startswith("TRYAGAIN"):
             self.error("%s %s: %r" % (owner, what, e))
         with self.lock:
             self.counts["tryagain"] += 1
 
+    def lost(self):
+        with self.lock:
+            self.counts["lost"] = self.counts.get("lost", 0) + 1
 
-def _convert(run, r, h, span):
+
+def _convert(run, r, h, span, lost_ok):
     """Converts hold h (its current span `span`): PR up to EX, EX down to
     PR; returns its span from then on.  A down-conversion answered
     -TRYAGAIN may have been written all the same (its outcome is unknown):
@@ -148,7 +159,7 @@ def _convert(run, r, h, span):
     try:
         tok = r.execute_command("LOCK.CONVERT", h.key, h.owner, "MODE", to, "WAIT", "1000")
     except redis.ResponseError as e:
-        run.tryagain(h.owner, "CONVERT", e)
+        run.tryagain(h.owner, "CONVERT", e, lost_ok)
         answered = False
     t_reply = time.monotonic()
     if to == "PR":
@@ -165,7 +176,38 @@ def _convert(run, r, h, span):
     return new
 
 
-def _worker(run, sidecar, side, n, keys, stop):
+def _reentrant(run, r, h, span, lost_ok):
+    """ACQUIRE again (the same token expected) and RELEASE once (1
+    expected).  Where the hold may have been lost with its session, an
+    ACQUIRE answered with another token is a new hold, recorded as such."""
+    key, owner, tok = h.key, h.owner, span.token
+    t_sent = time.monotonic()
+    try:
+        again = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", span.mode, "PX", "5000")
+        t_reply = time.monotonic()
+        new = None
+        if again != tok and not lost_ok:
+            run.error("%s: reentrant ACQUIRE answered %r, not its token %r" % (owner, again, tok))
+        elif again != tok:
+            run.lost()
+            if again is not None:
+                new = Hold(key, owner)
+                new.spans.append(Span(new, span.mode, again, t_sent, t_reply))
+        t_down = time.monotonic()
+        down = r.execute_command("LOCK.RELEASE", key, owner)
+        if new is not None:
+            new.spans[0].t_to, new.released = t_down, down
+            with run.lock:
+                run.holds.append(new)
+        if down == 0 and lost_ok:
+            run.lost()
+        elif down != 1:
+            run.error("%s: the first of two RELEASEs answered %r" % (owner, down))
+    except redis.ResponseError as e:
+        run.tryagain(owner, "reentrant", e, lost_ok)
+
+
+def _worker(run, sidecar, side, n, keys, stop, lost_ok):
     r = sidecar.redis(socket_timeout=30)
     rnd = random.Random(side * 100 + n)
     i = 0
@@ -191,17 +233,9 @@ def _worker(run, sidecar, side, n, keys, stop):
             h.spans.append(span)
             time.sleep(rnd.uniform(0, 0.01))
             if rnd.random() < 0.3:
-                try:
-                    again = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", mode, "PX", "5000")
-                    if again != tok:
-                        run.error("%s: reentrant ACQUIRE answered %r, not its token %r" % (owner, again, tok))
-                    down = r.execute_command("LOCK.RELEASE", key, owner)
-                    if down != 1:
-                        run.error("%s: the first of two RELEASEs answered %r" % (owner, down))
-                except redis.ResponseError as e:
-                    run.tryagain(owner, "reentrant", e)
+                _reentrant(run, r, h, span, lost_ok)
             if rnd.random() < 0.25:
-                span = _convert(run, r, h, span)
+                span = _convert(run, r, h, span, lost_ok)
             t_rel = time.monotonic()
             for sp in h.spans:
                 if sp.t_to is None:
@@ -217,7 +251,9 @@ def _worker(run, sidecar, side, n, keys, stop):
                         break
                     except redis.ResponseError:
                         time.sleep(0.2)
-            if h.released == 0:
+            if h.released == 0 and lost_ok:
+                run.lost()
+            elif h.released == 0:
                 run.error("RELEASE answered 0 inside the lease, with no session lost: %r" % h)
             with run.lock:
                 run.holds.append(h)
@@ -227,11 +263,12 @@ def _worker(run, sidecar, side, n, keys, stop):
         r.close()
 
 
-def contend(sidecars, keys, duration, chaos, workers=3):
-    """Runs the workload; returns the Run (holds, errors, counts)."""
+def contend(sidecars, keys, duration, chaos, workers=3, may_lose=()):
+    """Runs the workload; returns the Run (holds, errors, counts).
+    may_lose: the indexes of the sidecars whose session chaos ends."""
     run = Run()
     stop = time.monotonic() + duration
-    ts = [threading.Thread(target=_worker, args=(run, z, side, n, keys, stop))
+    ts = [threading.Thread(target=_worker, args=(run, z, side, n, keys, stop, side in may_lose))
           for side, z in enumerate(sidecars) for n in range(workers)]
     ts.append(threading.Thread(target=chaos, args=(stop,)))
     for t in ts:
@@ -241,12 +278,16 @@ def contend(sidecars, keys, duration, chaos, workers=3):
     return run
 
 
-def check(run, sidecars, sessions, min_holds=30):
-    """The run's verdict, as assertions: sessions kept, no error, no
-    violation, enough grants of both modes."""
+def check(run, sidecars, sessions, min_holds=30, lost=()):
+    """The run's verdict, as assertions: sessions kept (those of `lost`
+    replaced), no error, no violation, enough grants of both modes."""
     now = [z.session_id() for z in sidecars]
-    assert now == sessions, "a sidecar's session was replaced (the machine stalled it): %r -> %r" % (
-        sessions, now)
+    for i, (was, is_) in enumerate(zip(sessions, now)):
+        if i in lost:
+            assert is_ != was, "sidecar %d kept its session %r through a fault meant to end it" % (i, was)
+        else:
+            assert is_ == was, "a sidecar's session was replaced (the machine stalled it): %r -> %r" % (
+                sessions, now)
     assert not run.errors, "\n".join(run.errors[:10])
     bad = violations(run.holds)
     assert not bad, "%d violations in %d holds:\n%s" % (len(bad), len(run.holds), "\n".join(bad[:10]))

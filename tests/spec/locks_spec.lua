@@ -261,6 +261,26 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RENEW", "ss", "h", "PX", "1000"))
     end)
 
+    it("answers 0, not 1, a release whose delete's reply is lost as its session ends", function()
+        -- the session's end removes the hold's node too, maybe before the
+        -- release was asked: a node gone is its delete only while the
+        -- session lasts
+        a:call("LOCK.ACQUIRE", "se", "h")
+        a:fail_next({ op = "delete", when = "before", hook = function() a:expire() end })
+        assert.equal(0, a:call("LOCK.RELEASE", "se", "h"))
+        -- the same on the slow way (a hold counted down to one has no view)
+        a:call("LOCK.ACQUIRE", "se", "h")
+        a:call("LOCK.ACQUIRE", "se", "h")
+        assert.equal(1, a:call("LOCK.RELEASE", "se", "h"))
+        a:fail_next({ op = "delete", when = "before", hook = function() a:expire() end })
+        assert.equal(0, a:call("LOCK.RELEASE", "se", "h"))
+        assert.equal(0, #W:children(a.LK.lock_path("se")))
+        -- while the session lasts, a node gone after a lost reply is ours
+        a:call("LOCK.ACQUIRE", "se", "h")
+        a:fail_next({ op = "delete", when = "after" })
+        assert.equal(1, a:call("LOCK.RELEASE", "se", "h"))
+    end)
+
     it("finds its request by its nonce when the create's reply is lost", function()
         a:call("LOCK.ACQUIRE", "nc", "h")
         b:fail_next({ op = "create", when = "after" })
