@@ -19,6 +19,7 @@ import pytest
 
 import harness
 from harness import Proc, RawClient
+from lockload import LUA_EXTEND, LUA_RELEASE
 
 
 SESSION_MS = 2000
@@ -235,24 +236,23 @@ def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
     assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
 
 
-# redis-py's Lock release script (redis/lock.py, LUA_RELEASE_SCRIPT)
-REDIS_PY_RELEASE = """
-local token = redis.call('get', KEYS[1])
-if not token or token ~= ARGV[1] then
-    return 0
-end
-redis.call('del', KEYS[1])
-return 1
-"""
+STALE = {
+    "DELIFEQ": (("DELIFEQ", "lk", "tok-a"), b":0\r\n"),
+    "redis-py release": (("EVAL", LUA_RELEASE, "1", "lk", "tok-a"), b":0\r\n"),
+    "redis-py extend": (("EVAL", LUA_EXTEND, "1", "lk", "tok-a", "60000", "1"), b":0\r\n"),
+    "SET IFEQ PX": (("SET", "lk", "tok-a", "IFEQ", "tok-a", "PX", "60000"), b"$-1\r\n"),
+}
 
 
-@pytest.mark.parametrize("release", ["DELIFEQ", "redis-py script"])
-def test_release_asked_while_frozen_after_the_lock_passed_on(make_zkresp, kz, release):
-    """RELIABILITY 8: a release sent to the frozen sidecar after its lock
-    ended with its session and was taken through the other sidecar (it
-    waits in the socket until SIGCONT) answers 0, never 1, which would tell
+@pytest.mark.parametrize("stale", sorted(STALE))
+def test_release_or_renewal_asked_while_frozen_after_the_lock_passed_on(make_zkresp, kz, stale):
+    """RELIABILITY 8: a release or a renewal sent to the frozen sidecar
+    after its lock ended with its session and was taken through the other
+    sidecar (it waits in the socket until SIGCONT) answers as for a lock
+    held by another (0 or nil) or -TRYAGAIN, never success, which would tell
     the old holder it held the lock until then; the new holder's node stays
     as it is."""
+    cmd, refused = STALE[stale]
     a = make_zkresp(session_timeout=SESSION_MS)
     b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
     ca, cb = a.client(), b.client()
@@ -262,16 +262,13 @@ def test_release_asked_while_frozen_after_the_lock_passed_on(make_zkresp, kz, re
         harness.wait_for(lambda: cb.cmd("SET", "lk", "tok-b", "NX", "PX", "60000") == b"+OK\r\n",
                          SESSION_MS * 2 / 1000.0 + 3, 0.05, "the frozen sidecar's lock to expire")
         _, st_b = harness.key_stat(kz, a.root, "lk")
-        if release == "DELIFEQ":
-            ca.send_cmd("DELIFEQ", "lk", "tok-a")
-        else:
-            ca.send_cmd("EVAL", REDIS_PY_RELEASE, "1", "lk", "tok-a")
+        ca.send_cmd(*cmd)
         time.sleep(0.2)
     finally:
         a.cont()
     r = ca.read_reply(timeout=15)
-    assert r == b":0\r\n" or r.startswith(b"-TRYAGAIN"), \
-        "a release asked after the lock had passed on answered %r" % r
+    assert r == refused or r.startswith(b"-TRYAGAIN"), \
+        "%s asked after the lock had passed on answered %r" % (stale, r)
     data, st = harness.key_stat(kz, a.root, "lk")
     assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
 
