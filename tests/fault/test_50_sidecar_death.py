@@ -19,6 +19,7 @@ import pytest
 
 import harness
 from harness import Proc, RawClient
+import redisson_scripts as redisson
 from lockload import LUA_EXTEND, LUA_RELEASE
 
 
@@ -236,11 +237,26 @@ def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
     assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
 
 
+# A lock taken by "a" through one sidecar and, once that sidecar's session
+# ended, by "b" through another: the command and its answer when the lock
+# is "b"'s (string locks: SET NX PX; Redisson's: its hash lock script).
+def _string_lock(who):
+    return ("SET", "lk", "tok-" + who, "NX", "PX", "60000"), b"+OK\r\n"
+
+
+def _redisson_lock(who):
+    return ("EVAL", redisson.ACQUIRE, "1", "lk", "60000", "uuid-%s:1" % who), b"$-1\r\n"
+
+
 STALE = {
-    "DELIFEQ": (("DELIFEQ", "lk", "tok-a"), b":0\r\n"),
-    "redis-py release": (("EVAL", LUA_RELEASE, "1", "lk", "tok-a"), b":0\r\n"),
-    "redis-py extend": (("EVAL", LUA_EXTEND, "1", "lk", "tok-a", "60000", "1"), b":0\r\n"),
-    "SET IFEQ PX": (("SET", "lk", "tok-a", "IFEQ", "tok-a", "PX", "60000"), b"$-1\r\n"),
+    "DELIFEQ": (_string_lock, ("DELIFEQ", "lk", "tok-a"), b":0\r\n"),
+    "redis-py release": (_string_lock, ("EVAL", LUA_RELEASE, "1", "lk", "tok-a"), b":0\r\n"),
+    "redis-py extend": (_string_lock, ("EVAL", LUA_EXTEND, "1", "lk", "tok-a", "60000", "1"), b":0\r\n"),
+    "SET IFEQ PX": (_string_lock, ("SET", "lk", "tok-a", "IFEQ", "tok-a", "PX", "60000"), b"$-1\r\n"),
+    "Redisson unlock": (_redisson_lock, ("EVAL", redisson.UNLOCK, "3", "lk", "ch", "latch", "0", "60000",
+                                         "uuid-a:1", "publish", "13000"), b"$-1\r\n"),
+    "Redisson renewal": (_redisson_lock, ("EVAL", redisson.RENEW_ONE, "1", "lk", "60000", "uuid-a:1"),
+                         b":0\r\n"),
 }
 
 
@@ -252,14 +268,16 @@ def test_release_or_renewal_asked_while_frozen_after_the_lock_passed_on(make_zkr
     held by another (0 or nil) or -TRYAGAIN, never success, which would tell
     the old holder it held the lock until then; the new holder's node stays
     as it is."""
-    cmd, refused = STALE[stale]
+    lock, cmd, refused = STALE[stale]
     a = make_zkresp(session_timeout=SESSION_MS)
     b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
     ca, cb = a.client(), b.client()
-    assert ca.cmd("SET", "lk", "tok-a", "NX", "PX", "60000") == b"+OK\r\n"
+    take, taken = lock("a")
+    assert ca.cmd(*take) == taken
     a.stop()
     try:
-        harness.wait_for(lambda: cb.cmd("SET", "lk", "tok-b", "NX", "PX", "60000") == b"+OK\r\n",
+        take, taken = lock("b")
+        harness.wait_for(lambda: cb.cmd(*take) == taken,
                          SESSION_MS * 2 / 1000.0 + 3, 0.05, "the frozen sidecar's lock to expire")
         _, st_b = harness.key_stat(kz, a.root, "lk")
         ca.send_cmd(*cmd)
@@ -270,7 +288,7 @@ def test_release_or_renewal_asked_while_frozen_after_the_lock_passed_on(make_zkr
     assert r == refused or r.startswith(b"-TRYAGAIN"), \
         "%s asked after the lock had passed on answered %r" % (stale, r)
     data, st = harness.key_stat(kz, a.root, "lk")
-    assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"tok-b" in data
+    assert st is not None and st.czxid == st_b.czxid and st.mzxid == st_b.mzxid and b"-b" in data
 
 
 PIPE_SCRIPT = """
