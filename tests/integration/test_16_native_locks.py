@@ -881,6 +881,51 @@ def test_renew_after_session_loss_never_answers_1(sc, conn, waiters, lock_zk):
         d.close()
 
 
+# A command of the old holder sent to its frozen sidecar after the lock
+# passed on (it waits in the socket until SIGCONT), and the replies that
+# do not claim the lost hold (a prefix of the raw reply).
+STALE = {
+    "RELEASE": (("LOCK.RELEASE", "stalled"), (b":0\r\n", b"-TRYAGAIN")),
+    "RENEW": (("LOCK.RENEW", "stalled", "PX", "60000"), (b":0\r\n", b"-TRYAGAIN")),
+    "CONVERT down": (("LOCK.CONVERT", "stalled", "MODE", "PR"), (b"-ERR owner holds no lock", b"-TRYAGAIN")),
+    "ACQUIRE again": (("LOCK.ACQUIRE", "stalled", "PX", "60000"), (b"$-1\r\n", b"-TRYAGAIN")),
+}
+
+
+@pytest.mark.parametrize("stale", sorted(STALE))
+def test_old_holders_command_asked_while_frozen_after_the_lock_passed_on(sc, conn, waiters, lock_zk, stale):
+    """A sidecar stalled (SIGSTOP) past its session: a waiter elsewhere is
+    granted; a command of the old holder sent to the stalled sidecar after
+    that (it waits in the socket) is answered once the sidecar runs again,
+    and never as if the hold had lasted: RELEASE and RENEW 0 (not 1), a
+    CONVERT no token, a reentrant ACQUIRE not the old token (null: the new
+    holder holds it); the new holder keeps the lock."""
+    (name, *args), accepted = STALE[stale]
+    d = _sidecar(lock_zk, sc[0].root)
+    try:
+        d.start()
+        cd = d.client(timeout=30)
+        key = unique("stale")
+        td = decode_one(cd.cmd("LOCK.ACQUIRE", key, "stalled", "MODE", "EX", "PX", "60000"))
+        assert is_token(td)
+        b = conn(1)
+        w = Waiter(sc[1], key, "w", "EX", wait=25000).start(waiters)
+        wait_queued(b, key, [("w", "EX", "new")])
+        d.stop()
+        try:
+            tw = w.outcome(SESSION_MS / 1000.0 + 10)
+            assert is_token(tw) and tw > td, (tw, td)
+            cd.send_cmd(name, key, *args)
+            time.sleep(0.2)
+        finally:
+            d.cont()
+        r = cd.read_reply(timeout=20)
+        assert r.startswith(accepted), "%s asked after the lock passed on answered %r" % (stale, r)
+        assert holders(b, key) == [("w", "EX")]
+    finally:
+        d.close()
+
+
 def test_disconnected_waiter_leaves_queue(sc, conn, waiters):
     """A waiter whose client disconnects leaves the queue at once (LOCK.INFO
     within about 1 s); on release the waiter behind it is granted."""
