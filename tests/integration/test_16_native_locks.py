@@ -17,6 +17,7 @@ Blocking waiters run in threads, each on its own connection (socket
 timeout above its WAIT).  A waiter is put in the queue in a known order by
 waiting until LOCK.INFO lists it before the next one is sent."""
 
+import contextlib
 import socket
 import struct
 import threading
@@ -838,18 +839,20 @@ def test_holder_sidecar_killed_releases_after_session(sc, conn, waiters, lock_zk
         d.close()
 
 
-def test_renew_after_session_loss_never_answers_1(sc, conn, waiters, lock_zk):
-    """A sidecar stalled (SIGSTOP) past its session loses its holds: a
-    waiter elsewhere is granted; once the sidecar runs again, RENEW by the
-    old holder through it answers 0 (an error while it reconnects is
-    tolerated, 1 never), RELEASE answers 0, and the new holder keeps the
-    lock."""
+@contextlib.contextmanager
+def _stalled(sc, conn, waiters, lock_zk, while_stopped=None):
+    """A sidecar of its own whose client "stalled" holds a new lock EX with
+    a 60 s lease, stopped (SIGSTOP) past its session once a waiter "w" on
+    sidecar 1 queues for it, and continued once w is granted (a greater
+    token) and while_stopped(d, key), if given, has run.  Yields (d, key, b: a
+    connection to sidecar 1); d is closed after."""
     d = _sidecar(lock_zk, sc[0].root)
     try:
         d.start()
-        rd = d.redis(socket_timeout=20)
         key = unique("stall")
+        rd = d.redis(socket_timeout=20)
         td = acquire(rd, key, "stalled", mode="EX", px=60000)
+        rd.close()
         assert is_token(td)
         b = conn(1)
         w = Waiter(sc[1], key, "w", "EX", wait=25000).start(waiters)
@@ -857,9 +860,24 @@ def test_renew_after_session_loss_never_answers_1(sc, conn, waiters, lock_zk):
         d.stop()
         try:
             tw = w.outcome(SESSION_MS / 1000.0 + 10)
+            assert is_token(tw) and tw > td, (tw, td)
+            if while_stopped:
+                while_stopped(d, key)
         finally:
             d.cont()
-        assert is_token(tw) and tw > td, (tw, td)
+        yield d, key, b
+    finally:
+        d.close()
+
+
+def test_renew_after_session_loss_never_answers_1(sc, conn, waiters, lock_zk):
+    """A sidecar stalled (SIGSTOP) past its session loses its holds: a
+    waiter elsewhere is granted; once the sidecar runs again, RENEW by the
+    old holder through it answers 0 (an error while it reconnects is
+    tolerated, 1 never), RELEASE answers 0, and the new holder keeps the
+    lock."""
+    with _stalled(sc, conn, waiters, lock_zk) as (d, key, b):
+        rd = d.redis(socket_timeout=20)
         replies = []
 
         def renewed_zero():
@@ -877,8 +895,6 @@ def test_renew_after_session_loss_never_answers_1(sc, conn, waiters, lock_zk):
         assert release(rd, key, "stalled") == 0
         assert holders(b, key) == [("w", "EX")]
         rd.close()
-    finally:
-        d.close()
 
 
 # A command of the old holder sent to its frozen sidecar after the lock
@@ -901,29 +917,17 @@ def test_old_holders_command_asked_while_frozen_after_the_lock_passed_on(sc, con
     CONVERT no token, a reentrant ACQUIRE not the old token (null: the new
     holder holds it); the new holder keeps the lock."""
     (name, *args), accepted = STALE[stale]
-    d = _sidecar(lock_zk, sc[0].root)
-    try:
-        d.start()
-        cd = d.client(timeout=30)
-        key = unique("stale")
-        td = decode_one(cd.cmd("LOCK.ACQUIRE", key, "stalled", "MODE", "EX", "PX", "60000"))
-        assert is_token(td)
-        b = conn(1)
-        w = Waiter(sc[1], key, "w", "EX", wait=25000).start(waiters)
-        wait_queued(b, key, [("w", "EX", "new")])
-        d.stop()
-        try:
-            tw = w.outcome(SESSION_MS / 1000.0 + 10)
-            assert is_token(tw) and tw > td, (tw, td)
-            cd.send_cmd(name, key, *args)
-            time.sleep(0.2)
-        finally:
-            d.cont()
-        r = cd.read_reply(timeout=20)
+    clients = []
+
+    def ask(d, key):
+        c = d.client(timeout=30)  # the kernel accepts it for the stopped sidecar
+        clients.append(c)
+        c.send_cmd(name, key, *args)
+        time.sleep(0.2)
+    with _stalled(sc, conn, waiters, lock_zk, ask) as (d, key, b):
+        r = clients[0].read_reply(timeout=20)
         assert r.startswith(accepted), "%s asked after the lock passed on answered %r" % (stale, r)
         assert holders(b, key) == [("w", "EX")]
-    finally:
-        d.close()
 
 
 def test_disconnected_waiter_leaves_queue(sc, conn, waiters):
