@@ -371,7 +371,7 @@ local function quick_release(h)
     end
     -- Gone after a lost reply: ours only while the session that owned the
     -- node lasts (else its end may have removed it, even before we asked).
-    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and zk.session() == h.sid)
+    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and LS.session_lasts(h.sid))
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
     return gone, woke
@@ -476,15 +476,15 @@ end
 -- LOCK.RELEASE past its quick path: reads the owner's request and counts
 -- it down or deletes it; done(path, left, d, version)'s answer, 0, or an
 -- error.  unsure.sent: our last write whose reply was lost ({path, version
--- after it, count, sid: the session it was sent in when the node was of
--- that session}), unsure.before: the data it replaced.
+-- after it, count, sid: the session that owned the node}), unsure.before:
+-- the data it replaced.
 local function release_read(lock, owner, done, unsure)
     for _ = 1, Z.READ_TRIES do
         local mine, d = LS.find_owner(LS.read(lock), owner)
         local sent = unsure.sent
         if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
         if not mine or not mine.granted then return 0 end
-        local rc, stat, sid = nil, nil, zk.session()
+        local rc, stat
         local left = d.count > 1 and d.count - 1 or 0
         if left > 0 then
             unsure.before = LS.encode_req(d)
@@ -494,8 +494,8 @@ local function release_read(lock, owner, done, unsure)
             rc = LW.delete(mine.path, mine.version)
         end
         if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
-        unsure.sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left,
-                                          sid = mine.owner_sid == sid and sid or nil } or nil
+        unsure.sent = Z.unknown(rc) and
+            { path = mine.path, version = mine.version + 1, count = left, sid = mine.owner_sid } or nil
         if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "release " .. mine.path)
         end

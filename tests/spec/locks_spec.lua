@@ -300,6 +300,15 @@ describe("native locks", function()
         assert.equal(0, b:call("LOCK.RELEASE", "xd", "h"))
     end)
 
+    it("answers 0 a release through another sidecar whose delete's reply is lost as the holder's session ends", function()
+        a:call("LOCK.ACQUIRE", "xe", "h")
+        b:fail_next({ op = "delete", when = "before", hook = function() a:expire() end })
+        -- the node is gone, but with the holder's session (its guard went
+        -- too), maybe before the release was asked
+        assert.equal(0, b:call("LOCK.RELEASE", "xe", "h"))
+        assert.equal(0, #W:children(a.LK.lock_path("xe")))
+    end)
+
     it("counts a reentrant hold once when its count write's reply is lost", function()
         local t = a:call("LOCK.ACQUIRE", "rc", "h")
         a:fail_next({ op = "set", when = "after" })
