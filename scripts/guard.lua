@@ -150,6 +150,17 @@ function G.refresh()
     end
 end
 
+-- Whether the session `sid` that owned a node still lasts, as far as this
+-- sidecar can tell: it is ours now, or another's (another sidecar's, not
+-- one of our earlier ones) whose guard is still there.  A node gone after
+-- a delete whose reply was lost went with its session, maybe before the
+-- delete was asked, unless that session lasts (resolve.lua, lockstore.lua).
+function G.lasts(sid)
+    if sid == zk.session() then return true end
+    if not sid or sid == 0 or dead[sid] then return false end
+    return Z.exists(G.path(sid)) == zk.OK
+end
+
 ---------------------------------------------------------------------------
 -- Our sessions
 

@@ -69,6 +69,7 @@ local Q = require "lockq"
 local LS = require "lockstore"
 local LW = require "lockwait"
 local Z = require "zkio"
+local G = require "guard"
 local S = require "signal"
 local E = require "errors"
 local H = require "hooks"
@@ -371,7 +372,7 @@ local function quick_release(h)
     end
     -- Gone after a lost reply: ours only while the session that owned the
     -- node lasts (else its end may have removed it, even before we asked).
-    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and LS.session_lasts(h.sid))
+    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and G.lasts(h.sid))
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
     return gone, woke

@@ -9,7 +9,7 @@
 --   LS.snapshot(lock)            the table and the listing it goes with
 --   LS.cached_grant(lock, seq, czxid)   a grant of ours this sidecar knows
 --   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.owner_there(snap, me, owner)
---   LS.from_lost_session(e, d) / LS.session_lasts(sid)
+--   LS.from_lost_session(e, d)
 --   LS.landed(sent, mine, d)     whether a write whose reply was lost went through
 --   LS.info(lock)                LOCK.INFO's holders and waiters
 --   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
@@ -409,16 +409,6 @@ function LS.owner_there(snap, me, owner)
     end
 end
 
--- Whether the session `sid` that owned a node still lasts, as far as this
--- sidecar can tell: it is ours now, or another sidecar's whose session
--- guard (guard.lua: one ephemeral node per session) is still there.  A
--- node gone under a session that ended may have gone with it.
-function LS.session_lasts(sid)
-    if sid == zk.session() then return true end
-    if not sid or G.dead[sid] then return false end
-    return Z.exists(G.path(sid)) == zk.OK
-end
-
 -- Whether our write `sent` of the owner's request, whose reply was lost,
 -- went through, as the owner's entry `mine` (data d) read since shows: a
 -- delete (count 0) when the node is gone and the session that owned it
@@ -426,7 +416,7 @@ end
 -- was asked), a set of the hold count when the node is at the version
 -- after ours with our count.
 function LS.landed(sent, mine, d)
-    if sent.count == 0 then return (not mine or mine.path ~= sent.path) and LS.session_lasts(sent.sid) end
+    if sent.count == 0 then return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) end
     return mine ~= nil and mine.path == sent.path and mine.version == sent.version and d.count == sent.count
 end
 

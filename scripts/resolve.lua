@@ -35,10 +35,10 @@ local function resolve_write(path, nonce, lifetime)
 end
 
 -- Same after a delete (or a multi of deletes) of `recs`: applied when no
--- node is still the one we deleted, unless one was an ephemeral node of
--- our session (rec.mine) and that session has ended since: its end
--- removes its nodes too, maybe before we asked, so that is not ours to
--- claim (the command runs again and reads).
+-- node is still the one we deleted, unless one was an ephemeral node whose
+-- session (ours or another sidecar's) has ended since: its end removes its
+-- nodes too, maybe before we asked, so that is not ours to claim (the
+-- command runs again and reads).
 local function resolve_delete(recs)
     for _, rec in ipairs(recs) do
         Z.sync(rec.path)
@@ -54,7 +54,8 @@ local function resolve_delete(recs)
         end
     end
     for _, rec in ipairs(recs) do
-        if rec.mine and rec.sid ~= zk.session() then return false end
+        local owner = rec.node and rec.node.ephemeralOwner or 0
+        if owner ~= 0 and not G.lasts(owner) then return false end
     end
     return true
 end

@@ -133,6 +133,18 @@ describe("unknown outcomes", function()
         assert.equal("tb", b:call("GET", "lock"))
     end)
 
+    it("a compare-and-delete through another sidecar does not claim a lock that went with its holder's session", function()
+        a:call("SET", "lock", "ta", "NX", "PX", "30000")
+        b:fail_next({ op = "multi", when = "before", hook = function()
+            -- the holder's session ends (its guard too) and another client
+            -- takes the lock before b looks again
+            a:expire()
+            W:raw_create(a:path("lock"), "tc")
+        end })
+        assert.equal(0, b:call("DELIFEQ", "lock", "ta"))
+        assert.equal("tc", b:call("GET", "lock"))
+    end)
+
     it("a write whose session expired under it is re-run under the new session", function()
         a:fail_next({ op = "create", when = "after", rc = Z.SESSIONEXPIRED, hook = function()
             W:post(function() a:expire() end)
