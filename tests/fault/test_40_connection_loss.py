@@ -151,6 +151,33 @@ def test_compare_and_delete_lost_while_other_recreates(via_proxy, kz, release):
     assert cb.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
 
 
+def test_compare_and_delete_through_another_sidecar_lost_as_the_holders_session_ends(make_proxy, make_zkresp, zk,
+                                                                                     kz):
+    """A lock held through D is released through A (the token is global);
+    A's delete never reaches ZooKeeper (its connection goes silent from
+    that request on) while D, frozen, loses its session.  Once A is
+    through again the node is gone, but with D's session (its session guard
+    went too), maybe before the release was asked: A runs the command again
+    and answers 0, not 1."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=10000, request_timeout=8000)
+    d = make_zkresp(root=a.root, session_timeout=1000)
+    assert d.client().cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
+    ca = a.client(timeout=30)
+    proxy.blackhole_at_next(DELETE_OPS)
+    d.stop()
+    try:
+        ca.send_cmd("DELIFEQ", "lk", "tok")
+        assert proxy.wait_holed(5), "A sent no delete (requests: %r)" % proxy.snapshot()
+        harness.wait_for(lambda: harness.key_stat(kz, a.root, "lk")[1] is None, 10, 0.05,
+                         "D's session to end")
+        proxy.blackhole(False)
+        r = ca.read_reply(timeout=20)
+    finally:
+        d.cont()
+    assert r == b":0\r\n", "DELIFEQ answered %r" % r
+
+
 def test_wrong_token_release_and_renewal(zkresp_pair, kz):
     """RELIABILITY 7: a release or renewal with the wrong token answers 0
     (or nil for SET IFEQ) and leaves the node untouched."""

@@ -10,6 +10,9 @@ must settle the outcome before it answers:
 - a RELEASE whose delete (or delete-and-grant multi) was answered to nobody
   answers 1 once the node is confirmed gone, and the waiter it unblocked is
   granted exactly once;
+- a RELEASE through another sidecar whose delete never arrives while the
+  holder's session ends (the proxy goes silent at that request) answers 0:
+  the node it then finds gone went with that session;
 - under random connection cuts on every sidecar, with shared and exclusive
   holders on two keys, no two conflicting holds overlap and a hold asked
   after another conflicting one was granted gets a larger token.
@@ -289,6 +292,37 @@ def test_release_through_another_sidecar_delete_reply_lost(native_pair, kz):
     t2 = ra.execute_command("LOCK.ACQUIRE", key, "w")
     assert isinstance(t2, int) and t2 > t1, (t1, t2)
     assert ra.execute_command("LOCK.RELEASE", key, "w") == 1
+
+
+def test_release_through_another_sidecar_lost_as_the_holders_session_ends(make_proxy, make_zkresp, zk, kz):
+    """A hold released through a sidecar other than its own, whose delete
+    never reaches ZooKeeper (its connection goes silent from that request
+    on) while the holder's sidecar, frozen, loses its session: once the
+    releasing sidecar is through again, the node is gone, but with the
+    holder's session (its session guard went too), maybe before the release
+    was asked.  RELEASE answers 0, not 1."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=SESSION_MS, request_timeout=8000)
+    d = make_zkresp(root=a.root, session_timeout=1000, request_timeout=REQUEST_MS)
+    ra, rd = a.redis(socket_timeout=30), d.redis(socket_timeout=20)
+    key = harness.unique("xe")
+    assert isinstance(rd.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
+    rd.close()
+    node, = _children(kz, a, key).keys()
+    proxy.blackhole_at_next(DELETE_OPS | {"multi"})
+    d.stop()
+    try:
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=ra.execute_command("LOCK.RELEASE", key, "h")))
+        t.start()
+        assert proxy.wait_holed(5), "the release sent no delete (requests: %r)" % proxy.snapshot()
+        harness.wait_for(lambda: _children(kz, a, key) == {}, 10, 0.05, "the holder's session to end")
+        proxy.blackhole(False)
+        t.join(20)
+    finally:
+        d.cont()
+    assert out.get("r") == 0, out
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
 
 
 def test_reentrant_hold_count_reply_lost(native_pair, kz):

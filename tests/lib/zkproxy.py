@@ -197,11 +197,19 @@ class _Conn:
                     if name not in HOUSEKEEPING_OPS:
                         p.frames.append((name, frame))
                     with p.lock:
-                        armed = p._drop_ops
+                        holed = p._hole_ops is not None and xid > 0 and name in p._hole_ops
+                        if holed:
+                            p._hole_ops = None
+                            p._blackhole = self.blackholed = True
+                        armed = None if holed else p._drop_ops
                         if armed is not None and xid > 0 and name in armed:
                             p._drop_ops = None
                             self.drop_xid = xid
                             p._drop_target = (self, xid, name)
+                    if holed:
+                        p._count("blackholed_up")
+                        p._hole_event.set()
+                        continue
                 p._add("bytes_up", len(frame))
                 if self.ssock is None:
                     continue
@@ -302,6 +310,8 @@ class ZkProxy:
         self._drop_target = None
         self._drop_hold = False
         self._drop_event = threading.Event()
+        self._hole_ops = None
+        self._hole_event = threading.Event()
         self._closed = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
@@ -336,6 +346,17 @@ class ZkProxy:
             self._drop_target = None
             self._drop_hold = hold
             self._drop_ops = frozenset(ops)
+
+    def blackhole_at_next(self, ops):
+        """Arms the fault: the next request with an op in ops is not sent on,
+        and from it on the proxy is a blackhole (blackhole(True)) until
+        blackhole(False); wait_holed tells when it happened."""
+        with self.lock:
+            self._hole_event.clear()
+            self._hole_ops = frozenset(ops)
+
+    def wait_holed(self, timeout=10.0):
+        return self._hole_event.wait(timeout)
 
     def wait_dropped(self, timeout=10.0):
         """True once an armed drop happened; the dropped op is in .dropped_op."""
