@@ -53,9 +53,13 @@ local function resolve_delete(recs)
             if same then return false end
         end
     end
+    local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do
         local owner = rec.node and rec.node.ephemeralOwner or 0
-        if owner ~= 0 and not G.lasts(owner) then return false end
+        if owner ~= 0 and not asked[owner] then
+            if not G.lasts(owner) then return false end
+            asked[owner] = true
+        end
     end
     return true
 end

@@ -21,8 +21,9 @@ lease, is an error of the run.  On a sidecar named in `may_lose` (the
 chaos ends its session) a hold may be gone when its owner next asks: there
 a RELEASE answering 0, a CONVERT answering "owner holds no lock" and a
 reentrant ACQUIRE granted anew (a new hold, another token) are counted as
-"lost", not errors; check() then wants that sidecar's session replaced.  A release that answered -TRYAGAIN is asked
-again until it answers, so that the next grant is not held up by a lease.
+"lost", not errors; check() then wants that sidecar's session replaced.
+A release that answered -TRYAGAIN is asked again until it answers, so that
+the next grant is not held up by a lease.
 
 violations(holds) checks, for each key and each pair of spans of two holds
 whose modes conflict (EX with EX or PR): one asked after the other was
@@ -125,7 +126,7 @@ def violations(holds):
 class Run:
     def __init__(self):
         self.holds, self.errors = [], []
-        self.counts = {"tryagain": 0, "timeouts": 0}
+        self.counts = {"tryagain": 0, "timeouts": 0, "lost": 0}
         self.lock = threading.Lock()
 
     def error(self, msg):
@@ -143,7 +144,7 @@ class Run:
 
     def lost(self):
         with self.lock:
-            self.counts["lost"] = self.counts.get("lost", 0) + 1
+            self.counts["lost"] += 1
 
 
 def _convert(run, r, h, span, lost_ok):
