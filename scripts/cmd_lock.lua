@@ -56,7 +56,7 @@ local function options(args, name, allowed)
 end
 
 local function owner_error(owner)
-    if #owner > (host.config and host.config.max_key_len or 4096) then
+    if #owner > K.max_key_len() then
         return { err = "ERR owner too long" }
     end
 end

@@ -1184,6 +1184,60 @@ def test_locks_are_a_separate_namespace(sc, conn):
         assert release(a, odd, "o") == 1, odd
 
 
+def test_error_texts_exact(sc, conn, waiters):
+    """The exact texts README lists: the option errors (the command named
+    in the expire error, a missing value, RENEW without PX, CONVERT without
+    MODE), an owner longer than --max-key-len (1024 here: 1024 bytes are
+    fine), and each owner-state error.  None changes the lock."""
+    key = unique("texts")
+    with sc[0].client() as c:
+        exact = [
+            (("LOCK.ACQUIRE", key, "o", "PX", "0"), "ERR invalid expire time in 'lock.acquire' command"),
+            (("LOCK.RENEW", key, "o", "PX", "0"), "ERR invalid expire time in 'lock.renew' command"),
+            (("LOCK.ACQUIRE", key, "o", "WAIT"), "ERR syntax error"),
+            (("LOCK.RENEW", key, "o", "WAIT", "5"), "ERR syntax error"),
+            (("LOCK.CONVERT", key, "o", "WAIT", "5"), "ERR syntax error"),
+            (("LOCK.ACQUIRE", key, "o", "WAIT", "-1"), "ERR timeout is negative"),
+            (("LOCK.ACQUIRE", key, "o", "WAIT", "1.5"), "ERR timeout is not an integer or out of range"),
+            (("LOCK.ACQUIRE", key, "o", "MODE", "zz"),
+             "ERR unknown lock mode 'zz' (NL CR CW PR PW EX SHARED EXCLUSIVE)"),
+            (("LOCK.ACQUIRE", key, "o" * 1025), "ERR owner too long"),
+        ]
+        for args, msg in exact:
+            assert _resp_err(c, *args) == msg, args[:4]
+            assert c.cmd("PING") == b"+PONG\r\n"
+        assert c.call("LOCK.INFO", key) == [b"holders", [], b"waiters", []]
+        long_owner = "o" * 1024
+        assert c.cmd("LOCK.ACQUIRE", key, long_owner).startswith(b":")
+        assert c.cmd("LOCK.RELEASE", key, long_owner) == b":1\r\n"
+
+    a = conn(0)
+    assert is_token(acquire(a, key, "h", mode="PR"))
+    assert is_token(acquire(a, key, "r", mode="PR"))
+    w = Waiter(sc[1], key, "w", "EX", wait=20000).start(waiters)
+    wait_queued(a, key, [("w", "EX", "new")])
+    with sc[2].client() as c:
+        assert _resp_err(c, "LOCK.ACQUIRE", key, "w", "MODE", "EX") == \
+            "ERR owner 'w' already waits for this lock"
+        assert _resp_err(c, "LOCK.ACQUIRE", key, "h", "MODE", "EX") == \
+            "ERR owner holds this lock in mode PR; use LOCK.CONVERT to change its mode"
+        assert _resp_err(c, "LOCK.CONVERT", key, "x", "MODE", "EX") == \
+            "ERR owner holds no lock on this key (LOCK.ACQUIRE first)"
+    # h's conversion to EX must wait for r: WAIT 0 answers null, and one
+    # that waits makes a second one an error.
+    assert a.execute_command("LOCK.CONVERT", key, "h", "MODE", "EX", "WAIT", 0) is None
+    conv = Waiter(sc[0], key, "h", "EX", wait=20000, convert_conn=sc[0].redis(socket_timeout=40)).start(waiters)
+    wait_queued(a, key, [("h", "EX", "conversion"), ("w", "EX", "new")])
+    with sc[2].client() as c:
+        assert _resp_err(c, "LOCK.CONVERT", key, "h", "MODE", "EX") == \
+            "ERR owner's conversion of this lock is already waiting"
+    assert sorted(holders(a, key)) == [("h", "PR"), ("r", "PR")]
+    assert release(a, key, "r") == 1
+    assert is_token(conv.outcome(10))
+    assert holders(a, key) == [("h", "EX")]
+    assert waiting(a, key) == [("w", "EX", "new")]
+
+
 def test_error_replies_keep_connection(sc):
     """Wrong arity: Redis's exact message; unknown MODE, bad PX (0,
     negative, not an integer), bad WAIT, unknown option: ERR replies.  None
