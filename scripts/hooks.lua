@@ -63,7 +63,7 @@ H.status = {
     last = "none",       -- "ok" or "failed": the last load attempt
     last_error = "",     -- why the last failed attempt failed
     hooks = "",          -- the hooks the running policy defines
-    hook_errors = 0,     -- hook calls that raised or ran past their budget
+    hook_errors = 0,     -- hook calls that raised, ran past their budget or answered outside the contract
     hook_calls = 0,      -- guarded hook calls
     hook_ms = 0,         -- time spent in them (host.now(); with any I/O
                          -- a hook waits for)
@@ -148,6 +148,15 @@ local function guarded(name, fn, ...)
 end
 H.guarded = guarded
 
+-- A hook's answer broke its contract (keyspace.lua checks the answers):
+-- logged and counted as a hook that raised, and the command fails with
+-- "-ERR policy: <message>".
+function H.bad_answer(name, msg)
+    H.status.hook_errors = H.status.hook_errors + 1
+    host.log("warn", "policy hook " .. name .. " failed: " .. msg)
+    S.abort({ err = "ERR policy: " .. msg })
+end
+
 -- Calls hook `name` for a command: its results, or the command fails with
 -- "-ERR policy: <message>".
 local function call(name, fn, ...)
@@ -210,6 +219,8 @@ local SAMPLE_CLIENT = { id = 0, addr = "127.0.0.1:0", laddr = "127.0.0.1:6379",
 local SAMPLE_KEYS = { "lock:order-42", "", "a/b/../c", "\0\255 \r\n", "{tag}:x", string.rep("k", 300) }
 local TYPES = { "string", "hash", "list", "set", "zset" }
 
+-- A path a key may live at (every key_path answer, at the self-check and at
+-- run time: keyspace.lua's K.path).
 function H.valid_path(p, root)
     if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then
         return false
@@ -225,7 +236,7 @@ function H.valid_path(p, root)
 end
 
 local function self_check(p, path)
-    local root = (host.config and host.config.root) or "/zkresp"
+    local root = Z.root()
     local function fail(msg) return nil, path .. ": self-check: " .. msg end
     local function try(name, ...)
         local ok, a, b = guarded(name, p[name], ...)

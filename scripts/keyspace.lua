@@ -116,9 +116,9 @@ end
 -- Paths and limits
 
 -- A policy's answer that breaks the contract fails the command like a
--- hook that raised (hooks.lua).
-local function policy_error(msg)
-    K.abort({ err = "ERR policy: " .. msg })
+-- hook that raised, logged and counted (hooks.lua).
+local function policy_error(hook, msg)
+    H.bad_answer(hook, msg)
 end
 
 -- The default paths, <root>/k/<encoded key> (or the selected database's
@@ -131,8 +131,8 @@ function K.path(key)
     if key_path == DEFAULT_POLICY.key_path then return default_path(key) end
     local p = key_path(key)
     if p ~= nil then
-        if type(p) ~= "string" or p:sub(1, 1) ~= "/" or #p < 2 or p:sub(-1) == "/" then
-            policy_error("key_path must return an absolute znode path or nil")
+        if not H.valid_path(p, Z.root()) then
+            policy_error("key_path", "key_path must return an absolute znode path or nil")
         end
         return p
     end
@@ -355,7 +355,7 @@ end
 -- default (for a write without one; vtype given) and clamp.
 local function ms_value(t, hook)
     if type(t) ~= "number" or t ~= t or t <= 0 then
-        policy_error(hook .. " must return a positive number of milliseconds")
+        policy_error(hook, hook .. " must return a positive number of milliseconds")
     end
     if math.type(t) ~= "integer" then t = math.tointeger(t) or math.ceil(t) end
     return t
@@ -408,7 +408,7 @@ local function write_plan(rec, vtype, payload, ttl)
     ttl = K.effective_ttl(rec.key, ttl, vtype)
     local lifetime = K.policy.lifetime(rec.key, codec.type_name(vtype), ttl > 0 and ttl or nil)
     if lifetime ~= "ephemeral" and lifetime ~= "persistent" then
-        policy_error("lifetime must return \"ephemeral\" or \"persistent\"")
+        policy_error("lifetime", "lifetime must return \"ephemeral\" or \"persistent\"")
     end
     local nonce = Z.nonce()
     return {

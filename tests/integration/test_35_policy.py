@@ -150,6 +150,7 @@ local policy = {}
 function policy.key_path(key)
     if key == "loop" then while true do end end
     if key == "raise" then error("no path for this key") end
+    if key == "relative" then return "not/absolute" end
 end
 function policy.ttl(key, ms)
     if key == "ttl-raise" then error("ttl hook broke") end
@@ -177,6 +178,13 @@ def test_failing_hooks_fail_only_their_command(make_zkresp, policy_path):
     assert bad.set("fine", "v") and bad.get("fine") == b"v"
     assert int(info_policy(z)["policy_hook_errors"]) == 2
     assert "policy hook ttl failed" in z.log_tail(200)
+    # An answer outside the contract fails the same way, logged and counted.
+    with pytest.raises(redis.ResponseError) as e:
+        bad.set("relative", "v")
+    assert str(e.value) == "policy: key_path must return an absolute znode path or nil"
+    assert int(info_policy(z)["policy_hook_errors"]) == 3
+    assert "policy hook key_path failed: key_path must return" in z.log_tail(200)
+    assert bad.get("fine") == b"v"
 
 
 def test_a_hook_looping_forever_does_not_stop_the_sidecar(make_zkresp, policy_path):

@@ -167,6 +167,8 @@ describe("the guard around hooks", function()
                     if key == "raise" then error("no path for you") end
                     if key == "loop" then while true do end end
                     if key == "bad" then return "relative" end
+                    if key == "dots" then return "/zkresp/k/../x" end
+                    if key == "quota" then return "/zookeeper/quota/x" end
                 end,
                 ttl = function(key, ms)
                     if key == "ttl-raise" then error({ code = 7 }) end
@@ -195,11 +197,18 @@ describe("the guard around hooks", function()
         assert.same(E("ERR policy: key_path must return an absolute znode path or nil"),
                     a:call("GET", "bad"))
         assert.truthy(logged(a, "^warn policy hook key_path failed"))
+        -- An answer outside the contract is logged and counted as well; the
+        -- run-time check is the self-check's (no "..", not under /zookeeper).
+        assert.truthy(logged(a, "^warn policy hook key_path failed: key_path must return an absolute"))
+        for _, k in ipairs({ "dots", "quota" }) do
+            assert.same(E("ERR policy: key_path must return an absolute znode path or nil"),
+                        a:call("SET", k, "v"))
+        end
         -- Nothing was written, and everything else works.
         assert.equal(null, b:call("GET", "life-raise"))
         assert.same(OK, a:call("SET", "fine", "v", "PX", "1000"))
         assert.equal("v", a:call("GET", "fine"))
-        assert.equal(3, a.require("hooks").status.hook_errors)
+        assert.equal(6, a.require("hooks").status.hook_errors)
     end)
 
     it("a hook that loops forever is stopped and fails only its command", function()
