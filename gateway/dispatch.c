@@ -28,11 +28,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define REDIS_COMPAT_VERSION "7.2.4"
-#ifndef ZKRESP_VERSION
-#define ZKRESP_VERSION "0.1.0"
-#endif
-
 struct cmd_ctx {
     struct conn *c;
     struct req *r;

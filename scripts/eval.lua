@@ -231,8 +231,13 @@ local LEVELS = { [0] = "debug", [1] = "info", [2] = "info", [3] = "warn" }
 local api = {
     LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
     REPL_NONE = 0, REPL_SLAVE = 1, REPL_REPLICA = 1, REPL_AOF = 2, REPL_ALL = 3,
-    REDIS_VERSION = "7.0.15", REDIS_VERSION_NUM = 0x00070015,
 }
+-- The version HELLO and INFO answer; its number as Redis's: 0x00MMmmpp.
+api.REDIS_VERSION = host.redis_version
+do
+    local maj, min, patch = api.REDIS_VERSION:match("^(%d+)%.(%d+)%.(%d+)")
+    api.REDIS_VERSION_NUM = (tonumber(maj) << 16) | (tonumber(min) << 8) | tonumber(patch)
+end
 api.call = function(...) return call(true, ...) end
 api.pcall = function(...) return call(false, ...) end
 

@@ -96,12 +96,15 @@ end
 local participant = {}
 
 -- Appends the checks and message creates of t's publishes to ops; returns
--- how many messages that is.
+-- how many messages that is.  The checks go in even when the route names
+-- nobody: a subscription registered since (its watch event not here yet)
+-- then fails the commit, and the script runs again on the new route, so a
+-- script's unlock never misses a waiter whose SUBSCRIBE was answered.
 function participant.plan(t, ops)
     local n = 0
     for _, p in ipairs(t.publishes) do
+        for _, c in ipairs(p.checks) do ops[#ops + 1] = c end
         if next(p.targets) then
-            for _, c in ipairs(p.checks) do ops[#ops + 1] = c end
             n = n + message_ops(ops, p.kind, p.channel, p.payload, p.targets, p.rings)
         end
     end

@@ -18,10 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifndef ZKRESP_VERSION
-#define ZKRESP_VERSION "0.1.0"
-#endif
-
 enum opt_type { OPT_STR, OPT_INT, OPT_SIZE, OPT_LEVEL };
 
 struct opt {

@@ -9,6 +9,13 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The Redis version zkresp answers as (HELLO, INFO, a script's
+ * redis.REDIS_VERSION), and its own. */
+#define REDIS_COMPAT_VERSION "7.2.4"
+#ifndef ZKRESP_VERSION
+#define ZKRESP_VERSION "0.1.0"
+#endif
+
 struct config {
     char *bind;
     int port;

@@ -416,6 +416,8 @@ void lua_hostlib_open(struct lua_host *h)
     lua_setfield(L, -2, "null");
     lua_pushlstring(L, h->instance, sizeof h->instance);
     lua_setfield(L, -2, "instance");
+    lua_pushstring(L, REDIS_COMPAT_VERSION);
+    lua_setfield(L, -2, "redis_version");
     lua_pattern_push(L, &lua_caps_pattern_host);
     lua_setfield(L, -2, "patterns");
     lua_newtable(L);

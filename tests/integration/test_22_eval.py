@@ -259,6 +259,18 @@ def test_transfer_keeps_the_sum(zkresp_pair):
     assert int(r.get(k1)) + int(r.get(k2)) == 2000
 
 
+def test_script_sees_the_version_hello_answers(zkresp):
+    """redis.REDIS_VERSION is the version INFO and HELLO answer, and
+    REDIS_VERSION_NUM encodes it as Redis does (0x00MMmmpp)."""
+    r = zkresp.redis()
+    version, num = r.eval("return {redis.REDIS_VERSION, redis.REDIS_VERSION_NUM}", 0)
+    assert version.decode() == r.info()["redis_version"]
+    hello = zkresp.client().call("HELLO", "2")
+    assert hello[hello.index(b"version") + 1] == version
+    major, minor, patch = (int(x) for x in version.decode().split("."))
+    assert num == (major << 16) | (minor << 8) | patch
+
+
 def test_time_cap_aborts_without_writing(zkresp):
     r = zkresp.redis(socket_timeout=30)
     key = harness.unique("loop")

@@ -217,6 +217,24 @@ describe("pub/sub", function()
         assert.same({ { push = { "message", "ch", "y" } } }, b.pushed[7])
     end)
 
+    it("re-runs a script whose route went stale, the event of it still on its way", function()
+        -- a's route for "ch" is cached as "nobody"; b subscribes, and the
+        -- watch event that would tell a has not come yet (a's watches on
+        -- the routes are dropped): a's commit must still reach b, by the
+        -- route's version check in its multi
+        assert.equal(0, a:call("EVAL", "return redis.call('publish', 'ch', 'x')", "0"))
+        for _, all in ipairs({ W.watches, W.cwatches }) do
+            for path, ws in pairs(all) do
+                if path:find("^/zkresp/ps/[cp]") then ws[a] = nil end
+            end
+        end
+        b:call_as(7, "SUBSCRIBE", "ch")
+        local r = a:call("EVAL", "redis.call('set', KEYS[1], 'v'); return redis.call('publish', 'ch', 'y')", "1", "k")
+        assert.equal(1, r)
+        W:run_until(function() return b.pushed[7] ~= nil end)
+        assert.same({ { push = { "message", "ch", "y" } } }, b.pushed[7])
+    end)
+
     it("counts subscribers of every sidecar in PUBSUB NUMSUB and NUMPAT", function()
         b:call_as(7, "SUBSCRIBE", "ch")
         b:call_as(8, "SUBSCRIBE", "ch")

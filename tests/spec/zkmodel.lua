@@ -726,6 +726,7 @@ local function make_host(sc, opts)
     host.null = Z.null
     -- 16 bytes, unique per sidecar in its first 8 (the real one is random).
     host.instance = string.format("%08dinstance", sc.id)
+    host.redis_version = "7.2.4"
 
     local function task()
         local t = W.tasks[coroutine.running()]
