@@ -71,10 +71,22 @@ end
 -- nothing; a key that lived before (a renewal) is kept and remembered, so
 -- that it still expires (counted from now, later than the write: never
 -- early).  w is what remember() takes.
+local SETTLE_LOOKS = 8       -- looks 250, 500, ... 2000 ms apart (9 s in all)
+local SETTLE_GAP_MAX_MS = 2000
+
 local function settle_later(path, w, keep)
     host.spawn(function()
-        for attempt = 1, 8 do
-            host.sleep(250 * attempt)
+        local attempt = 0
+        while true do
+            attempt = attempt + 1
+            if attempt > SETTLE_LOOKS then
+                -- An ephemeral node of ours lives as long as the session
+                -- that made it, and no other sidecar ends it by its TTL:
+                -- look on while that session lasts (a long outage within
+                -- a long session timeout); its end removes the node.
+                if not (w.lifetime == "ephemeral" and w.sid == zk.session()) then return end
+            end
+            host.sleep(math.min(250 * attempt, SETTLE_GAP_MAX_MS))
             local ok, done = pcall(function()
                 local held <close> = queue.hold({ path })
                 Z.sync(path)

@@ -326,6 +326,27 @@ describe("ZooKeeper unavailable", function()
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
     end)
 
+    it("removes the orphan of a lost write after an outage longer than its first looks, while the session lasts", function()
+        -- a session timeout of a minute: a 20 s outage keeps the session,
+        -- and with it the orphan's ephemeral node, which no other sidecar
+        -- may end by its TTL
+        local W2 = S.world(0)
+        local c = W2:sidecar({ config = { session_timeout = 60000 } })
+        local d = W2:sidecar()
+        c:fail_next({ op = "create", when = "after", hook = function()
+            W2:post(function() c.connected = false end)
+        end })
+        local t = c:start("SET", "lock", "t", "NX", "PX", "30000")
+        W2:run_until(function() return t.done end)
+        assert.same(UNAVAILABLE, t.result)
+        W2:advance(20000)
+        assert.is_not_nil(W2:node(c:path("lock")))
+        c:reconnect()
+        W2:advance(3000)
+        assert.is_nil(W2:node(c:path("lock")))   -- removed once ZooKeeper answers again
+        assert.same(OK, d:call("SET", "lock", "u", "NX", "PX", "30000"))
+    end)
+
     it("a renewal of a held lock waits for the reconnect while the lease runs", function()
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
         a:disconnect()
