@@ -158,7 +158,7 @@ static void pop_done(struct conn *c)
                              r->reply.len > 0 && (r->reply.data[0] == '-' ||
                                                   r->reply.data[0] == '!'),
                              uv_hrtime() - r->start_ns);
-        if (!c->close_when_flushed)
+        if (!c->close_when_flushed && !r->silent)
             buf_append(&c->out, r->reply.data, r->reply.len);
         if (r->close_after)
             c->close_when_flushed = 1;
@@ -241,6 +241,9 @@ static void process(struct conn *c)
             c->commands++;
             c->srv->stats.commands_processed++;
             c->last_cmd_ms = now_ms(c);
+            r->silent = c->reply_mode != REPLY_ON;
+            if (c->reply_mode == REPLY_SKIP)
+                c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);
             proto_req_free(&pr);
         }

@@ -29,6 +29,7 @@ struct req {
     struct lua_task task;
     int done;
     int close_after;        /* close the connection once this reply has left */
+    int silent;             /* CLIENT REPLY OFF / SKIP: the reply is dropped */
     int c_pending;          /* answered later by C code, see conn_req_finish */
     int orphan;             /* the connection closed while c_pending */
     unsigned info_sections; /* INFO waiting for ZooKeeper: what to print */
@@ -48,7 +49,11 @@ struct conn {
     uint64_t id;
     struct proto *proto;
     int resp; /* 2 or 3 */
-    int db;   /* SELECT: 0 .. --databases - 1 */
+    /* CLIENT REPLY: ON, OFF (no reply to any command until ON), SKIP (none
+     * to the next command); pushes (pub/sub messages) are sent regardless,
+     * as in Redis. */
+    enum { REPLY_ON, REPLY_OFF, REPLY_SKIP } reply_mode;
+    int db; /* SELECT: 0 .. --databases - 1 */
     int authed;
     char *name; /* CLIENT SETNAME */
     char *user; /* the AUTH user; NULL: "default" */

@@ -318,6 +318,8 @@ static void cmd_reset(struct cmd_ctx *x)
     free(c->user);
     c->user = NULL;
     conn_set_authed(c, c->srv->cfg->requirepass == NULL);
+    c->reply_mode = REPLY_ON; /* RESET's own reply is sent, as in Redis */
+    x->r->silent = 0;
     reply_status(x->out, "RESET");
 }
 
@@ -423,8 +425,25 @@ static void cmd_client(struct cmd_ctx *x)
             x->r->close_after = 1;
         else if (victim)
             conn_close(victim, "client kill");
-    } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH") ||
-               arg_is(sub, "REPLY")) {
+    } else if (arg_is(sub, "REPLY")) {
+        /* ON answers +OK (after OFF too); OFF and SKIP answer nothing,
+         * and SKIP leaves the next command unanswered (conn.c). */
+        const struct proto_arg *mode = &x->argv[2];
+        if (arg_is(mode, "ON")) {
+            c->reply_mode = REPLY_ON;
+            x->r->silent = 0;
+            reply_status(x->out, "OK");
+        } else if (arg_is(mode, "OFF")) {
+            c->reply_mode = REPLY_OFF;
+            x->r->silent = 1;
+        } else if (arg_is(mode, "SKIP")) {
+            if (c->reply_mode != REPLY_OFF)
+                c->reply_mode = REPLY_SKIP;
+            x->r->silent = 1;
+        } else {
+            reply_error(x->out, "ERR syntax error");
+        }
+    } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH")) {
         reply_status(x->out, "OK"); /* accepted, nothing to do */
     } else {
         /* In the registry but without a branch here: a bug. */

@@ -192,6 +192,34 @@ def test_pipelining_1000_mixed(zkresp, redis_ref):
     assert not bad, "pipelined replies differ (first 5 of %d): %r" % (len(bad), bad[:5])
 
 
+def test_client_reply_off_skip_on_match_redis(zkresp, redis_ref):
+    """CLIENT REPLY OFF silences every reply (errors too) until ON, whose
+    +OK is sent; SKIP silences itself and the next command; a bad mode is
+    a syntax error; RESET turns replies back on.  The byte stream, pipelined
+    and read up to a final ECHO, is Redis's."""
+    k = harness.unique("reply")
+    reqs = [("CLIENT", "REPLY", "OFF"), ("SET", k, "1"), ("GET", k), ("CLIENT", "REPLY", "foo"),
+            ("GETX",), ("CLIENT", "REPLY", "ON"), ("GET", k),
+            ("CLIENT", "REPLY", "SKIP"), ("INCR", k), ("GET", k),
+            ("CLIENT", "REPLY", "SKIP"), ("CLIENT", "REPLY", "SKIP"), ("PING",), ("ECHO", "after"),
+            ("CLIENT", "REPLY", "foo"), ("CLIENT", "REPLY", "OFF"), ("CLIENT", "REPLY", "SKIP"),
+            ("PING",), ("RESET",), ("PING",), ("ECHO", "END")]
+    blob = b"".join(encode(*r) for r in reqs)
+
+    def run(port):
+        with RawClient(port, timeout=20) as c:
+            c.send(blob)
+            out = []
+            while not out or out[-1] != b"$3\r\nEND\r\n":
+                out.append(c.read_reply())
+            return out
+    ref = run(redis_ref.port)
+    got = run(zkresp.port)
+    assert ref == [b"+OK\r\n", b"$1\r\n1\r\n", b"$1\r\n2\r\n", b"$5\r\nafter\r\n",
+                   b"-ERR syntax error\r\n", b"+RESET\r\n", b"+PONG\r\n", b"$3\r\nEND\r\n"], ref
+    assert got == ref
+
+
 def test_inline_commands_match_redis(zkresp, redis_ref):
     p = harness.unique("inl") + ":"
     k = p.encode() + b"k"
