@@ -474,7 +474,12 @@ void conn_cron(struct conn *c, uint64_t now)
     const struct config *cfg = c->srv->cfg;
     if (c->closing)
         return;
-    int stuck = proto_pending(c->proto) > 0 || c->out.len > 0 || c->writing;
+    /* The client makes no progress: a request it sends half of while we
+     * read, or replies it does not read.  Whole requests waiting behind a
+     * long command (a blocking LOCK.ACQUIRE, reading stopped by the
+     * window) wait on us, not on the client. */
+    int stuck = (c->reading && proto_partial(c->proto) > 0) || c->out.len > 0 ||
+                c->writing;
     if (stuck && now - c->last_io_ms > (uint64_t)cfg->stall_timeout) {
         log_info("client.stalled", "id=%llu addr=%s", (unsigned long long)c->id,
                  c->addr);

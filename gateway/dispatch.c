@@ -742,17 +742,18 @@ static void info_db_submit(struct server *s, struct info_keys *ik, int db)
 static void info_dbdir_done(const struct zk_result *res, void *arg)
 {
     struct info_keys *ik = arg;
-    struct server *s = ik->r->c->srv;
-    for (int i = 0; res->rc == 0 && !ik->r->orphan && i < res->nchildren &&
-                    ik->n < INFO_MAX_DBS;
-         i++) {
-        const char *name = res->children[i];
-        char *end;
-        errno = 0;
-        long db = strtol(name, &end, 10);
-        if (!errno && *end == 0 && name[0] >= '1' && name[0] <= '9' &&
-            db < s->cfg->databases)
-            info_db_submit(s, ik, (int)db);
+    /* An orphan's connection is freed: nothing of it may be read. */
+    if (res->rc == 0 && !ik->r->orphan) {
+        struct server *s = ik->r->c->srv;
+        for (int i = 0; i < res->nchildren && ik->n < INFO_MAX_DBS; i++) {
+            const char *name = res->children[i];
+            char *end;
+            errno = 0;
+            long db = strtol(name, &end, 10);
+            if (!errno && *end == 0 && name[0] >= '1' && name[0] <= '9' &&
+                db < s->cfg->databases)
+                info_db_submit(s, ik, (int)db);
+        }
     }
     info_keys_finish(ik);
 }

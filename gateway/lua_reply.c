@@ -58,7 +58,9 @@ static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
  * the containers around it. */
 static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
 {
-    if (depth > REPLY_MAX_DEPTH) {
+    /* Each level pushes up to two values (a field, an element): make room,
+     * as only LUA_MINSTACK slots are sure. */
+    if (depth > REPLY_MAX_DEPTH || !lua_checkstack(L, 4)) {
         reply_error(out, "ERR reached lua stack limit");
         return;
     }

@@ -830,6 +830,11 @@ size_t proto_pending(const struct proto *p)
     return p->q_bytes + p->req_bytes;
 }
 
+size_t proto_partial(const struct proto *p)
+{
+    return p->req_bytes;
+}
+
 void proto_req_free(struct proto_req *req)
 {
     for (int i = 0; i < req->argc; i++)

@@ -71,6 +71,9 @@ const char *proto_errstr(const struct proto *p);
 /* Bytes received but not yet returned as requests (the query buffer). */
 size_t proto_pending(const struct proto *p);
 
+/* Of those, the bytes of a request not received whole yet. */
+size_t proto_partial(const struct proto *p);
+
 void proto_req_free(struct proto_req *req);
 
 #endif

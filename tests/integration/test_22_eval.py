@@ -271,6 +271,22 @@ def test_script_sees_the_version_hello_answers(zkresp):
     assert num == (major << 16) | (minor << 8) | patch
 
 
+@pytest.mark.parametrize("depth", [10, 60, 70, 200, 900])
+def test_deeply_nested_reply(zkresp, depth):
+    """A script's reply nested `depth` arrays deep: up to 64 levels in full,
+    past that an error element in place of the deeper part; the sidecar
+    (the ASan build in the asan pass) answers and goes on."""
+    c = zkresp.client()
+    script = ("local t = {} local cur = t for i = 1, %d do local n = {} cur[1] = n cur = n end "
+              "cur[1] = 'leaf' return t" % depth)
+    raw = c.cmd("EVAL", script, "0")
+    if depth <= 63:
+        assert raw == b"*1\r\n" * (depth + 1) + b"$4\r\nleaf\r\n"
+    else:
+        assert raw.startswith(b"*1\r\n" * 65) and raw.endswith(b"-ERR reached lua stack limit\r\n"), raw[-80:]
+    assert c.cmd("PING") == b"+PONG\r\n"
+
+
 def test_time_cap_aborts_without_writing(zkresp):
     r = zkresp.redis(socket_timeout=30)
     key = harness.unique("loop")

@@ -395,6 +395,24 @@ def test_half_sent_command_cut_off(make_zkresp):
     assert other.cmd("PING") == b"+PONG\r\n"
 
 
+def test_pipeline_behind_a_blocking_command_is_not_a_stall(make_zkresp):
+    """Requests pipelined behind a LOCK.ACQUIRE that waits (more than the
+    window lets run, so the rest wait unparsed-for) wait on the sidecar, not
+    on the client: no stall close, however long the wait; every reply
+    comes, in order."""
+    z = make_zkresp(extra=["--stall-timeout", "1000"])
+    key = harness.unique("stall")
+    holder = z.client()
+    assert holder.cmd("LOCK.ACQUIRE", key, "h").startswith(b":")
+    c = z.client(timeout=20)
+    c.send(encode("LOCK.ACQUIRE", key, "w", "WAIT", "3000") + encode("PING") * 100)
+    time.sleep(3.5)
+    assert not c.is_closed(), "closed as stalled while the sidecar held its requests"
+    assert c.read_reply() in (b"$-1\r\n", b"*-1\r\n")
+    assert [c.read_reply() for _ in range(100)] == [b"+PONG\r\n"] * 100
+    assert holder.cmd("LOCK.RELEASE", key, "h") == b":1\r\n"
+
+
 def test_client_that_never_reads(make_zkresp):
     z = make_zkresp(extra=["--max-output", "4m", "--stall-timeout", "2000"])
     big = b"x" * 200000
