@@ -213,7 +213,8 @@ static void process(struct conn *c)
         c->again = 0;
         for (;;) {
             pop_done(c);
-            if (c->closing || c->close_when_flushed || !under_limits(c))
+            if (c->closing || c->close_when_flushed || c->last_request ||
+                !under_limits(c))
                 break;
             struct proto_req pr;
             enum proto_status st = proto_next(c->proto, &pr);
@@ -236,6 +237,7 @@ static void process(struct conn *c)
                 reply_errorf(&r->reply, "ERR %s", e);
                 r->done = 1;
                 r->close_after = 1;
+                c->last_request = 1; /* answered once, then closed */
                 break;
             }
             c->commands++;
@@ -246,6 +248,10 @@ static void process(struct conn *c)
                 c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);
             proto_req_free(&pr);
+            /* QUIT, or CLIENT KILL of itself: nothing after it runs, even
+             * while replies before it are still owed (as in Redis). */
+            if (r->close_after)
+                c->last_request = 1;
         }
     } while (c->again && !c->closing);
     c->in_process = 0;
@@ -270,7 +276,7 @@ static void process(struct conn *c)
         }
         return;
     }
-    int want = under_limits(c);
+    int want = under_limits(c) && !c->last_request;
     if (want && !c->reading) {
         /* Resume reading.  libuv refuses a NULL read callback, so this must
          * be the same pair conn_accept started with. */

@@ -72,6 +72,7 @@ struct conn {
     int reading;     /* uv_read_start is active */
     int closing;
     int close_when_flushed;
+    int last_request; /* a request that closes the connection was read */
     uint64_t created_ms, last_io_ms, last_cmd_ms;
     const char *last_cmd;
     uint64_t commands;

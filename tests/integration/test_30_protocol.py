@@ -413,6 +413,19 @@ def test_pipeline_behind_a_blocking_command_is_not_a_stall(make_zkresp):
     assert holder.cmd("LOCK.RELEASE", key, "h") == b":1\r\n"
 
 
+def test_nothing_runs_after_quit_while_earlier_replies_are_owed(zkresp, redis_ref):
+    """GET, QUIT, SET pipelined in one write, the GET still waiting on
+    ZooKeeper when QUIT is read: the GET's reply and +OK come, the
+    connection closes and the SET never runs (Redis's order)."""
+    for port in (redis_ref.port, zkresp.port):
+        k = harness.unique("quit")
+        with RawClient(port) as c:
+            c.send(encode("GET", k) + encode("QUIT") + encode("SET", k, "v"))
+            assert c.read_until_close() == b"$-1\r\n+OK\r\n", port
+        with RawClient(port) as c:
+            assert c.cmd("EXISTS", k) == b":0\r\n", port
+
+
 def test_client_that_never_reads(make_zkresp):
     z = make_zkresp(extra=["--max-output", "4m", "--stall-timeout", "2000"])
     big = b"x" * 200000
