@@ -481,8 +481,12 @@ static void cmd_memory(struct cmd_ctx *x)
 static void cmd_wait(struct cmd_ctx *x)
 {
     long long n, timeout;
-    if (arg_ll(&x->argv[1], &n) < 0 || arg_ll(&x->argv[2], &timeout) < 0) {
+    if (arg_ll(&x->argv[1], &n) < 0) {
         err_not_int(x->out);
+        return;
+    }
+    if (arg_ll(&x->argv[2], &timeout) < 0) {
+        reply_error(x->out, "ERR timeout is not an integer or out of range");
         return;
     }
     if (timeout < 0) {
@@ -786,7 +790,7 @@ static void cmd_info(struct cmd_ctx *x)
 
 /* --- COMMAND ------------------------------------------------------------- */
 
-static void flags_reply(struct buf *out, const char *flags)
+static void flags_reply(struct buf *out, int proto, const char *flags)
 {
     size_t n = 0;
     for (const char *p = flags; *p;) {
@@ -798,7 +802,7 @@ static void flags_reply(struct buf *out, const char *flags)
         while (*p && *p != ' ')
             p++;
     }
-    reply_set(out, 2, (long)n);
+    reply_set(out, proto, (long)n);
     for (const char *p = flags; *p;) {
         while (*p == ' ')
             p++;
@@ -814,18 +818,20 @@ static void flags_reply(struct buf *out, const char *flags)
     }
 }
 
-/* COMMAND INFO's entry of one command. */
-static void entry_reply(struct buf *out, const struct lua_host_cmd *cmd)
+/* COMMAND INFO's entry of one command: flags, ACL categories and tips are
+ * sets (in RESP3), key specs and subcommands arrays, as in Redis. */
+static void entry_reply(struct buf *out, int proto,
+                        const struct lua_host_cmd *cmd)
 {
     reply_array(out, 10);
     reply_bulk_str(out, cmd->name);
     reply_int(out, cmd->arity);
-    flags_reply(out, cmd->flags);
+    flags_reply(out, proto, cmd->flags);
     reply_int(out, cmd->first);
     reply_int(out, cmd->last);
     reply_int(out, cmd->step);
-    reply_array(out, 0);
-    reply_array(out, 0);
+    reply_set(out, proto, 0);
+    reply_set(out, proto, 0);
     reply_array(out, 0);
     reply_array(out, 0);
 }
@@ -862,7 +868,7 @@ static void list_cmd(void *arg, const struct lua_host_cmd *cmd)
     if (l->out && l->docs)
         doc_reply(l->out, l->proto, cmd);
     else if (l->out)
-        entry_reply(l->out, cmd);
+        entry_reply(l->out, l->proto, cmd);
 }
 
 /* Visits the command a names, in any case; 1 when there is one. */

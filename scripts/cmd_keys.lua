@@ -75,7 +75,8 @@ local function expire_generic(args, name, seconds, absolute)
     local when = U.to_int(args[3])
     if not when then return err(E.NOT_INTEGER) end
     if seconds then
-        if when > math.maxinteger // 1000 or when < math.mininteger // 1000 then
+        -- C's bounds: LLONG_MAX / 1000 and LLONG_MIN / 1000, truncated
+        if when > math.maxinteger // 1000 or when < -(math.maxinteger // 1000) then
             return err(E.invalid_expire(name))
         end
         when = when * 1000

@@ -221,15 +221,16 @@ local function getex(args)
         end
         i = i + 1
     end
-    local ttl, at, e
-    if kind then
-        ttl, at, e = parse_expire(kind, when, "getex")
-        if e then return err(e) end
-    end
     return T.run({ key }, function(t)
         local rec = t:read(key)
+        -- as Redis: the key and its type before the expiry's value
         if not rec.live then return host.null end
         if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
+        local ttl, at, e
+        if kind then
+            ttl, at, e = parse_expire(kind, when, "getex")
+            if e then return err(e) end
+        end
         local value = rec.value
         if at then ttl = math.ceil(at - host.wall()) end
         if ttl and ttl <= 0 then

@@ -241,15 +241,19 @@ end
 api.call = function(...) return call(true, ...) end
 api.pcall = function(...) return call(false, ...) end
 
+-- A bad argument is an error reply the script may return (Redis's
+-- luaPushError), not an error raised.
+local BAD_ARGS = "ERR wrong number or type of arguments"
+
 api.error_reply = function(msg)
-    if type(msg) ~= "string" then raise("ERR wrong number or type of arguments") end
+    if type(msg) ~= "string" then return { err = BAD_ARGS } end
     msg = msg:gsub("^%-", "")
     if not msg:find(" ", 1, true) then msg = "ERR " .. msg end
     return { err = msg }
 end
 
 api.status_reply = function(msg)
-    if type(msg) ~= "string" then raise("ERR wrong number or type of arguments") end
+    if type(msg) ~= "string" then return { err = BAD_ARGS } end
     return { ok = msg }
 end
 
@@ -357,13 +361,61 @@ local function limits()
 end
 V.limits = limits
 
+-- A script's shebang line, Redis 7's "#!lua [flags=f1,f2]": its flags
+-- (a set) and the body to compile, the line cut but its line feed kept so
+-- that line numbers stay the user's; false and the error for a bad one;
+-- nil flags without one (Redis's compatibility mode).
+local SHEBANG_FLAGS = { ["no-writes"] = true, ["allow-oom"] = true, ["allow-stale"] = true,
+                        ["no-cluster"] = true, ["allow-cross-slot-keys"] = true }
+
+local function shebang(body)
+    if body:sub(1, 2) ~= "#!" then return nil, body end
+    local nl = body:find("\n", 1, true)
+    if not nl then return false, "ERR Invalid script shebang" end
+    local parts = {}
+    for w in body:sub(1, nl - 1):gmatch("%S+") do parts[#parts + 1] = w end
+    if parts[1] ~= "#!lua" then
+        return false, "ERR Unexpected engine in script shebang: " .. (parts[1] or "")
+    end
+    local flags = {}
+    for j = 2, #parts do
+        local list = parts[j]:match("^flags=(.*)$")
+        if not list then return false, "ERR Unknown lua shebang option: " .. parts[j] end
+        for f in list:gmatch("[^,]+") do
+            if not SHEBANG_FLAGS[f] then return false, "ERR Unexpected flag in script shebang: " .. f end
+            flags[f] = true
+        end
+    end
+    return flags, body:sub(nl)
+end
+
+-- The shebang flags of a compiled script (its function as the key).
+local script_flags = setmetatable({}, { __mode = "k" })
+
 -- Compiles body; returns the function or nil, the error.
 local function compile(body)
-    local f, e = load(body, SB.CHUNK, "t", environment())
-    if not f then return nil, "ERR Error compiling script (new function): " .. clean(e) end
+    local flags, text = shebang(body)
+    if flags == false then return nil, text end
+    local f, e = load(text, SB.CHUNK, "t", environment())
+    if not f then
+        -- Lua 5.1 quotes the end of the script as it quotes every token
+        e = tostring(e):gsub(" near <eof>$", " near '<eof>'")
+        return nil, "ERR Error compiling script (new function): " .. clean(e)
+    end
+    script_flags[f] = flags
     return f
 end
 V.compile = compile
+
+-- EVAL's numkeys, checked before the script is compiled or looked up (as
+-- Redis): n, or nil and the error.
+local function numkeys(args)
+    local n = U.to_int(args[3])
+    if not n then return nil, E.NOT_INTEGER end
+    if n > #args - 3 then return nil, "ERR Number of keys can't be greater than number of args" end
+    if n < 0 then return nil, "ERR Number of keys can't be negative" end
+    return n
+end
 
 -- The cached script of sha (script_cache.lua): this sidecar's, else the
 -- one in ZooKeeper, compiled and kept; nil when there is none.  A sha that
@@ -387,10 +439,16 @@ V.lookup = lookup
 -- comes in) makes it run again, looking the sha up again: NOSCRIPT if it
 -- is gone.
 local function run(args, fn, sha, ro, entry)
-    local n = U.to_int(args[3])
-    if not n then return err(E.NOT_INTEGER) end
-    if n > #args - 3 then return err("ERR Number of keys can't be greater than number of args") end
-    if n < 0 then return err("ERR Number of keys can't be negative") end
+    local n, nerr = numkeys(args)
+    if not n then return err(nerr) end
+    local flags = script_flags[fn]
+    if flags then
+        -- a script with a shebang says whether it writes
+        if ro and not flags["no-writes"] then
+            return err("ERR Can not execute a script with write flag using *_ro command.")
+        end
+        ro = ro or flags["no-writes"]
+    end
     local keys = {}
     for i = 1, n do
         keys[i] = args[3 + i]
@@ -447,6 +505,8 @@ V.run = run
 
 local function eval(ro)
     return function(args)
+        local _, nerr = numkeys(args)
+        if nerr then return err(nerr) end
         local body = args[2]
         local sha = sha1.hex(body)
         local e = SC.get(sha)
@@ -462,6 +522,10 @@ end
 
 local function evalsha(ro)
     return function(args)
+        -- as Redis: a sha of the wrong length, then numkeys, then the lookup
+        if #args[2] ~= 40 then return err(NOSCRIPT) end
+        local _, nerr = numkeys(args)
+        if nerr then return err(nerr) end
         local e = lookup(args[2]:lower())
         if not e then return err(NOSCRIPT) end
         return run(args, e.fn, e.sha, ro, e)

@@ -19,11 +19,12 @@ local T = require "txn"
 
 local N = {}
 
--- Redis's parseScanCursorOrReply: strtoull of the whole argument
--- (leading spaces and a sign allowed, a negative one wraps).  Returns the
--- cursor as a signed integer of the same 64 bits, or nil.
+-- Redis's parseScanCursorOrReply: strtoul of the whole argument (a sign
+-- allowed, a negative one wraps; no leading space; the empty string is 0).
+-- Returns the cursor as a signed integer of the same 64 bits, or nil.
 function N.cursor(text)
-    local sign, digits = text:match("^%s*([+-]?)(%d+)$")
+    if text == "" then return 0 end
+    local sign, digits = text:match("^([+-]?)(%d+)$")
     if not digits then return nil end
     digits = digits:gsub("^0+(%d)", "%1")
     if #digits > 20 or (#digits == 20 and digits > "18446744073709551615") then return nil end

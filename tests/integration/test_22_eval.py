@@ -136,6 +136,27 @@ seq("script_cache", [
 ])
 
 
+seq("eval_shebang_numkeys_replies", [
+    # numkeys is checked before the script is compiled or looked up
+    "EVALSHA ffffffffffffffffffffffffffffffffffffffff abc", "EVALSHA ffffffffffffffffffffffffffffffffffffffff 5",
+    "EVALSHA abc -1", [E, "return (", "5"], [E, "return (", "x"], [E, "return (", "-1"],
+    # a bad argument of error_reply/status_reply is an error reply, not a raise
+    [E, "return redis.status_reply(5)", "0"], [E, "return redis.error_reply({})", "0"],
+    [E, "local r = redis.status_reply() return type(r) .. ':' .. r.err", "0"],
+    # Redis 7's shebang: flags, errors, line numbers kept
+    [E, "#!lua\nreturn 1", "0"], [E, "#!lua flags=no-writes\nreturn 2", "0"],
+    [E, "#!lua flags=no-writes,allow-stale\nreturn redis.call('get', KEYS[1])", "1", "@a"],
+    [E, "#!lua flags=no-writes\nlocal r = redis.call('set', KEYS[1], 'v') return r", "1", "@a"],
+    [E, "#!lua\nreturn redis.call('set', KEYS[1], 'v')", "1", "@a"],
+    "GET @a",
+    [E, "#!lua flags=bogus\nreturn 1", "0"], [E, "#!lua name=x\nreturn 1", "0"],
+    [E, "#!python\nreturn 1", "0"], [E, "#!lua", "0"], [E, "#!lua flags=\nreturn 3", "0"],
+    [E, "#!lua\n\nreturn (", "0"], [E, "return (", "0"], [E, "return 1 +", "0"],
+    ["EVAL_RO", "#!lua flags=no-writes\nreturn 4", "0"], ["EVAL_RO", "#!lua\nreturn 5", "0"],
+    ["EVAL_RO", "return 6", "0"],
+])
+
+
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("name", sorted(SEQUENCES))
 def test_same_as_redis(name, proto, zkr, redis_ref):

@@ -137,6 +137,17 @@ seq("getex", [
     "GETEX @a PXAT 1", "EXISTS @a", "HSET @h f v", "GETEX @h", "GETEX @h EX 10",
 ])
 
+seq("argument_order_edges", [
+    # the key is looked up before the expiry is parsed (GETEX), the EXPIREAT
+    # bound truncates as C's division does, SCAN's cursor is strtoul's
+    "GETEX @missing EX 0", "GETEX @missing EX abc", "GETEX @missing PX -1", "HSET @h f v",
+    "GETEX @h EX 0", "GETEX @h EX abc", "SET @k 1", "EXPIREAT @k -9223372036854776",
+    "EXPIREAT @k -9223372036854775", "EXISTS @k", "SET @k 1", "PEXPIREAT @k -9223372036854775808",
+    "EXISTS @k", "SCAN ' 0' COUNT 0", "SCAN '' MATCH nothing-matches COUNT 1000000",
+    "SCAN '+0' MATCH nothing-matches COUNT 1000000",
+    "WAIT 0 abc", "WAIT abc 0", "WAIT 0 -1", "WAIT 0 0",
+])
+
 seq("mget_mset", [
     "MSET @a 1 @b 2 @c 3", "MGET @a @b @c @missing", "MSET @a x @a y", "GET @a", "MSET @a",
     "MSET @a 1 @b", "MGET", "HSET @h f v", "MGET @h @a", "MSET @h s", "TYPE @h",
@@ -481,6 +492,24 @@ def test_command_info_matches_redis(zkr, redis_ref):
         if g is None or [g[0], g[1], sorted(g[2]), g[3], g[4], g[5]] != [e[0], e[1], sorted(e[2]), e[3], e[4], e[5]]:
             bad.append((name, g and g[:6], e[:6]))
     assert not bad, "\n".join(map(repr, bad))
+
+
+def test_command_info_types_in_resp3(zkr, redis_ref):
+    """In RESP3 an entry's flags, ACL categories and tips are sets, its key
+    specs and subcommands arrays: the type bytes of each field as Redis's."""
+    def kinds(port):
+        with RawClient(port) as c:
+            c.cmd("HELLO", "3")
+            raw = c.cmd("COMMAND", "INFO", "get")
+        assert raw.startswith(b"*1\r\n*10\r\n"), raw[:40]
+        out, pos = [], len(b"*1\r\n*10\r\n")
+        for _ in range(10):
+            out.append(raw[pos:pos + 1])
+            pos = frame_end(raw, pos)
+        return out
+    got, ref = kinds(zkr().port), kinds(redis_ref.port)
+    assert [got[i] for i in (0, 1, 2, 3, 4, 5, 6, 7)] == [ref[i] for i in (0, 1, 2, 3, 4, 5, 6, 7)], (got, ref)
+    assert got[2] == b"~" and got[8] == b"*" and got[9] == b"*"
 
 
 @pytest.mark.parametrize("proto", [2, 3])

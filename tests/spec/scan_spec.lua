@@ -7,13 +7,14 @@ describe("scan", function()
     local N = S.module("scan")
     local U = S.module("util")
 
-    it("reads cursors as Redis's strtoull does", function()
+    it("reads cursors as Redis's parseScanCursorOrReply does", function()
         assert.equal(0, N.cursor("0"))
-        assert.equal(5, N.cursor(" 5"))
+        assert.equal(0, N.cursor(""))
+        assert.equal(5, N.cursor("+5"))
         assert.equal(-1, N.cursor("18446744073709551615"))
         assert.equal(-1, N.cursor("-1"))
         assert.equal(math.mininteger, N.cursor("9223372036854775808"))
-        for _, bad in ipairs({ "", "x", "1.5", "18446744073709551616", "5 ", "0x10" }) do
+        for _, bad in ipairs({ " 5", "x", "1.5", "18446744073709551616", "5 ", "0x10", "+", "-" }) do
             assert.is_nil(N.cursor(bad), bad)
         end
     end)
