@@ -133,7 +133,8 @@ static int check_auth(struct conn *c, const struct proto_arg *user,
                       const struct proto_arg *pass)
 {
     const char *want = c->srv->cfg->requirepass;
-    if (user && !arg_is(user, "default")) {
+    /* user names are case-sensitive, as Redis's ACL users */
+    if (user && !(user->len == 7 && memcmp(user->ptr, "default", 7) == 0)) {
         if (user->len == 0 || user->len > 128 || !valid_name(user) ||
             lua_host_authenticate(c->srv->lua, user->ptr, user->len, pass->ptr,
                                   pass->len, c->addr) != 1)
@@ -251,6 +252,12 @@ static void cmd_hello(struct cmd_ctx *x)
         } else if (arg_is(&x->argv[j], "SETNAME") && more >= 1) {
             name = &x->argv[j + 1];
             j += 1;
+            /* checked before AUTH runs, as Redis does */
+            if (!valid_name(name)) {
+                reply_error(x->out, "ERR Client names cannot contain spaces, "
+                                    "newlines or special characters.");
+                return;
+            }
         } else {
             reply_errorf(x->out, "ERR Syntax error in HELLO option '%.*s'",
                          (int)(x->argv[j].len > 128 ? 128 : x->argv[j].len),
@@ -276,11 +283,6 @@ static void cmd_hello(struct cmd_ctx *x)
         return;
     }
     if (name) {
-        if (!valid_name(name)) {
-            reply_error(x->out, "ERR Client names cannot contain spaces, "
-                                "newlines or special characters.");
-            return;
-        }
         free(c->name);
         c->name = name->len ? arg_dup(name) : NULL;
     }
@@ -318,9 +320,152 @@ static void cmd_reset(struct cmd_ctx *x)
     free(c->user);
     c->user = NULL;
     conn_set_authed(c, c->srv->cfg->requirepass == NULL);
-    c->reply_mode = REPLY_ON; /* RESET's own reply is sent, as in Redis */
-    x->r->silent = 0;
+    /* Replies on again; RESET's own is sent after OFF, not when a SKIP
+     * was for it (as in Redis). */
+    if (c->reply_mode == REPLY_OFF)
+        x->r->silent = 0;
+    c->reply_mode = REPLY_ON;
     reply_status(x->out, "RESET");
+}
+
+/* A client's type as CLIENT LIST/KILL TYPE name them: 0 normal, 1 pubsub
+ * (any subscription); zkresp has no master or replica clients. */
+static int client_type(const struct conn *o)
+{
+    return o->nsub + o->npsub + o->nssub > 0 ? 1 : 0;
+}
+
+/* TYPE's argument: 0 normal, 1 pubsub, 2 master/replica/slave (none here),
+ * -1 unknown (the error is written). */
+static int parse_client_type(struct buf *out, const struct proto_arg *v)
+{
+    if (arg_is(v, "normal"))
+        return 0;
+    if (arg_is(v, "pubsub"))
+        return 1;
+    if (arg_is(v, "master") || arg_is(v, "replica") || arg_is(v, "slave"))
+        return 2;
+    reply_errorf(out, "ERR Unknown client type '%.*s'",
+                 (int)(v->len > 128 ? 128 : v->len), v->ptr);
+    return -1;
+}
+
+/* CLIENT LIST [TYPE type] [ID id ...] */
+static void client_list(struct cmd_ctx *x)
+{
+    struct conn *c = x->c;
+    int type = -1, ids_from = 0;
+    if (x->argc >= 4 && arg_is(&x->argv[2], "TYPE") && x->argc == 4) {
+        if ((type = parse_client_type(x->out, &x->argv[3])) < 0)
+            return;
+    } else if (x->argc >= 4 && arg_is(&x->argv[2], "ID")) {
+        ids_from = 3;
+        for (int i = 3; i < x->argc; i++) {
+            long long id;
+            if (arg_ll(&x->argv[i], &id) < 0) {
+                reply_error(x->out, "ERR Invalid client ID");
+                return;
+            }
+        }
+    } else if (x->argc != 2) {
+        reply_error(x->out, "ERR syntax error");
+        return;
+    }
+    struct buf b;
+    buf_init(&b);
+    for (struct conn *o = c->srv->conns; o; o = o->next) {
+        if (o->closing || (type >= 0 && client_type(o) != type))
+            continue;
+        if (ids_from) {
+            int hit = 0;
+            for (int i = ids_from; i < x->argc && !hit; i++) {
+                long long id;
+                hit = arg_ll(&x->argv[i], &id) == 0 && (uint64_t)id == o->id;
+            }
+            if (!hit)
+                continue;
+        }
+        conn_describe(o, &b);
+    }
+    reply_verbatim(x->out, c->resp, b.data ? b.data : "", b.len);
+    buf_free(&b);
+}
+
+/* CLIENT KILL addr (the old form: +OK, or an error when no client has that
+ * address), or filters: ID id, ADDR addr, LADDR addr, USER name, TYPE
+ * type, SKIPME yes|no (yes by default: the caller is spared), answered
+ * with how many were killed.  A client killing itself gets its reply. */
+static void client_kill(struct cmd_ctx *x)
+{
+    struct conn *c = x->c;
+    if (x->argc == 3) {
+        struct conn *victim = NULL;
+        for (struct conn *o = c->srv->conns; o; o = o->next)
+            if (!o->closing && arg_is(&x->argv[2], o->addr))
+                victim = o;
+        if (!victim) {
+            reply_error(x->out, "ERR No such client");
+            return;
+        }
+        reply_status(x->out, "OK");
+        if (victim == c)
+            x->r->close_after = 1;
+        else
+            conn_close(victim, "client kill");
+        return;
+    }
+    long long id = 0;
+    const struct proto_arg *addr = NULL, *laddr = NULL, *user = NULL;
+    int type = -1, skipme = 1;
+    if ((x->argc - 2) % 2) {
+        reply_error(x->out, "ERR syntax error");
+        return;
+    }
+    for (int i = 2; i < x->argc; i += 2) {
+        const struct proto_arg *k = &x->argv[i], *v = &x->argv[i + 1];
+        if (arg_is(k, "ID")) {
+            if (arg_ll(v, &id) < 0 || id < 1) {
+                reply_error(x->out, "ERR client-id should be greater than 0");
+                return;
+            }
+        } else if (arg_is(k, "ADDR")) {
+            addr = v;
+        } else if (arg_is(k, "LADDR")) {
+            laddr = v;
+        } else if (arg_is(k, "USER")) {
+            user = v;
+        } else if (arg_is(k, "TYPE")) {
+            if ((type = parse_client_type(x->out, v)) < 0)
+                return;
+        } else if (arg_is(k, "SKIPME") &&
+                   (arg_is(v, "yes") || arg_is(v, "no"))) {
+            skipme = arg_is(v, "yes");
+        } else {
+            reply_error(x->out, "ERR syntax error");
+            return;
+        }
+    }
+    long long killed = 0;
+    for (struct conn *o = c->srv->conns; o; o = o->next) {
+        if (o->closing || (o == c && skipme))
+            continue;
+        if ((id && o->id != (uint64_t)id) || (addr && !arg_is(addr, o->addr)) ||
+            (laddr && !arg_is(laddr, o->laddr)) ||
+            (type >= 0 && client_type(o) != type))
+            continue;
+        if (user) {
+            const char *name = o->user ? o->user : "default";
+            if (user->len != strlen(name) ||
+                memcmp(user->ptr, name, user->len) != 0)
+                continue;
+        }
+        killed++;
+        if (o == c)
+            x->r->close_after = 1;
+        else
+            conn_close(o, "client kill");
+    }
+    reply_int(x->out, killed);
 }
 
 /* CLIENT <subcommand> ...: dispatch() has checked the subcommand's arity
@@ -379,52 +524,9 @@ static void cmd_client(struct cmd_ctx *x)
         reply_verbatim(x->out, c->resp, b.data, b.len);
         buf_free(&b);
     } else if (arg_is(sub, "LIST")) {
-        struct buf b;
-        buf_init(&b);
-        for (struct conn *o = c->srv->conns; o; o = o->next)
-            if (!o->closing)
-                conn_describe(o, &b);
-        reply_verbatim(x->out, c->resp, b.data ? b.data : "", b.len);
-        buf_free(&b);
+        client_list(x);
     } else if (arg_is(sub, "KILL")) {
-        /* CLIENT KILL addr | CLIENT KILL ID id | CLIENT KILL ADDR addr */
-        struct conn *victim = NULL;
-        int filters = x->argc > 3;
-        if (x->argc == 3) {
-            for (struct conn *o = c->srv->conns; o; o = o->next)
-                if (!o->closing && arg_is(&x->argv[2], o->addr))
-                    victim = o;
-            if (!victim) {
-                reply_error(x->out, "ERR No such client");
-                return;
-            }
-        } else if (x->argc == 4 && arg_is(&x->argv[2], "ID")) {
-            long long id;
-            if (arg_ll(&x->argv[3], &id) < 0) {
-                reply_error(x->out, "ERR client-id should be greater "
-                                    "than 0");
-                return;
-            }
-            for (struct conn *o = c->srv->conns; o; o = o->next)
-                if (!o->closing && o->id == (uint64_t)id)
-                    victim = o;
-        } else if (x->argc == 4 && arg_is(&x->argv[2], "ADDR")) {
-            for (struct conn *o = c->srv->conns; o; o = o->next)
-                if (!o->closing && arg_is(&x->argv[3], o->addr))
-                    victim = o;
-        } else {
-            reply_error(x->out, "ERR syntax error");
-            return;
-        }
-        if (!filters) {
-            reply_status(x->out, "OK");
-        } else {
-            reply_int(x->out, victim ? 1 : 0);
-        }
-        if (victim == c)
-            x->r->close_after = 1;
-        else if (victim)
-            conn_close(victim, "client kill");
+        client_kill(x);
     } else if (arg_is(sub, "REPLY")) {
         /* ON answers +OK (after OFF too); OFF and SKIP answer nothing,
          * and SKIP leaves the next command unanswered (conn.c). */
@@ -444,7 +546,11 @@ static void cmd_client(struct cmd_ctx *x)
             reply_error(x->out, "ERR syntax error");
         }
     } else if (arg_is(sub, "NO-EVICT") || arg_is(sub, "NO-TOUCH")) {
-        reply_status(x->out, "OK"); /* accepted, nothing to do */
+        /* accepted, nothing to do: nothing is evicted or touched */
+        if (arg_is(&x->argv[2], "ON") || arg_is(&x->argv[2], "OFF"))
+            reply_status(x->out, "OK");
+        else
+            reply_error(x->out, "ERR syntax error");
     } else {
         /* In the registry but without a branch here: a bug. */
         reply_errorf(x->out, "ERR CLIENT %.*s has no implementation",

@@ -106,6 +106,49 @@ def test_client_subcommands(zkresp):
     assert any(b"name=worker-a" in l for l in lines)
 
 
+CLIENT_ERROR_STEPS = [
+    "CLIENT KILL ID 0", "CLIENT KILL ID abc", "CLIENT KILL TYPE foo", "CLIENT KILL SKIPME maybe",
+    "CLIENT KILL ID 5 ADDR", "CLIENT KILL ID 999999", "CLIENT KILL MAXAGE 5",
+    "CLIENT KILL TYPE master", "CLIENT KILL ADDR 1.2.3.4:5", "CLIENT KILL 1.2.3.4:5",
+    "CLIENT LIST TYPE foo", "CLIENT LIST ID 0", "CLIENT LIST ID abc", "CLIENT LIST foo",
+    "CLIENT LIST TYPE normal x", "CLIENT LIST ID 999999", "CLIENT LIST TYPE master",
+    "CLIENT NO-EVICT maybe", "CLIENT NO-EVICT on", "CLIENT NO-EVICT OFF",
+]
+
+
+def test_client_kill_and_list_errors_match_redis(zkresp, redis_ref):
+    assert_same(redis_ref.port, zkresp.port, CLIENT_ERROR_STEPS, 2, harness.unique("ck") + ":")
+
+
+def test_client_kill_filters_and_list_filters(zkresp):
+    """The filter form spares the caller unless SKIPME no, and answers how
+    many it killed; TYPE pubsub is any client with a subscription; CLIENT
+    LIST takes TYPE or a list of IDs."""
+    a, b, sub = zkresp.client(), zkresp.client(), zkresp.client()
+    ida = decode_one(a.cmd("CLIENT", "ID"))
+    idb = decode_one(b.cmd("CLIENT", "ID"))
+    ids = decode_one(sub.cmd("CLIENT", "ID"))
+    assert sub.cmd("SUBSCRIBE", "ck-ch").startswith(b"*3\r\n")
+
+    def listed(*args):
+        out = decode_one(a.cmd("CLIENT", "LIST", *args))
+        return {int(m.group(1)) for m in re.finditer(rb"(?m)(?:^| )id=(\d+)", out)}
+    assert listed("TYPE", "pubsub") == {ids}
+    assert {ida, idb} <= listed("TYPE", "normal") and ids not in listed("TYPE", "normal")
+    assert listed("ID", str(idb), str(ids), "999999") == {idb, ids}
+    assert listed("TYPE", "master") == set()
+    assert a.cmd("CLIENT", "KILL", "ID", str(ida)) == b":0\r\n"
+    assert a.cmd("PING") == b"+PONG\r\n"
+    assert a.cmd("CLIENT", "KILL", "TYPE", "pubsub", "SKIPME", "yes") == b":1\r\n"
+    assert sub.is_closed(5.0)
+    assert a.cmd("CLIENT", "KILL", "ID", str(idb), "USER", "someone") == b":0\r\n"
+    assert a.cmd("CLIENT", "KILL", "ID", str(idb), "USER", "default") == b":1\r\n"
+    assert b.is_closed(5.0)
+    assert a.cmd("CLIENT", "KILL", "ID", str(ida), "SKIPME", "no") == b":1\r\n"
+    assert a.is_closed(5.0)
+    assert zkresp.client().cmd("PING") == b"+PONG\r\n"
+
+
 def test_info_sections(zkresp, kz):
     c = zkresp.client()
     assert c.cmd("SET", "k1", "v") == b"+OK\r\n"
@@ -230,7 +273,10 @@ AUTH_STEPS = [
     "AUTH wrong", "AUTH default wrong", "AUTH nouser s3cret-pw", "AUTH a b c",
     "GET @k", "AUTH s3cret-pw", "GET @k", "PING", "AUTH default s3cret-pw", "SET @k v", "GET @k",
     "RESET", "GET @k", "HELLO 2 AUTH default wrong", "GET @k",
-    "HELLO 2 AUTH default s3cret-pw SETNAME n1", "CLIENT GETNAME", "GET @k", "QUIT",
+    "HELLO 2 AUTH default s3cret-pw SETNAME n1", "CLIENT GETNAME", "GET @k",
+    # user names are case-sensitive; a bad SETNAME fails HELLO before its AUTH
+    "RESET", "AUTH DEFAULT s3cret-pw", "GET @k", "HELLO 2 AUTH default s3cret-pw SETNAME 'a b'",
+    "GET @k", "QUIT",
 ]
 
 

@@ -203,7 +203,8 @@ def test_client_reply_off_skip_on_match_redis(zkresp, redis_ref):
             ("CLIENT", "REPLY", "SKIP"), ("INCR", k), ("GET", k),
             ("CLIENT", "REPLY", "SKIP"), ("CLIENT", "REPLY", "SKIP"), ("PING",), ("ECHO", "after"),
             ("CLIENT", "REPLY", "foo"), ("CLIENT", "REPLY", "OFF"), ("CLIENT", "REPLY", "SKIP"),
-            ("PING",), ("RESET",), ("PING",), ("ECHO", "END")]
+            ("PING",), ("RESET",), ("PING",), ("CLIENT", "REPLY", "SKIP"), ("RESET",),
+            ("ECHO", "END")]
     blob = b"".join(encode(*r) for r in reqs)
 
     def run(port):
