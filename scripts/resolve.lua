@@ -36,9 +36,12 @@ end
 
 -- Same after a delete (or a multi of deletes) of `recs`: applied when no
 -- node is still the one we deleted, unless one was an ephemeral node whose
--- session (ours or another sidecar's) has ended since: its end removes its
--- nodes too, maybe before we asked, so that is not ours to claim (the
--- command runs again and reads).
+-- session (ours or another sidecar's) has ended since, or one whose TTL
+-- ran out (EXPIRED_MARGIN_MS before it, as its owner's clock may count):
+-- that end removes nodes too, maybe before we asked, so that is not ours
+-- to claim (the command runs again and reads).
+L.EXPIRED_MARGIN_MS = 1000
+
 local function resolve_delete(recs)
     for _, rec in ipairs(recs) do
         Z.sync(rec.path)
@@ -52,6 +55,12 @@ local function resolve_delete(recs)
             end
             if same then return false end
         end
+    end
+    for _, rec in ipairs(recs) do
+        -- A node whose TTL had run out, or nearly (by its owner's clock),
+        -- may have gone by its owner's expiry rather than by this delete:
+        -- not ours to claim either.
+        if rec.deadline and rec.deadline <= host.now() + L.EXPIRED_MARGIN_MS then return false end
     end
     local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do
@@ -71,7 +80,13 @@ end
 -- nothing; a key that lived before (a renewal) is kept and remembered, so
 -- that it still expires (counted from now, later than the write: never
 -- early).  w is what remember() takes.
-local SETTLE_LOOKS = 8       -- looks 250, 500, ... 2000 ms apart (9 s in all)
+--
+-- It looks until it can tell, 250 ms, 500 ms ... then every 2 s, however
+-- long ZooKeeper stays away: a lock without a TTL that landed would be
+-- held for ever, and an ephemeral one until its session ends (no other
+-- sidecar ends it by its TTL).  A node of an earlier session of ours is
+-- left to that session's end: deleting it by version could delete a new
+-- node made at the same version once that session is gone.
 local SETTLE_GAP_MAX_MS = 2000
 
 local function settle_later(path, w, keep)
@@ -79,13 +94,6 @@ local function settle_later(path, w, keep)
         local attempt = 0
         while true do
             attempt = attempt + 1
-            if attempt > SETTLE_LOOKS then
-                -- An ephemeral node of ours lives as long as the session
-                -- that made it, and no other sidecar ends it by its TTL:
-                -- look on while that session lasts (a long outage within
-                -- a long session timeout); its end removes the node.
-                if not (w.lifetime == "ephemeral" and w.sid == zk.session()) then return end
-            end
             host.sleep(math.min(250 * attempt, SETTLE_GAP_MAX_MS))
             local ok, done = pcall(function()
                 local held <close> = queue.hold({ path })
@@ -101,10 +109,12 @@ local function settle_later(path, w, keep)
                     end
                     return true
                 end
+                local owner = stat.ephemeralOwner or 0
+                if owner ~= 0 and owner ~= zk.session() then return true end
                 shared.touched(path)
                 -- (checking our guard as before the read, as expiry does)
                 local drc
-                if gv and stat.ephemeralOwner == zk.session() then
+                if gv and owner == zk.session() then
                     local results
                     drc, results = zk.multi({ { "delete", path, stat.version }, { "check", G.guard.path, gv } })
                     drc = Z.first_error(drc, results)
