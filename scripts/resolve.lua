@@ -21,17 +21,28 @@ local shared = require "shared"
 local L = {}
 
 -- After a create or set carrying `nonce` came back with an unknown result:
--- true and the node's stat when it applied, false when it did not.
-local function resolve_write(path, nonce, lifetime)
+-- true and the node's stat when the node carries it, false when not.  An
+-- ephemeral node that landed under a session given up since is the
+-- caller's to judge (K.put and txn.lua's commit run again rather than
+-- claim it).
+local function resolve_write(path, nonce)
     Z.sync(path)
     local rc, data, stat = Z.get(path)
     if rc == zk.NONODE then return false end
     if codec.decode(data).nonce ~= nonce then return false end
-    if lifetime == "ephemeral" and stat.ephemeralOwner ~= zk.session() then
-        -- It landed under a session that is gone: not ours to claim.
-        return false
-    end
     return true, stat
+end
+
+-- The writes of one request (a multi applies whole or not at all): applied
+-- when any of their nodes carries its nonce (the first may be gone with a
+-- session that ended, or overwritten since), and then the first's stat when
+-- that one told.
+local function resolve_puts(puts)
+    for i, p in ipairs(puts) do
+        local applied, st = resolve_write(p.rec.path, p.nonce)
+        if applied then return true, i == 1 and st or nil end
+    end
+    return false
 end
 
 -- Same after a delete (or a multi of deletes) of `recs`: applied when no
@@ -144,8 +155,7 @@ function L.resolve(puts, dels, sid, gv, gcz)
     for _, p in ipairs(puts) do O.doubt(p.rec.path) end
     for _, rec in ipairs(dels) do O.doubt(rec.path) end
     if #puts > 0 then
-        local p = puts[1]
-        local ok, applied, st = pcall(resolve_write, p.rec.path, p.nonce, p.lifetime)
+        local ok, applied, st = pcall(resolve_puts, puts)
         if not ok then
             for _, q in ipairs(puts) do
                 settle_later(q.rec.path, {

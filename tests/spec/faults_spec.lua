@@ -176,6 +176,18 @@ describe("unknown outcomes", function()
         assert.same(OK, d:call("SET", "lock", "u", "NX"))
     end)
 
+    it("a script's multi that applied is not run again when its ephemeral key went with the session", function()
+        a:fail_next({ op = "multi", when = "after", hook = function()
+            -- applied, its reply lost, and the session ends before we look
+            W:post(function() a:expire() end)
+        end })
+        local r = a:call("EVAL", "redis.call('set', KEYS[1], 'v', 'PX', 30000) " ..
+                                 "return redis.call('incr', KEYS[2])", "2", "a-lock", "b-count")
+        assert.equal(1, r)
+        assert.equal("1", b:call("GET", "b-count"))   -- once, not twice
+        assert.equal(null, b:call("GET", "a-lock"))    -- went with the session
+    end)
+
     it("a write whose session expired under it is re-run under the new session", function()
         a:fail_next({ op = "create", when = "after", rc = Z.SESSIONEXPIRED, hook = function()
             W:post(function() a:expire() end)
