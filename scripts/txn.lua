@@ -299,6 +299,13 @@ local function commit_buffered(t)
     local keys = {}
     for k in pairs(t.base) do keys[#keys + 1] = k end
     table.sort(keys)
+    -- The policy's before_acquire may wait on ZooKeeper: asked first, so
+    -- that the session and guards the commit is planned on are the ones it
+    -- goes out under (a session replaced during the hook is then seen).
+    for _, key in ipairs(keys) do
+        local w = t.writes[key]
+        if w and w.kind ~= "delete" then K.check_acquire(t.base[key]) end
+    end
     local sid = zk.session()
     local ops, puts, dels = {}, {}, {}
     for _, key in ipairs(keys) do
@@ -318,7 +325,6 @@ local function commit_buffered(t)
                 absent_ops(ops, rec.path, rec.presumed)
             end
         else
-            K.check_acquire(rec)
             local p = K.plan_write(rec, w.vtype, w.payload, w.ttl, sid)
             for _, o in ipairs(p.ops) do ops[#ops + 1] = o end
             p.replaced = p.kind == "replace"
