@@ -158,6 +158,8 @@ static void pop_done(struct conn *c)
                              r->reply.len > 0 && (r->reply.data[0] == '-' ||
                                                   r->reply.data[0] == '!'),
                              uv_hrtime() - r->start_ns);
+        if (r->held)
+            c->push_held -= r->reply.len;
         if (!c->close_when_flushed && !r->silent)
             buf_append(&c->out, r->reply.data, r->reply.len);
         if (r->close_after)
@@ -261,9 +263,10 @@ static void process(struct conn *c)
     write_out(c);
     if (c->closing)
         return;
-    if (c->out.len + c->writing > (size_t)c->srv->cfg->max_output) {
+    size_t owed = c->out.len + c->writing + c->push_held;
+    if (owed > (size_t)c->srv->cfg->max_output) {
         log_warn("client.output_limit", "id=%llu addr=%s bytes=%zu",
-                 (unsigned long long)c->id, c->addr, c->out.len + c->writing);
+                 (unsigned long long)c->id, c->addr, owed);
         conn_close(c, "output buffer limit");
         return;
     }
@@ -558,15 +561,22 @@ void conn_push_end(struct server *s, uint64_t id)
     struct conn *c = server_conn_by_id(s, id);
     if (!c || c->closing || !c->pushing)
         return;
-    c->pushing->done = 1;
+    struct req *r = c->pushing;
+    r->done = 1;
     c->pushing = NULL;
+    /* Until popped it counts against --max-output: pushes behind a reply
+     * that waits (a blocking LOCK.ACQUIRE) would otherwise grow without
+     * bound. */
+    r->held = 1;
+    c->push_held += r->reply.len;
     if (c->in_process)
         return; /* process() pops and writes it */
     pop_done(c);
     write_out(c);
-    if (!c->closing && c->out.len + c->writing > (size_t)s->cfg->max_output) {
+    size_t owed = c->out.len + c->writing + c->push_held;
+    if (!c->closing && owed > (size_t)s->cfg->max_output) {
         log_warn("client.output_limit", "id=%llu addr=%s bytes=%zu",
-                 (unsigned long long)c->id, c->addr, c->out.len + c->writing);
+                 (unsigned long long)c->id, c->addr, owed);
         conn_close(c, "output buffer limit");
     }
 }

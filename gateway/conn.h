@@ -30,6 +30,7 @@ struct req {
     int done;
     int close_after;        /* close the connection once this reply has left */
     int silent;             /* CLIENT REPLY OFF / SKIP: the reply is dropped */
+    int held;               /* a push counted in conn.push_held */
     int c_pending;          /* answered later by C code, see conn_req_finish */
     int orphan;             /* the connection closed while c_pending */
     unsigned info_sections; /* INFO waiting for ZooKeeper: what to print */
@@ -65,11 +66,12 @@ struct conn {
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];
     struct req *head, *tail;
-    size_t inflight; /* requests in the FIFO */
-    size_t window;   /* how many may be: see conn.c, Backpressure */
-    struct buf out;  /* replies ready, not yet handed to the socket */
-    size_t writing;  /* bytes handed to uv_write, not yet completed */
-    int reading;     /* uv_read_start is active */
+    size_t inflight;  /* requests in the FIFO */
+    size_t window;    /* how many may be: see conn.c, Backpressure */
+    struct buf out;   /* replies ready, not yet handed to the socket */
+    size_t push_held; /* bytes of pushes waiting behind an unfinished reply */
+    size_t writing;   /* bytes handed to uv_write, not yet completed */
+    int reading;      /* uv_read_start is active */
     int closing;
     int close_when_flushed;
     int last_request; /* a request that closes the connection was read */

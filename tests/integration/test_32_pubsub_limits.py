@@ -289,3 +289,27 @@ def test_abandoned_clients_leave_heap_and_rss(make_zkresp, zk, kz):
         # (AddressSanitizer's quarantine holds freed memory back on purpose:
         # its RSS says nothing about what zkresp keeps; the heap does)
         assert rss1 <= start_rss + 16 * 1024 * 1024, (start_rss, rss1)
+
+
+def test_pushes_behind_a_blocking_command_count_against_max_output(make_zkresp):
+    """A RESP3 subscriber whose LOCK.ACQUIRE waits gets its messages after
+    that reply; what waits counts against --max-output, so a flood closes
+    that client (client.output_limit) instead of growing the sidecar, and
+    every other client goes on."""
+    z = make_zkresp(extra=["--max-output", "1m"])
+    key = harness.unique("held")
+    holder = z.client()
+    assert holder.cmd("LOCK.ACQUIRE", key, "h").startswith(b":")
+    c = z.client(timeout=20)
+    assert c.cmd("HELLO", "3").startswith(b"%")
+    assert c.cmd("SUBSCRIBE", "flood").startswith(b">3")
+    c.send(encode("LOCK.ACQUIRE", key, "w", "WAIT", "20000"))
+    time.sleep(0.2)
+    pub = z.client()
+    payload = "x" * 10000
+    for _ in range(200):
+        assert pub.cmd("PUBLISH", "flood", payload) in (b":1\r\n", b":0\r\n")
+    assert c.is_closed(5.0), "2 MB of pushes waited behind the blocked reply"
+    wait_for(lambda: b"client.output_limit" in z.log(), 5, what="the output limit logged")
+    assert pub.cmd("PING") == b"+PONG\r\n"
+    assert holder.cmd("LOCK.RELEASE", key, "h") == b":1\r\n"
