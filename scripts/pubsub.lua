@@ -24,6 +24,7 @@ local PL = require "pubsub_local"
 local PB = require "pubsub_inbox"
 local PI = require "pubsub_interest"
 local PR = require "pubsub_routes"
+local Z = require "zkio"
 
 local PS = {}
 
@@ -50,6 +51,15 @@ local function too_large(channel, payload)
     return true
 end
 
+-- A failed multi's doorbells that were missing (removed by someone else):
+-- not rung again until their interest node changes (PR.bell_missing).
+local function note_missing_bells(ops, results)
+    if type(results) ~= "table" then return end
+    for i, op in ipairs(ops) do
+        if op.bell and results[i] and results[i].rc == zk.NONODE then PR.bell_missing(op.bell) end
+    end
+end
+
 function PS.publish(kind, channel, payload)
     local held <close> = queue.hold({ PUBLISH_QUEUE })
     PS.stats.published = PS.stats.published + 1
@@ -69,11 +79,14 @@ function PS.publish(kind, channel, payload)
         PS.stats.messages_sent = PS.stats.messages_sent + sent
         return n + remote
     end
-    PS.note_failed(ops, results)
+    note_missing_bells(ops, results)
+    invalidate(kind, channel)
+    -- Its outcome unknown (the connection lost): sent again, it might
+    -- arrive twice; PUBLISH is at-most-once, as Redis's, so not again.
+    if Z.unknown(rc) then return n end
     -- One inbox or doorbell gone (its sidecar died, or left the channel),
     -- or the message too large for ZooKeeper: each message on its own,
     -- without doorbells, counting only the subscribers reached.
-    invalidate(kind, channel)
     for _, op in ipairs(ops) do
         if op[1] == "create" then
             local crc = zk.create(op[2], op[3], op[4])
@@ -112,13 +125,7 @@ function participant.plan(t, ops)
 end
 
 function participant.done(t, ok, ops, results)
-    if not ok and ops and type(results) == "table" then
-        -- a doorbell the failed multi found missing is not rung again
-        -- (PR.bell_missing)
-        for i, op in ipairs(ops) do
-            if op.bell and results[i] and results[i].rc == zk.NONODE then PR.bell_missing(op.bell) end
-        end
-    end
+    if not ok and ops then note_missing_bells(ops, results) end
     for _, p in ipairs(t.publishes) do
         if ok then
             PS.stats.published = PS.stats.published + 1
