@@ -19,6 +19,11 @@ local SB = require "sandbox"
 local L51 = require "lua51_errors"
 -- Loaded at start: a machine without Debian's lua-cjson fails there, loudly.
 local CJSON = require "lua_cjson"
+-- the largest text a script's cjson.encode may build: its memory cap
+CJSON.limit = function()
+    local c = SB.context()
+    return c and c.mem_limit_kb and c.mem_limit_kb * 1024
+end
 local sha1 = require "sha1"
 local SC = require "script_cache"
 
@@ -51,7 +56,17 @@ end
 -- A script's value -> a reply (lua_host.h's reply values).  Only raw
 -- access (rawget, next): the script's metamethods would run client code
 -- after its caps are off.
+-- The most values one script's reply may hold: a table that holds
+-- itself twice, 40 levels deep, would be 2^40 of them (the conversion runs
+-- after the script's caps are off).
+V.REPLY_MAX_VALUES = 1024 * 1024
+local reply_left = 0
+
 local function to_reply(v, depth, resp)
+    reply_left = reply_left - 1
+    if reply_left < 0 then
+        error(string.format("reply too large (more than %d values)", V.REPLY_MAX_VALUES), 0)
+    end
     local tv = type(v)
     -- After redis.setresp(3) a boolean is a RESP3 boolean: #t/#f to a RESP3
     -- client, :1/:0 to a RESP2 one.
@@ -90,7 +105,11 @@ local function to_reply(v, depth, resp)
     end
     return out
 end
-V.to_reply = function(v, resp) return to_reply(v, 0, resp) end
+local function convert(v, resp)
+    reply_left = V.REPLY_MAX_VALUES
+    return to_reply(v, 0, resp)
+end
+V.to_reply = convert
 
 -- A command's reply -> the Lua value redis.call returns (resp: 2 or 3).
 -- Errors come back as {err = text}; the caller raises or returns them.
@@ -494,7 +513,7 @@ local function run(args, fn, sha, ro, entry)
             end
             return format_error(r, c), false
         end
-        local cok, reply = pcall(to_reply, r, 0, c.resp)
+        local cok, reply = pcall(convert, r, c.resp)
         if not cok then
             return { err = clean("ERR " .. tostring(reply) .. " script: " .. sha .. ", on @user_script:1.") }, false
         end

@@ -42,8 +42,12 @@ end
 -- The directory the system's modules are loaded from, as messages show it.
 local SYSTEM = debug.getinfo(1, "S").short_src:match("^(.*/)") or ""
 
+-- (A message longer than REWRITE_MAX is a script's own text, not one of
+-- Lua's: left as it is, as the rewriting may run with no step budget.)
+local REWRITE_MAX = 4096
+
 function L51.rewrite(msg, line)
-    if type(msg) ~= "string" then return msg end
+    if type(msg) ~= "string" or #msg > REWRITE_MAX then return msg end
     if line and SYSTEM ~= "" and msg:sub(1, #SYSTEM) == SYSTEM then
         msg = msg:gsub("^[^:]*:%d+: ", "user_script:" .. line .. ": ", 1)
     end

@@ -51,18 +51,79 @@ end
 -- script's line.
 local HERE = debug.getinfo(1, "S").short_src
 
+local function at_script(ok, v)
+    if ok then return v end
+    if type(v) ~= "string" then error(v, 0) end -- a kill, memory
+    local at = v:find(": ", 1, true)
+    if v:sub(1, #HERE) == HERE and at then v = v:sub(at + 2) end
+    error(v, 3)
+end
+
 local function decoder(c)
     local function named(...)
         local v = c.decode(...)
         return v
     end
     return function(...)
-        local ok, v = pcall(named, ...)
-        if ok then return integers(v) end
-        if type(v) ~= "string" then error(v, 0) end -- a kill, memory
-        local at = v:find(": ", 1, true)
-        if v:sub(1, #HERE) == HERE and at then v = v:sub(at + 2) end
-        error(v, 2)
+        return integers(at_script(pcall(named, ...)))
+    end
+end
+
+-- The settings: a script may read them (called without arguments, as
+-- Redis's scripts may), never change them.  The instance is every
+-- client's, and a depth past Redis's 1000 lets decode and encode recurse
+-- in C until the process's stack runs out.
+local SETTINGS = { "encode_sparse_array", "encode_max_depth", "decode_max_depth",
+                   "encode_number_precision", "encode_keep_buffer",
+                   "encode_invalid_numbers", "decode_invalid_numbers" }
+
+local function reader(c, name)
+    return function(...)
+        if select("#", ...) > 0 then
+            error("cjson." .. name .. ": zkresp's cjson settings are Redis's and cannot be changed", 2)
+        end
+        return c[name]()
+    end
+end
+
+-- encode builds its text with the C library's own malloc, which the
+-- script's memory cap does not see: a reply of 2,000 copies of a 1 MB
+-- string would take 2 GB of C memory.  So the text's size is reckoned
+-- first, in Lua (under the script's time cap: a table that holds itself
+-- twice, 40 levels deep, is walked as long as encode would), and a text
+-- larger than the cap (M.limit(), bytes) kills the script as its memory
+-- would.  The reckoning is what encode writes: strings with their escapes,
+-- numbers at most 32 bytes, keys, separators.
+local ESCAPED = '[%c"\\/\127]'
+
+local function text_size(v, depth, left)
+    local tv = type(v)
+    if tv == "string" then
+        local _, escapes = v:gsub(ESCAPED, "")
+        return left - (#v + 2 + 5 * escapes)
+    elseif tv ~= "table" then
+        return left - 32
+    end
+    if depth > 1000 then return left end -- encode refuses it (max depth)
+    left = left - 2
+    for k, x in next, v do
+        if type(k) == "string" then left = text_size(k, depth + 1, left) - 1 end
+        left = text_size(x, depth + 1, left) - 1
+        if left < 0 then return left end
+    end
+    return left
+end
+
+local function encoder(c)
+    local function named(...)
+        local v = c.encode(...)
+        return v
+    end
+    return function(...)
+        local limit = M.limit and M.limit()
+        if limit and select("#", ...) > 0 and text_size((...), 0, limit) < 0 then host.kill("memory") end
+        local v = at_script(pcall(named, ...))
+        return v
     end
 end
 
@@ -71,6 +132,8 @@ local function wrap(c)
     local t = {}
     for k, v in pairs(c) do t[k] = v end
     t.decode = decoder(c)
+    t.encode = encoder(c)
+    for _, name in ipairs(SETTINGS) do t[name] = reader(c, name) end
     t.new = function() return wrap(configure(cjson.new())) end
     return t
 end

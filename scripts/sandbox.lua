@@ -134,6 +134,8 @@ end
 local stock = { rep = string.rep }
 local function rep(...)
     local s, n, sep = ...
+    -- nothing to repeat: the stock function would still loop n times
+    if type(n) == "number" and n > 0 and (s == "" and (sep == nil or sep == "")) then return "" end
     local lim = memory_limit_kb()
     if lim and type(n) == "number" and n > 0 and
        (#tostring(s) + #tostring(sep or "")) * n > lim * 1024 then
@@ -310,8 +312,13 @@ function SB.env(redis_api, cjson_lib, bit_lib)
         end, ...))
     end
 
+    -- The system's own tables: the protected proxies, and the signals
+    -- (a retry or an abort) a script's __close handler may be handed as
+    -- its error: their shared metatables are never a script's.
+    local function system(t) return protected[t] or SB.is_signal(t) end
+
     env.rawset = function(t, k, v)
-        if protected[t] then rawerror(READONLY, 0) end
+        if system(t) then rawerror(READONLY, 0) end
         return rawset(t, k, v)
     end
 
@@ -321,7 +328,7 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     -- meanwhile (a finalizer would run later, in whatever command the
     -- collector happens to run in: another client's script).
     env.setmetatable = function(t, mt)
-        if protected[t] then rawerror(READONLY, 0) end
+        if system(t) then rawerror(READONLY, 0) end
         if type(mt) == "table" and not protected[mt] then
             local gc = rawget(mt, "__gc")
             if gc ~= nil then
@@ -338,17 +345,20 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     local string_mt -- set below, once the string proxy exists
     env.getmetatable = function(v)
         if type(v) == "string" then return string_mt end
-        if protected[v] then return false end
+        if system(v) then return false end
         return getmetatable(v)
     end
 
-    -- Text chunks only, in the script environment unless one is given.
-    -- A name "@x" becomes "=x" (shown the same): names starting with "@"
-    -- are the system's files, whose code the caps leave alone once a
-    -- script is killed.
+    -- Text chunks only, in the script environment unless one is given:
+    -- the read-only proxy every script sees, never the table behind it
+    -- (a chunk that could write that would change every later script's
+    -- globals, its redis.call among them).  A name "@x" becomes "=x"
+    -- (shown the same): names starting with "@" are the system's files,
+    -- whose code the caps leave alone once a script is killed.
+    local proxy -- set below
     env.load = function(chunk, name, _, e)
         if type(name) == "string" and name:sub(1, 1) == "@" then name = "=" .. name:sub(2) end
-        return load(chunk, name, "t", e or env)
+        return load(chunk, name, "t", e or proxy)
     end
 
     local GC_OK = { count = true, collect = true, step = true }
@@ -362,8 +372,26 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     string_mt = readonly({ __index = sp })
     env.string = sp
 
+    -- Lua 5.1's table library (Redis's): no move, whose ranges loop in C
+    -- past any hook; insert and remove by the raw length, as 5.1's (it has
+    -- no __len for tables), so that a __len of a huge number cannot make
+    -- them loop in C either.
     local tbl = {}
     for k, v in pairs(table) do tbl[k] = v end
+    tbl.move = nil
+    for _, name in ipairs({ "insert", "remove" }) do
+        local f = table[name]
+        tbl[name] = function(t, ...)
+            local mt = type(t) == "table" and getmetatable(t)
+            local len = type(mt) == "table" and rawget(mt, "__len")
+            if not len then return f(t, ...) end
+            rawset(mt, "__len", nil)
+            local r = table.pack(rawpcall(f, t, ...))
+            rawset(mt, "__len", len)
+            if not r[1] then rawerror(r[2], 0) end
+            return table.unpack(r, 2, r.n)
+        end
+    end
     env.table = readonly(tbl)
 
     local m = {}
@@ -378,7 +406,7 @@ function SB.env(redis_api, cjson_lib, bit_lib)
     env.redis = readonly(redis_api)
 
     -- Globals that do not exist, and KEYS/ARGV from the running script.
-    local proxy = readonly(env, function(_, k)
+    proxy = readonly(env, function(_, k)
         local v = env[k]
         if v ~= nil then return v end
         if k == "KEYS" or k == "ARGV" then

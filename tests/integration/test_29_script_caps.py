@@ -218,3 +218,70 @@ def test_one_c_call_cannot_allocate_past_the_memory_cap(make_zkresp):
         assert peak_rss_kb(z) - base < 64 * 1024, (base, peak_rss_kb(z))
         assert c.call("EVAL", "return #table.concat({string.rep('x', 1000000), string.rep('y', 1000000)})",
                       "0") == 2000000
+
+
+# ------------------------------------------------ escapes a review found
+
+def test_load_cannot_reach_the_table_behind_every_scripts_globals(make_zkresp):
+    """A chunk made by load runs in the same read-only environment as the
+    script: it cannot replace redis, KEYS or any global of later scripts,
+    its _ENV is the script's _G."""
+    z = make_zkresp()
+    key = harness.unique("load")
+    with z.client() as attacker, z.client() as victim:
+        for body in ["load('redis = {call = function() return \"owned\" end}')()",
+                     "load('KEYS = {\"x\"}')()",
+                     "load('rawset(_ENV, \"redis\", nil)')()",
+                     "setmetatable(load('return _ENV')(), {})"]:
+            r = attacker.call("EVAL", body, "0")
+            assert isinstance(r, Err), (body, r)
+        assert attacker.call("EVAL", "return load('return _ENV')() == _G and 1 or 0", "0") == 1
+        assert victim.call("EVAL", "return redis.call('set', KEYS[1], ARGV[1])", "1", key, "v") == b"OK"
+        assert victim.call("EVAL", "return {KEYS[1], redis.call('get', KEYS[1])}", "1", key) == [key.encode(), b"v"]
+
+
+def test_cjson_settings_are_read_only_and_encode_is_capped(make_zkresp):
+    """A script reads cjson's settings but cannot change them (they are
+    every client's; a deeper limit lets decode recurse until the C stack
+    ends); encode's C buffer is reckoned against the memory cap first."""
+    z = make_zkresp(extra=("--script-memory-limit", "8m", "--script-time-limit", "1000"))
+    with z.client(timeout=30) as c:
+        assert c.call("EVAL", "return cjson.decode_max_depth()", "0") == 1000
+        for body in ["cjson.decode_max_depth(2147483647)", "cjson.encode_number_precision(1)",
+                     "local j = cjson.new() j.decode_max_depth(2147483647)",
+                     "cjson.encode_max_depth(100000)"]:
+            r = c.call("EVAL", body, "0")
+            assert isinstance(r, Err) and "cannot be changed" in r, (body, r)
+        assert c.call("EVAL", "return cjson.encode({3.14159})", "0") == b"[3.14159]"
+        r = c.call("EVAL", "local s = string.rep('a', 1048576) local t = {} "
+                           "for i = 1, 100 do t[i] = s end return #cjson.encode(t)", "0")
+        assert isinstance(r, Err) and "memory limit of 8192 KB" in r, r
+        r, took = timed_call(c, "EVAL", "local t = 'x' for i = 1, 40 do t = {t, t} end "
+                                        "return #cjson.encode(t)", "0", timeout=30)
+        assert isinstance(r, Err) and ("time limit" in r or "memory limit" in r), r
+        assert c.call("EVAL", "return cjson.decode(cjson.encode({a = {1, 2}})).a[2]", "0") == 2
+
+
+def test_c_loops_a_script_could_make_endless_end(make_zkresp):
+    """No table.move (Lua 5.1 has none; its ranges loop in C past the
+    hook); insert and remove go by the raw length, as 5.1's; rep of nothing
+    is nothing; a reply that holds one table many times over is refused;
+    a long error text is not rewritten.  Each answers at once."""
+    z = make_zkresp(extra=("--script-time-limit", "2000",))
+    with z.client(timeout=30) as c:
+        assert c.call("EVAL", "return type(table.move)", "0") == b"nil"
+        huge_len = "setmetatable({}, {__len = function() return math.maxinteger - 1 end})"
+        for body, want in [
+            ("local t = %s table.insert(t, 1, 'a') table.insert(t, 'b') return {rawget(t, 1), rawget(t, 2)}"
+             % huge_len, [b"a", b"b"]),
+            ("local t = %s rawset(t, 1, 'a') return table.remove(t, 1)" % huge_len, b"a"),
+            ("return #string.rep('', math.maxinteger)", 0),
+            ("return #string.rep('', math.maxinteger, '')", 0),
+        ]:
+            r, took = timed_call(c, "EVAL", body, "0")
+            assert r == want and took < 1.5, (body, r, took)
+        r, took = timed_call(c, "EVAL", "local t = 'x' for i = 1, 40 do t = {t, t} end return t", "0")
+        assert isinstance(r, Err) and "reply too large" in r and took < 5, (r, took)
+        r, took = timed_call(c, "EVAL", "error(string.rep('attempt to ', 1000000))", "0")
+        assert isinstance(r, Err) and took < 5, took
+        assert c.call("PING") == b"PONG"
