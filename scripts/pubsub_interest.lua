@@ -115,7 +115,11 @@ local function reconcile_step(kind, name, st)
         if rc == zk.NONODE then st.have = false return true end
         return false
     elseif not st.want and st.have then
+        -- while it is on its way a SUBSCRIBE must not take `have` for
+        -- registered (PI.await): the node is about to go
+        st.leaving = true
         local rc = zk.delete(me, -1)
+        st.leaving = nil
         if rc == zk.OK or rc == zk.NONODE then
             st.have = false
             PN.gc_later(X)
@@ -145,6 +149,7 @@ local function settle(kind, name, st)
             host.sleep(PI.RETRY_MS)
         else
             local ok, progressed = pcall(reconcile_step, kind, name, st)
+            st.leaving = nil
             if st.have and st.want then wake_all(st) end
             if not ok then
                 host.log("warn", "pubsub: registering interest in " .. name .. ": " .. tostring(progressed))
@@ -199,7 +204,7 @@ end
 -- Waits until the interest of st is registered, at most until the
 -- command's deadline.
 function PI.await(st)
-    if not st or (st.have and st.want) or not st.want then return end
+    if not st or (st.have and st.want and not st.leaving) or not st.want then return end
     local co = coroutine.running()
     st.waiters[#st.waiters + 1] = co
     local timer = host.timer(function()

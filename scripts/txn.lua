@@ -346,9 +346,11 @@ local function commit_buffered(t)
     G.ops(ops, all, removed)
     -- the participants' ops (a script's publishes: checks of its routes and
     -- one message per interested sidecar, in this multi)
-    local messages = 0
+    local messages, before = 0, #ops
     for _, p in ipairs(t.participants or {}) do messages = messages + p.plan(t, ops) end
-    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and messages == 0 then
+    -- (a participant's checks, a publish's route, need the commit even
+    -- when nothing is written: a route that moved runs the script again)
+    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and #ops == before then
         return confirm_presumed(t)
     end
     local sent

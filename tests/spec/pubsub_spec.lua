@@ -235,6 +235,44 @@ describe("pub/sub", function()
         assert.same({ { push = { "message", "ch", "y" } } }, b.pushed[7])
     end)
 
+    it("answers a SUBSCRIBE only once registered, even while its last unregistration is on its way", function()
+        b:call_as(7, "SUBSCRIBE", "again")
+        -- the unregistration's delete takes a while, and the SUBSCRIBE
+        -- comes meanwhile
+        b:fail_next({ op = "delete", latency = 500, pass = true })
+        local u = b:start("UNSUBSCRIBE", "again")
+        u.client = 7
+        W:advance(100)
+        local t = b:start("SUBSCRIBE", "again")
+        t.client = 8
+        -- from its answer on, the interest is in ZooKeeper at every moment
+        local seen_done_unregistered = false
+        local until_t = W.now + 3000
+        W:run_until(function()
+            if t.done and #(W:children("/zkresp/ps/c/again") or {}) == 0 then seen_done_unregistered = true end
+            return t.done and u.done and W.now >= until_t
+        end)
+        assert.is_true(t.done)
+        assert.is_false(seen_done_unregistered)
+        assert.equal(1, #W:children("/zkresp/ps/c/again"))
+        assert.equal(1, a:call("EVAL", "return redis.call('publish', 'again', 'm')", "0"))
+    end)
+
+    it("re-runs a script that only reads and publishes when its route went stale", function()
+        assert.equal(0, a:call("EVAL", "return redis.call('publish', 'ro', 'x')", "0"))
+        for _, all in ipairs({ W.watches, W.cwatches }) do
+            for path, ws in pairs(all) do
+                if path:find("^/zkresp/ps/[cp]") then ws[a] = nil end
+            end
+        end
+        b:call_as(7, "SUBSCRIBE", "ro")
+        local r = a:call("EVAL", "if redis.call('get', KEYS[1]) == false then " ..
+                                 "return redis.call('publish', 'ro', '0') end", "1", "ro-lock")
+        assert.equal(1, r)
+        W:run_until(function() return b.pushed[7] ~= nil end)
+        assert.same({ { push = { "message", "ro", "0" } } }, b.pushed[7])
+    end)
+
     it("counts subscribers of every sidecar in PUBSUB NUMSUB and NUMPAT", function()
         b:call_as(7, "SUBSCRIBE", "ch")
         b:call_as(8, "SUBSCRIBE", "ch")
