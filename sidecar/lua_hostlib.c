@@ -108,6 +108,8 @@ static int l_host_wake(lua_State *L)
         return 1;
     }
     int n = lua_gettop(L) - 1;
+    if (!lua_checkstack(co, n)) /* lua_xmove does not grow co's stack */
+        return luaL_error(L, "host.wake: too many values");
     lua_xmove(L, co, n);
     lua_co_ready(host_of(L), c, n);
     lua_pushboolean(L, 1);
@@ -120,6 +122,8 @@ static int l_host_spawn(lua_State *L)
     struct lua_host *h = host_of(L);
     int n = lua_gettop(L);
     struct co *c = lua_co_new(h, NULL);
+    if (!lua_checkstack(c->L, n)) /* lua_xmove does not grow it */
+        return luaL_error(L, "host.spawn: too many values");
     lua_xmove(L, c->L, n);
     lua_co_ready(h, c, n - 1);
     return 0;

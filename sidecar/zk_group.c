@@ -355,6 +355,9 @@ void zk_group_done(struct zk *z, struct zk_req *g)
             member_answer(m, rc); /* a failed multi answers its op's rc */
             zk_deliver(z, m);
         } else if (m->abandoned) { /* answered already: not applied */
+            /* as the group's outcome says, never as a success (which
+             * would count as access granted and a server's answer) */
+            m->res.rc = g->unsent ? ZCONNECTIONLOSS : rc;
             zk_deliver(z, m);
         } else {
             memset(m->zres, 0, (size_t)m->nops * sizeof(zoo_op_result_t));

@@ -148,8 +148,9 @@ struct zk {
     int auth_failed;        /* the server refused the credentials */
     int auth_added;         /* the current handle has them to send */
     double auth_retry_at;   /* when to try a new session then */
-    int denied;             /* a write answered NOAUTH / INVALIDACL (its rc) */
-    char denied_path[256];  /* that write's first path */
+    double reopen_at; /* no handle (zookeeper_init failed): when to try again */
+    int denied;       /* a write answered NOAUTH / INVALIDACL (its rc) */
+    char denied_path[256]; /* that write's first path */
     int session_timeout;
     zk_event_cb on_event;
     void *event_arg;

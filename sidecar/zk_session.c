@@ -104,6 +104,8 @@ static int open_handle(struct zk *z, char *err, size_t errlen)
     z->connected = 0;
     z->zh = zookeeper_init(z->hosts, on_watch, z->session_timeout, NULL, hc, 0);
     if (!z->zh) {
+        free(hc);
+        z->hctx = NULL;
         if (err)
             snprintf(err, errlen,
                      "cannot start a ZooKeeper client for '%s': %s", z->hosts,
@@ -148,6 +150,22 @@ static void emit(struct zk *z, const char *event)
         z->on_event(event, z->session_id, z->event_arg);
 }
 
+/* Opens a new handle, or, when the client cannot start (none of the
+ * servers' names resolves: an ensemble with no ready pod), tries again
+ * REOPEN_MS later from on_tick, for as long as it takes: without a handle
+ * every request would wait for its deadline for ever. */
+#define REOPEN_MS 1000.0
+
+static void reopen(struct zk *z, double now)
+{
+    z->reopen_at = 0;
+    if (open_handle(z, NULL, 0) < 0) {
+        log_error("zk.init_failed", "zk=%s retry_ms=%d", z->hosts,
+                  (int)REOPEN_MS);
+        z->reopen_at = now + REOPEN_MS;
+    }
+}
+
 /* Replaces the session: the old one's ephemeral nodes become foreign. */
 static void restart_session(struct zk *z, const char *why)
 {
@@ -158,8 +176,8 @@ static void restart_session(struct zk *z, const char *why)
      * old one sees that it changed); what was parked for the old one is
      * answered now, never sent. */
     z->session_id = 0;
-    if (!z->closed && open_handle(z, NULL, 0) < 0)
-        log_error("zk.init_failed", "zk=%s", z->hosts);
+    if (!z->closed)
+        reopen(z, zk_now());
     struct zk_req **pp = &z->parked_head, *r;
     z->parked_tail = NULL;
     while ((r = *pp) != NULL) {
@@ -278,6 +296,10 @@ static void on_tick(uv_timer_t *t)
     zk_ahead_tick(z, now);
     if (z->closed)
         return;
+    if (!z->zh && z->reopen_at > 0 && now >= z->reopen_at) {
+        reopen(z, now);
+        return;
+    }
     if (z->auth_failed && z->auth_retry_at > 0 && now >= z->auth_retry_at) {
         z->auth_retry_at = 0;
         restart_session(z, "auth");
