@@ -193,7 +193,11 @@ end
 -- After a new session: a waiter on a lock channel whose lock is free may
 -- have missed the unlock; it is sent Redisson's unlock message.
 local function make_up()
-    for ch in pairs(PL.by_name("c")) do
+    -- the channels as they are now: each read below waits, and the table
+    -- changes meanwhile (next() on a changed table may raise)
+    local channels = {}
+    for ch in pairs(PL.by_name("c")) do channels[#channels + 1] = ch end
+    for _, ch in ipairs(channels) do
         local keys = PB.lock_channel(ch)
         if keys then
             local free = true

@@ -194,12 +194,20 @@ local function drain_once()
     end
     table.sort(new, function(a, b) return a:sub(-10) < b:sub(-10) end)
     for _, name in ipairs(new) do
-        seen[name] = true
         local kind, channel, payload, rung = parse(name)
         if kind and not payload then
             local grc, data = zk.get(box .. "/" .. name)
-            if grc == zk.OK then payload = data end
+            if grc == zk.OK then
+                payload = data
+            elseif grc ~= zk.NONODE then
+                -- not readable now (the connection went): this message and
+                -- those after it wait, in order, for the next listing (the
+                -- reconnection's, or this one's a moment later)
+                PB.drain_later()
+                break
+            end
         end
+        seen[name] = true
         if kind and payload then
             PN.stats.messages_received = PN.stats.messages_received + 1
             if not (rung and spend_credit(channel, payload, listing)) then
@@ -301,6 +309,19 @@ function PB.new_session()
 end
 
 -- Makes presence and inbox, and reads what came meanwhile.
+-- A drain RETRY_MS from now (one pending at a time).
+local RETRY_MS = 250
+local retry_pending = false
+function PB.drain_later()
+    if retry_pending then return end
+    retry_pending = true
+    host.spawn(function()
+        host.sleep(RETRY_MS)
+        retry_pending = false
+        drain()
+    end)
+end
+
 function PB.start()
     ensure_inbox()
     drain()

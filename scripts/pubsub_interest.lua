@@ -232,7 +232,10 @@ end
 -- Waits until every interest wanted is registered.
 function PI.await_all()
     for _, kind in ipairs({ "c", "p", "s" }) do
-        for _, st in pairs(interest[kind]) do
+        -- (a snapshot: the table changes while this waits)
+        local states = {}
+        for _, st in pairs(interest[kind]) do states[#states + 1] = st end
+        for _, st in ipairs(states) do
             if st.want and not st.have then
                 local co = coroutine.running()
                 st.waiters[#st.waiters + 1] = co

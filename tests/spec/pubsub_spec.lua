@@ -273,6 +273,17 @@ describe("pub/sub", function()
         assert.same({ { push = { "message", "ro", "0" } } }, b.pushed[7])
     end)
 
+    it("delivers a long message whose read failed once, in order, a moment later", function()
+        b:call_as(7, "SUBSCRIBE", "long")
+        local big = string.rep("p", 2000)
+        b:fail_next({ op = "get", rc = S.codes.CONNECTIONLOSS })
+        assert.equal(1, a:call("PUBLISH", "long", big))
+        assert.equal(1, a:call("PUBLISH", "long", "after"))
+        W:advance(2000)
+        assert.same({ { push = { "message", "long", big } }, { push = { "message", "long", "after" } } },
+                    b.pushed[7])
+    end)
+
     it("counts subscribers of every sidecar in PUBSUB NUMSUB and NUMPAT", function()
         b:call_as(7, "SUBSCRIBE", "ch")
         b:call_as(8, "SUBSCRIBE", "ch")
