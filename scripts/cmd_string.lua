@@ -121,7 +121,7 @@ local function set(args)
             if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
             if rec.value == o.ifne then return aborted end
         end
-        local ttl = 0
+        local ttl, kept = 0, nil
         if o.ttl then
             ttl = o.ttl
         elseif o.at then
@@ -133,12 +133,12 @@ local function set(args)
             end
             ttl = math.ceil(left)
         elseif o.keepttl and found and rec.deadline then
-            ttl = math.max(1, math.ceil(K.remaining(rec)))
+            ttl, kept = P.kept_ttl(rec)
         end
         -- The policy may hold a free key back (lock-delay): SET NX then
         -- answers as on a held key.
         if o.nx and K.acquire_refused(rec) then return aborted end
-        t:put(rec, STRING, value, ttl)
+        t:put(rec, STRING, value, ttl, kept)
         return o.get and old or ok()
     end)
 end
@@ -378,9 +378,7 @@ local function incr_by(key, by)
         end
         local n = U.add_checked(cur, by)
         if not n then return err(E.INCR_OVERFLOW) end
-        local ttl = 0
-        if rec.live and rec.deadline then ttl = math.max(1, math.ceil(K.remaining(rec))) end
-        t:put(rec, STRING, tostring(n), ttl)
+        t:put(rec, STRING, tostring(n), P.kept_ttl(rec))
         return n
     end)
 end

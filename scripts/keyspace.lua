@@ -489,12 +489,14 @@ end
 -- (0: no TTL).  Returns when the write is confirmed; raises a retry when
 -- the record is stale (someone wrote in between) or the write did not
 -- apply.
-function K.put(rec, vtype, payload, ttl)
+function K.put(rec, vtype, payload, ttl, deadline)
     local path = rec.path
     -- Only a delete or a script's commit writes from the cache (guard.lua).
     assert(not rec.cached, "K.put of a cached record")
     check_acquire(rec)
     local w = K.plan_write(rec, vtype, payload, ttl)
+    -- a kept TTL keeps its deadline, unless the policy moved the TTL
+    if deadline and w.ttl == ttl and ttl > 0 then w.deadline = deadline end
     local lifetime, data = w.lifetime, w.data
     -- From here nothing yields until the write is sent.
     writable(rec)
@@ -561,7 +563,7 @@ function K.put(rec, vtype, payload, ttl)
     O.remember(path, {
         key = rec.key,
         nonce = w.nonce, sid = owner_sid, lifetime = lifetime, vtype = vtype,
-        payload = payload, ttl = w.ttl,
+        payload = payload, ttl = w.ttl, deadline = w.deadline,
         version = stat and stat.version or w.new_version,
         czxid = stat and stat.czxid or nil,
         gv = gv, gcz = gcz,

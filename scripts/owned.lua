@@ -176,7 +176,8 @@ function O.remember(path, w)
             -- the guard before the write, for an ephemeral node of ours
             gv = w.lifetime == "ephemeral" and w.gcz and w.gv or nil, gcz = w.gcz,
             value = #w.payload <= O.CACHE_VALUE_MAX and w.payload or nil,
-            deadline = w.ttl > 0 and host.now() + w.ttl or nil,
+            -- (a kept TTL's own deadline, else counted from now: never early)
+            deadline = w.ttl > 0 and (w.deadline or host.now() + w.ttl) or nil,
         }
         O.forget(path)
         O.owned[path] = e

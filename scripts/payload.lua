@@ -225,9 +225,12 @@ function P.size(t, key, vtype)
 end
 
 -- The TTL a rewrite of rec keeps (Redis keeps a key's TTL when a command
--- modifies its value): the time it has left, or 0.
+-- modifies its value): the time it has left, or 0; and its deadline, which
+-- the write keeps as it is (t:put's `deadline`): counted again from the
+-- write's answer, every write would move it later by its round trip, and a
+-- key written without pause (INCR after EXPIRE ... NX) would never expire.
 function P.kept_ttl(rec)
-    if rec.live and rec.deadline then return math.max(1, math.ceil(K.remaining(rec))) end
+    if rec.live and rec.deadline then return math.max(1, math.ceil(K.remaining(rec))), rec.deadline end
     return 0
 end
 

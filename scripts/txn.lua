@@ -97,8 +97,9 @@ function Txn:confirm(rec)
     if rec.cached then K.retry(0) end
 end
 
-function Txn:put(rec, vtype, payload, ttl)
-    K.put(rec, vtype, payload, ttl)
+-- deadline: the key's deadline to keep (P.kept_ttl), when ttl is its rest.
+function Txn:put(rec, vtype, payload, ttl, deadline)
+    K.put(rec, vtype, payload, ttl, deadline)
     self.recs[rec.key] = nil
 end
 
@@ -197,16 +198,18 @@ end
 
 Buf.confirm = Txn.confirm
 
-function Buf:put(rec, vtype, payload, ttl)
+function Buf:put(rec, vtype, payload, ttl, deadline)
     local key = rec.key
     local base = self.base[key] or rec
     self.base[key] = base
-    ttl = K.effective_ttl(key, ttl or 0)
-    self.writes[key] = { kind = "put", vtype = vtype, payload = payload, ttl = ttl }
+    local asked = ttl or 0
+    ttl = K.effective_ttl(key, asked)
+    if ttl ~= asked or ttl == 0 then deadline = nil end -- (the policy moved it)
+    self.writes[key] = { kind = "put", vtype = vtype, payload = payload, ttl = ttl, deadline = deadline }
     self.view[key] = {
         key = key, path = rec.path, live = true, buffered = true,
         node = base.node, vtype = vtype, value = payload, ttl = ttl,
-        deadline = ttl > 0 and host.now() + ttl or nil,
+        deadline = deadline or (ttl > 0 and host.now() + ttl or nil),
     }
 end
 
@@ -326,6 +329,7 @@ local function commit_buffered(t)
             end
         else
             local p = K.plan_write(rec, w.vtype, w.payload, w.ttl, sid)
+            if w.deadline and p.ttl == w.ttl then p.deadline = w.deadline end
             for _, o in ipairs(p.ops) do ops[#ops + 1] = o end
             p.replaced = p.kind == "replace"
             p.op = #ops
@@ -414,7 +418,7 @@ local function commit_buffered(t)
         if owner_sid == sid or p.lifetime ~= "ephemeral" then O.remember(p.rec.path, {
             key = p.rec.key,
             nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
-            payload = p.payload, ttl = p.ttl,
+            payload = p.payload, ttl = p.ttl, deadline = p.deadline,
             version = st and st.version or p.new_version,
             czxid = st and st.czxid or nil,
             gv = gv, gcz = gcz,

@@ -76,6 +76,31 @@ describe("expiry", function()
         assert.is_nil(W:node(a:path("k1")))
     end)
 
+    it("writes that keep a TTL keep its deadline (INCR after EXPIRE NX: the window ends)", function()
+        a:call("SET", "ctr", "0", "PX", "1000")
+        local t0 = W.now
+        -- one INCR after the other, without pause, for 1.5 s: each keeps
+        -- the TTL, and counting it again from each answer never ended it
+        for _ = 1, 3000 do
+            if W.now >= t0 + 1500 then break end
+            a:call("INCR", "ctr")
+            W:advance(1)
+        end
+        assert.is_true(W.now >= t0 + 1500)
+        assert.equal(-1, a:call("PTTL", "ctr"))   -- expired at t0 + 1 s; counted since
+        assert.is_true(tonumber(a:call("GET", "ctr")) < 1000)
+        for _, cmd in ipairs({ { "APPEND", "s", "x" }, { "SETRANGE", "s", "0", "x" } }) do
+            a:call("SET", "s", "v", "PX", "1000")
+            local t1 = W.now
+            for _ = 1, 3000 do
+                if W.now >= t1 + 1500 then break end
+                a:call(table.unpack(cmd))
+                W:advance(1)
+            end
+            assert.equal(-1, a:call("PTTL", "s"), cmd[1])
+        end
+    end)
+
     it("a renewed key expires at its new deadline", function()
         a:call("SET", "k", "v", "PX", "1000")
         W:advance(800)
