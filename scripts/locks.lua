@@ -120,7 +120,7 @@ end
 local function lease_due(path)
     local h = L.holds[path]
     if not h or h.sid ~= zk.session() then return end
-    local rc, data = zk.get(path)
+    local rc, data, stat = zk.get(path)
     if rc == zk.NONODE then forget(path) return end
     if rc ~= zk.OK then h.timer:start(200) return end
     -- the later of the lease this sidecar gave (grant, renewal) and the one
@@ -132,11 +132,15 @@ local function lease_due(path)
         h.timer:start(left)
         return
     end
-    local drc = LW.delete(path, -1)
+    -- at the version read: a renewal (or a reentrant acquire) that lands
+    -- in between moved the lease, and answered 1 for it
+    local drc = LW.delete(path, stat.version)
     if drc == zk.OK or drc == zk.NONODE then
         forget(path)
         L.stats.expired = L.stats.expired + 1
         if drc == zk.OK then notify("on_expire", h) end
+    elseif drc == zk.BADVERSION then
+        h.timer:start(0) -- read it again
     else
         h.timer:start(200)
     end

@@ -158,7 +158,17 @@ end
 function LW.leave(path)
     local ok, done = pcall(LW.delete_node, path)
     if not (ok and done) then
-        host.spawn(function() while not LW.delete_node(path) do host.sleep(200) end end)
+        -- until it is gone (ours, or with our session): every failure is
+        -- caught, or one TIMEOUT while ZooKeeper is away (background
+        -- requests are not parked past their deadline) ended the loop and
+        -- left a request no client waits for at the head of the queue
+        host.spawn(function()
+            while true do
+                host.sleep(200)
+                local ok2, done2 = pcall(LW.delete_node, path)
+                if ok2 and done2 then return end
+            end
+        end)
     end
 end
 

@@ -217,6 +217,32 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RENEW", "ls", "h", "PX", "1000"))
     end)
 
+    it("a renewal that lands between the lease end's read and its delete keeps the hold", function()
+        a:call("LOCK.ACQUIRE", "lr", "h", "PX", "1000")
+        -- the lease end's delete is slow: a renewal through another sidecar
+        -- comes in between, and answers 1
+        a:fail_next({ op = "delete", latency = 300, pass = true })
+        W:advance(1010)
+        assert.equal(1, b:call("LOCK.RENEW", "lr", "h", "PX", "5000"))
+        W:advance(400)
+        assert.equal(null, c:call("LOCK.ACQUIRE", "lr", "x", "WAIT", "0"))
+        assert.equal(1, b:call("LOCK.RENEW", "lr", "h", "PX", "5000"))
+        assert.equal(1, a:call("LOCK.RELEASE", "lr", "h"))
+    end)
+
+    it("a waiter whose WAIT ends while ZooKeeper is away leaves the queue once it is back", function()
+        a:call("LOCK.ACQUIRE", "lv", "h")
+        local w = start(b, "LOCK.ACQUIRE", "lv", "w", "WAIT", "1000")
+        b:disconnect()
+        W:advance(6000) -- its WAIT ended, and its leave's requests timed out more than once
+        assert.is_true(w.done)
+        b:reconnect()
+        W:advance(1000)
+        local info = a:call("LOCK.INFO", "lv")
+        assert.same({}, info.map[4], "the request no client waits for is still queued")
+        assert.equal(1, a:call("LOCK.RELEASE", "lv", "h"))
+    end)
+
     it("starts a waiter's lease at its grant, not at its arrival", function()
         a:call("LOCK.ACQUIRE", "lg", "h", "PX", "60000")
         local w = start(b, "LOCK.ACQUIRE", "lg", "w", "PX", "1000", "WAIT", "60000")
