@@ -244,8 +244,12 @@ end
 local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid, event
+    -- Our own request ends with our session; another sidecar's (a
+    -- conversion asked through this one) is followed through its node and
+    -- the table, as any request of the lock is.
+    local own = zk.session() == sid
     while true do
-        if zk.session() ~= sid then return nil, "lost" end
+        if own and zk.session() ~= sid then return nil, "lost" end
         if names then
             -- woken: a release may have granted us (a conversion reads)
             LW.await_write(lock)
