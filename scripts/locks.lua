@@ -132,8 +132,7 @@ local function lease_due(path)
         h.timer:start(left)
         return
     end
-    -- at the version read: a renewal (or a reentrant acquire) that lands
-    -- in between moved the lease, and answered 1 for it
+    -- at the version read: a renewal landing in between answered 1
     local drc = LW.delete(path, stat.version)
     if drc == zk.OK or drc == zk.NONODE then
         forget(path)
@@ -180,17 +179,15 @@ local function granted_in(t, seq, converting)
     return true
 end
 
--- Whether view lists a request but the one at `path` that waits (one the
--- release of that hold may grant).
+-- Whether view lists a waiting request but `path`'s (its release may grant it).
 local function next_waiter(path, view)
     for _, e in ipairs(view.queue) do
         if e.path ~= path and not e.granted then return true end
     end
 end
 
--- This sidecar's newest listing as the view of the request at `path`,
--- granted in table t, when it lists a waiter after it (LS.newer_view);
--- else nil.
+-- This sidecar's newest listing as the view of the request at `path`, granted
+-- in table t, when it lists a waiter after it (LS.newer_view); else nil.
 local function newer_view(lock, t, path)
     local view = t and LS.newer_view(lock, t, LS.seq_of(path))
     if view and next_waiter(path, view) then return view end
@@ -244,9 +241,7 @@ end
 local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid, event
-    -- Our own request ends with our session; another sidecar's (a
-    -- conversion asked through this one) is followed through its node and
-    -- the table, as any request of the lock is.
+    -- (another sidecar's request, a conversion asked here, ends with its node)
     local own = zk.session() == sid
     while true do
         if own and zk.session() ~= sid then return nil, "lost" end
@@ -493,6 +488,8 @@ local function release_read(lock, owner, done, unsure)
         local sent = unsure.sent
         if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
         if not mine or not mine.granted then return 0 end
+        -- a hold counted lost answers 0, as RENEW does; its node goes
+        if LS.from_lost_session(mine, d) then pcall(LW.delete_node, mine.path) return 0 end
         local rc, stat
         local left = d.count > 1 and d.count - 1 or 0
         if left > 0 then

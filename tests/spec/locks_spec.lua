@@ -301,6 +301,16 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RENEW", "ss", "h", "PX", "1000"))
     end)
 
+    it("answers 0 a release of a hold counted lost with its session, and frees the lock", function()
+        a:call("LOCK.ACQUIRE", "sr", "h")
+        local w = start(b, "LOCK.ACQUIRE", "sr", "w", "WAIT", "60000")
+        a:lose()
+        run()
+        assert.equal(0, a:call("LOCK.RELEASE", "sr", "h"))
+        W:run_until(function() return w.done end)
+        integer(w.result, "the waiter's token")
+    end)
+
     it("answers 0, not 1, a release whose delete's reply is lost as its session ends", function()
         -- the session's end removes the hold's node too, maybe before the
         -- release was asked: a node gone is its delete only while the
