@@ -436,13 +436,14 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         return mine.token
     end
     -- Try-once without a queue entry when the read says it would wait.
+    local exists = snap ~= nil and #snap.queue > 0 -- (before the probe joins)
     if wait_ms == 0 and snap then
         local probe = { seq = math.huge, mode = mode }
         snap.queue[#snap.queue + 1] = probe
         if not grants_me(snap.queue, probe) then return nil end
     end
     if before_acquire then
-        local ok, why = before_acquire(key, { exists = snap ~= nil and #snap.queue > 0, path = lock,
+        local ok, why = before_acquire(key, { exists = exists, path = lock,
                                               mode = mode, lock = true })
         if ok == false or type(ok) == "string" then
             if wait_ms == 0 then return nil end

@@ -257,6 +257,43 @@ describe("native locks", function()
         assert.equal(1, b:call("LOCK.RELEASE", "cv", "o"))
     end)
 
+    it("asks the policy's before_acquire, with whether the lock is held, and heeds a refusal", function()
+        local file = S.policy_file([[
+            return {
+                before_acquire = function(key, info)
+                    host.log("info", string.format("asked %s exists=%s mode=%s lock=%s", key,
+                                                   tostring(info.exists), info.mode, tostring(info.lock)))
+                    if key == "refused" then return false, "lock-delay" end
+                end,
+            }
+        ]])
+        local W2 = S.world(0)
+        local p = W2:sidecar({ config = { policy = file } })
+        local q = W2:sidecar({ config = { policy = file } })
+        integer(p:call("LOCK.ACQUIRE", "free", "o", "WAIT", "0"), "a free lock")
+        assert.equal(null, q:call("LOCK.ACQUIRE", "free", "x", "MODE", "PR", "WAIT", "0"))
+        assert.equal(null, p:call("LOCK.ACQUIRE", "refused", "o", "WAIT", "0"))
+        assert.same({ err = "TRYAGAIN lock-delay" }, p:call("LOCK.ACQUIRE", "refused", "o", "WAIT", "100"))
+        -- a lock node left empty (released, not yet collected): not held
+        assert.equal(1, p:call("LOCK.RELEASE", "free", "o"))
+        integer(p:call("LOCK.ACQUIRE", "free", "o2", "WAIT", "0"), "free again")
+        local function asked(sc)
+            local out = {}
+            for _, l in ipairs(sc.logs) do
+                local m = l:match("^info (asked .*)$")
+                if m then out[#out + 1] = m end
+            end
+            return out
+        end
+        assert.same({ "asked free exists=false mode=EX lock=true", "asked refused exists=false mode=EX lock=true",
+                      "asked refused exists=false mode=EX lock=true", "asked free exists=false mode=EX lock=true" },
+                    asked(p))
+        -- q's try-once would wait behind p's hold: refused before the hook
+        assert.same({}, asked(q))
+        assert.same({}, p:call("LOCK.INFO", "refused").map[2])
+        os.remove(file)
+    end)
+
     it("starts a waiter's lease at its grant, not at its arrival", function()
         a:call("LOCK.ACQUIRE", "lg", "h", "PX", "60000")
         local w = start(b, "LOCK.ACQUIRE", "lg", "w", "PX", "1000", "WAIT", "60000")
