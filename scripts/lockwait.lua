@@ -243,11 +243,16 @@ function LW.write_table(snap, touch)
 end
 
 -- The session changed: the nodes it created are not ours to answer for;
--- their waiters wake and find out.
+-- their waiters wake and find out, and so does every other waiter (its
+-- watch went with the old handle, its own request with the old session:
+-- it would sleep to the end of its WAIT and answer null).
 function LW.session_changed()
     local was = own
     own = {}
     for path in pairs(was) do fire(path, false) end
+    local paths = {}
+    for path in pairs(watching) do paths[#paths + 1] = path end
+    for _, path in ipairs(paths) do fire(path, false) end
 end
 
 -- Waits until the node at `path` changes (or the lock node's table, when
