@@ -208,7 +208,7 @@ function LW.take_back(lock, owner, sent, before, done)
         if not LS.landed(sent, mine, d) then return true end
         local rc, stat = zk.set(sent.path, before, sent.version)
         if rc == zk.OK then done(stat.version) end
-        return not Z.unknown(rc)
+        return not Z.unknown(rc) and rc ~= zk.TIMEOUT -- (not sent: try again)
     end
     host.spawn(function()
         -- whatever happens, the owner's commands stop waiting for it
@@ -288,6 +288,10 @@ function LW.wait(path, lock, until_ms, since)
     if rc ~= zk.OK or rec.fired or moved or left <= 0 then
         unwatch(watch, set, rec)
         return (rc ~= zk.OK or rec.fired or moved) and "changed" or "timeout"
+    end
+    if host.client() == nil then -- it left while we read: no wait for nobody
+        unwatch(watch, set, rec)
+        return "gone"
     end
     local timer = host.timer(function() wake(rec, "timeout") end)
     timer:start(left)
