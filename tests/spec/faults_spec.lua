@@ -158,24 +158,6 @@ describe("unknown outcomes", function()
         assert.equal("tc", b:call("GET", "lock"))
     end)
 
-    it("removes the orphan of a lost SET NX without a TTL, however long ZooKeeper stays away", function()
-        local W2 = S.world(0)
-        local c = W2:sidecar({ config = { session_timeout = 60000 } })
-        local d = W2:sidecar()
-        c:fail_next({ op = "create", when = "after", hook = function()
-            W2:post(function() c.connected = false end)
-        end })
-        local t = c:start("SET", "lock", "t", "NX")
-        W2:run_until(function() return t.done end)
-        assert.same(UNAVAILABLE, t.result)
-        W2:advance(30000)
-        assert.is_not_nil(W2:node(c:path("lock")))
-        c:reconnect()
-        W2:advance(3000)
-        assert.is_nil(W2:node(c:path("lock")))
-        assert.same(OK, d:call("SET", "lock", "u", "NX"))
-    end)
-
     it("a script's multi that applied is not run again when its ephemeral key went with the session", function()
         a:fail_next({ op = "multi", when = "after", hook = function()
             -- applied, its reply lost, and the session ends before we look
@@ -369,26 +351,30 @@ describe("ZooKeeper unavailable", function()
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
     end)
 
-    it("removes the orphan of a lost write after an outage longer than its first looks, while the session lasts", function()
-        -- a session timeout of a minute: a 20 s outage keeps the session,
-        -- and with it the orphan's ephemeral node, which no other sidecar
-        -- may end by its TTL
-        local W2 = S.world(0)
-        local c = W2:sidecar({ config = { session_timeout = 60000 } })
-        local d = W2:sidecar()
-        c:fail_next({ op = "create", when = "after", hook = function()
-            W2:post(function() c.connected = false end)
-        end })
-        local t = c:start("SET", "lock", "t", "NX", "PX", "30000")
-        W2:run_until(function() return t.done end)
-        assert.same(UNAVAILABLE, t.result)
-        W2:advance(20000)
-        assert.is_not_nil(W2:node(c:path("lock")))
-        c:reconnect()
-        W2:advance(3000)
-        assert.is_nil(W2:node(c:path("lock")))   -- removed once ZooKeeper answers again
-        assert.same(OK, d:call("SET", "lock", "u", "NX", "PX", "30000"))
-    end)
+    -- A session timeout of a minute: a 20 s outage keeps the session, and
+    -- with it the orphan's ephemeral node, which no other sidecar may end
+    -- by its TTL; a lock without a TTL is a persistent node nobody would
+    -- end at all.
+    for _, ttl in ipairs({ { "PX", "30000" }, {} }) do
+        it("removes the orphan of a lost SET NX " .. (ttl[1] and "with" or "without") ..
+           " a TTL after an outage longer than its first looks", function()
+            local W2 = S.world(0)
+            local c = W2:sidecar({ config = { session_timeout = 60000 } })
+            local d = W2:sidecar()
+            c:fail_next({ op = "create", when = "after", hook = function()
+                W2:post(function() c.connected = false end)
+            end })
+            local t = c:start("SET", "lock", "t", "NX", table.unpack(ttl))
+            W2:run_until(function() return t.done end)
+            assert.same(UNAVAILABLE, t.result)
+            W2:advance(20000)
+            assert.is_not_nil(W2:node(c:path("lock")))
+            c:reconnect()
+            W2:advance(3000)
+            assert.is_nil(W2:node(c:path("lock")))   -- removed once ZooKeeper answers again
+            assert.same(OK, d:call("SET", "lock", "u", "NX", table.unpack(ttl)))
+        end)
+    end
 
     it("a renewal of a held lock waits for the reconnect while the lease runs", function()
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "30000"))
