@@ -205,6 +205,8 @@ end
 -- and re-arms the timer for the next one.  With `all` (back from a
 -- disconnection) it looks at every owned key, not only those due by the
 -- heap, whose retries may be scheduled later.
+X.WORKERS = 8
+
 function X.expire_due(all)
     local now = host.now()
     local due, seen = {}, {}
@@ -224,17 +226,27 @@ function X.expire_due(all)
         end
     end
     O.arm() -- for the keys still to come, while these are deleted
-    for _, item in ipairs(due) do
-        local ok, err = pcall(X.expire_one, item.path, item.entry)
-        if not ok then
-            host.log("warn", "expiring " .. item.path .. ": " ..
-                     tostring(S.is_abort(err) and err.reply.err or err))
-            if O.owned[item.path] == item.entry then
-                O.heap_push({ at = host.now() + 1000, path = item.path, entry = item.entry })
+    -- A few workers take the batch, so that one slow key (its queue held
+    -- by a long script, a slow answer) does not hold back the keys due
+    -- with it (keys taken in one commit share their deadline).
+    local taken = 0
+    local function worker()
+        while taken < #due do
+            taken = taken + 1
+            local item = due[taken]
+            local ok, err = pcall(X.expire_one, item.path, item.entry)
+            if not ok then
+                host.log("warn", "expiring " .. item.path .. ": " ..
+                         tostring(S.is_abort(err) and err.reply.err or err))
+                if O.owned[item.path] == item.entry then
+                    O.heap_push({ at = host.now() + 1000, path = item.path, entry = item.entry })
+                end
             end
         end
+        O.arm()
     end
-    O.arm()
+    for _ = 2, math.min(X.WORKERS, #due) do host.spawn(worker) end
+    worker()
 end
 
 -- Every owned key is lost with the session; its nodes, if still there, are

@@ -76,6 +76,21 @@ describe("expiry", function()
         assert.is_nil(W:node(a:path("k1")))
     end)
 
+    it("a slow expiry does not hold back a key due at the same moment", function()
+        -- one commit, one deadline: both keys fall due in the same batch
+        local both = "redis.call('set', KEYS[1], 'v', 'PX', 100) redis.call('set', KEYS[2], 'v', 'PX', 100)"
+        a:call("EVAL", both, "2", "t1", "t2")
+        W:advance(1000) -- (the script's body is stored, those keys gone)
+        a:call("EVAL", both, "2", "s1", "s2")
+        a:fail_next({ op = "multi", pass = true, latency = 500 })
+        W:advance(100 + 2 * W.latency + 5)
+        local gone = (W:node(a:path("s1")) == nil and 1 or 0) + (W:node(a:path("s2")) == nil and 1 or 0)
+        assert.equal(1, gone, "the other key waited for the slow one")
+        W:advance(500)
+        assert.is_nil(W:node(a:path("s1")))
+        assert.is_nil(W:node(a:path("s2")))
+    end)
+
     it("writes that keep a TTL keep its deadline (INCR after EXPIRE NX: the window ends)", function()
         a:call("SET", "ctr", "0", "PX", "1000")
         local t0 = W.now
