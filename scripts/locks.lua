@@ -14,12 +14,12 @@
 --                              the queue the writer decided on (up to
 --                              lockstore's NAMES_MAX)
 --   .../<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>
---                              a request: EPHEMERAL_SEQUENTIAL, created by
---                              the sidecar that took it; its name says the
---                              mode asked, whose it is (a hash) and its
---                              lease (so another sidecar may grant it), its data
---                              the owner, hold count, lease end (leader
---                              clock), when it was asked, sidecar, client
+--                              a request: EPHEMERAL_SEQUENTIAL, created by the
+--                              sidecar that took it; its name says the mode
+--                              asked, whose it is (a hash) and its lease (so
+--                              another sidecar may grant it), its data the owner,
+--                              hold count, lease end (leader clock), when it
+--                              was asked, sidecar, client
 --
 -- Granted is state (lockq.lua): a grant, a conversion asked, given up or
 -- granted, a down-conversion are each one write of the grant table
@@ -80,10 +80,9 @@ local L = {}
 L.DEFAULT_PX = 30000
 L.lock_path = LS.lock_path
 
--- The holds this sidecar's session created: child path -> {path, key,
--- lock, owner, mode, token, px, sid, deadline (host.now()), timer, data
--- (the node's data as we last wrote it) and version, view (the lock as
--- our last read saw it, for the release's grants)}.
+-- The holds this sidecar's session created: path -> {path, key, lock, owner,
+-- mode, token, px, sid, deadline (host.now()), timer, data and version (as we
+-- last wrote it), view (the lock as we last read it, for the release)}.
 L.holds = {}
 local by_owner = {} -- lock .. "\0" .. owner -> path of a hold in L.holds
 
@@ -586,8 +585,9 @@ local function write_own(snap, mine)
     return true
 end
 
--- Gives our conversion to `mode` of the request at `asked` up (the old
--- mode stays): the token when it was granted meanwhile, else nil.
+-- Gives our conversion to `mode` of the request at `asked` up (the old mode
+-- stays): the token when it was granted meanwhile, else nil; -TRYAGAIN when
+-- every try lost its write (the table still asks for it).
 local function give_up(lock, asked, mode)
     for _ = 1, Z.READ_TRIES do
         local snap = LS.read(lock)
@@ -596,6 +596,7 @@ local function give_up(lock, asked, mode)
         me.convert = nil
         if write_own(snap, me) then return nil end
     end
+    S.abort({ err = E.UNAVAILABLE })
 end
 
 -- LOCK.CONVERT of lock node `lock`; `pending` learns the request whose
@@ -687,10 +688,7 @@ function L.on_session(event)
 end
 
 function L.count() return U.count(L.holds) end
-
-L.wait_stats = LW.stats
-L.wait_own_grace_ms = LW.OWN_GRACE_MS
-L.on_watch = LW.on_watch
+L.wait_stats, L.wait_own_grace_ms, L.on_watch = LW.stats, LW.OWN_GRACE_MS, LW.on_watch
 
 function L.owns_path(path)
     local dir = LS.dir()

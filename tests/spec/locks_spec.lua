@@ -176,6 +176,26 @@ describe("native locks", function()
         assert.equal(0, #waiters(a, "cw"))
     end)
 
+    -- Every try to give the conversion up loses its write: the client must
+    -- not hear "old mode kept" (null) while the table still asks for EX
+    -- (a release would grant it); -TRYAGAIN, and it is given up later.
+    it("answers -TRYAGAIN when a timed-out conversion cannot be given up yet", function()
+        a:call("LOCK.ACQUIRE", "cg", "x", "MODE", "PR")
+        b:call("LOCK.ACQUIRE", "cg", "y", "MODE", "PR")
+        local c = start(a, "LOCK.CONVERT", "cg", "x", "MODE", "EX", "WAIT", "300")
+        run()
+        assert.is_falsy(c.done)
+        for _ = 1, 10 do a:fail_next({ op = "multi", rc = S.codes.BADVERSION }) end
+        W:advance(400)
+        assert.is_true(c.done)
+        assert.matches("^TRYAGAIN", tostring(c.result and c.result.err))
+        run()
+        assert.equal(0, #waiters(a, "cg"))
+        local holders = a:call("LOCK.INFO", "cg").map[2]
+        assert.equal("PR", field(holders[1], "mode"))
+        assert.equal("PR", field(holders[2], "mode"))
+    end)
+
     it("ends a deadlock of two conversions for the later one", function()
         a:call("LOCK.ACQUIRE", "dl", "x", "MODE", "PR")
         b:call("LOCK.ACQUIRE", "dl", "y", "MODE", "PR")
