@@ -121,20 +121,25 @@ function delete_delivered()
     local function done(name)
         if inbox_czxid == czxid then seen[name] = nil end
     end
+    -- not deleted, while the inbox is the one these names are from: a
+    -- later batch takes them (else they stay listed as seen for good)
+    local function later(left)
+        if inbox_czxid ~= czxid or #left == 0 then return end
+        table.move(left, 1, #left, #delivered + 1, delivered)
+        arm_delivered()
+    end
     if rc == zk.NONODE then
-        -- one is gone with its publisher's session: one at a time, while
-        -- the inbox is the one these names are from
+        -- one is gone with its publisher's session: one at a time
+        local left = {}
         for _, name in ipairs(names) do
-            if not inbox_confirmed or inbox_czxid ~= czxid then return end
-            local drc = zk.delete(box .. "/" .. name, -1)
-            if drc == zk.OK or drc == zk.NONODE then done(name) end
+            local drc = inbox_confirmed and inbox_czxid == czxid and zk.delete(box .. "/" .. name, -1)
+            if drc == zk.OK or drc == zk.NONODE then done(name) else left[#left + 1] = name end
         end
+        later(left)
     elseif rc == zk.OK then
         for _, name in ipairs(names) do done(name) end
-    elseif inbox_czxid == czxid then
-        -- ZooKeeper is away: a later batch takes them
-        table.move(names, 1, #names, #delivered + 1, delivered)
-        arm_delivered()
+    else
+        later(names) -- ZooKeeper is away
     end
 end
 

@@ -109,6 +109,27 @@ describe("pub/sub", function()
         assert.equal(0, messages_left())
     end)
 
+    it("deletes a delivered message later when its own delete fails", function()
+        -- The batch's multi fails (one message went with its publisher's
+        -- session), so they are deleted one by one; one of those deletes
+        -- fails on a lost connection: that message waits for a later batch
+        -- instead of staying in the inbox for good (seen, never listed).
+        b:call_as(7, "SUBSCRIBE", "gc1")
+        for i = 1, 2 do assert.equal(1, a:call("PUBLISH", "gc1", tostring(i))) end
+        W:run_until(function() return b.pushed[7] and #b.pushed[7] == 2 end)
+        local mine
+        for path in pairs(W.nodes) do
+            if path:match("^/zkresp/ps/i/[^/]+$") and W:children(path)[1] then mine = path end
+        end
+        local names = W:children(mine)
+        table.sort(names, function(x, y) return x:sub(-10) < y:sub(-10) end)
+        assert.equal(2, #names)
+        W:raw_delete(mine .. "/" .. names[1])
+        b:fail_next({ op = "delete", path = mine .. "/" .. names[2] })
+        W:advance(1000)
+        assert.same({}, W:children(mine))
+    end)
+
     it("forgets the names it saw when its inbox is made again", function()
         -- Sequence numbers start again in a new inbox (ours swept while our
         -- session was gone), so a new message may carry the name of one
