@@ -102,6 +102,13 @@ struct proto {
     size_t q_cap;
     size_t q_bytes; /* sum of their wire sizes */
 
+    /* Before AUTH, the bytes after a complete request wait here unparsed
+     * until it is taken and run: it may be the AUTH that lifts the limits
+     * for the rest, as Redis reads one request at a time. */
+    char *held;
+    size_t held_len;
+    size_t held_cap;
+
     int err; /* 0, or the sticky ZR_* code */
     char errstr[128];
     int refused; /* an object function refused what hiredis parsed */
@@ -773,18 +780,17 @@ void proto_free(struct proto *p)
         proto_req_free(&p->q[p->q_head + i]);
     free(p->q);
     free(p->line);
+    free(p->held);
     free(p);
 }
 
-/* Runs the state machine over buf[0..len).  The whole input is examined at
- * once, so an error is reported by the proto_feed() call that brings the
- * offending byte; requests completed before that byte stay queued. */
-int proto_feed(struct proto *p, const char *buf, size_t len)
+/* Runs the state machine over buf[0..len), all of it but before AUTH: then
+ * it stops after a complete request.  *used: the bytes it took. */
+static int run(struct proto *p, const char *buf, size_t len, size_t *used)
 {
     size_t i = 0;
-    if (p->err)
-        return p->err;
-    while (i < len) {
+    *used = 0;
+    while (i < len && !(p->unauth && p->q_len > 0)) {
         /* No request may grow past max_query bytes: offer the state machine
          * only as many bytes as the current request may still take, and
          * refuse the first byte past the limit. */
@@ -794,16 +800,71 @@ int proto_feed(struct proto *p, const char *buf, size_t len)
         size_t n = len - i;
         if (n > p->lim.max_query - p->req_bytes)
             n = p->lim.max_query - p->req_bytes;
-        long used = step(p, buf + i, n);
-        if (used < 0)
-            return (int)used;
-        i += (size_t)used;
+        long took = step(p, buf + i, n);
+        if (took < 0)
+            return (int)took;
+        i += (size_t)took;
+        *used = i;
     }
     return 0;
 }
 
+/* Keeps buf[0..len) for after the queued request (see held). */
+static int hold(struct proto *p, const char *buf, size_t len)
+{
+    if (p->held_len + len > p->lim.max_query)
+        return set_error(p, ZR_ELIMIT,
+                         "Protocol error: query buffer limit exceeded");
+    if (p->held_len + len > p->held_cap) {
+        size_t cap = p->held_cap ? p->held_cap : 256;
+        while (cap < p->held_len + len)
+            cap *= 2;
+        char *h = realloc(p->held, cap);
+        if (h == NULL)
+            return set_error(p, ZR_ENOMEM, "out of memory reading the request");
+        p->held = h;
+        p->held_cap = cap;
+    }
+    memcpy(p->held + p->held_len, buf, len);
+    p->held_len += len;
+    return 0;
+}
+
+/* The queue is empty: parses what was held, under the limits of now. */
+static void resume(struct proto *p)
+{
+    size_t used;
+    if (run(p, p->held, p->held_len, &used) != 0) {
+        p->held_len = 0;
+        return;
+    }
+    memmove(p->held, p->held + used, p->held_len - used);
+    p->held_len -= used;
+    if (p->held_len == 0 && p->held_cap > LINE_KEEP) {
+        free(p->held);
+        p->held = NULL;
+        p->held_cap = 0;
+    }
+}
+
+/* The whole input is examined at once (but before AUTH, see held), so an
+ * error is reported by the proto_feed() call that brings the offending
+ * byte; requests completed before that byte stay queued. */
+int proto_feed(struct proto *p, const char *buf, size_t len)
+{
+    size_t used = 0;
+    if (p->err)
+        return p->err;
+    int rc = p->held_len ? 0 : run(p, buf, len, &used);
+    if (rc == 0 && used < len)
+        rc = hold(p, buf + used, len - used);
+    return rc;
+}
+
 enum proto_status proto_next(struct proto *p, struct proto_req *req)
 {
+    if (p->q_len == 0 && p->held_len && !p->err)
+        resume(p);
     if (p->q_len == 0) {
         p->q_head = 0;
         if (p->q_cap > QUEUE_KEEP) {
@@ -827,7 +888,7 @@ const char *proto_errstr(const struct proto *p)
 
 size_t proto_pending(const struct proto *p)
 {
-    return p->q_bytes + p->req_bytes;
+    return p->q_bytes + p->req_bytes + p->held_len;
 }
 
 size_t proto_partial(const struct proto *p)

@@ -325,6 +325,27 @@ def test_unauthenticated_limits(make_zkresp, redis_auth):
         assert u.cmd("PING", "x" * 16384).startswith(b"-NOAUTH")
 
 
+def test_limits_after_pipelined_auth_match_redis(make_zkresp, redis_auth):
+    """A request sent in the same write as the AUTH before it is read under
+    the limits that AUTH leaves, as Redis reads one request at a time: more
+    than 10 arguments pass after a good password, and after a bad one they
+    are the unauthenticated protocol error."""
+    from resp import encode
+    z = make_zkresp(extra=["--requirepass", "s3cret-pw"])
+    key = harness.unique("pa") + ":l"
+    for password in ("s3cret-pw", "wrong"):
+        wire = (encode("AUTH", password) + encode("RPUSH", key, *["v%d" % i for i in range(11)])
+                + encode("DEL", key))
+        got = []
+        for port in (redis_auth.port, z.port):
+            with RawClient(port) as c:
+                c.send(wire)
+                got.append(c.read_until_close(3) if password == "wrong" else
+                           b"".join(c.read_reply() for _ in range(3)))
+        assert got[1] == got[0], (password, got)
+    assert got[0].endswith(b"-ERR Protocol error: unauthenticated multibulk length\r\n"), got[0]
+
+
 def test_auth_without_password_configured(zkresp, redis_ref):
     steps = ["AUTH x", "AUTH default x", "AUTH default ''", "PING"]
     assert_same(redis_ref.port, zkresp.port, steps, 2, harness.unique("np") + ":")

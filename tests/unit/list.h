@@ -38,6 +38,7 @@ UNIT_TEST(proto_no_prealloc)
 UNIT_TEST(proto_big_bulk)
 UNIT_TEST(proto_random_roundtrip)
 UNIT_TEST(proto_unauthenticated_limits)
+UNIT_TEST(proto_limits_follow_pipelined_auth)
 /* gateway/reply.c, sidecar/buf.c */
 UNIT_TEST(buf_basics)
 UNIT_TEST(buf_growth_and_consume)

@@ -884,3 +884,39 @@ TEST(proto_unauthenticated_limits)
     proto_free(p);
     buf_free(&out);
 }
+
+/* Requests pipelined behind an AUTH, in the same read, are parsed under
+ * the limits the AUTH leaves (Redis reads one request at a time): lifted
+ * when it succeeded, still tight when it failed. */
+TEST(proto_limits_follow_pipelined_auth)
+{
+    struct proto_limits lim = lim_redis();
+    const char in[] = "*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"
+                      "*11\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n"
+                      "$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n"
+                      "$1\r\nj\r\n$1\r\nk\r\nPING\r\n";
+    for (int ok = 0; ok <= 1; ok++) {
+        struct proto *p = proto_create(&lim);
+        ASSERT(p != NULL);
+        proto_set_authenticated(p, 0);
+        /* in two reads, the second arriving before the AUTH is taken */
+        ASSERT_INT_EQ(proto_feed(p, in, 40), 0);
+        ASSERT_INT_EQ(proto_feed(p, in + 40, sizeof in - 41), 0);
+        ASSERT_INT_EQ((long long)proto_pending(p), (long long)sizeof in - 1);
+        struct proto_req req;
+        ASSERT_INT_EQ(proto_next(p, &req), PROTO_REQUEST);
+        ASSERT_INT_EQ(req.argc, 2);
+        proto_req_free(&req);
+        proto_set_authenticated(p, ok);
+        struct buf out;
+        buf_init(&out);
+        drain(p, &out);
+        buf_append(&out, "", 1);
+        ASSERT_STR_EQ(out.data, ok ? "[a b c d e f g h i j k][PING]"
+                                   : "!Protocol error: unauthenticated "
+                                     "multibulk length");
+        ASSERT_INT_EQ((long long)proto_pending(p), 0);
+        buf_free(&out);
+        proto_free(p);
+    }
+}
