@@ -241,14 +241,16 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid, event
     -- (another sidecar's request, a conversion asked here, ends with its node)
+    -- (reads retry on a new session: our node may be gone, its line left)
     local own = zk.session() == sid
+    local function lost() return own and zk.session() ~= sid end
     while true do
-        if own and zk.session() ~= sid then return nil, "lost" end
+        if lost() then return nil, "lost" end
         if names then
             -- woken: a release may have granted us (a conversion reads)
             LW.await_write(lock)
             t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock, event)
-            if not t then return nil, "lost" end
+            if not t or lost() then return nil, "lost" end
             if granted_in(t, seq, converting) then
                 -- the view: the queue the table carries, else our listing
                 -- from before the wait; when it is the latter, or we are
@@ -274,7 +276,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
             t, names, pzxid, czxid, older = LS.snapshot(lock, listing, not converting and seq or nil, mode)
             listing = nil
         end
-        if not t then return nil, "lost" end
+        if not t or lost() then return nil, "lost" end
         local snap = LS.build(lock, t, names, pzxid)
         local me = snap.by_seq[seq]
         if not me then return nil, "lost" end

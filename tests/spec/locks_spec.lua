@@ -474,6 +474,33 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RELEASE", "rr", "h"))
     end)
 
+    -- A read of the table is retried on a new session, and the table still
+    -- has the line of a request whose node went with the old one: that is
+    -- no grant (another client may take the lock at once).
+    it("answers no grant for a woken request whose session ended during its read", function()
+        local lock = a.LK.lock_path("gh")
+        integer(b:call("LOCK.ACQUIRE", "gh", "h"))
+        local w = start(a, "LOCK.ACQUIRE", "gh", "w", "PX", "60000", "WAIT", "60000")
+        b:call("LOCK.INFO", "gh") -- b's listing has w: h's release grants it
+        a:fail_next({ op = "get", path = lock, hook = function() a:expire() end })
+        assert.equal(1, b:call("LOCK.RELEASE", "gh", "h"))
+        run()
+        assert.is_true(w.done)
+        assert.not_equal("integer", math.type(w.result))
+        integer(c:call("LOCK.ACQUIRE", "gh", "x"))
+    end)
+
+    it("grants nothing to a new request whose session ended during its first read", function()
+        local lock = a.LK.lock_path("g2")
+        integer(b:call("LOCK.ACQUIRE", "g2", "p"))
+        assert.equal(1, b:call("LOCK.RELEASE", "g2", "p"))
+        a:fail_next({ op = "get", path = lock, hook = function() a:expire() end })
+        local r = a:call("LOCK.ACQUIRE", "g2", "w", "PX", "60000", "WAIT", "5000")
+        assert.not_equal("integer", math.type(r))
+        integer(c:call("LOCK.ACQUIRE", "g2", "x"))
+        assert.equal(0, a:call("LOCK.RENEW", "g2", "w", "PX", "1000"))
+    end)
+
     it("waits for a conversion whose request's reply was lost", function()
         a:call("LOCK.ACQUIRE", "cl", "h", "MODE", "PR")
         b:call("LOCK.ACQUIRE", "cl", "r", "MODE", "PR")
