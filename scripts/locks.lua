@@ -240,8 +240,8 @@ end
 local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid, event
+    -- ours lost: reads retry on a new session, our node gone, its line left
     -- (another sidecar's request, a conversion asked here, ends with its node)
-    -- (reads retry on a new session: our node may be gone, its line left)
     local own = zk.session() == sid
     local function lost() return own and zk.session() ~= sid end
     while true do
@@ -375,8 +375,9 @@ local function quick_release(h)
         rc = zk.delete(h.path, h.version)
     end
     -- Gone after a lost reply: ours only while the session that owned the
-    -- node lasts (else its end may have removed it, even before we asked).
-    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and G.lasts(h.sid))
+    -- node, and its lease, last (else their end may have removed it).
+    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and G.lasts(h.sid)
+                                 and not LS.lease_over(h.deadline))
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
     return gone, woke
@@ -502,8 +503,8 @@ local function release_read(lock, owner, done, unsure)
             rc = LW.delete(mine.path, mine.version)
         end
         if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
-        unsure.sent = Z.unknown(rc) and
-            { path = mine.path, version = mine.version + 1, count = left, sid = mine.owner_sid } or nil
+        unsure.sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left,
+            sid = mine.owner_sid, deadline = Z.local_time(math.max(mine.lease_end or 0, d.lease_end)) } or nil
         if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "release " .. mine.path)
         end
@@ -654,9 +655,8 @@ local function convert(lock, owner, mode, wait_ms, pending)
     return nil
 end
 
--- LOCK.CONVERT: a token, nil (WAIT over, old mode kept) or an error reply.
--- A command that fails once it may have asked for the conversion (an
--- -TRYAGAIN) gives it up in the background, as one whose WAIT ran out.
+-- LOCK.CONVERT: a token, nil (WAIT over, old mode kept) or an error reply.  One
+-- that fails (-TRYAGAIN) once it may have asked gives it up in the background.
 function L.convert(key, owner, mode, wait_ms)
     local lock, pending = LS.lock_path(key), {}
     LW.await_settled(lock, owner)

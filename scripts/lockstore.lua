@@ -409,14 +409,22 @@ function LS.owner_there(snap, me, owner)
     end
 end
 
+-- A lost delete of a hold is not claimed once its lease is this near its
+-- end (host.now() deadline): the lease end may have deleted it.
+LS.ENDED_MARGIN_MS = 1000
+function LS.lease_over(deadline) return deadline <= host.now() + LS.ENDED_MARGIN_MS end
+
 -- Whether our write `sent` of the owner's request, whose reply was lost,
 -- went through, as the owner's entry `mine` (data d) read since shows: a
--- delete (count 0) when the node is gone and the session that owned it
+-- delete (count 0) when the node is gone, the session that owned it
 -- (sent.sid) lasts (its end removes its nodes too, maybe before the delete
--- was asked), a set of the hold count when the node is at the version
--- after ours with our count.
+-- was asked) and so does its lease (sent.deadline: LS.lease_over), a set
+-- of the hold count when the node is at the version after ours with our
+-- count.
 function LS.landed(sent, mine, d)
-    if sent.count == 0 then return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) end
+    if sent.count == 0 then
+        return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) and not LS.lease_over(sent.deadline)
+    end
     return mine ~= nil and mine.path == sent.path and mine.version == sent.version and d.count == sent.count
 end
 

@@ -501,6 +501,22 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RENEW", "g2", "w", "PX", "1000"))
     end)
 
+    -- The release's delete is lost (not applied) at the lease end, and the
+    -- node goes meanwhile (the lease end's delete): gone, but maybe not by
+    -- the release, which must not answer 1 (the next holder may hold).
+    for _, how in ipairs({ "here", "through another sidecar" }) do
+        it("answers 0 to a release whose lost delete met the lease end, " .. how, function()
+            local lock = a.LK.lock_path("lr")
+            local t0 = W.now
+            integer(a:call("LOCK.ACQUIRE", "lr", "h", "PX", "1000"))
+            local hpath = lock .. "/" .. W:children(lock)[1]
+            local via = how == "here" and a or c
+            via:fail_next({ op = "delete", path = hpath, hook = function() W:raw_delete(hpath) end })
+            W:advance(t0 + 995 - W.now)
+            assert.equal(0, via:call("LOCK.RELEASE", "lr", "h"))
+        end)
+    end
+
     it("waits for a conversion whose request's reply was lost", function()
         a:call("LOCK.ACQUIRE", "cl", "h", "MODE", "PR")
         b:call("LOCK.ACQUIRE", "cl", "r", "MODE", "PR")
