@@ -405,9 +405,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local mine, d = LS.find_owner(snap, owner)
     if mine then
         if LS.from_lost_session(mine, d) then return { err = E.LOST_SESSION } end
-        if not mine.granted then
-            return { err = "ERR owner '" .. owner .. "' already waits for this lock" }
-        end
+        if not mine.granted then return { err = "ERR owner '" .. owner .. "' already waits for this lock" } end
         if mine.granted ~= mode then
             return { err = "ERR owner holds this lock in mode " .. mine.granted ..
                            "; use LOCK.CONVERT to change its mode" }
@@ -419,10 +417,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         if Z.unknown(rc) then
             local sent = { path = mine.path, version = mine.version + 1, count = d.count }
             local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock), owner) end)
-            if not read then
-                take_back(lock, owner, sent, before)
-                error(again, 0)
-            end
+            if not read then take_back(lock, owner, sent, before) error(again, 0) end
             if not LS.landed(sent, again, d2) then
                 return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true)
             end
@@ -606,7 +601,7 @@ end
 -- conversion it asks for before the write.
 local function convert(lock, owner, mode, wait_ms, pending)
     local until_ms = host.now() + wait_ms
-    local asked, sid, unsure
+    local asked, sid, unsure, confirms = nil, nil, nil, 0
     while true do
         local snap = LS.read(lock)
         local mine, d = LS.find_owner(snap, owner)
@@ -622,8 +617,11 @@ local function convert(lock, owner, mode, wait_ms, pending)
         if mine.convert then
             return { err = "ERR owner's conversion of this lock is already waiting" }
         end
-        if mine.granted == mode then return mine.token end
-        if Q.is_down(mine.granted, mode) then
+        if mine.granted == mode then
+            if LS.confirmed(snap, mine) then return mine.token end
+            confirms = confirms + 1
+            if confirms >= Z.READ_TRIES then S.abort({ err = E.UNAVAILABLE }) end
+        elseif Q.is_down(mine.granted, mode) then
             mine.granted = mode
             if write_own(snap, mine) then return mine.token end
         else

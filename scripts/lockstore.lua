@@ -409,6 +409,13 @@ function LS.owner_there(snap, me, owner)
     end
 end
 
+-- Whether the lock is still as snap read it for our entry `mine` (a read
+-- alone may be a lagging server's): a multi checking both versions.
+function LS.confirmed(snap, mine)
+    local rc, results = zk.multi({ { "check", snap.path, snap.version }, { "check", mine.path, mine.version } })
+    return Z.first_error(rc, results) == zk.OK
+end
+
 -- A lost delete of a hold is not claimed once its lease is this near its
 -- end (host.now() deadline): the lease end may have deleted it.
 LS.ENDED_MARGIN_MS = 1000

@@ -517,6 +517,44 @@ describe("native locks", function()
         end)
     end
 
+    -- Sidecar sc's server lags: its reads under `prefix` answer the tree as
+    -- it was now (a follower behind the leader); its writes go through.
+    local function lag(sc, prefix)
+        local frozen = {}
+        for path, n in pairs(W.nodes) do
+            if path:sub(1, #prefix) == prefix then
+                local kids, st = {}, {}
+                for name in pairs(n.children) do kids[#kids + 1] = name end
+                table.sort(kids)
+                for k, v in pairs(n.stat) do st[k] = v end
+                frozen[path] = { data = n.data, stat = st, kids = kids }
+            end
+        end
+        local get, children = sc.zk.get, sc.zk.children
+        sc.zk.get = function(path, watch)
+            if path:sub(1, #prefix) ~= prefix then return get(path, watch) end
+            local f = frozen[path]
+            if not f then return S.codes.NONODE end
+            return S.codes.OK, f.data, f.stat
+        end
+        sc.zk.children = function(path, watch)
+            local f = frozen[path]
+            if f then return S.codes.OK, f.kids, f.stat end
+            return children(path, watch)
+        end
+    end
+
+    it("does not answer a CONVERT to the mode a lagging server still shows", function()
+        local t1 = b:call("LOCK.ACQUIRE", "sc", "X", "MODE", "EX")
+        integer(t1)
+        lag(a, a.LK.lock_path("sc"))
+        assert.equal(t1, b:call("LOCK.CONVERT", "sc", "X", "MODE", "PR"))
+        integer(c:call("LOCK.ACQUIRE", "sc", "Y", "MODE", "PR"))
+        -- a's read shows X holding EX still; Y holds PR, granted after it
+        local r = a:call("LOCK.CONVERT", "sc", "X", "MODE", "EX", "WAIT", "5000")
+        assert.same(S.UNAVAILABLE, r)
+    end)
+
     it("waits for a conversion whose request's reply was lost", function()
         a:call("LOCK.ACQUIRE", "cl", "h", "MODE", "PR")
         b:call("LOCK.ACQUIRE", "cl", "r", "MODE", "PR")
