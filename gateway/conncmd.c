@@ -46,7 +46,7 @@ int arg_ll(const struct proto_arg *a, long long *out)
     errno = 0;
     char *end;
     long long v = strtoll(tmp, &end, 10);
-    if (errno || *end)
+    if (errno || end != tmp + a->len) /* (a NUL inside stops strtoll) */
         return -1;
     *out = v;
     return 0;
@@ -310,23 +310,37 @@ static int parse_client_type(struct buf *out, const struct proto_arg *v)
     return -1;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* CLIENT LIST [TYPE type] [ID id ...] */
 static void client_list(struct cmd_ctx *x)
 {
     struct conn *c = x->c;
-    int type = -1, ids_from = 0;
+    int type = -1;
+    uint64_t *ids = NULL; /* the IDs asked, sorted */
+    size_t nids = 0;
     if (x->argc >= 4 && arg_is(&x->argv[2], "TYPE") && x->argc == 4) {
         if ((type = parse_client_type(x->out, &x->argv[3])) < 0)
             return;
     } else if (x->argc >= 4 && arg_is(&x->argv[2], "ID")) {
-        ids_from = 3;
+        if ((ids = malloc(sizeof *ids * (size_t)(x->argc - 3))) == NULL) {
+            reply_error(x->out, "ERR out of memory");
+            return;
+        }
         for (int i = 3; i < x->argc; i++) {
             long long id;
             if (arg_ll(&x->argv[i], &id) < 0) {
                 reply_error(x->out, "ERR Invalid client ID");
+                free(ids);
                 return;
             }
+            ids[nids++] = (uint64_t)id;
         }
+        qsort(ids, nids, sizeof *ids, cmp_u64);
     } else if (x->argc != 2) {
         reply_error(x->out, "ERR syntax error");
         return;
@@ -336,17 +350,11 @@ static void client_list(struct cmd_ctx *x)
     for (struct conn *o = c->srv->conns; o; o = o->next) {
         if (o->closing || (type >= 0 && client_type(o) != type))
             continue;
-        if (ids_from) {
-            int hit = 0;
-            for (int i = ids_from; i < x->argc && !hit; i++) {
-                long long id;
-                hit = arg_ll(&x->argv[i], &id) == 0 && (uint64_t)id == o->id;
-            }
-            if (!hit)
-                continue;
-        }
+        if (ids && !bsearch(&o->id, ids, nids, sizeof *ids, cmp_u64))
+            continue;
         conn_describe(o, &b);
     }
+    free(ids);
     reply_verbatim(x->out, c->resp, b.data ? b.data : "", b.len);
     buf_free(&b);
 }

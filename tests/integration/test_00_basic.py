@@ -113,6 +113,9 @@ CLIENT_ERROR_STEPS = [
     "CLIENT LIST TYPE foo", "CLIENT LIST ID 0", "CLIENT LIST ID abc", "CLIENT LIST foo",
     "CLIENT LIST TYPE normal x", "CLIENT LIST ID 999999", "CLIENT LIST TYPE master",
     "CLIENT NO-EVICT maybe", "CLIENT NO-EVICT on", "CLIENT NO-EVICT OFF",
+    # an integer with a NUL inside is no integer
+    ["SELECT", "1\x00junk"], ["CLIENT", "KILL", "ID", "999\x00"], ["CLIENT", "LIST", "ID", "1\x00"],
+    ["HELLO", "3\x00x"], "CLIENT LIST ID 999999 999998 0",
 ]
 
 
