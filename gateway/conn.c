@@ -57,6 +57,25 @@ static void req_free(struct req *r)
     free(r);
 }
 
+/* r is done: until popped its reply counts against --max-output, and
+ * stops reading past OUT_SOFT, like the bytes waiting to be written.
+ * Replies (and pushes) behind one that waits, a blocking LOCK.ACQUIRE,
+ * would otherwise grow without bound. */
+static void hold(struct conn *c, struct req *r)
+{
+    r->done = 1;
+    if (!r->held) {
+        r->held = 1;
+        c->held += r->reply.len;
+    }
+}
+
+/* The bytes this connection owes its client. */
+static size_t owed(const struct conn *c)
+{
+    return c->out.len + c->writing + c->held;
+}
+
 void conn_req_finish(struct req *r)
 {
     r->c_pending = 0;
@@ -64,7 +83,7 @@ void conn_req_finish(struct req *r)
         req_free(r);
         return;
     }
-    r->done = 1;
+    hold(r->c, r);
     process(r->c);
 }
 
@@ -72,7 +91,7 @@ void conn_req_finish(struct req *r)
 static void req_done(struct lua_task *t)
 {
     struct req *r = t->data;
-    r->done = 1;
+    hold(r->c, r);
     process(r->c);
 }
 
@@ -80,7 +99,7 @@ static int under_limits(const struct conn *c)
 {
     size_t max = (size_t)c->srv->cfg->max_inflight;
     return !c->paused && c->inflight < (c->window < max ? c->window : max) &&
-           c->out.len + c->writing < OUT_SOFT;
+           owed(c) < OUT_SOFT;
 }
 
 static void on_write(uv_write_t *w, int status)
@@ -159,7 +178,7 @@ static void pop_done(struct conn *c)
                                                   r->reply.data[0] == '!'),
                              uv_hrtime() - r->start_ns);
         if (r->held)
-            c->push_held -= r->reply.len;
+            c->held -= r->reply.len;
         if (!c->close_when_flushed && !r->silent)
             buf_append(&c->out, r->reply.data, r->reply.len);
         if (r->close_after)
@@ -250,6 +269,8 @@ static void process(struct conn *c)
                 c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);
             proto_req_free(&pr);
+            if (r->done)
+                hold(c, r);
             /* QUIT, or CLIENT KILL of itself: nothing after it runs, even
              * while replies before it are still owed (as in Redis). */
             if (r->close_after)
@@ -263,10 +284,9 @@ static void process(struct conn *c)
     write_out(c);
     if (c->closing)
         return;
-    size_t owed = c->out.len + c->writing + c->push_held;
-    if (owed > (size_t)c->srv->cfg->max_output) {
+    if (owed(c) > (size_t)c->srv->cfg->max_output) {
         log_warn("client.output_limit", "id=%llu addr=%s bytes=%zu",
-                 (unsigned long long)c->id, c->addr, owed);
+                 (unsigned long long)c->id, c->addr, owed(c));
         conn_close(c, "output buffer limit");
         return;
     }
@@ -562,21 +582,15 @@ void conn_push_end(struct server *s, uint64_t id)
     if (!c || c->closing || !c->pushing)
         return;
     struct req *r = c->pushing;
-    r->done = 1;
     c->pushing = NULL;
-    /* Until popped it counts against --max-output: pushes behind a reply
-     * that waits (a blocking LOCK.ACQUIRE) would otherwise grow without
-     * bound. */
-    r->held = 1;
-    c->push_held += r->reply.len;
+    hold(c, r);
     if (c->in_process)
         return; /* process() pops and writes it */
     pop_done(c);
     write_out(c);
-    size_t owed = c->out.len + c->writing + c->push_held;
-    if (!c->closing && owed > (size_t)s->cfg->max_output) {
+    if (!c->closing && owed(c) > (size_t)s->cfg->max_output) {
         log_warn("client.output_limit", "id=%llu addr=%s bytes=%zu",
-                 (unsigned long long)c->id, c->addr, owed);
+                 (unsigned long long)c->id, c->addr, owed(c));
         conn_close(c, "output buffer limit");
     }
 }

@@ -30,7 +30,7 @@ struct req {
     int done;
     int close_after;        /* close the connection once this reply has left */
     int silent;             /* CLIENT REPLY OFF / SKIP: the reply is dropped */
-    int held;               /* a push counted in conn.push_held */
+    int held;               /* done: its reply counted in conn.held */
     int c_pending;          /* answered later by C code, see conn_req_finish */
     int orphan;             /* the connection closed while c_pending */
     unsigned info_sections; /* INFO waiting for ZooKeeper: what to print */
@@ -69,7 +69,8 @@ struct conn {
     size_t inflight;  /* requests in the FIFO */
     size_t window;    /* how many may be: see conn.c, Backpressure */
     struct buf out;   /* replies ready, not yet handed to the socket */
-    size_t push_held; /* bytes of pushes waiting behind an unfinished reply */
+    size_t held;      /* bytes of finished replies and pushes waiting
+                         behind an unfinished reply (--max-output) */
     size_t writing;   /* bytes handed to uv_write, not yet completed */
     int reading;      /* uv_read_start is active */
     int closing;

@@ -291,6 +291,28 @@ def test_abandoned_clients_leave_heap_and_rss(make_zkresp, zk, kz):
         assert rss1 <= start_rss + 16 * 1024 * 1024, (start_rss, rss1)
 
 
+def test_replies_behind_a_blocking_command_count_against_max_output(make_zkresp):
+    """Replies that are ready behind one that waits (a blocking LOCK.ACQUIRE)
+    count against --max-output as pushes do: a pipelined batch of big GETs
+    behind it closes that client at the limit, not at the end of the WAIT
+    (before, 1,000 of them held 250 MB), and every other client goes on."""
+    z = make_zkresp(extra=["--max-output", "1m"])
+    key = harness.unique("held")
+    holder = z.client()
+    assert holder.cmd("SET", key + ":big", "x" * 250000) == b"+OK\r\n"
+    assert holder.cmd("LOCK.ACQUIRE", key, "h").startswith(b":")
+    c = z.client(timeout=20)
+    for _ in range(200):   # the window grows with each reply taken
+        c.send(encode("PING") * 10)
+        for _ in range(10):
+            assert c.read_reply() == b"+PONG\r\n"
+    c.send(encode("LOCK.ACQUIRE", key, "w", "WAIT", "20000") + encode("GET", key + ":big") * 40)
+    assert c.is_closed(5.0), "10 MB of replies waited behind the blocked reply"
+    wait_for(lambda: b"client.output_limit" in z.log(), 5, what="the output limit logged")
+    assert holder.cmd("PING") == b"+PONG\r\n"
+    assert holder.cmd("LOCK.RELEASE", key, "h") == b":1\r\n"
+
+
 def test_pushes_behind_a_blocking_command_count_against_max_output(make_zkresp):
     """A RESP3 subscriber whose LOCK.ACQUIRE waits gets its messages after
     that reply; what waits counts against --max-output, so a flood closes
