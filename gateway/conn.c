@@ -29,6 +29,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define OUT_SOFT (1u << 20)
 #define READ_BUF (64 * 1024)
@@ -217,6 +218,22 @@ static struct req *req_append(struct conn *c)
     return r;
 }
 
+/* Whether pr is of the subscribe family, whose confirmations Redis sends
+ * as pushes, even under CLIENT REPLY OFF or SKIP (an arity error is no
+ * confirmation: SUBSCRIBE with no channel). */
+static int confirms_subscription(const struct proto_req *pr)
+{
+    static const char *const names[] = {"unsubscribe", "punsubscribe",
+                                        "sunsubscribe", "subscribe",
+                                        "psubscribe",   "ssubscribe"};
+    const struct proto_arg *a = &pr->argv[0];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (a->len == strlen(names[i]) &&
+            strncasecmp(a->ptr, names[i], a->len) == 0)
+            return i < 3 || pr->argc >= 2;
+    return 0;
+}
+
 /* Parses and dispatches buffered requests while the limits allow, then
  * writes what is ready and sets the reading state.  Re-entrant calls (a
  * request completing inside dispatch) only mark work; the outer call does
@@ -264,7 +281,7 @@ static void process(struct conn *c)
             c->commands++;
             c->srv->stats.commands_processed++;
             c->last_cmd_ms = now_ms(c);
-            r->silent = c->reply_mode != REPLY_ON;
+            r->silent = c->reply_mode != REPLY_ON && !confirms_subscription(&pr);
             if (c->reply_mode == REPLY_SKIP)
                 c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);

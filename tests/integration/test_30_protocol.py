@@ -221,6 +221,32 @@ def test_client_reply_off_skip_on_match_redis(zkresp, redis_ref):
     assert got == ref
 
 
+@pytest.mark.parametrize("proto", [2, 3])
+def test_client_reply_keeps_subscribe_confirmations_as_redis(zkresp, redis_ref, proto):
+    """Under CLIENT REPLY OFF or SKIP the subscribe family's confirmations
+    are still sent (Redis sends them as pushes), and a SKIP is spent by the
+    SUBSCRIBE; the byte stream is Redis's, read up to a final ECHO."""
+    ch = harness.unique("rch")
+    reqs = [("CLIENT", "REPLY", "OFF"), ("SUBSCRIBE", ch + "a", ch + "b"), ("UNSUBSCRIBE", ch + "a"),
+            ("PSUBSCRIBE", ch + "*"), ("PUNSUBSCRIBE",), ("PING",), ("UNSUBSCRIBE",), ("RESET",),
+            ("CLIENT", "REPLY", "SKIP"), ("SUBSCRIBE", ch + "c"), ("PING", "x"), ("UNSUBSCRIBE",),
+            ("CLIENT", "REPLY", "OFF"), ("SUBSCRIBE",), ("UNSUBSCRIBE",), ("RESET",), ("ECHO", "END")]
+    blob = b"".join(encode(*r) for r in reqs)
+
+    def run(port):
+        with RawClient(port, timeout=20) as c:
+            if proto == 3:
+                assert c.cmd("HELLO", "3").startswith(b"%")
+            c.send(blob)
+            out = []
+            while not out or out[-1] != b"$3\r\nEND\r\n":
+                out.append(c.read_reply())
+            return out
+    ref = run(redis_ref.port)
+    assert sum(1 for r in ref if b"subscribe\r\n" in r) == 9, ref
+    assert run(zkresp.port) == ref
+
+
 def test_inline_commands_match_redis(zkresp, redis_ref):
     p = harness.unique("inl") + ":"
     k = p.encode() + b"k"
