@@ -192,14 +192,6 @@ local function newer_view(lock, t, path)
     if view and next_waiter(path, view) then return view end
 end
 
--- Whether `names` (a listing's, or nil) has the request at `path`.
-local function lists(names, path)
-    local name = path:match("[^/]+$")
-    for _, n in ipairs(names or {}) do
-        if n == name then return true end
-    end
-end
-
 -- A listing of a lock made in the background: {names, pzxid, stat, done};
 -- a hold's next view (its release grants the requests that came after it),
 -- or a new request's first listing, sent right after its create.
@@ -271,7 +263,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         if not (names and t) then
             if listing then
                 LW.await(listing)
-                if not lists(listing.names, path) then listing = nil end
+                if not LS.lists(listing.names, path) then listing = nil end
             end
             t, names, pzxid, czxid, older = LS.snapshot(lock, listing, not converting and seq or nil, mode)
             listing = nil
@@ -374,10 +366,14 @@ local function quick_release(h)
     else
         rc = zk.delete(h.path, h.version)
     end
-    -- Gone after a lost reply: ours only while the session that owned the
-    -- node, and its lease, last (else their end may have removed it).
-    local gone = rc == zk.OK or (Z.unknown(rc) and Z.exists(h.path) == zk.NONODE and G.lasts(h.sid)
-                                 and not LS.lease_over(h.deadline))
+    -- Gone after a lost reply (looked at once our server has it): ours only
+    -- while the session that owned the node, and its lease, last (else
+    -- their end may have removed it).
+    local gone = rc == zk.OK
+    if Z.unknown(rc) then
+        Z.sync(h.lock)
+        gone = Z.exists(h.path) == zk.NONODE and G.lasts(h.sid) and not LS.lease_over(h.deadline)
+    end
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
     return gone, woke
@@ -416,7 +412,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
             local sent = { path = mine.path, version = mine.version + 1, count = d.count }
-            local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock), owner) end)
+            local read, again, d2 = pcall(function() Z.sync(lock) return LS.find_owner(LS.read(lock), owner) end)
             if not read then take_back(lock, owner, sent, before) error(again, 0) end
             if not LS.landed(sent, again, d2) then
                 return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true)
@@ -482,8 +478,9 @@ end
 -- the data it replaced.
 local function release_read(lock, owner, done, unsure)
     for _ = 1, Z.READ_TRIES do
-        local mine, d = LS.find_owner(LS.read(lock), owner)
         local sent = unsure.sent
+        if sent then Z.sync(lock) end -- (our server may not have it yet)
+        local mine, d = LS.find_owner(LS.read(lock), owner)
         if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
         if not mine or not mine.granted then return 0 end
         -- a hold counted lost answers 0, as RENEW does; its node goes
@@ -638,7 +635,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
                     asked, sid = mine.path, mine.owner_sid
                     break
                 end
-                unsure = how == "unknown"
+                unsure = unsure or how == "unknown" -- (then a stale read may write again)
             end
         end
     end

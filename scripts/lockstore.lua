@@ -409,6 +409,14 @@ function LS.owner_there(snap, me, owner)
     end
 end
 
+-- Whether `names` (a listing's, or nil) has the request at `path`.
+function LS.lists(names, path)
+    local name = path:match("[^/]+$")
+    for _, n in ipairs(names or {}) do
+        if n == name then return true end
+    end
+end
+
 -- Whether the lock is still as snap read it for our entry `mine` (a read
 -- alone may be a lagging server's): a multi checking both versions.
 function LS.confirmed(snap, mine)
