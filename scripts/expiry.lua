@@ -165,9 +165,12 @@ function X.expire_one(path, e)
     -- proves it is still the one we wrote.  The delete checks our guard as
     -- it was before the look: whoever removes our node between the look and
     -- the delete bumps it, so the delete cannot hit a node made since at
-    -- our version.
+    -- our version.  The look comes after a sync: a write of ours whose
+    -- answer was lost (our delete, which others' removals do not bump the
+    -- guard for) may not be applied yet on a server reached since.
     local gv = G.now()
-    local rc, data, stat = zk.get(path)
+    local rc, data, stat = zk.sync(path)
+    if rc == zk.OK then rc, data, stat = zk.get(path) end
     if rc == zk.NONODE then return O.forget(path) end
     if rc ~= zk.OK then
         O.heap_push({ at = host.now() + 1000, path = path, entry = e })

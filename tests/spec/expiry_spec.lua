@@ -295,6 +295,23 @@ describe("expiry", function()
         assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
     end)
 
+    it("the same, with a's server lagging behind its lost delete when it looks", function()
+        b:call("SET", "warmup", "x")
+        a:call("SET", "lock", "ta", "NX", "PX", "1000")
+        -- a's server has not applied the expiry's delete (nor anything
+        -- after) when a looks; a sync makes it catch up
+        S.lag(W, a, a:path("lock"), true)
+        a:fail_next({ op = "multi", when = "after", hook = function() a.connected = false end })
+        W:advance(1005)
+        assert.is_nil(W:node(a:path("lock")))
+        assert.same(OK, b:call("SET", "lock", "tb", "NX", "PX", "10000"))
+        W:advance(200)
+        a:reconnect()
+        W:advance(2000)
+        assert.equal("tb", b:call("GET", "lock"))
+        assert.equal(b.sid, W:node(a:path("lock")).stat.ephemeralOwner)
+    end)
+
     it("a lock is free for others as soon as its owner deletes it", function()
         a:call("SET", "lock", "ta", "NX", "PX", "1000")
         W:advance(1003)

@@ -517,44 +517,7 @@ describe("native locks", function()
         end)
     end
 
-    -- Sidecar sc's server lags: its reads under `prefix` answer the tree as
-    -- it was now (a follower behind the leader); its writes go through.
-    -- With catch_up, a sync or a write's answer (not a lost one) ends the
-    -- lag (the server has applied what came before it).
-    local function lag(sc, prefix, catch_up)
-        local frozen = {}
-        if catch_up then
-            for _, op in ipairs({ "sync", "set", "multi", "delete", "create" }) do
-                local f = sc.zk[op]
-                sc.zk[op] = function(...)
-                    local r = table.pack(f(...))
-                    if r[1] ~= S.codes.CONNECTIONLOSS then frozen = {} end
-                    return table.unpack(r, 1, r.n)
-                end
-            end
-        end
-        for path, n in pairs(W.nodes) do
-            if path:sub(1, #prefix) == prefix then
-                local kids, st = {}, {}
-                for name in pairs(n.children) do kids[#kids + 1] = name end
-                table.sort(kids)
-                for k, v in pairs(n.stat) do st[k] = v end
-                frozen[path] = { data = n.data, stat = st, kids = kids }
-            end
-        end
-        local get, children = sc.zk.get, sc.zk.children
-        sc.zk.get = function(path, watch)
-            if path:sub(1, #prefix) ~= prefix or not next(frozen) then return get(path, watch) end
-            local f = frozen[path]
-            if not f then return S.codes.NONODE end
-            return S.codes.OK, f.data, f.stat
-        end
-        sc.zk.children = function(path, watch)
-            local f = frozen[path]
-            if f then return S.codes.OK, f.kids, f.stat end
-            return children(path, watch)
-        end
-    end
+    local function lag(sc, prefix, catch_up) S.lag(W, sc, prefix, catch_up) end
 
     it("does not answer a CONVERT to the mode a lagging server still shows", function()
         local t1 = b:call("LOCK.ACQUIRE", "sc", "X", "MODE", "EX")
