@@ -207,7 +207,7 @@ function O.cached(key, path)
     if o.gv ~= guard.version or o.gcz ~= guard.czxid or o.sid ~= guard.sid then return nil end
     if o.deadline and o.deadline <= host.now() then return nil end
     return {
-        key = key, path = path, cached = true, live = true, owned = o, gv = o.gv, sid = o.sid,
+        key = key, path = path, cached = true, live = true, owned = o, gv = o.gv, gcz = o.gcz, sid = o.sid,
         node = { version = o.version, czxid = o.czxid, ephemeralOwner = o.sid },
         vtype = o.vtype, value = o.value, ttl = o.ttl, nonce = o.nonce,
         deadline = o.deadline, mine = true,

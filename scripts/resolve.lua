@@ -50,8 +50,20 @@ end
 -- session (ours or another sidecar's) has ended since, or one whose TTL
 -- ran out (EXPIRED_MARGIN_MS before it, as its owner's clock may count):
 -- that end removes nodes too, maybe before we asked, so that is not ours
--- to claim (the command runs again and reads).
+-- to claim (the command runs again and reads).  Nor when our guard moved
+-- since the version the delete checked: another sidecar that writes or
+-- deletes a node of ours bumps it (our own delete does not), so the
+-- removal may be theirs.
 L.EXPIRED_MARGIN_MS = 1000
+
+-- Whether our guard has moved since rec (a node of ours) was decided on.
+local function guard_moved(rec)
+    local gv, gcz = rec.gv, rec.gcz
+    if not rec.cached then gv, gcz = rec.mine and rec.rgv, rec.rgcz end
+    if not gv or not rec.node or rec.node.ephemeralOwner ~= zk.session() then return false end
+    local rc, _, stat = Z.get(G.guard.path) -- (after a sync: our server is up to date)
+    return rc ~= zk.OK or stat.version ~= gv or stat.czxid ~= gcz
+end
 
 local function resolve_delete(recs)
     for _, rec in ipairs(recs) do
@@ -72,6 +84,7 @@ local function resolve_delete(recs)
         -- may have gone by its owner's expiry rather than by this delete:
         -- not ours to claim either.
         if rec.deadline and rec.deadline <= host.now() + L.EXPIRED_MARGIN_MS then return false end
+        if guard_moved(rec) then return false end
     end
     local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do

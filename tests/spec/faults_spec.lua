@@ -119,6 +119,28 @@ describe("unknown outcomes", function()
         assert.equal("tb", b:call("GET", "lock"))
     end)
 
+    -- Another sidecar's write or delete of our node bumps our guard (our
+    -- own delete does not): when a lost delete finds the guard moved, the
+    -- removal may be theirs, not ours.  a has not heard of the bump yet
+    -- (its guard's watch event is late), so it decides from its cache.
+    for _, case in ipairs({
+        { "a value overwritten before the command came", function() assert.same(OK, b:call("SET", "lock", "tb", "PX", "30000")) end, "tb" },
+        { "a key another client deleted first", function() assert.equal(1, b:call("DEL", "lock")) end, null },
+    }) do
+        it("a lost compare-and-delete does not claim " .. case[1], function()
+            b:call("SET", "warmup", "x")
+            assert.same(OK, a:call("SET", "lock", "ta", "NX", "PX", "30000"))
+            local on_watch = a.M.on_watch
+            a.M.on_watch = function(ev, path)
+                if path ~= a.K.guard.path then return on_watch(ev, path) end
+            end
+            case[2]()
+            a:fail_next({ op = "multi", when = "before" })
+            assert.equal(0, a:call("DELIFEQ", "lock", "ta"))
+            assert.equal(case[3], b:call("GET", "lock"))
+        end)
+    end
+
     it("a compare-and-delete whose session ended under it does not claim the lock's end", function()
         a:call("SET", "lock", "ta", "NX", "PX", "30000")
         a:fail_next({ op = "multi", when = "before", hook = function()
