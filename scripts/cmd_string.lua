@@ -434,7 +434,10 @@ local function compare_delete(key, value, equal)
     return T.run({ key }, function(t)
         local rec = t:read(key, true)
         if not rec.live then return 0 end
-        if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
+        if rec.vtype ~= STRING then
+            t:confirm(rec)
+            return err(E.WRONGTYPE)
+        end
         if (rec.value == value) ~= equal then
             t:confirm(rec)
             return 0

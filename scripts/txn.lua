@@ -273,11 +273,13 @@ end
 -- write of unknown outcome did not apply (resolve.lua).
 
 -- Before a script answers without a commit (it wrote nothing and read one
--- key, or it failed): the keys it presumed absent are read, and it runs
--- again if one of them exists.
+-- key, not from the cache, or it failed): the keys it presumed absent are
+-- read, and it runs again if one of them exists.  A failure that may rest
+-- on the owned-key cache (a WRONGTYPE from a cached type) runs again, reading.
 local function confirm_presumed(t)
     local keys = {}
     for key, rec in pairs(t.base) do
+        if rec.cached then K.retry(0) end
         if rec.presumed then keys[#keys + 1] = key end
     end
     if #keys == 0 then return true end

@@ -163,6 +163,35 @@ describe("lifetime", function()
     end)
 end)
 
+-- a holds k in its owned-key cache; through b, k is deleted and made
+-- again as a string, and a has not heard of its guard's bump yet (the
+-- watch event is late): an answer that rests on the cached type is
+-- confirmed by a read first.
+describe("the owned-key cache behind a late guard event", function()
+    local W, a, b
+    before_each(function()
+        W, a, b = S.world(2)
+        b:call("SET", "warmup", "x")
+        assert.equal(1, a:call("HSET", "k", "f", "v"))
+        assert.equal(1, a:call("PEXPIRE", "k", "30000"))
+        assert.is_not_nil(a.K.owned[a:path("k")])
+        local on_watch = a.M.on_watch
+        a.M.on_watch = function(ev, path)
+            if path ~= a.K.guard.path then return on_watch(ev, path) end
+        end
+        assert.equal(1, b:call("DEL", "k"))
+        assert.same(S.OK, b:call("SET", "k", "tok", "PX", "30000"))
+    end)
+
+    it("DELIFEQ does not answer WRONGTYPE from the cache", function()
+        assert.equal(1, a:call("DELIFEQ", "k", "tok"))
+    end)
+
+    it("a script that fails on the cached type runs again, reading", function()
+        assert.equal("tok", a:call("EVAL", "return redis.call('GET', KEYS[1])", "1", "k"))
+    end)
+end)
+
 describe("fencing tokens", function()
     it("the czxid grows with every acquisition, even before the old node is deleted", function()
         local W, a, b = S.world(2)
