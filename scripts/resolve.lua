@@ -29,20 +29,31 @@ local function resolve_write(path, nonce)
     Z.sync(path)
     local rc, data, stat = Z.get(path)
     if rc == zk.NONODE then return false end
-    if codec.decode(data).nonce ~= nonce then return false end
+    if codec.decode(data).nonce ~= nonce then return false, stat end
     return true, stat
+end
+
+-- Whether a set of ours (p) that a node now at `stat` does not carry may
+-- still have applied, overwritten since: unless that node is the one we
+-- wrote on, as we read it or one version on (another's set landed first,
+-- so ours failed).  Running it again could apply it twice (an INCR).
+local function maybe_overwritten(p, stat)
+    local n = p.kind == "set" and p.rec.node
+    return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or stat.version > n.version + 1)
 end
 
 -- The writes of one request (a multi applies whole or not at all): applied
 -- when any of their nodes carries its nonce (the first may be gone with a
 -- session that ended, or overwritten since), and then the first's stat when
--- that one told.
+-- that one told; else whether it may have applied all the same.
 local function resolve_puts(puts)
+    local unsure = false
     for i, p in ipairs(puts) do
         local applied, st = resolve_write(p.rec.path, p.nonce)
         if applied then return true, i == 1 and st or nil end
+        unsure = unsure or (st ~= nil and maybe_overwritten(p, st))
     end
-    return false
+    return false, nil, unsure
 end
 
 -- Same after a delete (or a multi of deletes) of `recs`: applied when no
@@ -168,7 +179,7 @@ function L.resolve(puts, dels, sid, gv, gcz)
     for _, p in ipairs(puts) do O.doubt(p.rec.path) end
     for _, rec in ipairs(dels) do O.doubt(rec.path) end
     if #puts > 0 then
-        local ok, applied, st = pcall(resolve_puts, puts)
+        local ok, applied, st, unsure = pcall(resolve_puts, puts)
         if not ok then
             for _, q in ipairs(puts) do
                 settle_later(q.rec.path, {
@@ -178,6 +189,7 @@ function L.resolve(puts, dels, sid, gv, gcz)
             end
             error(applied, 0)
         end
+        if unsure then S.abort({ err = errors.UNAVAILABLE }) end
         if not applied then S.retry(nil, nil, errors.UNAVAILABLE) end
         return st
     elseif #dels > 0 then

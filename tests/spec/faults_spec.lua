@@ -59,6 +59,19 @@ describe("unknown outcomes", function()
         assert.equal("6", b:call("GET", "n"))
     end)
 
+    it("a set that applied and was overwritten since is not applied again (INCR)", function()
+        a:call("SET", "n", "5")
+        local codec = a.require("codec")
+        a:fail_next({ op = "set", when = "after", hook = function()
+            -- another sidecar's INCR, planned on a read of ours (6 -> 7),
+            -- lands before a looks
+            W:raw_set(a:path("n"), codec.encode({ type = codec.STRING, ttl = 0,
+                                                  nonce = string.rep("b", 16), payload = "7" }))
+        end })
+        assert.same(UNAVAILABLE, a:call("INCR", "n"))
+        assert.equal("7", b:call("GET", "n"))
+    end)
+
     it("a replacing multi that applied is recognised", function()
         a:call("SET", "k", "v", "PX", "30000")
         b:fail_next({ op = "multi", when = "after" })
