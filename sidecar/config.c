@@ -356,6 +356,15 @@ int config_load(struct config *cfg, int argc, char **argv, char *err,
                  cfg->root);
         return ZR_EINVAL;
     }
+    if (cfg->zk_request_timeout >= cfg->session_timeout) {
+        /* A command may wait for ZooKeeper as long as that: a reply held
+         * longer than the session may speak for a session that is over. */
+        snprintf(err, errlen,
+                 "--zk-request-timeout (%d ms) must be shorter than "
+                 "--session-timeout (%d ms)",
+                 cfg->zk_request_timeout, cfg->session_timeout);
+        return ZR_EINVAL;
+    }
     if (strcmp(cfg->root, "/") == 0 ||
         strncmp(cfg->root, "/zookeeper", 10) == 0) {
         snprintf(err, errlen, "--root '%s' is reserved", cfg->root);

@@ -161,7 +161,7 @@ def test_compare_and_delete_through_another_sidecar_lost_as_the_holders_session_
     and answers 0, not 1."""
     proxy = make_proxy(zk)
     a = make_zkresp(zk_target=proxy, session_timeout=10000, request_timeout=8000)
-    d = make_zkresp(root=a.root, session_timeout=1000)
+    d = make_zkresp(root=a.root, session_timeout=1000, request_timeout=500)
     assert d.client().cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
     ca = a.client(timeout=30)
     proxy.blackhole_at_next(DELETE_OPS)

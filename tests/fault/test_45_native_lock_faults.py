@@ -303,7 +303,7 @@ def test_release_through_another_sidecar_lost_as_the_holders_session_ends(make_p
     was asked.  RELEASE answers 0, not 1."""
     proxy = make_proxy(zk)
     a = make_zkresp(zk_target=proxy, session_timeout=SESSION_MS, request_timeout=8000)
-    d = make_zkresp(root=a.root, session_timeout=1000, request_timeout=REQUEST_MS)
+    d = make_zkresp(root=a.root, session_timeout=1000, request_timeout=500)
     ra, rd = a.redis(socket_timeout=30), d.redis(socket_timeout=20)
     key = harness.unique("xe")
     assert isinstance(rd.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)

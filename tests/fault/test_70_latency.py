@@ -44,7 +44,7 @@ def _run(port, reqs, proto):
 
 def test_pipelined_replies_in_order_under_latency(make_proxy, make_zkresp, zk, redis_ref):
     proxy = make_proxy(zk)
-    a = make_zkresp(zk_target=proxy, request_timeout=5000)
+    a = make_zkresp(zk_target=proxy, session_timeout=6000, request_timeout=5000)
     proxy.delay(20)
     for proto in (2, 3):
         prefix = harness.unique("lat") + ":"
@@ -64,7 +64,7 @@ def test_many_pipelining_clients_under_latency(make_proxy, make_zkresp, zk, redi
     each connection's replies stay in its own request order."""
     import threading
     proxy = make_proxy(zk)
-    a = make_zkresp(zk_target=proxy, request_timeout=5000)
+    a = make_zkresp(zk_target=proxy, session_timeout=6000, request_timeout=5000)
     proxy.delay(10)
     results, errors = {}, []
 

@@ -550,6 +550,19 @@ def test_healthz_answered_whatever_other_connections_do(make_zkresp):
 
 # ------------------------------------------------------- the configuration table
 
+def test_request_timeout_must_be_shorter_than_the_session():
+    """A command waits for ZooKeeper at most --zk-request-timeout; at or
+    past the session timeout a reply could speak for a session already
+    over, so such a configuration is refused at start."""
+    import subprocess
+    out = subprocess.run([harness.zkresp_bin(), "--zk", "127.0.0.1:1", "--port", "0",
+                          "--session-timeout", "4000", "--zk-request-timeout", "4000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10)
+    assert out.returncode != 0, out.stdout
+    assert b"--zk-request-timeout (4000 ms) must be shorter than --session-timeout (4000 ms)" in out.stdout, \
+        out.stdout
+
+
 def test_readme_configuration_table_matches_help():
     """Every option `zkresp --help` prints is in README's configuration
     table with the same default, and the table has no option zkresp lacks."""

@@ -159,7 +159,7 @@ def test_a_server_that_takes_less_is_not_reconnected_over_forever(make_zk, make_
     refuses requests that large (the error names the limit it learned) and
     never reconnects over them again."""
     zk = make_zk(jvm_flags="-Djute.maxbuffer=200000")
-    z = make_zkresp(zk, extra=["--max-value-len", "900k"], request_timeout=3000)
+    z = make_zkresp(zk, extra=["--max-value-len", "900k"], session_timeout=4000, request_timeout=3000)
     with z.client(timeout=30) as c:
         assert c.call("SET", "small", "v") == b"OK"
         r = c.call("SET", "big", "z" * 300000)
