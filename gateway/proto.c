@@ -653,6 +653,27 @@ static int inline_done(struct proto *p)
     return 0;
 }
 
+/* Appends b[0..n) to the growing buffer *buf (*len used of *cap).  Returns
+ * 0, or ZR_ENOMEM (the reader's error is set). */
+static int append(struct proto *p, char **buf, size_t *len, size_t *cap,
+                  const char *b, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < *len + n)
+            c *= 2;
+        char *nb = realloc(*buf, c);
+        if (nb == NULL)
+            return set_error(p, ZR_ENOMEM, "out of memory reading the request");
+        *buf = nb;
+        *cap = c;
+    }
+    if (n)
+        memcpy(*buf + *len, b, n);
+    *len += n;
+    return 0;
+}
+
 /* Consumes inline bytes from b[0..n).  Returns how many were used (the '\n'
  * stops it), or a negative error. */
 static long inline_bytes(struct proto *p, const char *b, size_t n)
@@ -662,19 +683,8 @@ static long inline_bytes(struct proto *p, const char *b, size_t n)
     if (p->line_len + take > p->lim.max_inline)
         return set_error(p, ZR_EPROTO,
                          "Protocol error: too big inline request");
-    if (p->line_len + take > p->line_cap) {
-        size_t cap = p->line_cap ? p->line_cap : 64;
-        while (cap < p->line_len + take)
-            cap *= 2;
-        char *l = realloc(p->line, cap);
-        if (l == NULL)
-            return set_error(p, ZR_ENOMEM, "out of memory reading the request");
-        p->line = l;
-        p->line_cap = cap;
-    }
-    if (take)
-        memcpy(p->line + p->line_len, b, take);
-    p->line_len += take;
+    if (append(p, &p->line, &p->line_len, &p->line_cap, b, take) != 0)
+        return ZR_ENOMEM;
     p->req_bytes += take;
     if (nl == NULL)
         return (long)take;
@@ -815,19 +825,7 @@ static int hold(struct proto *p, const char *buf, size_t len)
     if (p->held_len + len > p->lim.max_query)
         return set_error(p, ZR_ELIMIT,
                          "Protocol error: query buffer limit exceeded");
-    if (p->held_len + len > p->held_cap) {
-        size_t cap = p->held_cap ? p->held_cap : 256;
-        while (cap < p->held_len + len)
-            cap *= 2;
-        char *h = realloc(p->held, cap);
-        if (h == NULL)
-            return set_error(p, ZR_ENOMEM, "out of memory reading the request");
-        p->held = h;
-        p->held_cap = cap;
-    }
-    memcpy(p->held + p->held_len, buf, len);
-    p->held_len += len;
-    return 0;
+    return append(p, &p->held, &p->held_len, &p->held_cap, buf, len);
 }
 
 /* The queue is empty: parses what was held, under the limits of now. */

@@ -192,6 +192,19 @@ def test_pipelining_1000_mixed(zkresp, redis_ref):
     assert not bad, "pipelined replies differ (first 5 of %d): %r" % (len(bad), bad[:5])
 
 
+def _replies_to_end(port, reqs, proto=2):
+    """The replies to reqs, pipelined in one write, read up to the reply
+    of a final ECHO END (CLIENT REPLY may silence the others)."""
+    with RawClient(port, timeout=20) as c:
+        if proto == 3:
+            assert c.cmd("HELLO", "3").startswith(b"%")
+        c.send(b"".join(encode(*r) for r in reqs))
+        out = []
+        while not out or out[-1] != b"$3\r\nEND\r\n":
+            out.append(c.read_reply())
+        return out
+
+
 def test_client_reply_off_skip_on_match_redis(zkresp, redis_ref):
     """CLIENT REPLY OFF silences every reply (errors too) until ON, whose
     +OK is sent; SKIP silences itself and the next command; a bad mode is
@@ -205,17 +218,8 @@ def test_client_reply_off_skip_on_match_redis(zkresp, redis_ref):
             ("CLIENT", "REPLY", "foo"), ("CLIENT", "REPLY", "OFF"), ("CLIENT", "REPLY", "SKIP"),
             ("PING",), ("RESET",), ("PING",), ("CLIENT", "REPLY", "SKIP"), ("RESET",),
             ("ECHO", "END")]
-    blob = b"".join(encode(*r) for r in reqs)
-
-    def run(port):
-        with RawClient(port, timeout=20) as c:
-            c.send(blob)
-            out = []
-            while not out or out[-1] != b"$3\r\nEND\r\n":
-                out.append(c.read_reply())
-            return out
-    ref = run(redis_ref.port)
-    got = run(zkresp.port)
+    ref = _replies_to_end(redis_ref.port, reqs)
+    got = _replies_to_end(zkresp.port, reqs)
     assert ref == [b"+OK\r\n", b"$1\r\n1\r\n", b"$1\r\n2\r\n", b"$5\r\nafter\r\n",
                    b"-ERR syntax error\r\n", b"+RESET\r\n", b"+PONG\r\n", b"$3\r\nEND\r\n"], ref
     assert got == ref
@@ -231,20 +235,9 @@ def test_client_reply_keeps_subscribe_confirmations_as_redis(zkresp, redis_ref, 
             ("PSUBSCRIBE", ch + "*"), ("PUNSUBSCRIBE",), ("PING",), ("UNSUBSCRIBE",), ("RESET",),
             ("CLIENT", "REPLY", "SKIP"), ("SUBSCRIBE", ch + "c"), ("PING", "x"), ("UNSUBSCRIBE",),
             ("CLIENT", "REPLY", "OFF"), ("SUBSCRIBE",), ("UNSUBSCRIBE",), ("RESET",), ("ECHO", "END")]
-    blob = b"".join(encode(*r) for r in reqs)
-
-    def run(port):
-        with RawClient(port, timeout=20) as c:
-            if proto == 3:
-                assert c.cmd("HELLO", "3").startswith(b"%")
-            c.send(blob)
-            out = []
-            while not out or out[-1] != b"$3\r\nEND\r\n":
-                out.append(c.read_reply())
-            return out
-    ref = run(redis_ref.port)
+    ref = _replies_to_end(redis_ref.port, reqs, proto)
     assert sum(1 for r in ref if b"subscribe\r\n" in r) == 9, ref
-    assert run(zkresp.port) == ref
+    assert _replies_to_end(zkresp.port, reqs, proto) == ref
 
 
 def test_inline_commands_match_redis(zkresp, redis_ref):
