@@ -612,10 +612,20 @@ static const char *watch_name(int type)
 void zk_drain(struct zk *z)
 {
     struct zk_qnode *n = zk_queue_take(&z->queue);
+    /* Answers that waited past the local lease (the process did not run:
+     * they would come before the tick that sees it) speak for a session
+     * that may be over: the lease is lost first, and what each says of a
+     * request is an unknown outcome (a grant written before a SIGSTOP is
+     * not answered after the session ended and the lock passed on). */
+    int stale = n && zk_lease_check(z, zk_now());
     while (n) {
         struct zk_req *r =
             (struct zk_req *)((char *)n - offsetof(struct zk_req, qnode));
         n = n->next;
+        if (stale &&
+            (r->kind >= 0 || r->kind == ZK_GROUP || r->kind == ZK_EV_AHEAD) &&
+            !zk_is_connection_rc(r->res.rc))
+            r->res.rc = ZCONNECTIONLOSS;
         /* The client library ends the requests in flight with
          * ZRUNTIMEINCONSISTENCY when it drops a connection over a reply
          * out of order (a server's fault, e.g. ZOOKEEPER-2775; a multi's

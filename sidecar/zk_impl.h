@@ -229,6 +229,9 @@ void zk_group_arm(struct zk *z, int on);
 
 /* A session event of the current handle (ZOO_*_STATE). */
 void zk_session_state(struct zk *z, int state);
+
+/* Ends the session when its local lease has run out; 1 when it did. */
+int zk_lease_check(struct zk *z, double now);
 /* The answer to the current handle's credentials (ZooKeeper's rc). */
 void zk_session_auth(struct zk *z, int rc);
 
