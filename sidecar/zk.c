@@ -612,19 +612,18 @@ static const char *watch_name(int type)
 void zk_drain(struct zk *z)
 {
     struct zk_qnode *n = zk_queue_take(&z->queue);
-    /* Answers that waited past the local lease (the process did not run:
-     * they would come before the tick that sees it) speak for a session
-     * that may be over: the lease is lost first, and what each says of a
-     * request is an unknown outcome (a grant written before a SIGSTOP is
-     * not answered after the session ended and the lock passed on). */
-    int stale = n && zk_lease_check(z, zk_now());
+    double now = zk_now();
     while (n) {
         struct zk_req *r =
             (struct zk_req *)((char *)n - offsetof(struct zk_req, qnode));
         n = n->next;
-        if (stale &&
-            (r->kind >= 0 || r->kind == ZK_GROUP || r->kind == ZK_EV_AHEAD) &&
-            !zk_is_connection_rc(r->res.rc))
+        /* An answer that may speak for a session over since is an unknown
+         * outcome: an acquisition written before a SIGSTOP past the session
+         * is not answered OK after SIGCONT (the lock may have passed on),
+         * whichever comes first then, this or the timer that sees the lease
+         * over; the command looks again under the new session. */
+        if ((r->kind >= 0 || r->kind == ZK_GROUP || r->kind == ZK_EV_AHEAD) &&
+            zk_stale_answer(z, r, now))
             r->res.rc = ZCONNECTIONLOSS;
         /* The client library ends the requests in flight with
          * ZRUNTIMEINCONSISTENCY when it drops a connection over a reply

@@ -230,8 +230,11 @@ void zk_group_arm(struct zk *z, int on);
 /* A session event of the current handle (ZOO_*_STATE). */
 void zk_session_state(struct zk *z, int state);
 
-/* Ends the session when its local lease has run out; 1 when it did. */
-int zk_lease_check(struct zk *z, double now);
+/* Whether r's answer, about to be delivered, may speak for a session that
+ * is over: it was sent under a handle given up since, or the local lease
+ * ran out after the newest answer the process has seen (it did not run:
+ * SIGSTOP, a paused VM, and finds answers queued from before). */
+int zk_stale_answer(struct zk *z, const struct zk_req *r, double now);
 /* The answer to the current handle's credentials (ZooKeeper's rc). */
 void zk_session_auth(struct zk *z, int rc);
 

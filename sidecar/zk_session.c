@@ -305,8 +305,15 @@ static void on_tick(uv_timer_t *t)
         restart_session(z, "auth");
         return;
     }
-    if (zk_lease_check(z, now))
+    if (!z->connected && z->zh && !z->lease_lost && z->session_id != 0 &&
+        now >= z->lease_deadline) {
+        z->lease_lost = 1;
+        log_warn("zk.lease_lost", "session=0x%llx",
+                 (unsigned long long)z->session_id);
+        emit(z, "lost");
+        restart_session(z, "lease");
         return;
+    }
     /* Heartbeat: an answered request proves the server heard us, which the
      * lease clock above relies on. */
     if (z->connected && now - z->last_heartbeat >= z->negotiated / 4.0) {
@@ -314,26 +321,6 @@ static void on_tick(uv_timer_t *t)
         struct zk_op op = {.type = ZK_OP_EXISTS, .path = "/"};
         zk_submit(z, ZK_OP_EXISTS, &op, 1, now + z->negotiated, 0, NULL, NULL);
     }
-}
-
-/* Ends the session when its local lease has run out (zk_lease_end):
- * disconnected past it, or, connected, with no request answered that was
- * sent within it, which only a process that did not run can see (SIGSTOP,
- * a paused VM: the answers it finds queued were all sent before); the
- * client library itself drops a connection silent for 2/3 of the session.
- * Returns 1 when it did: the old session's answers then say nothing of it
- * (zk_drain). */
-int zk_lease_check(struct zk *z, double now)
-{
-    double end = zk_lease_end(z);
-    if (!z->zh || end <= 0 || now < end)
-        return 0;
-    z->lease_lost = 1;
-    log_warn("zk.lease_lost", "session=0x%llx connected=%s",
-             (unsigned long long)z->session_id, z->connected ? "yes" : "no");
-    emit(z, "lost");
-    restart_session(z, "lease");
-    return 1;
 }
 
 /* The completion queue's wake-up (zk_queue.h). */
@@ -498,6 +485,19 @@ int64_t zk_session_id(const struct zk *z)
 uint64_t zk_generation(const struct zk *z)
 {
     return z->gen;
+}
+
+int zk_stale_answer(struct zk *z, const struct zk_req *r, double now)
+{
+    if (zk_is_connection_rc(r->res.rc) || r->res.rc == ZK_TIMEOUT)
+        return 0;
+    if (r->gen != z->gen)
+        return 1; /* its session was given up since */
+    if (z->session_id == 0 || z->lease_lost)
+        return 0;
+    /* The answer itself proves the session alive when it was sent. */
+    double alive = r->sent_at > z->last_contact ? r->sent_at : z->last_contact;
+    return now >= alive + z->negotiated - lease_margin(z);
 }
 
 double zk_lease_end(const struct zk *z)
