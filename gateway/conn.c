@@ -223,7 +223,7 @@ static struct req *req_append(struct conn *c)
  * confirmation: SUBSCRIBE with no channel). */
 static int confirms_subscription(const struct proto_req *pr)
 {
-    static const char *const names[] = {"unsubscribe", "punsubscribe",
+    static const char *const names[] = {"unsubscribe",  "punsubscribe",
                                         "sunsubscribe", "subscribe",
                                         "psubscribe",   "ssubscribe"};
     const struct proto_arg *a = &pr->argv[0];
@@ -281,7 +281,8 @@ static void process(struct conn *c)
             c->commands++;
             c->srv->stats.commands_processed++;
             c->last_cmd_ms = now_ms(c);
-            r->silent = c->reply_mode != REPLY_ON && !confirms_subscription(&pr);
+            r->silent =
+                c->reply_mode != REPLY_ON && !confirms_subscription(&pr);
             if (c->reply_mode == REPLY_SKIP)
                 c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);
