@@ -489,8 +489,9 @@ uint64_t zk_generation(const struct zk *z)
 
 int zk_stale_answer(struct zk *z, const struct zk_req *r, double now)
 {
-    if (zk_is_connection_rc(r->res.rc) || r->res.rc == ZK_TIMEOUT)
-        return 0;
+    if (zk_is_connection_rc(r->res.rc) || r->res.rc == ZK_TIMEOUT ||
+        r->sent_at <= 0)
+        return 0; /* (never sent: answered here, e.g. refused as too big) */
     if (r->gen != z->gen)
         return 1; /* its session was given up since */
     if (z->session_id == 0 || z->lease_lost)
