@@ -155,6 +155,12 @@ end
 -- one of our earlier ones) whose guard is still there.  A node gone after
 -- a delete whose reply was lost went with its session, maybe before the
 -- delete was asked, unless that session lasts (resolve.lua, lockstore.lua).
+-- The same for a node's own end, its TTL or lease (`deadline`, host.now()):
+-- one that ran out, or was within ENDED_MARGIN_MS of it (its owner's clock
+-- may count ahead), may have gone by its owner's expiry.
+G.ENDED_MARGIN_MS = 1000
+function G.ending(deadline) return deadline ~= nil and deadline <= host.now() + G.ENDED_MARGIN_MS end
+
 function G.lasts(sid)
     if sid == zk.session() then return true end
     if not sid or sid == 0 or dead[sid] then return false end

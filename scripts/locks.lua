@@ -372,7 +372,7 @@ local function quick_release(h)
     local gone = rc == zk.OK
     if Z.unknown(rc) then
         Z.sync(h.lock)
-        gone = Z.exists(h.path) == zk.NONODE and G.lasts(h.sid) and not LS.lease_over(h.deadline)
+        gone = Z.exists(h.path) == zk.NONODE and G.lasts(h.sid) and not G.ending(h.deadline)
     end
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
@@ -412,7 +412,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
             local sent = { path = mine.path, version = mine.version + 1, count = d.count }
-            local read, again, d2 = pcall(function() Z.sync(lock) return LS.find_owner(LS.read(lock), owner) end)
+            local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock, true), owner) end)
             if not read then take_back(lock, owner, sent, before) error(again, 0) end
             if not LS.landed(sent, again, d2) then
                 return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true)
@@ -479,8 +479,7 @@ end
 local function release_read(lock, owner, done, unsure)
     for _ = 1, Z.READ_TRIES do
         local sent = unsure.sent
-        if sent then Z.sync(lock) end -- (our server may not have it yet)
-        local mine, d = LS.find_owner(LS.read(lock), owner)
+        local mine, d = LS.find_owner(LS.read(lock, sent ~= nil), owner)
         if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
         if not mine or not mine.granted then return 0 end
         -- a hold counted lost answers 0, as RENEW does; its node goes

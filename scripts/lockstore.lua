@@ -363,7 +363,10 @@ function LS.newer_view(lock, t, seq)
 end
 
 -- The lock's queue (LS.snapshot, LS.build); nil when the node is absent.
-function LS.read(lock)
+-- synced: after a sync (a write whose answer was lost may not be applied
+-- yet on a server reached since).
+function LS.read(lock, synced)
+    if synced then Z.sync(lock) end
     local t, names, pzxid = LS.snapshot(lock)
     if not t then return nil end
     return LS.build(lock, t, names, pzxid)
@@ -424,21 +427,16 @@ function LS.confirmed(snap, mine)
     return Z.first_error(rc, results) == zk.OK
 end
 
--- A lost delete of a hold is not claimed once its lease is this near its
--- end (host.now() deadline): the lease end may have deleted it.
-LS.ENDED_MARGIN_MS = 1000
-function LS.lease_over(deadline) return deadline <= host.now() + LS.ENDED_MARGIN_MS end
-
 -- Whether our write `sent` of the owner's request, whose reply was lost,
 -- went through, as the owner's entry `mine` (data d) read since shows: a
 -- delete (count 0) when the node is gone, the session that owned it
 -- (sent.sid) lasts (its end removes its nodes too, maybe before the delete
--- was asked) and so does its lease (sent.deadline: LS.lease_over), a set
+-- was asked) and so does its lease (sent.deadline: G.ending), a set
 -- of the hold count when the node is at the version after ours with our
 -- count.
 function LS.landed(sent, mine, d)
     if sent.count == 0 then
-        return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) and not LS.lease_over(sent.deadline)
+        return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) and not G.ending(sent.deadline)
     end
     return mine ~= nil and mine.path == sent.path and mine.version == sent.version and d.count == sent.count
 end

@@ -204,8 +204,7 @@ function LW.take_back(lock, owner, sent, before, done)
     local sid, k = zk.session(), lock .. "\0" .. owner
     settling[k] = true
     local function try()
-        Z.sync(lock) -- (our server may not have the write yet)
-        local mine, d = LS.find_owner(LS.read(lock), owner)
+        local mine, d = LS.find_owner(LS.read(lock, true), owner)
         if not LS.landed(sent, mine, d) then return true end
         local rc, stat = zk.set(sent.path, before, sent.version)
         if rc == zk.OK then done(stat.version) end

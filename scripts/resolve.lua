@@ -59,26 +59,15 @@ end
 -- Same after a delete (or a multi of deletes) of `recs`: applied when no
 -- node is still the one we deleted, unless one was an ephemeral node whose
 -- session (ours or another sidecar's) has ended since, or one whose TTL
--- ran out (EXPIRED_MARGIN_MS before it, as its owner's clock may count):
--- that end removes nodes too, maybe before we asked, so that is not ours
--- to claim (the command runs again and reads).  Nor when our guard moved
--- since the version the delete checked: another sidecar that writes or
--- deletes a node of ours bumps it (our own delete does not), so the
--- removal may be theirs.
-L.EXPIRED_MARGIN_MS = 1000
-
--- Whether our guard has moved since rec (a node of ours) was decided on.
-local function guard_moved(rec)
-    local gv, gcz = rec.gv, rec.gcz
-    if not rec.cached then gv, gcz = rec.mine and rec.rgv, rec.rgcz end
-    if not gv or not rec.node or rec.node.ephemeralOwner ~= zk.session() then return false end
-    local rc, _, stat = Z.get(G.guard.path) -- (after a sync: our server is up to date)
-    return rc ~= zk.OK or stat.version ~= gv or stat.czxid ~= gcz
-end
-
+-- ran out (G.ending): that end removes nodes too, maybe before we asked,
+-- so that is not ours to claim (the command runs again and reads).  Nor
+-- when our guard moved since the version the delete checked for a node of
+-- ours: another sidecar that writes or deletes one bumps it (our own
+-- delete does not), so the removal may be theirs.  One sync first: the
+-- server then has whatever applied before it.
 local function resolve_delete(recs)
+    Z.sync(recs[1].path)
     for _, rec in ipairs(recs) do
-        Z.sync(rec.path)
         local rc, data, stat = Z.get(rec.path)
         if rc == zk.OK then
             local same
@@ -90,12 +79,18 @@ local function resolve_delete(recs)
             if same then return false end
         end
     end
+    local guard -- our guard's stat, read once, when a node of ours asks
     for _, rec in ipairs(recs) do
-        -- A node whose TTL had run out, or nearly (by its owner's clock),
-        -- may have gone by its owner's expiry rather than by this delete:
-        -- not ours to claim either.
-        if rec.deadline and rec.deadline <= host.now() + L.EXPIRED_MARGIN_MS then return false end
-        if guard_moved(rec) then return false end
+        if G.ending(rec.deadline) then return false end
+        local gv, gcz = rec.gv, rec.gcz
+        if not rec.cached then gv, gcz = rec.mine and rec.rgv, rec.rgcz end
+        if gv and rec.node and rec.node.ephemeralOwner == zk.session() then
+            if guard == nil then
+                local grc, _, gstat = Z.get(G.guard.path)
+                guard = grc == zk.OK and gstat or false
+            end
+            if not guard or guard.version ~= gv or guard.czxid ~= gcz then return false end
+        end
     end
     local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do
