@@ -622,8 +622,7 @@ void zk_drain(struct zk *z)
          * is not answered OK after SIGCONT (the lock may have passed on),
          * whichever comes first then, this or the timer that sees the lease
          * over; the command looks again under the new session. */
-        if ((r->kind >= 0 || r->kind == ZK_GROUP || r->kind == ZK_EV_AHEAD) &&
-            zk_stale_answer(z, r, now))
+        if ((r->kind >= 0 || r->kind == ZK_GROUP) && zk_stale_answer(z, r, now))
             r->res.rc = ZCONNECTIONLOSS;
         /* The client library ends the requests in flight with
          * ZRUNTIMEINCONSISTENCY when it drops a connection over a reply

@@ -234,7 +234,7 @@ void zk_session_state(struct zk *z, int state);
  * is over: it was sent under a handle given up since, or the local lease
  * ran out after the newest answer the process has seen (it did not run:
  * SIGSTOP, a paused VM, and finds answers queued from before). */
-int zk_stale_answer(struct zk *z, const struct zk_req *r, double now);
+int zk_stale_answer(const struct zk *z, const struct zk_req *r, double now);
 /* The answer to the current handle's credentials (ZooKeeper's rc). */
 void zk_session_auth(struct zk *z, int rc);
 

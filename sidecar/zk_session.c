@@ -32,6 +32,12 @@ static double lease_margin(const struct zk *z)
     return margin < 100 ? 100 : margin;
 }
 
+/* The lease's end when the session was last known alive at `alive`. */
+static double lease_from(const struct zk *z, double alive)
+{
+    return alive + z->negotiated - lease_margin(z);
+}
+
 /* The watcher of every handle; runs on the completion thread. */
 static void on_watch(zhandle_t *zh, int type, int state, const char *path,
                      void *ctx)
@@ -236,8 +242,7 @@ void zk_session_state(struct zk *z, int state)
         if (z->connected) {
             z->connected = 0;
             z->disconnects++;
-            z->lease_deadline =
-                z->last_contact + z->negotiated - lease_margin(z);
+            z->lease_deadline = lease_from(z, z->last_contact);
             log_warn("zk.disconnected", "session=0x%llx lease_left_ms=%.0f",
                      (unsigned long long)z->session_id,
                      z->lease_deadline - now);
@@ -487,7 +492,7 @@ uint64_t zk_generation(const struct zk *z)
     return z->gen;
 }
 
-int zk_stale_answer(struct zk *z, const struct zk_req *r, double now)
+int zk_stale_answer(const struct zk *z, const struct zk_req *r, double now)
 {
     if (zk_is_connection_rc(r->res.rc) || r->res.rc == ZK_TIMEOUT ||
         r->sent_at <= 0)
@@ -497,8 +502,8 @@ int zk_stale_answer(struct zk *z, const struct zk_req *r, double now)
     if (z->session_id == 0 || z->lease_lost)
         return 0;
     /* The answer itself proves the session alive when it was sent. */
-    double alive = r->sent_at > z->last_contact ? r->sent_at : z->last_contact;
-    return now >= alive + z->negotiated - lease_margin(z);
+    return now >= lease_from(z, r->sent_at > z->last_contact ? r->sent_at
+                                                             : z->last_contact);
 }
 
 double zk_lease_end(const struct zk *z)
@@ -507,7 +512,7 @@ double zk_lease_end(const struct zk *z)
         return 0;
     if (!z->connected)
         return z->lease_deadline;
-    return z->last_contact + z->negotiated - lease_margin(z);
+    return lease_from(z, z->last_contact);
 }
 
 int zk_denied(const struct zk *z, char *why, size_t cap)
