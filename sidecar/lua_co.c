@@ -115,6 +115,22 @@ void lua_co_finish(struct co *c)
     free(c);
 }
 
+/* A reply that rests on ZooKeeper's answers is not sent once the local
+ * lease has run out while the command ran: the process did not run (a
+ * SIGSTOP, a paused VM) after its last answer's check (zk_drain), so the
+ * session those answers speak for may be over and the lock they granted
+ * another's.  The outcome is unknown, as for a lost reply; the next answer
+ * or the timer that sees the lease over sets things right.  The text is
+ * scripts/errors.lua's E.STALLED. */
+#define STALLED                                                                \
+    "TRYAGAIN zkresp stalled past its ZooKeeper session, outcome unknown"
+
+static int stalled(const struct co *c)
+{
+    double lease = zk_lease_end(c->h->zk);
+    return c->yielded && lease > 0 && zk_now() >= lease;
+}
+
 static void co_deliver(struct co *c, int status, int nres)
 {
     struct lua_task *t = c->task;
@@ -133,6 +149,8 @@ static void co_deliver(struct co *c, int status, int nres)
             c->h->client_ops.encode_error(t->out, line);
         }
         c->reusable = 0;
+    } else if (t && t->done && stalled(c)) {
+        c->h->client_ops.encode_error(t->out, STALLED);
     } else if (t && t->done) {
         c->h->client_ops.encode(L, nres >= 1 ? lua_absindex(L, -nres) : 0,
                                 t->out, t->proto);
@@ -159,6 +177,7 @@ void lua_co_resume(struct co *c, int nargs)
     c->wait = WAIT_NONE;
     double now = zk_now();
     if (c->yielded_at > 0) {
+        c->yielded = 1;
         if (c->sliced)
             c->paused += now - c->yielded_at;
         else

@@ -72,6 +72,7 @@ struct co {
     int command;  /* runs a command (its requester may have left) */
     int sliced;   /* paused between slices: the VM is busy (host.caps) */
     int queued;   /* host.suspend(true): wakes when its client goes */
+    int yielded;  /* it has yielded: its reply may rest on ZooKeeper */
     struct co *busy_prev, *busy_next; /* h->busy, while sliced */
     struct caps caps;
 };

@@ -612,11 +612,13 @@ static const char *watch_name(int type)
 void zk_drain(struct zk *z)
 {
     struct zk_qnode *n = zk_queue_take(&z->queue);
-    double now = zk_now();
     while (n) {
         struct zk_req *r =
             (struct zk_req *)((char *)n - offsetof(struct zk_req, qnode));
         n = n->next;
+        /* Read for each answer: the process may stop while an earlier
+         * one's command runs. */
+        double now = zk_now();
         /* An answer that may speak for a session over since is an unknown
          * outcome: an acquisition written before a SIGSTOP past the session
          * is not answered OK after SIGCONT (the lock may have passed on),

@@ -237,6 +237,74 @@ def test_sigstop_sidecar_past_session_timeout(make_zkresp, kz):
     assert ca.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
 
 
+# Grant and release of one lock kind, and what the other sidecar answers
+# when it takes the lock (the key locks of SET NX; native locks).
+FREEZE_KINDS = {
+    "SET NX": (lambda k, t: ("SET", k, t, "NX", "PX", "20000"), lambda r: r == b"+OK\r\n",
+               lambda k, t: ("DELIFEQ", k, t)),
+    "LOCK.ACQUIRE": (lambda k, t: ("LOCK.ACQUIRE", k, t, "PX", "20000"), lambda r: r.startswith(b":"),
+                     lambda k, t: ("LOCK.RELEASE", k, t)),
+}
+
+
+def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
+    """Acquisitions in flight when the sidecar is frozen (SIGSTOP) past its
+    session: ZooKeeper's answers wait in its socket, or the freeze lands
+    while a command runs on an answer already checked.  None of them is
+    answered as a grant once the session is over and the lock passed on
+    through the other sidecar (-TRYAGAIN or null instead): a client told it
+    holds a lock that went to another would hold it with that other.  Six
+    clients loop acquire / release (SET NX and LOCK.ACQUIRE); the freeze
+    comes at a random moment, 8 times."""
+    import random
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    two_holders = []
+    for attempt in range(8):
+        stop = threading.Event()
+        late, frozen_at = [], [0.0]
+
+        def loop(kind, key):
+            take, granted, release = FREEZE_KINDS[kind]
+            with a.client(timeout=20) as c:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    tok = "a%d" % n
+                    try:
+                        got = c.cmd(*take(key, tok))
+                    except OSError:
+                        return
+                    if granted(got) and stop.is_set():
+                        # written after SIGCONT (a frozen sidecar writes
+                        # nothing), not read late from before the freeze
+                        if time.monotonic() - frozen_at[0] > 1.0:
+                            late.append(key)
+                        return
+                    if granted(got):
+                        c.cmd(*release(key, tok))
+        keys = [(kind, "fz:%d:%d" % (attempt, j)) for j, kind in enumerate(sorted(FREEZE_KINDS) * 3)]
+        threads = [threading.Thread(target=loop, args=k, daemon=True) for k in keys]
+        for t in threads:
+            t.start()
+        time.sleep(0.5 + random.random() * 0.3)
+        a.stop()
+        frozen_at[0] = time.monotonic()
+        stop.set()
+        try:
+            time.sleep(SESSION_MS * 1.75 / 1000.0)
+            cb = b.client()
+            taken = {k for kind, k in keys
+                     if FREEZE_KINDS[kind][1](cb.cmd(*FREEZE_KINDS[kind][0](k, "other")))}
+        finally:
+            a.cont()
+        for t in threads:
+            t.join(20)
+        two_holders += [(attempt, k) for k in late if k in taken]
+        a.wait_ready(15)
+    assert not two_holders, "a grant answered after the session ended, the lock taken by another: %r" % two_holders
+
+
 # A lock taken by "a" through one sidecar and, once that sidecar's session
 # ended, by "b" through another: the command and its answer when the lock
 # is "b"'s (string locks: SET NX PX; Redisson's: its hash lock script).
