@@ -26,13 +26,16 @@
  * --zk-max-request), the first request over its limit costs a reconnect.
  * When a second connection is lost with a request at least SUSPECT_MIN
  * bytes long in flight, within SUSPECT_WINDOW_MS of the first, the limit in
- * force becomes the smaller of the two sizes less one, for as long as the
- * process runs: a request is then refused rather than sent again into the
- * same drop (never a reconnect loop).  Ordinary connection losses rarely
- * meet two such requests in a row; when they do, only requests that large
- * are refused, with an error that names the limit. */
+ * force becomes the smaller of the two sizes less one, for LEARNED_MS: a
+ * request is then refused rather than sent again into the same drop (never
+ * a reconnect loop).  Ordinary connection losses (a leader's failover under
+ * large writes) rarely meet two such requests in a row; when they do, only
+ * requests that large are refused, with an error that names the limit, and
+ * only for a while: then the configured limit is tried again, at the cost
+ * of two more reconnects if the servers still take less. */
 #define SUSPECT_MIN (64 * 1024)
 #define SUSPECT_WINDOW_MS 60000
+#define LEARNED_MS (10 * 60000)
 
 static size_t jute_string(const char *s)
 {
@@ -84,7 +87,8 @@ size_t zk_request_size(const struct zk *z, enum zk_op_type type,
 
 size_t zk_max_request(const struct zk *z)
 {
-    if (z->learned_max && z->learned_max < z->max_request)
+    if (z->learned_max && z->learned_max < z->max_request &&
+        zk_now() < z->learned_until)
         return z->learned_max;
     return z->max_request;
 }
@@ -103,13 +107,14 @@ void zk_note_loss(struct zk *z, const struct zk_req *r)
             (r->bytes < z->suspect_bytes ? r->bytes : z->suspect_bytes) - 1;
         if (lim < zk_max_request(z)) {
             z->learned_max = lim;
+            z->learned_until = now + LEARNED_MS;
             log_warn("zk.request_dropped",
                      "bytes=%zu earlier_bytes=%zu max_request=%zu "
-                     "reason=\"ZooKeeper dropped the connection twice with a "
-                     "request this large in flight; larger requests are "
-                     "refused from now on (check the servers' jute.maxbuffer "
-                     "and --zk-max-request)\"",
-                     r->bytes, z->suspect_bytes, lim);
+                     "for_ms=%d reason=\"ZooKeeper dropped the connection "
+                     "twice with a request this large in flight; larger "
+                     "requests are refused for a while (check the servers' "
+                     "jute.maxbuffer and --zk-max-request)\"",
+                     r->bytes, z->suspect_bytes, lim, LEARNED_MS);
         }
         z->suspect_bytes = 0;
         return;

@@ -129,6 +129,7 @@ struct zk {
     /* Requests too large (see "requests too large" below). */
     size_t max_request;    /* --zk-max-request */
     size_t learned_max;    /* 0, or less: what ZooKeeper turned out to take */
+    double learned_until;  /* ... for so long (zk_now() ms) */
     size_t suspect_bytes;  /* a large request lost with its connection */
     uint64_t suspect_conn; /* on which connection (z->connects) */
     double suspect_at;

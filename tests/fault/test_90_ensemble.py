@@ -45,7 +45,6 @@ N_SIDECARS = 3
 SCALE = float(os.environ.get("ZKRESP_ENSEMBLE_SCALE", "1"))
 ROUNDS = int(os.environ.get("ZKRESP_ENSEMBLE_ROUNDS", "1"))
 POLICY = os.path.join(harness.SCRIPTS_DIR, "examples", "lockinfo.lua")
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 WARM = 2.5 * SCALE          # workload before the fault
 AFTER = 3.0 * SCALE         # workload after the heal
 LONG_FAULT = SESSION_MS / 1000.0 + 2.5   # past the session timeout
@@ -152,7 +151,7 @@ class Cluster:
         z.close()
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
         if stamp_file:
-            env.update({"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": stamp_file,
+            env.update({"LD_PRELOAD": harness.LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": stamp_file,
                         "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
             if harness.is_sanitizer_build():
                 # ASan wants to come first among the libraries; here the preload comes first.

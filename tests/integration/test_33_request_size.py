@@ -16,8 +16,10 @@ takes less than --zk-max-request, the sidecar stops sending requests that
 large after the second drop instead of reconnecting over them forever.
 """
 
+import os
 import threading
 
+import harness
 from harness import RawClient, keyenc, key_stat, wait_for
 from resp import Err, encode
 
@@ -176,3 +178,39 @@ def test_a_server_that_takes_less_is_not_reconnected_over_forever(make_zk, make_
         assert c.call("GET", "small") == b"v"
     assert b"event=zk.request_dropped" in z.log()
     assert key_stat(kz_factory(zk), z.root, "big")[1] is None
+
+
+def test_a_learned_limit_lasts_ten_minutes(make_zk, make_zkresp, tmp_path):
+    """The limit learned from two drops holds for 10 minutes, not for the
+    process's life (two unlucky losses in a leader's failover would shrink
+    it for good): then --zk-max-request is in force again and a large
+    request is sent again.  libfaketime moves the sidecar's clocks (the
+    monotonic one too) 11 minutes on."""
+    stamp = tmp_path / "stamp"
+    stamp.write_text("+0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
+    env.update({"LD_PRELOAD": harness.LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(stamp),
+                "FAKETIME_NO_CACHE": "1"})
+    if harness.is_sanitizer_build():
+        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
+    zk = make_zk(jvm_flags="-Djute.maxbuffer=200000")
+    z = make_zkresp(zk, extra=["--max-value-len", "900k"], session_timeout=4000, request_timeout=3000,
+                    env=env)
+    with z.client(timeout=30) as c:
+        assert c.call("SET", "small", "v") == b"OK"
+        assert isinstance(c.call("SET", "big", "z" * 300000), Err)
+        learned = int(z.info("zookeeper")["zk_max_request"])
+        assert learned < 300000 + 1000, learned
+    stamp.write_text("+660\n")
+    wait_for(lambda: int(z.info("zookeeper")["zk_max_request"]) == 983040, 10, 0.2,
+             "the configured limit to be back")
+    with z.client(timeout=30) as c:
+        wait_for(lambda: c.call("SET", "small", "w") == b"OK", 20, 0.2, "the sidecar to serve again")
+        before = _disconnects(z)
+        # sent again, dropped twice again: learned again (the command's
+        # own retry may answer with the limit)
+        assert isinstance(c.call("SET", "big", "z" * 300000), Err)
+        assert _disconnects(z) > before, "the large request was not sent again: " + z.log_tail(40)
+        assert z.log().count(b"event=zk.request_dropped") == 2, z.log_tail(40)
+        assert int(z.info("zookeeper")["zk_max_request"]) < 300000 + 1000
+        assert c.call("GET", "small") == b"w"

@@ -895,6 +895,10 @@ def key_stat(kz, root, key):
         return None, None
 
 
+# libfaketime's preload (Debian's package faketime): moves a process's clocks.
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
 def is_sanitizer_build():
     return "asan" in os.path.basename(zkresp_bin())
 
