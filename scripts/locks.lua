@@ -18,8 +18,8 @@
 --                              sidecar that took it; its name says the mode
 --                              asked, whose it is (a hash) and its lease (so
 --                              another sidecar may grant it), its data the owner,
---                              hold count, lease end (leader clock), when it
---                              was asked, sidecar, client
+--                              hold count, lease end (leader clock, once
+--                              renewed), when asked, sidecar, client
 --
 -- Granted is state (lockq.lua): a grant, a conversion asked, given up or
 -- granted, a down-conversion are each one write of the grant table
@@ -122,10 +122,12 @@ local function lease_due(path)
     local rc, data, stat = zk.get(path)
     if rc == zk.NONODE then forget(path) return end
     if rc ~= zk.OK then h.timer:start(200) return end
-    -- the later of the lease this sidecar gave (grant, renewal) and the one
-    -- in the node (a renewal through another sidecar)
+    -- the lease this sidecar gave (grant, renewal), unless the node has
+    -- changed since and holds a renewal (through another sidecar)
     local d = LS.decode_req(data)
-    local left = math.max(h.deadline, d and Z.local_time(d.lease_end) or 0) - host.now()
+    local ends = h.deadline
+    if stat.version ~= h.version and d and d.lease_end > 0 then ends = Z.local_time(d.lease_end) end
+    local left = ends - host.now()
     if left > 0 then
         h.deadline = host.now() + left
         h.timer:start(left)
@@ -408,7 +410,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         end
         local before = LS.encode_req(d)
         d.count = d.count + 1
-        d.lease_end = LS.leader_now() + px
+        d.lease_end = LS.renewed_end(mine, d, px, L.holds[mine.path])
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
             local sent = { path = mine.path, version = mine.version + 1, count = d.count }
@@ -451,7 +453,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     -- a command that fails (ZooKeeper out past its time) leaves the queue,
     -- in the background if need be: nobody would ever release its request
     local prefix, sid0 = LS.prefix(mode, owner, px, LS.hex(Z.nonce())), zk.session()
-    local data = { owner = owner, count = 1, lease_end = LS.leader_now() + px, asked = host.wall(),
+    local data = { owner = owner, count = 1, lease_end = 0, asked = host.wall(),
                    sidecar = LS.sidecar_id(), client = client_desc() }
     local made, path, sid = pcall(LW.create, lock, prefix, data)
     if not made then LW.abandon(lock, prefix, sid0) error(path, 0) end
@@ -495,7 +497,7 @@ local function release_read(lock, owner, done, unsure)
         end
         if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
         unsure.sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left,
-            sid = mine.owner_sid, deadline = Z.local_time(math.max(mine.lease_end or 0, d.lease_end)) } or nil
+            sid = mine.owner_sid, deadline = Z.local_time(LS.lease_end(mine, d)) } or nil
         if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "release " .. mine.path)
         end
@@ -547,7 +549,7 @@ function L.renew(key, owner, px)
         if not mine or not mine.granted or LS.from_lost_session(mine, d) then return 0 end
         local h = L.holds[mine.path]
         if h and host.now() > h.deadline then return 0 end
-        d.lease_end = LS.leader_now() + px
+        d.lease_end = LS.renewed_end(mine, d, px, h)
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if rc == zk.OK then
             if h then

@@ -83,11 +83,28 @@ function LS.seq_of(path) return tonumber(path:match("%-(%d+)$", -11)) end
 
 local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 
--- A request's data: owner, hold count, lease end (leader ms), asked at
--- (wall ms), sidecar (instance, hex), client ("id addr").
+-- A request's data: owner, hold count, lease end (leader ms, 0 until a
+-- renewal writes it: see LS.lease_end), asked at (wall ms), sidecar
+-- (instance, hex), client ("id addr").
 function LS.encode_req(r)
     return string.pack(DATA_FMT, r.owner, r.count, math.floor(r.lease_end), math.floor(r.asked),
                        r.sidecar, r.client)
+end
+
+-- The lease end (leader ms) of the granted entry e, its node's data d:
+-- the newest renewal's (RENEW, a reentrant ACQUIRE: written in the node,
+-- shorter or longer), else the grant's (written in the table).
+function LS.lease_end(e, d)
+    if d and d.lease_end > 0 then return d.lease_end end
+    return e.lease_end or 0
+end
+
+-- The lease end a renewal for px (RENEW, a reentrant ACQUIRE) writes in
+-- the node of entry mine (data d): px from now through the hold's own
+-- sidecar (`ours`, its timer moved too); through another, whose renewal
+-- does not move the holder's timer, never earlier than it was.
+function LS.renewed_end(mine, d, px, ours)
+    return math.max(LS.leader_now() + px, ours and 0 or LS.lease_end(mine, d))
 end
 
 function LS.decode_req(data)
@@ -451,7 +468,7 @@ function LS.info(lock)
     for _, e in ipairs(snap.queue) do
         local d = LS.entry_data(e)
         if d and e.granted then
-            local left = math.max(0, math.floor(math.max(e.lease_end or 0, d.lease_end) - leader))
+            local left = math.max(0, math.floor(LS.lease_end(e, d) - leader))
             holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
                                               "count", d.count, "lease_left_ms", left,
                                               "sidecar", d.sidecar, "client", d.client } }
