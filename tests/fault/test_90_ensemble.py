@@ -149,14 +149,7 @@ class Cluster:
         without it when stamp_file is None)."""
         z = self.sidecars[i]
         z.close()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
-        if stamp_file:
-            env.update({"LD_PRELOAD": harness.LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": stamp_file,
-                        "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
-            if harness.is_sanitizer_build():
-                # ASan wants to come first among the libraries; here the preload comes first.
-                env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
-        z.env = env
+        z.env = harness.faketime_env(stamp_file) if stamp_file else harness.zkresp_env()
         z.start()
 
     def close(self):

@@ -16,7 +16,6 @@ takes less than --zk-max-request, the sidecar stops sending requests that
 large after the second drop instead of reconnecting over them forever.
 """
 
-import os
 import threading
 
 import harness
@@ -188,11 +187,7 @@ def test_a_learned_limit_lasts_ten_minutes(make_zk, make_zkresp, tmp_path):
     monotonic one too) 11 minutes on."""
     stamp = tmp_path / "stamp"
     stamp.write_text("+0\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
-    env.update({"LD_PRELOAD": harness.LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(stamp),
-                "FAKETIME_NO_CACHE": "1"})
-    if harness.is_sanitizer_build():
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
+    env = harness.faketime_env(stamp, monotonic=True)
     zk = make_zk(jvm_flags="-Djute.maxbuffer=200000")
     z = make_zkresp(zk, extra=["--max-value-len", "900k"], session_timeout=4000, request_timeout=3000,
                     env=env)

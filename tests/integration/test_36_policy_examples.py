@@ -25,12 +25,6 @@ def example(name):
     return os.path.join(EXAMPLES, name + ".lua")
 
 
-def env_with(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
-    env.update(extra)
-    return env
-
-
 def test_tenants_namespaces(make_zkresp, kz):
     z = make_zkresp(extra=["--policy", example("tenants"), "--requirepass", "default-pw"])
     alice = z.redis(username="alice", password="alice-secret")
@@ -102,7 +96,7 @@ def wait_gone(kz, path, timeout):
 
 def test_lock_delay(make_zkresp, kz):
     delay_ms = 3000
-    env = env_with(ZKRESP_LOCK_DELAY_MS=str(delay_ms))
+    env = harness.zkresp_env(ZKRESP_LOCK_DELAY_MS=str(delay_ms))
     a = make_zkresp(extra=["--policy", example("lock_delay")], env=env)
     b = make_zkresp(root=a.root, extra=["--policy", example("lock_delay")], env=env)
     ra, rb = a.redis(), b.redis()
@@ -152,7 +146,7 @@ def test_audit_log(make_zkresp):
     d = harness.new_dir("audit")
     audit = os.path.join(d, "audit.log")
     z = make_zkresp(extra=["--policy", example("audit")],
-                    env=env_with(ZKRESP_AUDIT_FILE=audit, ZKRESP_AUDIT_CHANNEL="audit"))
+                    env=harness.zkresp_env(ZKRESP_AUDIT_FILE=audit, ZKRESP_AUDIT_CHANNEL="audit"))
     sub = z.redis().pubsub()
     sub.subscribe("audit")
     assert sub.get_message(timeout=5)["type"] == "subscribe"

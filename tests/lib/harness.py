@@ -654,9 +654,7 @@ class Zkresp:
         self.dir = new_dir("zkresp")
         self.bin = zkresp_bin()
         if env is None:
-            # The harness's own ZKRESP_* variables (ZKRESP_BIN...) are not
-            # zkresp options; zkresp gets only what a test passes.
-            env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
+            env = zkresp_env()
         self.env = dict(env)
         self.log_level = log_level
         # ZooKeeper credentials (user:password; default the suite's, "" for
@@ -895,12 +893,34 @@ def key_stat(kz, root, key):
         return None, None
 
 
+def is_sanitizer_build():
+    return "asan" in os.path.basename(zkresp_bin())
+
+
+def zkresp_env(**extra):
+    """The environment zkresp runs with: the harness's own ZKRESP_*
+    variables (ZKRESP_BIN...) are not zkresp options; zkresp gets only what
+    a test passes (extra)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZKRESP_")}
+    env.update(extra)
+    return env
+
+
 # libfaketime's preload (Debian's package faketime): moves a process's clocks.
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
-def is_sanitizer_build():
-    return "asan" in os.path.basename(zkresp_bin())
+def faketime_env(stamp_file, monotonic=False):
+    """zkresp_env() with libfaketime, which reads the offset in stamp_file
+    (e.g. "+660") at each look at a clock; monotonic: CLOCK_MONOTONIC
+    moves too, else only the wall clock."""
+    env = zkresp_env(LD_PRELOAD=LIBFAKETIME, FAKETIME_TIMESTAMP_FILE=str(stamp_file), FAKETIME_NO_CACHE="1")
+    if not monotonic:
+        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    if is_sanitizer_build():
+        # ASan wants to come first among the libraries; here the preload comes first.
+        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")
+    return env
 
 
 def log(msg):
