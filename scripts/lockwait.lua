@@ -266,15 +266,22 @@ end
 -- as the event comes, and the waiter it wakes takes it (LS.read_table's
 -- `woken`).  since: a zxid; a node written after it (and after its
 -- creation) counts as changed at once (the waiter chose it on a table
--- from before that write).
-function LW.wait(path, lock, until_ms, since)
+-- from before that write: a down-conversion, which writes the table and
+-- touches the node in one multi, may have landed between the waiter's
+-- read and its watch, and no event would tell).  older: the waiter's table
+-- is older than its listing; a node of ours is watched at once then.
+-- Answers how, the watch event, and the node's mzxid as the watch found
+-- it (nil when it set none), which the waiter passes as `since` next time
+-- once it has read the table again: one look per write, never a loop of
+-- them (a renewal writes the node and not the table).
+function LW.wait(path, lock, until_ms, since, older)
     local watch = path or lock
     local rec = { co = coroutine.running() }
     local set = watching[watch]
     if not set then set = {} watching[watch] = set end
     set[rec] = true
     local rc, stat, grace = zk.OK, nil, nil
-    if path and own[path] == true and not since then
+    if path and own[path] == true and not older then
         grace = host.now() + LW.OWN_GRACE_MS
         LW.stats.own_waits = LW.stats.own_waits + 1
     else
@@ -284,10 +291,11 @@ function LW.wait(path, lock, until_ms, since)
         if rc == zk.NONODE then own[watch] = nil end
     end
     local left = math.min(until_ms, grace or until_ms) - host.now()
-    local moved = since and stat and stat.mzxid > since and stat.mzxid > stat.czxid
+    local seen = path and stat and stat.mzxid
+    local moved = since and seen and seen > since and seen > stat.czxid
     if rc ~= zk.OK or rec.fired or moved or left <= 0 then
         unwatch(watch, set, rec)
-        return (rc ~= zk.OK or rec.fired or moved) and "changed" or "timeout"
+        return (rc ~= zk.OK or rec.fired or moved) and "changed" or "timeout", nil, seen
     end
     if host.client() == nil then -- it left while we read: no wait for nobody
         unwatch(watch, set, rec)
@@ -302,12 +310,12 @@ function LW.wait(path, lock, until_ms, since)
     timer:stop()
     unwatch(watch, set, rec)
     if host.client() == nil and not rec.fired then return "gone" end
-    if rec.fired then return "changed", rec.event end
+    if rec.fired then return "changed", rec.event, seen end
     if grace and host.now() >= grace and host.now() < until_ms then
         if own[path] then own[path] = "watch" end
         return "changed"
     end
-    return "timeout"
+    return "timeout", nil, seen
 end
 
 -- Something of this sidecar's in flight that waiters wait for: a record

@@ -377,6 +377,39 @@ def test_conversion_request_reply_lost(native_pair, kz):
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
 
 
+def test_waiter_looks_again_when_its_target_converted_down_before_its_watch(native_pair):
+    """A reader on A reads the table while x holds EX (through B) and
+    watches x's node; x's down-conversion to PR lands between that read and
+    the watch (the proxy holds A's getData back meanwhile), so no event
+    will come.  x's node shows a write after the table the reader chose
+    on: it looks again and is granted beside x's PR, not left waiting for
+    x's release or its WAIT (then it would answer null)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("dc")
+    tx = rb.execute_command("LOCK.ACQUIRE", key, "x", "MODE", "EX")
+    proxy.hold_next_watch("/l/%s/EX." % keyenc.encode(key))
+    result = {}
+
+    def acquire():
+        try:
+            result["token"] = ra.execute_command("LOCK.ACQUIRE", key, "w", "MODE", "PR", "WAIT", "8000")
+        except redis.ResponseError as e:
+            result["error"] = str(e)
+    th = threading.Thread(target=acquire)
+    th.start()
+    try:
+        assert proxy.wait_held(10), "A never watched x's node (requests: %r)" % proxy.snapshot()
+        assert rb.execute_command("LOCK.CONVERT", key, "x", "MODE", "PR") == tx
+    finally:
+        proxy.release_hold()
+    th.join(20)
+    assert isinstance(result.get("token"), int) and result["token"] > tx, result
+    assert sorted(holders(rb, key)) == [("w", "PR"), ("x", "PR")]
+    assert ra.execute_command("LOCK.RELEASE", key, "w") == 1
+    assert rb.execute_command("LOCK.RELEASE", key, "x") == 1
+
+
 def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
     """Three sidecars, each behind a proxy that delays replies and cuts its
     ZooKeeper connection at random moments; exclusive and shared holders on

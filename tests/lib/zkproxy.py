@@ -17,6 +17,11 @@ is the session handshake), so faults can be aimed precisely:
                        turning it off cuts the blackholed connections so the
                        client reconnects on a clean stream
     refuse(on)         close new connections as soon as they are accepted
+    hold_next_watch(needle)
+                       the next getData that sets a watch on a path
+                       containing needle waits (with everything the client
+                       sends after it) until release_hold(); wait_held tells
+                       when it came
 
 Counters: connections, requests by op name, replies, dropped, bytes.
 Sessions seen in handshakes: (session_id, passwd, timeout).  Times: when
@@ -210,6 +215,9 @@ class _Conn:
                         p._count("blackholed_up")
                         p._hole_event.set()
                         continue
+                    if name == "getData" and p._held_by(frame):
+                        p._hold_event.set()
+                        p._hold_release.wait(30)
                 p._add("bytes_up", len(frame))
                 if self.ssock is None:
                     continue
@@ -312,6 +320,9 @@ class ZkProxy:
         self._drop_event = threading.Event()
         self._hole_ops = None
         self._hole_event = threading.Event()
+        self._hold_needle = None
+        self._hold_event = threading.Event()
+        self._hold_release = threading.Event()
         self._closed = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
@@ -358,6 +369,32 @@ class ZkProxy:
     def wait_holed(self, timeout=10.0):
         return self._hole_event.wait(timeout)
 
+    def hold_next_watch(self, needle):
+        """Arms the fault: the next getData with its watch flag set, on a
+        path containing needle, is held back with whatever its connection
+        sends after it (the order kept) until release_hold()."""
+        with self.lock:
+            self._hold_event.clear()
+            self._hold_release.clear()
+            self._hold_needle = needle.encode()
+
+    def _held_by(self, frame):
+        """Whether the getData request frame is the one hold_next_watch
+        armed for (then disarmed)."""
+        n = struct.unpack(">i", frame[12:16])[0]
+        path, watch = frame[16:16 + n], frame[16 + n:17 + n]
+        with self.lock:
+            if self._hold_needle is None or watch != b"\x01" or self._hold_needle not in path:
+                return False
+            self._hold_needle = None
+            return True
+
+    def wait_held(self, timeout=10.0):
+        return self._hold_event.wait(timeout)
+
+    def release_hold(self):
+        self._hold_release.set()
+
     def wait_dropped(self, timeout=10.0):
         """True once an armed drop happened; the dropped op is in .dropped_op."""
         return self._drop_event.wait(timeout)
@@ -392,6 +429,7 @@ class ZkProxy:
 
     def close(self):
         self._closed = True
+        self._hold_release.set()
         _close(self.listener)
         self.cut()
 

@@ -819,6 +819,69 @@ describe("native locks", function()
         assert.equal(2, #c:call("LOCK.INFO", "dc").map[2])
     end)
 
+    -- The lock node of `key` and the path of its request named `prefix`...
+    local function lock_nodes(key, prefix)
+        for path in pairs(W.nodes) do
+            if path:match("/l/" .. key .. "$") then
+                for _, name in ipairs(W:children(path)) do
+                    if name:sub(1, #prefix) == prefix then return path, path .. "/" .. name end
+                end
+            end
+        end
+    end
+
+    -- w (PR, on b) reads the table while x holds EX and chooses x's node to
+    -- watch; x converts down to PR before that watch is set (the model's
+    -- write of x's conversion lands between b's read and b's watch), so no
+    -- event will come: w sees x's node written after the table it chose on
+    -- and looks again, rather than sleeping until x's release or its WAIT.
+    -- Then a renewal of x (its node written, the table not) costs w one
+    -- more look, not a loop of them.
+    it("looks again when the request it watches was converted down between its read and its watch", function()
+        integer(a:call("LOCK.ACQUIRE", "dr", "x", "MODE", "EX"))
+        local lock, xpath = lock_nodes("dr", "EX.")
+        local get, converted, gets = b.zk.get, false, 0
+        b.zk.get = function(path, watch)
+            if path == xpath and watch then
+                gets = gets + 1
+                if not converted then
+                    converted = true
+                    local t = W:node(lock)
+                    local pr = t.data:gsub("^(%d+) EX ", "%1 PR ")
+                    assert.not_equal(t.data, pr)
+                    W:raw_set(lock, pr)
+                    W:raw_set(xpath, W:node(xpath).data)
+                end
+            end
+            return get(path, watch)
+        end
+        local w = start(b, "LOCK.ACQUIRE", "dr", "w", "MODE", "PR", "WAIT", "60000")
+        run()
+        assert.is_true(converted)
+        assert.is_true(w.done and math.type(w.result) == "integer", "w granted beside x's PR")
+        b.zk.get = get
+        -- a waiter behind x's renewed node looks once more, then sleeps
+        integer(a:call("LOCK.ACQUIRE", "rn", "y", "MODE", "EX"))
+        local lock2, ypath = lock_nodes("rn", "EX.")
+        local looks = 0
+        b.zk.get = function(path, watch)
+            if path == ypath and watch then
+                looks = looks + 1
+                if looks == 1 then W:raw_set(ypath, W:node(ypath).data) end
+            end
+            return get(path, watch)
+        end
+        local v = start(b, "LOCK.ACQUIRE", "rn", "v", "MODE", "EX", "WAIT", "60000")
+        W:advance(1000)
+        assert.is_falsy(v.done)
+        assert.equal(2, looks)
+        assert.truthy(lock2)
+        assert.equal(1, a:call("LOCK.RELEASE", "rn", "y"))
+        run()
+        assert.is_true(v.done and math.type(v.result) == "integer")
+        assert.equal(2, looks)
+    end)
+
     it("answers bad options with Redis's errors", function()
         assert.same(S.E("ERR wrong number of arguments for 'lock.acquire' command"), a:call("LOCK.ACQUIRE", "k"))
         assert.same(S.SYNTAX, a:call("LOCK.ACQUIRE", "k", "o", "PX"))
