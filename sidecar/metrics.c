@@ -196,16 +196,21 @@ static void counter(struct buf *out, const char *name, const char *help,
 static void histo(struct buf *out, const char *name, const char *label,
                   const char *value, const struct metrics_histo *h)
 {
+    char sel[128] = "", lv[128] = ""; /* {label="value"}, label="value", */
+    if (label) {
+        snprintf(sel, sizeof sel, "{%s=\"%s\"}", label, value);
+        snprintf(lv, sizeof lv, "%s=\"%s\",", label, value);
+    }
     uint64_t cum = 0;
     for (int b = 0; b < METRICS_BUCKETS; b++) {
         cum += h->buckets[b];
-        buf_printf(out, "%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, label,
-                   value, bucket_le[b], (unsigned long long)cum);
+        buf_printf(out, "%s_bucket{%sle=\"%g\"} %llu\n", name, lv, bucket_le[b],
+                   (unsigned long long)cum);
     }
-    buf_printf(out, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, label,
-               value, (unsigned long long)h->count);
-    buf_printf(out, "%s_sum{%s=\"%s\"} %.9f\n", name, label, value, h->sum);
-    buf_printf(out, "%s_count{%s=\"%s\"} %llu\n", name, label, value,
+    buf_printf(out, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, lv,
+               (unsigned long long)h->count);
+    buf_printf(out, "%s_sum%s %.9f\n", name, sel, h->sum);
+    buf_printf(out, "%s_count%s %llu\n", name, sel,
                (unsigned long long)h->count);
 }
 
@@ -322,6 +327,14 @@ void metrics_render(struct buf *out)
         if (h && h->count > 0)
             histo(out, "zkresp_zookeeper_request_duration_seconds", "op",
                   zk_op_name(t), h);
+    }
+    if (z && zk_answer_waited(z)->count > 0) {
+        head(out, "zkresp_zookeeper_answer_wait_seconds", "histogram",
+             "Time a ZooKeeper answer or watch event waited for the loop "
+             "thread, from the client library's completion thread handing "
+             "it over (a busy loop shows here).");
+        histo(out, "zkresp_zookeeper_answer_wait_seconds", NULL, NULL,
+              zk_answer_waited(z));
     }
     uint64_t ahead_sent = 0, ahead_taken = 0;
     if (z)

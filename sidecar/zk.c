@@ -619,6 +619,8 @@ void zk_drain(struct zk *z)
         /* Read for each answer: the process may stop while an earlier
          * one's command runs. */
         double now = zk_now();
+        if (r->answered_at > 0 && now >= r->answered_at)
+            metrics_histo_add(&z->waited, (now - r->answered_at) / 1e3);
         /* An answer that may speak for a session over since is an unknown
          * outcome: an acquisition written before a SIGSTOP past the session
          * is not answered OK after SIGCONT (the lock may have passed on),

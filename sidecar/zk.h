@@ -237,6 +237,10 @@ uint64_t zk_requests_sent(const struct zk *z, enum zk_op_type type);
 struct metrics_histo;
 const struct metrics_histo *zk_request_took(const struct zk *z,
                                             enum zk_op_type type);
+/* How long answers and events waited, from the completion thread's handing
+ * them over to the loop thread's taking them: the loop's own delay, which
+ * every ZooKeeper round trip of a command pays on top of the network's. */
+const struct metrics_histo *zk_answer_waited(const struct zk *z);
 
 struct zk_group_stats {
     uint64_t groups;  /* multis sent carrying several requests */

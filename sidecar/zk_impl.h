@@ -136,6 +136,7 @@ struct zk {
     uint64_t connects, disconnects, too_large;
     uint64_t sent[ZK_OP_TYPES];             /* requests sent, by type */
     struct metrics_histo took[ZK_OP_TYPES]; /* sent to answered, by type */
+    struct metrics_histo waited; /* answered to taken by the loop thread */
 
     double last_contact;   /* send time of the newest answered request */
     double lease_deadline; /* while disconnected */

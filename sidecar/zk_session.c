@@ -594,6 +594,11 @@ const struct metrics_histo *zk_request_took(const struct zk *z,
     return (unsigned)type < ZK_OP_TYPES ? &z->took[type] : NULL;
 }
 
+const struct metrics_histo *zk_answer_waited(const struct zk *z)
+{
+    return &z->waited;
+}
+
 uint64_t zk_requests_sent(const struct zk *z, enum zk_op_type type)
 {
     return (unsigned)type < ZK_OP_TYPES ? z->sent[type] : 0;

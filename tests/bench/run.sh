@@ -745,13 +745,16 @@ ho_ops() {
               for (i = 1; i <= k; i++) printf "%s=%d ", o[i], n[o[i]] }' <<<"$1"
 }
 # ho_took SCRAPE: "op=SUM:COUNT ..." summed over both sidecars: the time
-# their answered requests took, from sending to the answer (seconds).
+# their answered requests took, from sending to the answer (seconds), and
+# as op "wait" the time answers then waited for the loop thread.
 ho_took() {
     awk '
         $1 ~ /^zkresp_zookeeper_request_duration_seconds_(sum|count)[{]/ {
             op = $1; sub(/.*op="/, "", op); sub(/".*/, "", op)
             if ($1 ~ /_sum[{]/) t[op] += $NF; else n[op] += $NF }
-        END { k = split("create children get multi delete set exists sync get_acl", o, " ")
+        $1 == "zkresp_zookeeper_answer_wait_seconds_sum" { t["wait"] += $NF }
+        $1 == "zkresp_zookeeper_answer_wait_seconds_count" { n["wait"] += $NF }
+        END { k = split("create children get multi delete set exists sync get_acl wait", o, " ")
               for (i = 1; i <= k; i++) if (n[o[i]] > 0) printf "%s=%.9f:%d ", o[i], t[o[i]], n[o[i]] }' <<<"$1"
 }
 ho_madeup_re='^zkresp_lua_pubsub_made_up_total$'
@@ -1108,7 +1111,8 @@ fi
         "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_per_release=/) {
                  v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")"
     echo "  (ahead: table reads sent by the ZooKeeper client's thread as a watch event came)."
-    echo "  Their round trips, mean from sending to the answer (round 1, whole run, us):" \
+    echo "  Their round trips, mean from sending to the answer on the ZooKeeper client's thread," \
+        "and (wait) from there to the loop thread, answers and events (round 1, whole run, us):" \
         "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_mean_us=/) {
                  v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")."
     echo "  One sidecar (8 waiters on it, every handoff on one session) next to the"

@@ -245,6 +245,15 @@ def test_zookeeper_request_durations_by_operation(make_zkresp, grouping):
         total = val(samples, name + "_sum", op=op)
         # a loopback round trip: more than nothing, less than 5 s each on average
         assert 0 < total < 5 * n, (op, total, n)
+    # every answer (and watch event) then waited for the loop thread
+    wait = "zkresp_zookeeper_answer_wait_seconds"
+    answered = sum(val(samples, name + "_count", op=op) for op in ZK_OPS)
+    n = val(samples, wait + "_count")
+    assert n >= answered, (n, answered)
+    buckets = sorted((float(dict(k[1])["le"]), v) for k, v in samples.items() if k[0] == wait + "_bucket")
+    counts = [v for _, v in buckets]
+    assert counts == sorted(counts) and buckets[-1] == (float("inf"), n), buckets
+    assert 0 < val(samples, wait + "_sum") < 5 * n
 
 
 def test_lua_counters_move(make_zkresp):
