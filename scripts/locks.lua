@@ -233,7 +233,7 @@ end
 -- watched with LW.wait's `since`, and grants itself only on a newer read.
 local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
     local seq = LS.seq_of(path)
-    local t, names, pzxid, czxid, event, looked
+    local t, names, pzxid, czxid, event, looked_path, looked_mzxid
     -- ours lost: reads retry on a new session, our node gone, its line left
     -- (another sidecar's request, a conversion asked here, ends with its node)
     local own = zk.session() == sid
@@ -301,10 +301,10 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
             local wait_until = poll and math.min(until_ms, host.now() + LW.POLL_MS) or until_ms
             -- the target written after the table we chose on: look again, once per write
             local since = t.mzxid
-            if target and looked and looked.path == target.path then since = math.max(since, looked.mzxid) end
+            if target and target.path == looked_path then since = math.max(since, looked_mzxid) end
             local how, seen
             how, event, seen = LW.wait(target and target.path, lock, wait_until, since, older)
-            if seen then looked = { path = target.path, mzxid = seen } end
+            if seen then looked_path, looked_mzxid = target.path, seen end
             if how == "gone" or (how == "timeout" and host.now() >= until_ms) then return nil, how end
         end
     end

@@ -53,6 +53,21 @@ def native_pair(make_proxy, make_zkresp, zk):
     return a, b, proxy
 
 
+def _in_thread(r, *command):
+    """Runs a command on r in a thread of its own: the started thread and
+    {"token": its reply} or {"error": its error reply}, once it ends."""
+    result = {}
+
+    def run():
+        try:
+            result["token"] = r.execute_command(*command)
+        except redis.ResponseError as e:
+            result["error"] = str(e)
+    th = threading.Thread(target=run)
+    th.start()
+    return th, result
+
+
 def _counts(r, key):
     """The hold counts of the lock `key`'s holders."""
     return [h["count"] for h in lock_info(r, key)["holders"]]
@@ -357,16 +372,8 @@ def test_conversion_request_reply_lost(native_pair, kz):
     key = harness.unique("cv")
     t1 = ra.execute_command("LOCK.ACQUIRE", key, "h", "MODE", "PR")
     rb.execute_command("LOCK.ACQUIRE", key, "r", "MODE", "PR")
-    result = {}
-
-    def convert():
-        try:
-            result["token"] = ra.execute_command("LOCK.CONVERT", key, "h", "MODE", "EX", "WAIT", "15000")
-        except redis.ResponseError as e:
-            result["error"] = str(e)
     proxy.drop_next_reply({"multi", "setData"})
-    th = threading.Thread(target=convert)
-    th.start()
+    th, result = _in_thread(ra, "LOCK.CONVERT", key, "h", "MODE", "EX", "WAIT", "15000")
     assert proxy.wait_dropped(10), "no write went through the proxy (requests: %r)" % proxy.snapshot()
     time.sleep(0.5)
     assert th.is_alive(), "CONVERT answered while the other reader held: %r" % result
@@ -389,15 +396,7 @@ def test_waiter_looks_again_when_its_target_converted_down_before_its_watch(nati
     key = harness.unique("dc")
     tx = rb.execute_command("LOCK.ACQUIRE", key, "x", "MODE", "EX")
     proxy.hold_next_watch("/l/%s/EX." % keyenc.encode(key))
-    result = {}
-
-    def acquire():
-        try:
-            result["token"] = ra.execute_command("LOCK.ACQUIRE", key, "w", "MODE", "PR", "WAIT", "8000")
-        except redis.ResponseError as e:
-            result["error"] = str(e)
-    th = threading.Thread(target=acquire)
-    th.start()
+    th, result = _in_thread(ra, "LOCK.ACQUIRE", key, "w", "MODE", "PR", "WAIT", "8000")
     try:
         assert proxy.wait_held(10), "A never watched x's node (requests: %r)" % proxy.snapshot()
         assert rb.execute_command("LOCK.CONVERT", key, "x", "MODE", "PR") == tx
