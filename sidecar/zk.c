@@ -4,7 +4,7 @@
  *   loop thread                       zookeeper_mt completion thread
  *   zk_submit ──► zoo_a*(req) ──────► completion: copy result into req,
  *     (or park it, or group it:       zk_enqueue (zk_queue.c: lock, append,
- *      zk_group.c)                    unlock, uv_async_send)
+ *      zk_group.c)                    unlock, write its eventfd)
  *   zk_drain ◄─── on_wake ◄────────── (coalesces: takes everything queued)
  *     └─► req->cb(&req->res) on the loop thread; free req
  *

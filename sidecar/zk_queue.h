@@ -3,13 +3,14 @@
  * zookeeper_mt's threads to the loop thread.
  *
  *   any thread                            loop thread
- *   zk_queue_push(n): lock, append,       on_wake (uv_async): zk_queue_take
- *   unlock, uv_async_send ─────────────►  takes everything queued, oldest
- *                                         first, in one go
+ *   zk_queue_push(n): lock, append,       on_wake (uv_poll on an eventfd):
+ *   unlock, write the eventfd ─────────►  zk_queue_take takes everything
+ *   (unless a wake-up is pending)         queued, oldest first, in one go
  *
- * The mutex guards the list only: it is held for an append or a take,
- * never while a record is handled.  uv_async_send coalesces: many pushes
- * before the loop wakes make one on_wake call, which takes them all.
+ * The mutex guards the list and `signaled` only: it is held for an append
+ * or a take, never while a record is handled.  Wake-ups coalesce: pushes
+ * after the first and before the next take write nothing, and one on_wake
+ * call takes them all.
  * This file takes the bridge's only lock (zk_log.c has one of its own, for
  * the client's log lines).
  */
@@ -25,15 +26,20 @@ struct zk_qnode {
 };
 
 struct zk_queue {
-    pthread_mutex_t mu; /* guards head and tail only */
+    pthread_mutex_t mu; /* guards head, tail and signaled */
     struct zk_qnode *head, *tail;
-    uv_async_t async; /* its data: the `data` of zk_queue_init */
+    int signaled; /* a push wrote the eventfd since the last take */
+    int efd;      /* the eventfd the loop polls */
+    uv_poll_t poll;
+    void (*on_wake)(struct zk_queue *q);
+    void *data; /* the `data` of zk_queue_init */
 };
 
-/* On the loop thread: on_wake(&q->async) runs on the loop after pushes
- * (q->async.data is data). */
-void zk_queue_init(struct zk_queue *q, uv_loop_t *loop, uv_async_cb on_wake,
-                   void *data);
+/* On the loop thread: on_wake(q) runs on the loop after pushes, and should
+ * take what is queued.  0, or a negative errno (no eventfd) and nothing to
+ * destroy. */
+int zk_queue_init(struct zk_queue *q, uv_loop_t *loop,
+                  void (*on_wake)(struct zk_queue *q), void *data);
 
 /* From any thread: appends n and wakes the loop. */
 void zk_queue_push(struct zk_queue *q, struct zk_qnode *n);
@@ -45,8 +51,9 @@ struct zk_qnode *zk_queue_take(struct zk_queue *q);
 /* Whether nothing is queued (a snapshot: a push may follow at once). */
 int zk_queue_empty(struct zk_queue *q);
 
-/* Closes the async handle; on_closed(handle) when done.  The queue must be
- * left alone by every thread from now on. */
+/* Closes the poll handle; on_closed(handle) when done, its data the
+ * `data` of zk_queue_init.  The queue must be left alone by every thread
+ * from now on. */
 void zk_queue_close(struct zk_queue *q, uv_close_cb on_closed);
 
 /* After the close completed: releases the mutex. */

@@ -329,9 +329,9 @@ static void on_tick(uv_timer_t *t)
 }
 
 /* The completion queue's wake-up (zk_queue.h). */
-static void on_wake(uv_async_t *h)
+static void on_wake(struct zk_queue *q)
 {
-    zk_drain(h->data);
+    zk_drain(q->data);
 }
 
 /* The digest credentials in path: one line "user:password" (a trailing
@@ -391,7 +391,18 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     z->negotiated = cfg->session_timeout;
     z->on_event = on_event;
     z->event_arg = arg;
-    zk_queue_init(&z->queue, loop, on_wake, z);
+    int rc = zk_queue_init(&z->queue, loop, on_wake, z);
+    if (rc < 0) {
+        snprintf(err, errlen, "completion queue: %s", uv_strerror(rc));
+        if (z->auth) {
+            explicit_bzero(z->auth, strlen(z->auth));
+            free(z->auth);
+        }
+        free(z->hosts);
+        free(z->root);
+        free(z);
+        return NULL;
+    }
     zk_ahead_init(z);
     uv_timer_init(loop, &z->tick);
     z->tick.data = z;

@@ -1,7 +1,7 @@
 /*
  * test_zk_queue.c — the bridge's completion queue (sidecar/zk_queue.c),
  * without ZooKeeper: records pushed from other threads reach the loop
- * thread through one uv_async_t, each once, in each pusher's order, and
+ * thread through one eventfd, each once, in each pusher's order, and
  * pushes made before the loop wakes are taken by one wake-up.
  */
 #include "unit.h"
@@ -31,9 +31,9 @@ struct world {
     struct item *seen[64]; /* the first records taken, in order */
 };
 
-static void on_wake(uv_async_t *h)
+static void on_wake(struct zk_queue *q)
 {
-    struct world *w = h->data;
+    struct world *w = q->data;
     w->wakes++;
     for (struct zk_qnode *n = zk_queue_take(&w->q); n; n = n->next) {
         struct item *it = (struct item *)n;
@@ -49,11 +49,11 @@ static void on_wake(uv_async_t *h)
         uv_stop(&w->loop);
 }
 
-static void world_init(struct world *w)
+static int world_init(struct world *w)
 {
     memset(w, 0, sizeof *w);
     uv_loop_init(&w->loop);
-    zk_queue_init(&w->q, &w->loop, on_wake, w);
+    return zk_queue_init(&w->q, &w->loop, on_wake, w);
 }
 
 static void world_close(struct world *w)
@@ -67,7 +67,7 @@ static void world_close(struct world *w)
 TEST(zk_queue_coalesces_wakeups_and_keeps_order)
 {
     struct world w;
-    world_init(&w);
+    ASSERT_INT_EQ(world_init(&w), 0);
     struct item items[50];
     ASSERT(zk_queue_empty(&w.q));
     ASSERT(zk_queue_take(&w.q) == NULL);
@@ -121,7 +121,7 @@ static void *produce(void *arg)
 TEST(zk_queue_many_producers_lose_and_double_nothing)
 {
     struct world w;
-    world_init(&w);
+    ASSERT_INT_EQ(world_init(&w), 0);
     w.expected = PRODUCERS * PER_PRODUCER;
     struct item *items = calloc((size_t)w.expected, sizeof *items);
     ASSERT(items != NULL);
