@@ -5,7 +5,7 @@
  *   -----------                     --------------------
  *   zk_submit() --zoo_a*()--------> IO thread -> ensemble
  *                                   completion thread: deep copy result,
- *   drain <---- uv_async_send <---- lock, append to queue, unlock
+ *   drain <---- eventfd <---------- lock, append to queue, unlock
  *   cb(result) on the loop thread   (zk_queue.h)
  *
  * Every function here is for the loop thread; everything but the queue
