@@ -42,7 +42,6 @@ int zk_queue_init(struct zk_queue *q, uv_loop_t *loop,
     int rc = uv_poll_init(loop, &q->poll, q->efd);
     if (rc < 0) {
         close(q->efd);
-        q->efd = -1;
         return rc;
     }
     pthread_mutex_init(&q->mu, NULL);

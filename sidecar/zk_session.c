@@ -364,6 +364,18 @@ static char *read_credentials(const char *path, char *err, size_t errlen)
     return out;
 }
 
+/* Frees z and the strings it owns (the credentials wiped first). */
+static void free_zk(struct zk *z)
+{
+    free(z->hosts);
+    free(z->root);
+    if (z->auth) {
+        explicit_bzero(z->auth, strlen(z->auth));
+        free(z->auth);
+    }
+    free(z);
+}
+
 struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
                      zk_event_cb on_event, void *arg, char *err, size_t errlen)
 {
@@ -382,9 +394,7 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
                  : &ZOO_OPEN_ACL_UNSAFE;
     if (cfg->zk_auth_file &&
         !(z->auth = read_credentials(cfg->zk_auth_file, err, errlen))) {
-        free(z->hosts);
-        free(z->root);
-        free(z);
+        free_zk(z);
         return NULL;
     }
     z->session_timeout = cfg->session_timeout;
@@ -394,13 +404,7 @@ struct zk *zk_create(uv_loop_t *loop, const struct config *cfg,
     int rc = zk_queue_init(&z->queue, loop, on_wake, z);
     if (rc < 0) {
         snprintf(err, errlen, "completion queue: %s", uv_strerror(rc));
-        if (z->auth) {
-            explicit_bzero(z->auth, strlen(z->auth));
-            free(z->auth);
-        }
-        free(z->hosts);
-        free(z->root);
-        free(z);
+        free_zk(z);
         return NULL;
     }
     zk_ahead_init(z);
@@ -441,13 +445,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (--z->handles_open == 0) {
         zk_queue_destroy(&z->queue);
         zk_ahead_free(z);
-        free(z->hosts);
-        free(z->root);
-        if (z->auth) {
-            explicit_bzero(z->auth, strlen(z->auth));
-            free(z->auth);
-        }
-        free(z);
+        free_zk(z);
     }
 }
 
