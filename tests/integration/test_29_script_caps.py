@@ -243,8 +243,10 @@ def test_load_cannot_reach_the_table_behind_every_scripts_globals(make_zkresp):
 def test_cjson_settings_are_read_only_and_encode_is_capped(make_zkresp):
     """A script reads cjson's settings but cannot change them (they are
     every client's; a deeper limit lets decode recurse until the C stack
-    ends); encode's C buffer is reckoned against the memory cap first."""
-    z = make_zkresp(extra=("--script-memory-limit", "8m", "--script-time-limit", "1000"))
+    ends); encode's C buffer is reckoned against the memory cap first.
+    The time limit is far above what the memory cap needs: under ASan on a
+    slow machine 1000 ms ran out first."""
+    z = make_zkresp(extra=("--script-memory-limit", "8m", "--script-time-limit", "5000"))
     with z.client(timeout=30) as c:
         assert c.call("EVAL", "return cjson.decode_max_depth()", "0") == 1000
         for body in ["cjson.decode_max_depth(2147483647)", "cjson.encode_number_precision(1)",
