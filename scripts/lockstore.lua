@@ -30,12 +30,26 @@ function LS.dir() return Z.root_dir("l") end
 function LS.lock_path(key) return LS.dir() .. "/" .. host.key_encode(key) end
 
 -- FNV-1a, 64 bits, in hex: which requests may be an owner's (the data says).
+-- Owners come back (each acquire and release names one): the hashes of
+-- the latest HASHED_MAX are kept, for owners up to CACHED_LEN bytes (these
+-- caches stay small whatever the keys and owners are).
+local hashed, nhashed = {}, 0
+local HASHED_MAX = 1024
+local CACHED_LEN = 256
+
 function LS.owner_hash(owner)
+    local hex = hashed[owner]
+    if hex then return hex end
     local h = -3750763034362895579
     for i = 1, #owner do
         h = (h ~ owner:byte(i)) * 1099511628211
     end
-    return string.format("%016x", h)
+    hex = string.format("%016x", h)
+    if #owner <= CACHED_LEN then
+        if nhashed >= HASHED_MAX then hashed, nhashed = {}, 0 end
+        hashed[owner], nhashed = hex, nhashed + 1
+    end
+    return hex
 end
 
 -- This sidecar, as request data names it: host.instance in hex.
@@ -46,14 +60,10 @@ function LS.sidecar_id()
     return id
 end
 
-function LS.hex(s)
-    local out = {}
-    for i = 1, #s, 64 do
-        local chunk = s:sub(i, i + 63)
-        out[#out + 1] = string.rep("%02x", #chunk):format(chunk:byte(1, -1))
-    end
-    return table.concat(out)
-end
+local HEX = {}
+for b = 0, 255 do HEX[string.char(b)] = string.format("%02x", b) end
+
+function LS.hex(s) return (s:gsub(".", HEX)) end
 
 -- A request's name: "<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>": what
 -- another sidecar needs to grant it without reading its node.
@@ -61,25 +71,43 @@ function LS.prefix(mode, owner, px, nonce)
     return mode .. "." .. LS.owner_hash(owner) .. "." .. tostring(px) .. "." .. nonce .. "-"
 end
 
--- name -> mode, hash, px, seq (a name never changes: parsed once, while
--- the cache holds it)
+-- name -> mode, hash, px, seq, and the request's path in `lock` (a name
+-- never changes: parsed once, while the cache holds it; the path is kept
+-- when it is at most CACHED_LEN bytes)
 local parsed, nparsed = {}, 0
 local PARSED_MAX = 4096
 
-local function parse_name(name)
+local function parse_name(name, lock)
     local p = parsed[name]
     if not p then
         local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%d+)$")
         if not mode then return nil end
         if nparsed >= PARSED_MAX then parsed, nparsed = {}, 0 end
-        p = { mode, hash, tonumber(px), tonumber(seq) }
+        p = { mode, hash, tonumber(px), tonumber(seq), false, false }
         parsed[name], nparsed = p, nparsed + 1
     end
-    return p[1], p[2], p[3], p[4]
+    if not lock then return p[1], p[2], p[3], p[4] end
+    if p[5] == lock then return p[1], p[2], p[3], p[4], p[6] end
+    local path = lock .. "/" .. name
+    if #path <= CACHED_LEN then p[5], p[6] = lock, path end
+    return p[1], p[2], p[3], p[4], path
 end
 
--- The sequence number of a request's path.
-function LS.seq_of(path) return tonumber(path:match("%-(%d+)$", -11)) end
+-- The sequence number of a request's path (asked a few times per hold:
+-- the latest SEQS_MAX answers are kept, for paths up to CACHED_LEN bytes).
+local seqs, nseqs = {}, 0
+local SEQS_MAX = 1024
+
+function LS.seq_of(path)
+    local seq = seqs[path]
+    if seq then return seq end
+    seq = tonumber(path:match("%-(%d+)$", -11))
+    if seq and #path <= CACHED_LEN then
+        if nseqs >= SEQS_MAX then seqs, nseqs = {}, 0 end
+        seqs[path], nseqs = seq, nseqs + 1
+    end
+    return seq
+end
 
 local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 
@@ -337,24 +365,23 @@ end
 -- passed it), so it is left out.  stale: the table grants a request the
 -- listing lacks; such a view decides no grant (its table would drop that
 -- line).
-local function by_seq(a, b) return a.seq < b.seq end
+local NO_GRANT = {}
 
 function LS.build(lock, t, names, pzxid, older)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
                    token = Q.observed({}, pzxid, t.mzxid) }
-    local top, sorted = -1, true
+    local by, order, top, sorted = snap.by_seq, {}, -1, true
     for _, name in ipairs(names) do
-        local mode, hash, px, seq = parse_name(name)
+        local mode, hash, px, seq, path = parse_name(name, lock)
         if mode and older and seq < older and not t.lines[seq] then mode = nil end
         if mode then
-            local g = t.lines[seq]
-            local e = { seq = seq, name = name, path = lock .. "/" .. name, mode = mode, hash = hash, px = px }
-            if g then
-                e.granted, e.token, e.lease_end = g.mode, g.token, g.lease_end
-                e.convert, e.convert_at, e.asked_convert = g.convert, g.convert_at, g.asked
-            end
-            snap.queue[#snap.queue + 1] = e
-            snap.by_seq[seq] = e
+            -- every field in the constructor: the table is made at its size
+            local g = t.lines[seq] or NO_GRANT
+            local e = { seq = seq, name = name, path = path, mode = mode, hash = hash, px = px,
+                        granted = g.mode, token = g.token, lease_end = g.lease_end,
+                        convert = g.convert, convert_at = g.convert_at, asked_convert = g.asked }
+            by[seq] = e
+            order[#order + 1] = seq
             if seq > top then top = seq else sorted = false end
         end
     end
@@ -363,7 +390,11 @@ function LS.build(lock, t, names, pzxid, older)
             if seq > top then snap.stale = true end
         end
     end
-    if not sorted then table.sort(snap.queue, by_seq) end
+    -- a request's sequence number is unique in its lock: sorting the
+    -- numbers (in C, no comparator) orders the queue
+    if not sorted then table.sort(order) end
+    local queue = snap.queue
+    for i, seq in ipairs(order) do queue[i] = by[seq] end
     return snap
 end
 

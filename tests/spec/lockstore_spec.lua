@@ -65,5 +65,33 @@ describe("lockstore", function()
         assert.equal("00ff0a41", LS.hex("\0\255\n" .. "A"))
         local long = string.rep("\1\254", 100)
         assert.equal(string.rep("01fe", 100), LS.hex(long))
+        local all = {}
+        for b = 0, 255 do all[#all + 1] = string.char(b) end
+        assert.equal(string.format(string.rep("%02x", 256), string.byte(table.concat(all), 1, -1)),
+                     LS.hex(table.concat(all)))
+    end)
+
+    it("answers from its caches what it answered the first time", function()
+        -- FNV-1a's published vectors, asked twice (the second from the cache)
+        for _ = 1, 2 do
+            assert.equal("cbf29ce484222325", LS.owner_hash(""))
+            assert.equal("af63dc4c8601ec8c", LS.owner_hash("a"))
+        end
+        local long = string.rep("x", 300) -- past the cached length
+        assert.equal(LS.owner_hash(long), LS.owner_hash(long))
+        assert.are_not.equal(LS.owner_hash(long), LS.owner_hash(long .. "y"))
+        -- one name listed under two locks, and under a lock too long to keep
+        local t = { version = 0, mzxid = 1, czxid = 1, lines = {} }
+        local a = entry(7).name
+        local far = "/zkresp/l/" .. string.rep("k", 400)
+        for _ = 1, 2 do
+            for _, lock in ipairs({ "/zkresp/l/k1", "/zkresp/l/k2", far }) do
+                local snap = LS.build(lock, t, { a }, 5)
+                assert.equal(lock .. "/" .. a, snap.queue[1].path)
+                assert.equal(7, snap.queue[1].seq)
+            end
+            assert.equal(42, LS.seq_of(far .. "/EX.ab.1.00-0000000042"))
+            assert.equal(42, LS.seq_of("/x/EX.ab.1.00-0000000042"))
+        end
     end)
 end)
