@@ -29,27 +29,33 @@ function LS.dir() return Z.root_dir("l") end
 
 function LS.lock_path(key) return LS.dir() .. "/" .. host.key_encode(key) end
 
--- FNV-1a, 64 bits, in hex: which requests may be an owner's (the data says).
--- Owners come back (each acquire and release names one): the hashes of
--- the latest HASHED_MAX are kept, for owners up to CACHED_LEN bytes (these
--- caches stay small whatever the keys and owners are).
-local hashed, nhashed = {}, 0
-local HASHED_MAX = 1024
+-- A memo of what is derived from a name (an owner, a request's name or
+-- path): at most `max` entries, emptied when full, and none whose key or
+-- value is longer than CACHED_LEN bytes, so it stays small whatever the
+-- keys and owners are.  A miss derives the value again.
 local CACHED_LEN = 256
 
+local function memo(max) return { t = {}, n = 0, max = max } end
+
+local function keep(m, k, v)
+    if #k > CACHED_LEN or (type(v) == "string" and #v > CACHED_LEN) then return v end
+    if m.n >= m.max then m.t, m.n = {}, 0 end
+    m.t[k], m.n = v, m.n + 1
+    return v
+end
+
+-- FNV-1a, 64 bits, in hex: which requests may be an owner's (the data says).
+-- Owners come back (each acquire and release names one).
+local hashed = memo(1024)
+
 function LS.owner_hash(owner)
-    local hex = hashed[owner]
+    local hex = hashed.t[owner]
     if hex then return hex end
     local h = -3750763034362895579
     for i = 1, #owner do
         h = (h ~ owner:byte(i)) * 1099511628211
     end
-    hex = string.format("%016x", h)
-    if #owner <= CACHED_LEN then
-        if nhashed >= HASHED_MAX then hashed, nhashed = {}, 0 end
-        hashed[owner], nhashed = hex, nhashed + 1
-    end
-    return hex
+    return keep(hashed, owner, string.format("%016x", h))
 end
 
 -- This sidecar, as request data names it: host.instance in hex.
@@ -71,20 +77,17 @@ function LS.prefix(mode, owner, px, nonce)
     return mode .. "." .. LS.owner_hash(owner) .. "." .. tostring(px) .. "." .. nonce .. "-"
 end
 
--- name -> mode, hash, px, seq, and the request's path in `lock` (a name
--- never changes: parsed once, while the cache holds it; the path is kept
--- when it is at most CACHED_LEN bytes)
-local parsed, nparsed = {}, 0
-local PARSED_MAX = 4096
+-- name -> mode, hash, px, seq (a name never changes: parsed once, while
+-- the memo holds it), and with `lock` the request's path in it (the path
+-- of the lock last asked for is kept beside them, up to CACHED_LEN bytes)
+local parsed = memo(4096)
 
 local function parse_name(name, lock)
-    local p = parsed[name]
+    local p = parsed.t[name]
     if not p then
         local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%d+)$")
         if not mode then return nil end
-        if nparsed >= PARSED_MAX then parsed, nparsed = {}, 0 end
-        p = { mode, hash, tonumber(px), tonumber(seq), false, false }
-        parsed[name], nparsed = p, nparsed + 1
+        p = keep(parsed, name, { mode, hash, tonumber(px), tonumber(seq), false, false })
     end
     if not lock then return p[1], p[2], p[3], p[4] end
     if p[5] == lock then return p[1], p[2], p[3], p[4], p[6] end
@@ -93,20 +96,14 @@ local function parse_name(name, lock)
     return p[1], p[2], p[3], p[4], path
 end
 
--- The sequence number of a request's path (asked a few times per hold:
--- the latest SEQS_MAX answers are kept, for paths up to CACHED_LEN bytes).
-local seqs, nseqs = {}, 0
-local SEQS_MAX = 1024
+-- The sequence number of a request's path (asked a few times per hold).
+local seqs = memo(1024)
 
 function LS.seq_of(path)
-    local seq = seqs[path]
+    local seq = seqs.t[path]
     if seq then return seq end
     seq = tonumber(path:match("%-(%d+)$", -11))
-    if seq and #path <= CACHED_LEN then
-        if nseqs >= SEQS_MAX then seqs, nseqs = {}, 0 end
-        seqs[path], nseqs = seq, nseqs + 1
-    end
-    return seq
+    return seq and keep(seqs, path, seq)
 end
 
 local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
