@@ -1032,12 +1032,45 @@ fi # section handoff
 # p50 within 2x raw) are marked met / not met and fail nothing; a grant that
 # overlapped another hold, or whose fencing token was not above the previous
 # grant's, makes the bench exit non-zero after the report.
+# Before the first round, native 4+4 and then the raw recipe run unmeasured
+# for BENCH_NATIVE_JIT_WARMUP seconds between them (default 20): the JVM
+# warm-up above runs create/delete pairs only, and ZooKeeper's JIT
+# compiles the paths these runs add (multi, data watches, getChildren2)
+# during their first tens of seconds, up to half a CPU of this machine
+# taken from the first native round alone.  The report gives the JIT's
+# share of a CPU during the measured runs.
 # Environment: BENCH_NATIVE_ROUNDS, BENCH_NATIVE_WAIT_MS (LOCK.ACQUIRE's
-# WAIT, default 2000).
+# WAIT, default 2000), BENCH_NATIVE_JIT_WARMUP.
 native_broken=0
+# zk_jit_ticks: CPU clock ticks of ZooKeeper's JIT compiler threads so far
+# (n/a where the threads cannot be read).
+zk_jit_ticks() {
+    local t n=0 found=0
+    for t in /proc/"$zk_pid"/task/*; do
+        case "$(cat "$t/comm" 2>/dev/null)" in
+        C1\ Compiler* | C2\ Compiler*)
+            found=1
+            n=$((n + $(sed 's/.*) //' "$t/stat" | awk '{ print $12 + $13 }')))
+            ;;
+        esac
+    done
+    if [ "$found" = 1 ]; then echo "$n"; else echo n/a; fi
+}
 if section native; then
 NAT_ROUNDS=${BENCH_NATIVE_ROUNDS:-$HO_ROUNDS}
 NAT_WAIT_MS=${BENCH_NATIVE_WAIT_MS:-2000}
+NAT_JIT_WARMUP=${BENCH_NATIVE_JIT_WARMUP:-20}
+if [ "$NAT_JIT_WARMUP" != 0 ]; then
+    nat_jw=$(awk -v w="$NAT_JIT_WARMUP" 'BEGIN { printf "%.1f", w * 3 / 4 }')
+    "$out/handoff" --native --side "$zkresp_port:4" --side "$zkresp2_port:4" \
+        --key bench:native:jit --seconds "$nat_jw" --warmup 0 \
+        --timeout-ms "$NAT_WAIT_MS" >/dev/null 2>&1 || true
+    nat_jw=$(awk -v w="$NAT_JIT_WARMUP" 'BEGIN { printf "%.1f", w / 4 }')
+    "$out/handoff" --zk "127.0.0.1:$zk_port" --waiters 8 --sessions 2 \
+        --root /bench/native-jit --seconds "$nat_jw" --warmup 0 \
+        --resolve-delay "$RAW_RESOLVE_DELAY" >/dev/null 2>&1 || true
+fi
+nat_jit0=$(zk_jit_ticks)
 read -r nat_busy0 nat_ours0 <<<"$(ho_ticks)"
 nat_t0=$(date +%s.%N)
 measure_ok_rc=3
@@ -1057,6 +1090,10 @@ for ((r = 1; r <= NAT_ROUNDS; r++)); do
 done
 measure_ok_rc=
 read -r nat_busy1 nat_ours1 <<<"$(ho_ticks)"
+nat_jit1=$(zk_jit_ticks)
+nat_jit=$(awk -v a="$nat_jit0" -v b="$nat_jit1" -v t0="$nat_t0" -v t1="$(date +%s.%N)" \
+    -v hz="$(getconf CLK_TCK)" 'BEGIN { if (a == "n/a" || b == "n/a") print "n/a"
+        else printf "%.0f%%\n", (b - a) / hz / (t1 - t0) * 100 }')
 nat_others=$(awk -v b=$((nat_busy1 - nat_busy0)) -v o=$((nat_ours1 - nat_ours0)) \
     -v t0="$nat_t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
     'BEGIN { x = (b - o) / hz / (t1 - t0) / n * 100; printf "%.0f", x < 0 ? 0 : x }')
@@ -1078,6 +1115,8 @@ fi
     echo "  sent; lock free: from the release's reply to the next holder's grant"
     echo "  (both modes: it holds).  $NAT_ROUNDS round(s), medians.  CPU time outside"
     echo "  the measured processes during these runs: ${nat_others}% of the machine."
+    echo "  ZooKeeper's JIT compiler during them: ${nat_jit} of a CPU (after a"
+    echo "  ${NAT_JIT_WARMUP} s unmeasured warm-up of these runs' own requests)."
     printf '  %-32s %9s %14s %14s %14s %12s %8s %9s %8s\n' "" "handoffs/s" \
         "wake p50/p99" "other side" "from request" "lock free" timeouts \
         "CPU us/ho" "ZK/ho"
