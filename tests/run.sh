@@ -195,6 +195,7 @@ suite_asan() {
     pytest_suite asan ZKRESP_BIN=build/zkresp-asan \
         ZKRESP_TEST_ZK_AUTH="${ZKRESP_ASAN_ZK_AUTH-zkresp:asan-pass}" \
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 -- "${targets[@]}"
 }
 
