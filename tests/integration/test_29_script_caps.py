@@ -100,7 +100,10 @@ def test_time_the_sidecar_was_stopped_does_not_count_against_the_time_cap(make_z
     (SIGSTOP; a frozen container, a paused VM) while a script runs does not
     kill the script for the time it stood still, while a script that runs
     past the cap on the CPU, in Lua or in long C calls, is still killed."""
-    z = make_zkresp(extra=("--script-time-limit", "1500"))
+    # A session far longer than the cap: a long C call (under ASan, on a
+    # loaded machine) may overrun the cap by more than a 2 s session's
+    # lease, and the stall guard would answer before the cap does.
+    z = make_zkresp(session_timeout=10000, extra=("--script-time-limit", "1500"))
     # 0.8 s of the process's CPU time (os.clock), which stands still while stopped
     spin = "local t0 = os.clock() while os.clock() - t0 < %s do end return 'ran'"
     with z.client(timeout=30) as c:
