@@ -63,9 +63,18 @@ local ROWS = {
 Q.MATRIX = ROWS
 
 -- True when a hold in mode `held` and a hold in mode `requested` may be
--- granted at the same time.  The matrix is symmetric.
+-- granted at the same time.  The matrix is symmetric.  (Asked a few times
+-- per request and waiter of each grant decision: a table of booleans.)
+local COMPAT = {}
+for held, row in pairs(ROWS) do
+    COMPAT[held] = {}
+    for requested, i in pairs(RANK) do COMPAT[held][requested] = row:sub(i, i) == "Y" end
+end
+
 function Q.compatible(held, requested)
-    return ROWS[held]:sub(RANK[requested], RANK[requested]) == "Y"
+    local c = COMPAT[held][requested]
+    if c == nil then error("unknown lock mode " .. tostring(requested), 2) end
+    return c
 end
 
 local ALIASES = { SHARED = "PR", EXCLUSIVE = "EX" }
@@ -237,10 +246,11 @@ end
 -- NodeDeleted and returns the data needed to ask again (an exists watch
 -- fires on both too; a child watch on the lock's node would fire on every
 -- arrival: the herd).  If getData answers NoNode, the target left before
--- the watch was set: ask again at once.
-function Q.watch_target(queue, entry)
+-- the watch was set: ask again at once.  grants: Q.grantable(queue), when
+-- the caller has it.
+function Q.watch_target(queue, entry, grants)
     if not Q.waits(entry) then return nil end
-    for _, g in ipairs(Q.grantable(queue)) do
+    for _, g in ipairs(grants or Q.grantable(queue)) do
         if g.entry == entry then return nil end
     end
     if entry.granted then

@@ -97,11 +97,10 @@ end
 ---------------------------------------------------------------------------
 -- Holds of this sidecar: leases
 
-local function notify(name, hold, extra)
-    local info = { path = hold.path, lock = true, mode = hold.mode, token = hold.token,
-                   czxid = hold.token, owner = hold.owner, ttl = hold.px, lifetime = "ephemeral" }
-    for k, v in pairs(extra or {}) do info[k] = v end
-    H.notify(name, hold.key, info)
+local function notify(name, hold, reason)
+    if not H.has(name) then return end -- (no info made for nobody)
+    H.notify(name, hold.key, { path = hold.path, lock = true, mode = hold.mode, token = hold.token, czxid = hold.token,
+                               owner = hold.owner, ttl = hold.px, lifetime = "ephemeral", reason = reason })
 end
 
 local function forget(path)
@@ -165,8 +164,8 @@ end
 ---------------------------------------------------------------------------
 -- Granting
 
-local function grants_me(queue, me)
-    for _, g in ipairs(Q.grantable(queue)) do
+local function grants_me(queue, me, grants)
+    for _, g in ipairs(grants or Q.grantable(queue)) do
         if g.entry == me then return g end
     end
 end
@@ -279,7 +278,8 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         first = nil
         if granted_in(t, seq, converting) then return me.token, snap end
         if converting and not me.convert then return nil, "lost" end
-        local g = not older and grants_me(snap.queue, me)
+        local grants = Q.grantable(snap.queue) -- (for the watch target too)
+        local g = not older and grants_me(snap.queue, me, grants)
         if g then
             me.granted, me.convert, me.token = g.mode, nil, snap.token
             if not converting then me.lease_end = math.floor(LS.leader_now() + px) end
@@ -297,7 +297,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
                 end
                 if latest then return nil, "deadlock" end
             end
-            local target, poll = LW.target(snap.queue, me)
+            local target, poll = LW.target(snap.queue, me, grants)
             local wait_until = poll and math.min(until_ms, host.now() + LW.POLL_MS) or until_ms
             -- the target written after the table we chose on: look again, once per write
             local since = t.mzxid
@@ -684,7 +684,7 @@ function L.on_session(event)
     for path, h in pairs(L.holds) do
         if h.sid ~= sid or event == "lost" then
             forget(path)
-            notify("on_lost", h, { reason = "session" })
+            notify("on_lost", h, "session")
         end
     end
 end

@@ -362,8 +362,6 @@ end
 -- passed it), so it is left out.  stale: the table grants a request the
 -- listing lacks; such a view decides no grant (its table would drop that
 -- line).
-local NO_GRANT = {}
-
 function LS.build(lock, t, names, pzxid, older)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
                    token = Q.observed({}, pzxid, t.mzxid) }
@@ -373,10 +371,15 @@ function LS.build(lock, t, names, pzxid, older)
         if mode and older and seq < older and not t.lines[seq] then mode = nil end
         if mode then
             -- every field in the constructor: the table is made at its size
-            local g = t.lines[seq] or NO_GRANT
-            local e = { seq = seq, name = name, path = path, mode = mode, hash = hash, px = px,
-                        granted = g.mode, token = g.token, lease_end = g.lease_end,
-                        convert = g.convert, convert_at = g.convert_at, asked_convert = g.asked }
+            -- (a waiter's, without the grant's fields, all nil)
+            local g, e = t.lines[seq], nil
+            if g then
+                e = { seq = seq, name = name, path = path, mode = mode, hash = hash, px = px,
+                      granted = g.mode, token = g.token, lease_end = g.lease_end,
+                      convert = g.convert, convert_at = g.convert_at, asked_convert = g.asked }
+            else
+                e = { seq = seq, name = name, path = path, mode = mode, hash = hash, px = px }
+            end
             by[seq] = e
             order[#order + 1] = seq
             if seq > top then top = seq else sorted = false end

@@ -1,7 +1,9 @@
 -- lockwait.lua — how a native lock's waiter waits (locks.lua): the one
 -- node it watches, the watch, its WAIT, its client going.
 --
---   LW.target(queue, me) -> entry|nil, poll   what to watch
+--   LW.target(queue, me, grants) -> entry|nil, poll
+--                                              what to watch (grants:
+--                                              Q.grantable(queue), if known)
 --   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone",
 --                                              and whether a watch event woke it
 --   LW.on_watch(path)                          a watch of ours fired
@@ -44,13 +46,13 @@ local watching = {}
 -- only the table, not its node): watch what it waits for, and look again
 -- now and then, since it may leave (WAIT over) without that changing.
 -- nil: nothing to watch but the table (the waiter ahead is being granted).
-function LW.target(queue, me)
-    local t = Q.watch_target(queue, me)
+function LW.target(queue, me, grants)
+    local t = Q.watch_target(queue, me, grants)
     local seen, poll = {}, false
     while t and not t.granted and not seen[t] do
         if not Q.compatible(t.mode, me.granted and me.convert or me.mode) then return t, poll end
         seen[t], poll = true, true
-        t = Q.watch_target(queue, t)
+        t = Q.watch_target(queue, t, grants)
     end
     return t, poll or t == nil
 end

@@ -314,6 +314,41 @@ describe("native locks", function()
         os.remove(file)
     end)
 
+    it("tells the policy's on_acquire, on_release, on_expire and on_lost, with the mode and the token", function()
+        local file = S.policy_file([[
+            local log = {}
+            _G.__events = log
+            local function rec(ev) return function(key, info) log[#log + 1] = { ev = ev, key = key, info = info } end end
+            return { on_acquire = rec("acquire"), on_release = rec("release"),
+                     on_expire = rec("expire"), on_lost = rec("lost") }
+        ]])
+        local W2 = S.world(0)
+        local p = W2:sidecar({ config = { policy = file } })
+        local q = W2:sidecar() -- no hooks: told nothing, holds as well
+        local t1 = p:call("LOCK.ACQUIRE", "n1", "o", "MODE", "PR")
+        integer(q:call("LOCK.ACQUIRE", "n1", "x", "MODE", "PR"), "a shared hold beside it")
+        assert.equal(1, p:call("LOCK.RELEASE", "n1", "o"))
+        local t2 = p:call("LOCK.ACQUIRE", "n2", "o", "PX", "1000")
+        W2:advance(2000) -- its lease ends
+        local t3 = p:call("LOCK.ACQUIRE", "n3", "o")
+        W2:advance(20) -- the hooks run in the background
+        p:lose()
+        W2:advance(20)
+        local got = {}
+        for _, e in ipairs(p.env.__events) do
+            got[#got + 1] = string.format("%s %s %s %s %s", e.ev, e.key, e.info.mode, tostring(e.info.lock),
+                                          tostring(e.info.reason))
+        end
+        assert.same({ "acquire n1 PR true nil", "release n1 PR true nil", "acquire n2 EX true nil",
+                      "expire n2 EX true nil", "acquire n3 EX true nil", "lost n3 EX true session" }, got)
+        local ev = p.env.__events
+        assert.same({ t1, t1, t2, t2, t3, t3 }, { ev[1].info.token, ev[2].info.token, ev[3].info.token,
+                                                 ev[4].info.token, ev[5].info.token, ev[6].info.token })
+        assert.equal(1000, ev[3].info.ttl)
+        assert.is_nil(q.env.__events)
+        os.remove(file)
+    end)
+
     it("wakes a waiter watching another sidecar's request when its own session ends", function()
         a:call("LOCK.ACQUIRE", "wl", "h")
         local w = start(b, "LOCK.ACQUIRE", "wl", "w", "WAIT", "60000")
