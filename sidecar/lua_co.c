@@ -127,8 +127,15 @@ void lua_co_finish(struct co *c)
 
 static int stalled(const struct co *c)
 {
+    if (!c->yielded)
+        return 0;
+    /* Lost, no new session yet: the command last ran on an answer that
+     * was stale or failed, and whatever it answers rests on the earlier
+     * ones, from the session that is over (zk_lease_end is 0 then). */
+    if (zk_lease_lost(c->h->zk))
+        return 1;
     double lease = zk_lease_end(c->h->zk);
-    return c->yielded && lease > 0 && zk_now() >= lease;
+    return lease > 0 && zk_now() >= lease;
 }
 
 static void co_deliver(struct co *c, int status, int nres)

@@ -210,6 +210,9 @@ uint64_t zk_generation(const struct zk *z);
  * plus the session timeout less a margin; disconnected, the local lease
  * deadline; 0 once the lease is lost or while there is no session. */
 double zk_lease_end(const struct zk *z);
+/* Whether the current session is known lost (expired, or its lease ran out
+ * while disconnected) and no new one has connected yet. */
+int zk_lease_lost(const struct zk *z);
 int zk_connected(const struct zk *z);
 /* "connected", "connecting", "expired", "closed" */
 const char *zk_state_name(const struct zk *z);

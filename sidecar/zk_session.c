@@ -524,6 +524,11 @@ double zk_lease_end(const struct zk *z)
     return lease_from(z, z->last_contact);
 }
 
+int zk_lease_lost(const struct zk *z)
+{
+    return !z->closed && z->session_id != 0 && z->lease_lost;
+}
+
 int zk_denied(const struct zk *z, char *why, size_t cap)
 {
     if (z->auth_failed) {
