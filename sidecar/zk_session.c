@@ -526,7 +526,8 @@ double zk_lease_end(const struct zk *z)
 
 int zk_lease_lost(const struct zk *z)
 {
-    return !z->closed && z->session_id != 0 && z->lease_lost;
+    /* (not session_id: restart_session zeroes it while the loss lasts) */
+    return !z->closed && z->lease_lost;
 }
 
 int zk_denied(const struct zk *z, char *why, size_t cap)
