@@ -307,14 +307,21 @@ measure() {
 }
 
 mntr=(--zk-mntr "127.0.0.1:$zk_port")
-# cpu_ticks: "machine-busy ours" in clock ticks, where ours is the CPU time
-# of ZooKeeper, zkresp, redis-server and this script's finished children
-# (the tools).  The difference over the run is what other work took.
+# stat_ticks FILE: the user and system clock ticks a /proc/.../stat file
+# counts (a process's or one of its threads').
+stat_ticks() {
+    sed 's/.*) //' "$1" | awk '{ print $12 + $13 }'
+}
+# cpu_ticks [PID...]: "machine-busy ours" in clock ticks, where ours is the
+# CPU time of the PIDs (default: ZooKeeper, zkresp, redis-server) and this
+# script's finished children (the tools).  The difference over the run is
+# what other work took.
 cpu_ticks() {
     local busy ours=0 pid
     busy=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat)
-    for pid in "$zk_pid" "$zkresp_pid" "$redis_pid"; do
-        ours=$((ours + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+    [ $# -gt 0 ] || set -- "$zk_pid" "$zkresp_pid" "$redis_pid"
+    for pid in "$@"; do
+        ours=$((ours + $(stat_ticks "/proc/$pid/stat")))
     done
     ours=$((ours + $(sed 's/.*) //' "/proc/$$/stat" | awk '{ print $14 + $15 }')))
     echo "$busy $ours"
@@ -807,13 +814,7 @@ ho_measure() {
 # ho_ticks: "machine-busy ours" in clock ticks, as cpu_ticks, with the
 # second sidecar among ours.
 ho_ticks() {
-    local busy ours=0 pid
-    busy=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat)
-    for pid in "$zk_pid" "$zkresp_pid" "$zkresp2_pid" "$redis_pid"; do
-        ours=$((ours + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
-    done
-    ours=$((ours + $(sed 's/.*) //' "/proc/$$/stat" | awk '{ print $14 + $15 }')))
-    echo "$busy $ours"
+    cpu_ticks "$zk_pid" "$zkresp_pid" "$zkresp2_pid" "$redis_pid"
 }
 ho_zk=(--zk-mntr "127.0.0.1:$zk_port" --pid zk="$zk_pid")
 ho_sides=(--pid zkresp="$zkresp_pid" --pid zkresp2="$zkresp2_pid")
@@ -1050,7 +1051,7 @@ zk_jit_ticks() {
         case "$(cat "$t/comm" 2>/dev/null)" in
         C1\ Compiler* | C2\ Compiler*)
             found=1
-            n=$((n + $(sed 's/.*) //' "$t/stat" | awk '{ print $12 + $13 }')))
+            n=$((n + $(stat_ticks "$t/stat")))
             ;;
         esac
     done
