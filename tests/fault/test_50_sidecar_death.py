@@ -262,7 +262,7 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
     two_holders = []
     for attempt in range(8):
         stop = threading.Event()
-        late, frozen_at = [], [0.0]
+        late, frozen_at, cont_at = [], [0.0], [None]
 
         def loop(kind, key):
             take, granted, release = FREEZE_KINDS[kind]
@@ -276,9 +276,12 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
                     except OSError:
                         return
                     if granted(got) and stop.is_set():
-                        # written after SIGCONT (a frozen sidecar writes
-                        # nothing), not read late from before the freeze
-                        if time.monotonic() - frozen_at[0] > 1.0:
+                        # read after SIGCONT was sent: written after it (a
+                        # frozen sidecar writes nothing; a reply read
+                        # before is one written before the freeze, however
+                        # late this thread got to it)
+                        read_at = time.monotonic()
+                        if cont_at[0] is not None and read_at > cont_at[0]:
                             late.append(key)
                         return
                     if granted(got):
@@ -297,6 +300,7 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
             taken = {k for kind, k in keys
                      if FREEZE_KINDS[kind][1](cb.cmd(*FREEZE_KINDS[kind][0](k, "other")))}
         finally:
+            cont_at[0] = time.monotonic()
             a.cont()
         for t in threads:
             t.join(20)
