@@ -14,6 +14,13 @@
 -- may run POLICY; tenants may not run KEYS or DBSIZE (they list the default
 -- keyspace only).  A tenant name is letters, digits, '_' and '-'.
 --
+-- Native locks (LOCK.*) are one namespace for every client, outside the
+-- keys (key_path does not route them), so they are kept apart by name: a
+-- tenant's lock names start with "<tenant>:" (alice's "alice:orders"), and
+-- a client of another tenant or of the default keyspace may not use a name
+-- that starts with an AUTH user's "<user>:" (admin may).  A client-name
+-- tenant is whoever sets that name, for locks as for keys.
+--
 -- Use: zkresp --policy scripts/examples/tenants.lua --requirepass ...
 -- (passwords here are examples: read them from a mounted secret in a real
 -- deployment, e.g. io.lines("/etc/zkresp/users")).
@@ -49,6 +56,21 @@ end
 
 local DEFAULT_ONLY = { keys = true, dbsize = true }
 
+-- Whether client may use the native lock `name` (see the top), else why not.
+local function lock_name_ok(client, name)
+    if client and client.user == "admin" then return true end
+    local t = tenant(client)
+    if t then
+        if name:sub(1, #t + 1) == t .. ":" then return true end
+        return "tenant " .. t .. "'s lock names start with '" .. t .. ":' (native locks are one namespace)"
+    end
+    local owner = name:match("^([%w_%-]+):")
+    if owner and USERS[owner] and owner ~= "admin" then
+        return "lock '" .. name .. "' is tenant " .. owner .. "'s"
+    end
+    return true
+end
+
 -- FLUSHDB and FLUSHALL remove every client's keys of the default keyspace
 -- (a tenant's own keys under <root>/t/ stay): off unless set to true.
 local ALLOW_FLUSH = false
@@ -64,6 +86,7 @@ function policy.authorize(client, command, keys)
     if DEFAULT_ONLY[command] and tenant(client) then
         return "tenants cannot list keys: '" .. command .. "' covers the default keyspace only"
     end
+    if command:sub(1, 5) == "lock." then return lock_name_ok(client, keys[1]) end
     return true
 end
 

@@ -49,6 +49,21 @@ def test_tenants_namespaces(make_zkresp, kz):
     assert not alice.lock("job", timeout=10).acquire(blocking=False)
     la.release()
     lb.release()
+    # Native locks are one namespace, kept apart by name: a tenant's start
+    # with "<tenant>:", and no other tenant (nor the default keyspace) may
+    # use an AUTH user's prefix.
+    token = alice.execute_command("LOCK.ACQUIRE", "alice:orders", "o1", "PX", 30000)
+    assert isinstance(token, int) and token > 0
+    with pytest.raises(redis.exceptions.NoPermissionError) as e:
+        alice.execute_command("LOCK.ACQUIRE", "orders", "o1")
+    assert "tenant alice's lock names start with 'alice:'" in str(e.value)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        bob.execute_command("LOCK.RELEASE", "alice:orders", "o1")
+    with pytest.raises(redis.exceptions.NoPermissionError) as e:
+        dflt.execute_command("LOCK.ACQUIRE", "alice:orders", "o2", "WAIT", 0)
+    assert "lock 'alice:orders' is tenant alice's" in str(e.value)
+    assert isinstance(dflt.execute_command("LOCK.ACQUIRE", "orders", "o2"), int)
+    assert isinstance(acme.execute_command("LOCK.ACQUIRE", "acme:orders", "o3"), int)
     # Tenants may not list keys or reload the policy; admin may.
     with pytest.raises(redis.exceptions.NoPermissionError):
         alice.keys("*")
@@ -58,6 +73,9 @@ def test_tenants_namespaces(make_zkresp, kz):
     admin = z.redis(username="admin", password="admin-secret")
     assert admin.execute_command("POLICY", "RELOAD") == b"OK"
     assert admin.keys("lock:*") == [b"lock:orders"]
+    holders = admin.execute_command("LOCK.INFO", "alice:orders")[1]
+    assert len(holders) == 1 and holders[0][:2] == [b"owner", b"o1"]
+    assert alice.execute_command("LOCK.RELEASE", "alice:orders", "o1") == 1
     # A wrong password is Redis's WRONGPASS.
     with pytest.raises(redis.exceptions.ResponseError) as e:
         z.redis(username="alice", password="bob-secret").ping()

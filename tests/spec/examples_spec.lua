@@ -67,6 +67,32 @@ describe("examples/tenants.lua", function()
         assert.equal(null, a:call("GET", "k"))
     end)
 
+    it("keeps native locks apart by name: a tenant's start with '<tenant>:'", function()
+        as_client(a, { user = "alice" })
+        local token = a:call("LOCK.ACQUIRE", "alice:orders", "o1")
+        assert.is_number(token)
+        assert.same(E("NOPERM tenant alice's lock names start with 'alice:' (native locks are one namespace)"),
+                    a:call("LOCK.ACQUIRE", "orders", "o1"))
+        -- another tenant, and the default keyspace, may not touch alice's
+        as_client(b, { user = "bob" })
+        assert.same(E("NOPERM tenant bob's lock names start with 'bob:' (native locks are one namespace)"),
+                    b:call("LOCK.RELEASE", "alice:orders", "o1"))
+        assert.is_number(b:call("LOCK.ACQUIRE", "bob:orders", "o1"))
+        as_client(b, { user = "default" })
+        assert.same(E("NOPERM lock 'alice:orders' is tenant alice's"), b:call("LOCK.INFO", "alice:orders"))
+        assert.is_number(b:call("LOCK.ACQUIRE", "orders", "o1"))
+        -- a client-name tenant gets the same rule; admin may look at any
+        as_client(b, { name = "tenant:acme" })
+        assert.same(E("NOPERM tenant acme's lock names start with 'acme:' (native locks are one namespace)"),
+                    b:call("LOCK.ACQUIRE", "orders", "o2"))
+        as_client(b, { user = "admin" })
+        local info = b:call("LOCK.INFO", "alice:orders").map
+        assert.equal("holders", info[1])
+        assert.equal(1, #info[2])
+        -- alice's hold is still hers
+        assert.equal(1, a:call("LOCK.RELEASE", "alice:orders", "o1"))
+    end)
+
     it("keeps KEYS, DBSIZE and POLICY from tenants", function()
         as_client(a, { user = "alice" })
         assert.same(E("NOPERM tenants cannot list keys: 'keys' covers the default keyspace only"),
