@@ -17,6 +17,15 @@
 -- NX answers nil, as on a held lock; other writes that would create the key
 -- answer -TRYAGAIN with the time left.
 --
+-- Native locks (LOCK.*) too, with one marker per lock node: a new request
+-- (LOCK.ACQUIRE after the holder vanished) is held back as above, WAIT 0
+-- answered null and a waiting one -TRYAGAIN.  Requests already queued when
+-- the holder vanished are not: they are granted as its session ends (the
+-- hook runs before a request joins the queue).  Of shared holders the
+-- marker carries the token of the one that acquired last, and only that
+-- one's release clears it: its vanishing delays the next request, an
+-- earlier shared holder's does not once that last one has released.
+--
 -- Approximations, fine for an example: the delay counts from the first
 -- attempt to take the lock after it vanished (so with nobody waiting it
 -- can come later than needed, never earlier than the vanishing); a holder
@@ -36,6 +45,12 @@ local function marker(path)
     return host.config.root .. "/ld/" .. host.key_encode(path)
 end
 
+-- The lock a hook's info is about: the key's znode, or a native lock's
+-- node (info.path names the request in it, LOCK.*: info.lock).
+local function lock_of(info)
+    return info.lock and info.path:match("^(.*)/[^/]+$") or info.path
+end
+
 local function token(info)
     return info.czxid and tostring(info.czxid) or "?"
 end
@@ -46,7 +61,7 @@ end
 local writing = {}
 
 local function write_marker(info)
-    local m = marker(info.path)
+    local m = marker(lock_of(info))
     for _ = 1, 3 do
         local rc = zk.create(m, token(info), 0)
         if rc == zk.OK then return end
@@ -57,12 +72,12 @@ local function write_marker(info)
             zk.create(host.config.root .. "/ld", "", 0)
         end
     end
-    host.log("warn", "lock_delay: no marker for " .. info.path)
+    host.log("warn", "lock_delay: no marker for " .. lock_of(info))
 end
 
 function policy.on_acquire(key, info)
     if info.lifetime ~= "ephemeral" then return end
-    local p = info.path
+    local p = lock_of(info)
     writing[p] = (writing[p] or 0) + 1
     local ok, err = pcall(write_marker, info)
     writing[p] = writing[p] > 1 and writing[p] - 1 or nil
@@ -72,11 +87,12 @@ end
 -- Released or expired: no delay.  Only our own marker is deleted (the
 -- token matches), never the next holder's.
 local function clear(key, info)
+    local p = lock_of(info)
     for _ = 1, 200 do
-        if not writing[info.path] then break end
+        if not writing[p] then break end
         host.sleep(5)
     end
-    local m = marker(info.path)
+    local m = marker(p)
     local rc, data, stat = zk.get(m)
     if rc == zk.OK and (data == token(info) or data == "gone " .. token(info) or
                         not info.czxid or data == "?") then

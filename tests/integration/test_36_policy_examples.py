@@ -160,6 +160,47 @@ def test_lock_delay(make_zkresp, kz):
                      10, what="the new holder's lock-delay marker")
 
 
+def test_lock_delay_native(make_zkresp, kz):
+    """lock_delay.lua on LOCK.*: a released lock is free at once; after its
+    holder's sidecar is killed, a new request is refused (WAIT 0: null) for
+    the delay, then granted; its marker goes with its release."""
+    delay_ms = 3000
+    env = harness.zkresp_env(ZKRESP_LOCK_DELAY_MS=str(delay_ms))
+    a = make_zkresp(extra=["--policy", example("lock_delay")], env=env)
+    b = make_zkresp(root=a.root, extra=["--policy", example("lock_delay")], env=env)
+    ra, rb = a.redis(), b.redis()
+    assert isinstance(ra.execute_command("LOCK.ACQUIRE", "nx", "o1", "PX", 30000), int)
+    time.sleep(0.3)  # the marker is written in the background
+    assert ra.execute_command("LOCK.RELEASE", "nx", "o1") == 1
+    time.sleep(0.3)
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", "nx", "o2", "WAIT", 0), int)
+    assert rb.execute_command("LOCK.RELEASE", "nx", "o2") == 1
+    time.sleep(0.3)
+    assert isinstance(ra.execute_command("LOCK.ACQUIRE", "nx", "o3", "PX", 30000), int)
+    time.sleep(0.3)
+    a.kill9()
+
+    def holders():
+        return rb.execute_command("LOCK.INFO", "nx")[1]
+    harness.wait_for(lambda: holders() == [], 15, 0.01, "the killed sidecar's hold to end")
+    gone = time.monotonic()
+    first_try = None
+    while True:
+        got = rb.execute_command("LOCK.ACQUIRE", "nx", "o4", "WAIT", 0)
+        now = time.monotonic()
+        if first_try is None:
+            first_try = now
+        if got is not None:
+            break
+        assert now - gone < 15, "never acquired after the holder vanished"
+        time.sleep(0.05)
+    held_back = now - first_try
+    assert held_back >= delay_ms / 1000.0 - 0.3, "free again after %.2f s" % held_back
+    assert held_back < delay_ms / 1000.0 + 3
+    assert rb.execute_command("LOCK.RELEASE", "nx", "o4") == 1
+    harness.wait_for(lambda: kz.get_children(a.root + "/ld") == [], 10, what="no lock-delay marker left")
+
+
 def test_audit_log(make_zkresp):
     d = harness.new_dir("audit")
     audit = os.path.join(d, "audit.log")
