@@ -36,6 +36,9 @@ local function record(event, key, info)
         "name=" .. quote(c.name or "-"),
     }
     if info.value then parts[#parts + 1] = "token=" .. quote(info.value) end
+    -- a native lock (LOCK.*): its owner, the lock token of that API
+    if info.owner then parts[#parts + 1] = "owner=" .. quote(info.owner) end
+    if info.mode then parts[#parts + 1] = "mode=" .. info.mode end
     if info.czxid then parts[#parts + 1] = "fence=" .. info.czxid end
     if info.ttl then parts[#parts + 1] = "ttl_ms=" .. info.ttl end
     if info.reason then parts[#parts + 1] = "reason=" .. info.reason end
