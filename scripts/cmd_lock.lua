@@ -108,7 +108,7 @@ local function info(args)
 end
 
 local function spec(fn, arity, flags)
-    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
+    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1, lock_names = true }
 end
 
 C["lock.acquire"] = spec(acquire, -3, "write noscript")

@@ -12,7 +12,8 @@
 --                          run; else nil plus the error reply
 --
 -- A spec: { fn, arity, max_args, first_key, last_key, step, flags,
--- subcommands, subscribed_ok, group, in_c }.  arity counts the command's
+-- subcommands, subscribed_ok, group, in_c, lock_names }.  lock_names: its
+-- keys name native locks (LOCK.*), not keys of the keyspace.  arity counts the command's
 -- name; a negative arity -n means at least n, and max_args, when given,
 -- is the most (PING [message]).  subcommands maps each lower-case
 -- subcommand to its arity, counted the same way ("client setname x": 3).

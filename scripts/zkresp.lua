@@ -131,6 +131,7 @@ end
 -- wait for a reconnect as long as the session may still be alive, not
 -- only --zk-request-timeout: a renewal that fails during a short outage
 -- makes a client (Redisson's watchdog) give up a lock it still holds.
+-- (Not for LOCK.*: their names are no keys, and locks.lua waits its own.)
 local SCRIPTS = { eval = true, evalsha = true }
 
 local function lease_wait(spec, args)
@@ -139,7 +140,7 @@ local function lease_wait(spec, args)
     end
     if spec.writes or SCRIPTS[spec.name] then K.may_write() end
     local first = spec.first_key or 0
-    if not spec.writes or first <= 0 then return end
+    if not spec.writes or first <= 0 or spec.lock_names then return end
     local last = spec.last_key or first
     if last < 0 then last = #args + last end
     local step = spec.step and spec.step > 0 and spec.step or 1

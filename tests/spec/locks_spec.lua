@@ -277,6 +277,32 @@ describe("native locks", function()
         assert.equal(1, b:call("LOCK.RELEASE", "cv", "o"))
     end)
 
+    it("never asks the policy's key_path about a lock's name (it names no key)", function()
+        local file = S.policy_file([[
+            return {
+                key_path = function(key)
+                    host.log("info", "key_path " .. key)
+                end,
+            }
+        ]])
+        local W2 = S.world(0)
+        local p = W2:sidecar({ config = { policy = file } })
+        integer(p:call("LOCK.ACQUIRE", "lk", "o", "PX", "5000"), "granted")
+        assert.equal(1, p:call("LOCK.RENEW", "lk", "o", "PX", "5000"))
+        assert.equal(1, p:call("LOCK.RELEASE", "lk", "o"))
+        p:call("SET", "k", "v")
+        local asked = {}
+        for _, l in ipairs(p.logs) do
+            local k = l:match("^info key_path (.*)$")
+            if k then asked[#asked + 1] = k end
+        end
+        local seen = {}
+        for _, k in ipairs(asked) do seen[k] = true end
+        assert.is_true(seen.k, "the hook is asked about a key")
+        assert.is_nil(seen.lk, "nor about the lock's name")
+        os.remove(file)
+    end)
+
     it("asks the policy's before_acquire, with whether the lock is held, and heeds a refusal", function()
         local file = S.policy_file([[
             return {
