@@ -60,8 +60,8 @@ end
 -- a few round trips).
 local writing = {}
 
-local function write_marker(info)
-    local m = marker(lock_of(info))
+local function write_marker(p, info)
+    local m = marker(p)
     for _ = 1, 3 do
         local rc = zk.create(m, token(info), 0)
         if rc == zk.OK then return end
@@ -72,14 +72,14 @@ local function write_marker(info)
             zk.create(host.config.root .. "/ld", "", 0)
         end
     end
-    host.log("warn", "lock_delay: no marker for " .. lock_of(info))
+    host.log("warn", "lock_delay: no marker for " .. p)
 end
 
 function policy.on_acquire(key, info)
     if info.lifetime ~= "ephemeral" then return end
     local p = lock_of(info)
     writing[p] = (writing[p] or 0) + 1
-    local ok, err = pcall(write_marker, info)
+    local ok, err = pcall(write_marker, p, info)
     writing[p] = writing[p] > 1 and writing[p] - 1 or nil
     if not ok then error(err, 0) end
 end

@@ -112,6 +112,24 @@ def wait_gone(kz, path, timeout):
     return time.monotonic()
 
 
+def held_back(take, gone, delay_ms):
+    """Tries take() until it succeeds, from the moment the holder was gone:
+    refused for about the delay from the first try, no less."""
+    first_try = None
+    while True:
+        got = take()
+        now = time.monotonic()
+        if first_try is None:
+            first_try = now
+        if got:
+            break
+        assert now - gone < 15, "never acquired after the holder vanished"
+        time.sleep(0.05)
+    waited = now - first_try
+    assert waited >= delay_ms / 1000.0 - 0.3, "free again after %.2f s" % waited
+    assert waited < delay_ms / 1000.0 + 3
+
+
 def test_lock_delay(make_zkresp, kz):
     delay_ms = 3000
     env = harness.zkresp_env(ZKRESP_LOCK_DELAY_MS=str(delay_ms))
@@ -136,19 +154,7 @@ def test_lock_delay(make_zkresp, kz):
     time.sleep(0.3)  # the marker is written in the background
     a.kill9()
     gone = wait_gone(kz, path, 15)
-    first_try = None
-    while True:
-        got = rb.set("lock:x", "t6", nx=True, px=30000)
-        now = time.monotonic()
-        if first_try is None:
-            first_try = now
-        if got:
-            break
-        assert now - gone < 15, "never acquired after the holder vanished"
-        time.sleep(0.05)
-    held_back = now - first_try
-    assert held_back >= delay_ms / 1000.0 - 0.3, "free again after %.2f s" % held_back
-    assert held_back < delay_ms / 1000.0 + 3
+    held_back(lambda: rb.set("lock:x", "t6", nx=True, px=30000), gone, delay_ms)
     assert rb.get("lock:x") == b"t6"
     # After the delay all is normal again, and the new holder is covered:
     # its marker (written in the background) carries its fencing token.
@@ -179,24 +185,10 @@ def test_lock_delay_native(make_zkresp, kz):
     assert isinstance(ra.execute_command("LOCK.ACQUIRE", "nx", "o3", "PX", 30000), int)
     time.sleep(0.3)
     a.kill9()
-
-    def holders():
-        return rb.execute_command("LOCK.INFO", "nx")[1]
-    harness.wait_for(lambda: holders() == [], 15, 0.01, "the killed sidecar's hold to end")
+    harness.wait_for(lambda: rb.execute_command("LOCK.INFO", "nx")[1] == [], 15, 0.01,
+                     "the killed sidecar's hold to end")
     gone = time.monotonic()
-    first_try = None
-    while True:
-        got = rb.execute_command("LOCK.ACQUIRE", "nx", "o4", "WAIT", 0)
-        now = time.monotonic()
-        if first_try is None:
-            first_try = now
-        if got is not None:
-            break
-        assert now - gone < 15, "never acquired after the holder vanished"
-        time.sleep(0.05)
-    held_back = now - first_try
-    assert held_back >= delay_ms / 1000.0 - 0.3, "free again after %.2f s" % held_back
-    assert held_back < delay_ms / 1000.0 + 3
+    held_back(lambda: rb.execute_command("LOCK.ACQUIRE", "nx", "o4", "WAIT", 0) is not None, gone, delay_ms)
     assert rb.execute_command("LOCK.RELEASE", "nx", "o4") == 1
     harness.wait_for(lambda: kz.get_children(a.root + "/ld") == [], 10, what="no lock-delay marker left")
 
