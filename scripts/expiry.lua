@@ -6,7 +6,8 @@
 --   owned.lua's heap --timer--> expire_due --> expire_one: delete + check
 --                                              guard, or look, then delete
 --   watch event --> on_watch: our guard (guard.lua), a waiter, check_lost
---   session lost --> forget_session: on_lost hooks, the cache emptied
+--   session lost --> forget_session: on_lost hooks, the cache emptied but
+--                    for persistent keys with a TTL (still ours to delete)
 --
 -- Time: the owner of a key with a TTL counts its deadline on host.now()
 -- from the acknowledgment of its write and deletes the node itself when it
@@ -133,7 +134,8 @@ function X.expire_one(path, e)
     local held <close> = queue.hold({ path })
     if O.owned[path] ~= e or e.deadline > host.now() then return end
     local sid, connected = zk.session()
-    if e.sid ~= sid then return O.forget(path) end
+    -- (an ephemeral node went with its session; a persistent one stays)
+    if e.sid ~= sid and e.lifetime ~= "persistent" then return O.forget(path) end
     if not connected then
         -- Try again later (and at once when the session is back).
         O.heap_push({ at = host.now() + 1000, path = path, entry = e })
@@ -252,8 +254,9 @@ function X.expire_due(all)
     worker()
 end
 
--- Every owned key is lost with the session; its nodes, if still there, are
--- foreign from now on.
+-- Every owned ephemeral key is lost with the session; its nodes, if still
+-- there, are foreign from now on.  A persistent key with a TTL is still
+-- ours to delete at its deadline (O.drop_session).
 function X.forget_session(sid)
     if sid and sid ~= 0 then G.dead[sid] = true end
     if H.has("on_lost") then
@@ -263,7 +266,7 @@ function X.forget_session(sid)
             end
         end
     end
-    O.clear()
+    O.drop_session()
 end
 
 -- See keyspace.lua's K.compact.

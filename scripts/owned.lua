@@ -1,5 +1,6 @@
 -- owned.lua — the owned-key cache: an entry for each node this sidecar
--- wrote that has a TTL or is ephemeral in our current session, and the
+-- wrote that has a TTL (a persistent node's across our sessions) or is
+-- ephemeral in our current session, and the
 -- min-heap of their deadlines that expiry.lua works through.
 --
 --   remember(path, w) --> owned[path] = entry --(deadline)--> heap --> timer
@@ -166,7 +167,8 @@ function O.entry_info(path, e, extra)
 end
 
 -- Records the node we just wrote.  Entries exist for the nodes with a TTL
--- and the ephemeral nodes written in our current session.
+-- (a persistent one's across sessions) and the ephemeral nodes written in
+-- our current session.
 function O.remember(path, w)
     if w.ttl > 0 or w.lifetime == "ephemeral" then
         local e = {
@@ -225,12 +227,15 @@ function O.owns(paths)
     return false
 end
 
--- Every entry and heap item goes (the session was lost).
-function O.clear()
-    local owned = O.owned
-    for p in pairs(owned) do owned[p] = nil end
-    for i = #heap, 1, -1 do heap[i] = nil end
-    if state.timer then state.timer:stop() end
+-- The session was lost: every entry goes with it but a persistent node's,
+-- which outlives the session and is still ours to delete at its deadline
+-- (by a look at its nonce first: expiry.lua's expire_one); nobody else
+-- ever would, and readers would take it for absent, for good.
+function O.drop_session()
+    for p, e in pairs(O.owned) do
+        if e.lifetime ~= "persistent" then O.forget(p) end
+    end
+    O.arm()
 end
 
 -- See keyspace.lua's K.compact.

@@ -5,7 +5,8 @@ While it is down, keyed requests fail within --zk-request-timeout with
 -TRYAGAIN, liveness (PING) stays, readiness (INFO zk_state) goes; service
 resumes by itself.  Down for less than the session timeout: the session and
 its locks survive.  Down for longer: the sidecar counts its locks lost,
-takes a new session and never resurrects them.
+takes a new session and never resurrects them; a key its policy made
+persistent, with a TTL, is still its to delete at the deadline.
 """
 
 import threading
@@ -185,3 +186,46 @@ def test_zookeeper_frozen_briefly(make_zk, kz_factory, make_zkresp):
     kz2 = kz_factory(zk2)
     assert harness.key_stat(kz2, a.root, "lk")[1].ephemeralOwner == sid
     assert c.cmd("GET", "during") == b"$1\r\nv\r\n"
+
+
+DURABLE_POLICY = """
+return {
+    lifetime = function(key, type, ttl)
+        if key:find("^durable:") then return "persistent" end
+        return ttl and "ephemeral" or "persistent"
+    end,
+}
+"""
+
+
+def test_persistent_key_with_ttl_is_deleted_after_a_session_change(make_proxy, make_zkresp, zk, kz, tmp_path):
+    """A key the policy makes persistent outlives its writer's session; the
+    writer deletes it at its TTL in its next session (nobody else would:
+    readers only take it for absent), and a key without a TTL stays."""
+    policy = tmp_path / "durable.lua"
+    policy.write_text(DURABLE_POLICY)
+    session_ms = 2000
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=session_ms, request_timeout=REQ_MS,
+                    extra=["--policy", str(policy)])
+    c = a.client()
+    ttl_ms = 6000
+    assert c.cmd("SET", "durable:k", "v", "PX", str(ttl_ms)) == b"+OK\r\n"
+    t_set = time.monotonic()
+    assert c.cmd("SET", "durable:keep", "v") == b"+OK\r\n"
+    _, st = harness.key_stat(kz, a.root, "durable:k")
+    assert st is not None and st.ephemeralOwner == 0, "the policy's persistent key is %r" % (st,)
+    sid = a.session_id()
+    proxy.blackhole(True)
+    time.sleep(session_ms / 1000.0 + 1.5)
+    proxy.blackhole(False)
+    harness.wait_for(lambda: a.zk_state() == "connected" and a.session_id() != sid, 20, 0.1,
+                     "the sidecar to run on a new ZooKeeper session")
+    assert time.monotonic() - t_set < ttl_ms / 1000.0, "the session changed after the key's TTL"
+    assert harness.key_stat(kz, a.root, "durable:k")[1] is not None
+    harness.wait_for(lambda: harness.key_stat(kz, a.root, "durable:k")[1] is None,
+                     ttl_ms / 1000.0 + 5, 0.1, "the persistent key's node to be deleted at its TTL")
+    assert time.monotonic() - t_set >= ttl_ms / 1000.0 - 0.1, "deleted before its TTL"
+    assert c.cmd("GET", "durable:k") == b"$-1\r\n"
+    assert harness.key_stat(kz, a.root, "durable:keep")[1] is not None
+    assert c.cmd("GET", "durable:keep") == b"$1\r\nv\r\n"

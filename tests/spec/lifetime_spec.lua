@@ -163,6 +163,64 @@ describe("lifetime", function()
     end)
 end)
 
+-- A persistent key with a TTL outlives its writer's session: its writer
+-- still deletes it at its deadline, in the next session, as nobody else
+-- would (readers only take it for absent).
+describe("a persistent key with a TTL across a session change", function()
+    local W, b, c, file
+    before_each(function()
+        W, b = S.world(1)
+        file = S.policy_file([[
+            return {
+                lifetime = function(key, type, ttl)
+                    if key:find("^durable:") then return "persistent" end
+                    return ttl and "ephemeral" or "persistent"
+                end,
+            }
+        ]])
+        c = W:sidecar({ config = { policy = file } })
+    end)
+    after_each(function() os.remove(file) end)
+
+    local changes = {
+        { "the server expired the session", function() c:expire() end },
+        { "the session was lost", function() c:lose() end },
+        { "the session was lost, the next one came later", function()
+            c:lose({ gap = true })
+            W:advance(500)
+            c:next_session()
+        end },
+    }
+    for _, case in ipairs(changes) do
+        local name, change = case[1], case[2]
+        it("is deleted at its deadline when " .. name, function()
+            assert.same(OK, c:call("SET", "durable:x", "v", "PX", "2000"))
+            assert.equal(0, W:node(c:path("durable:x")).stat.ephemeralOwner)
+            change()
+            assert.is_not_nil(W:node(c:path("durable:x")))
+            W:advance(2100)
+            assert.is_nil(W:node(c:path("durable:x")))
+            assert.equal(0, b:call("DBSIZE"))
+        end)
+    end
+
+    it("a node written again by another sidecar meanwhile stays", function()
+        assert.same(OK, c:call("SET", "durable:x", "v", "PX", "2000"))
+        c:lose()
+        assert.same(OK, b:call("SET", "durable:x", "v2"))
+        W:advance(2100)
+        assert.equal("v2", b:call("GET", "durable:x"))
+        assert.equal("v2", c:call("GET", "durable:x"))
+    end)
+
+    it("an ephemeral key's entry goes with its session", function()
+        assert.same(OK, c:call("SET", "lock", "t", "PX", "2000"))
+        c:expire()
+        assert.is_nil(W:node(c:path("lock")))
+        assert.is_nil(c.require("owned").get(c:path("lock")))
+    end)
+end)
+
 -- a holds k in its owned-key cache; through b, k is deleted and made
 -- again as a string, and a has not heard of its guard's bump yet (the
 -- watch event is late): an answer that rests on the cached type is
