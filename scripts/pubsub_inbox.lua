@@ -272,10 +272,12 @@ function PB.ring_ready(channel, payload)
 end
 
 -- Our interest in channel is gone: so is its doorbell (a publisher that
--- still rings it fails its multi and routes again).
+-- still rings it fails its multi and routes again).  False when ZooKeeper
+-- did not say it is gone; the caller tries again.
 function PB.unring(channel, payload)
     rings[channel] = nil
-    zk.delete(bell(nil, channel, payload), -1)
+    local rc = zk.delete(bell(nil, channel, payload), -1)
+    return rc == zk.OK or rc == zk.NONODE
 end
 
 -- A watch on our doorbell at path fired.

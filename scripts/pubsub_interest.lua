@@ -65,9 +65,13 @@ local function reconcile_step(kind, name, st)
         if not PB.inbox_ready then
             if not pcall(PB.ensure_inbox) then return false end
         end
-        -- the doorbell, before anyone can see it announced
+        -- the doorbell, before anyone can see it announced; from here on
+        -- it may exist, whatever ZooKeeper answers
         local pl = bell_payload(kind, name)
-        if pl and not PB.ring_ready(name, pl) then return false end
+        if pl then
+            st.bell = true
+            if not PB.ring_ready(name, pl) then return false end
+        end
         local bump = kind == "p" and dir("p") or X
         local ops = { { "create", me, interest_data(kind, name, n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
         if not st.exists_known then
@@ -123,17 +127,23 @@ local function reconcile_step(kind, name, st)
         if rc == zk.OK or rc == zk.NONODE then
             st.have = false
             PN.gc_later(X)
-            local pl = bell_payload(kind, name)
-            if pl then PB.unring(name, pl) end
             return true
         end
         return false
+    elseif not st.want and st.bell then
+        -- the doorbell goes after the interest, also when that went
+        -- without our delete: with a session, or never written (its multi
+        -- failed and the subscriber left before the next try)
+        if not PB.unring(name, bell_payload(kind, name)) then return false end
+        st.bell = false
+        return true
     end
     return true
 end
 
 local function settled(st)
-    return st.want == st.have and (not st.want or st.written == st.count)
+    if st.want then return st.have and st.written == st.count end
+    return not st.have and not st.bell
 end
 
 -- Interests to reconcile, in order, taken by at most PI.WORKERS coroutines:

@@ -21,7 +21,9 @@ on B (RESP2 channel and pattern subscribers, a RESP3 one).  Faults:
 - a sidecar killed (-9): its interest goes with its session, A stops
   writing, its inbox is cleaned once a sidecar starts again on the root;
 - a freshly started sidecar 15 ms from ZooKeeper: its first subscribers
-  get A's first PUBLISH and script publish.
+  get A's first PUBLISH and script publish;
+- a lock channel's waiter that leaves while B is partitioned past its
+  session: B's doorbell for it (persistent) goes too.
 """
 
 import os
@@ -30,6 +32,7 @@ import sys
 import time
 
 import harness
+import keyenc
 from harness import wait_for
 from resp import decode_one, encode
 from pubsub_helpers import payloads, subscribe, wait_publish_count
@@ -68,11 +71,14 @@ def _via_proxy(make_proxy, make_zkresp, zk):
     return a, b, proxy
 
 
-def _lose_session(b, proxy):
-    """Partitions B from ZooKeeper past its session timeout, heals, and
-    waits for B to run on a new session.  Returns (old, new) session ids."""
+def _lose_session(b, proxy, meanwhile=None):
+    """Partitions B from ZooKeeper past its session timeout (calling
+    meanwhile() once it is cut off), heals, and waits for B to run on a new
+    session.  Returns (old, new) session ids."""
     sid = b.session_id()
     proxy.blackhole(True)
+    if meanwhile:
+        meanwhile()
     time.sleep(SESSION_MS / 1000.0 + 1.5)
     proxy.blackhole(False)
     wait_for(lambda: b.zk_state() == "connected" and b.session_id() != sid, 20, 0.1,
@@ -309,3 +315,42 @@ def test_publisher_session_renewal_rebuilds_its_view(make_proxy, make_zkresp, zk
     wait_flowing(ca, new, [("B new", s_new), ("B pattern", s_pat)])
     _check_delivery(ca, new, [("B new", s_new), ("B pattern", s_pat)], 2, "after-")
     assert ca.cmd("PUBLISH", old, "gone") == b":0\r\n"
+
+
+def _bells(kz, root, chan):
+    """The doorbells on chan under root, any sidecar's ("<instance>/<name>")."""
+    from kazoo.exceptions import NoNodeError
+    out = []
+    try:
+        owners = kz.get_children(root + "/ps/b")
+    except NoNodeError:
+        return out
+    for who in owners:
+        try:
+            names = kz.get_children(root + "/ps/b/" + who)
+        except NoNodeError:
+            continue
+        out += [who + "/" + n for n in names if n.startswith(keyenc.encode(chan) + ".")]
+    return out
+
+
+def test_doorbell_goes_when_its_waiter_left_during_a_session_loss(make_proxy, make_zkresp, zk, kz):
+    """A waiter on B subscribes to a lock channel (B keeps a doorbell node
+    for it, persistent) and leaves while B is partitioned past its session:
+    its interest node goes with the old session, and B, which lives on,
+    deletes the doorbell too (nobody else would).  A waiter that comes back
+    has a doorbell again and receives the unlock message."""
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    chan = "redisson_lock__channel:{%s}" % harness.unique("bell")
+    ca = a.client()
+    sub = subscribe(b, chan)
+    assert len(_bells(kz, a.root, chan)) == 1
+    wait_publish_count(ca, chan, 1)
+    _lose_session(b, proxy, meanwhile=sub.close)
+    wait_for(lambda: _bells(kz, a.root, chan) == [], 10, 0.1,
+             "B's doorbell on %s to go" % chan)
+    sub = subscribe(b, chan)
+    assert len(_bells(kz, a.root, chan)) == 1
+    wait_publish_count(ca, chan, 1)
+    assert ca.cmd("PUBLISH", chan, "0") == b":1\r\n"
+    assert payloads(sub, 1) == [b"0"]

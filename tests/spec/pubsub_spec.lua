@@ -468,4 +468,49 @@ describe("doorbells", function()
         W:advance(50)
         assert.same({ lockch .. "=first", lockch .. "=0", lockch .. "=0" }, texts(b.pushed[7]))
     end)
+
+    it("go when their first delete fails", function()
+        b:call_as(7, "SUBSCRIBE", lockch)
+        local D = bell_path()
+        b:fail_next({ op = "delete", path = D })
+        b:call_as(7, "UNSUBSCRIBE", lockch)
+        W:advance(1000)
+        assert.is_nil(W:node(D))
+    end)
+
+    it("go when the last subscriber left while ZooKeeper was away and the session then changed", function()
+        -- The unsubscribe waits for the connection; the new session takes
+        -- the interest node with the old one, and the doorbell (persistent)
+        -- must not stay behind for the sidecar's lifetime.
+        b:call_as(7, "SUBSCRIBE", lockch)
+        local D = bell_path()
+        b:disconnect()
+        b:run(function() b.M.on_client_gone(7) end)
+        W:advance(500)
+        b:expire()
+        W:advance(1000)
+        assert.is_nil(W:node(D))
+        -- a waiter that comes back has its doorbell rung again
+        b:call_as(8, "SUBSCRIBE", lockch)
+        assert.is_not_nil(W:node(D))
+        local rung = PS.stats.rung
+        assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+        W:advance(50)
+        assert.same({ lockch .. "=0" }, texts(b.pushed[8]))
+        assert.equal(rung + 1, PS.stats.rung)
+    end)
+
+    it("go when the last subscriber left while its interest was being written again", function()
+        -- The doorbell is made, the interest's multi fails, and the client
+        -- leaves before the next try.
+        b:fail_next({ op = "multi" })
+        local t = b:start("SUBSCRIBE", lockch)
+        t.client = 7
+        W:advance(50)
+        assert.is_not_nil(bell_path())
+        b:abandon(t)
+        b:run(function() b.M.on_client_gone(7) end)
+        W:advance(1000)
+        assert.is_nil(bell_path())
+    end)
 end)
