@@ -19,6 +19,7 @@
 
 local K = require "keyspace"
 local U = require "util"
+local Z = require "zkio"
 local PN = require "pubsub_nodes"
 local PB = require "pubsub_inbox"
 
@@ -46,6 +47,10 @@ end
 -- Interest: this sidecar's registration per (kind, name), reconciled by one
 -- worker at a time towards `want`.
 
+-- A state: want (local subscribers), have (our node is written), count
+-- and written (the subscriber count wanted, and in the node), made and
+-- bell (our node, our doorbell, may exist: both go before it is settled
+-- unwanted), busy (a worker has it), waiters.
 local interest = { c = {}, p = {}, s = {} }  -- kind -> name -> state
 
 local function wake_all(st)
@@ -81,11 +86,15 @@ local function reconcile_step(kind, name, st)
             for _, o in ipairs(ops) do full[#full + 1] = o end
             ops = full
         end
+        -- our node may exist from here on until ZooKeeper says otherwise
+        -- (an answer lost: the create may have applied)
+        st.made = true
         local rc, results = zk.multi(ops)
         if rc == zk.OK then
             st.have, st.written, st.exists_known = true, n, true
             return true
         end
+        if not Z.unknown(rc) then st.made = nil end
         local first = rc
         for _, r in ipairs(type(results) == "table" and results or {}) do
             if r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then first = r.rc break end
@@ -118,14 +127,14 @@ local function reconcile_step(kind, name, st)
         if rc == zk.OK then st.written = n return true end
         if rc == zk.NONODE then st.have = false return true end
         return false
-    elseif not st.want and st.have then
+    elseif not st.want and (st.have or st.made) then
         -- while it is on its way a SUBSCRIBE must not take `have` for
         -- registered (PI.await): the node is about to go
         st.leaving = true
         local rc = zk.delete(me, -1)
         st.leaving = nil
         if rc == zk.OK or rc == zk.NONODE then
-            st.have = false
+            st.have, st.made = false, nil
             PN.gc_later(X)
             return true
         end
@@ -143,7 +152,7 @@ end
 
 local function settled(st)
     if st.want then return st.have and st.written == st.count end
-    return not st.have and not st.bell
+    return not st.have and not st.made and not st.bell
 end
 
 -- Interests to reconcile, in order, taken by at most PI.WORKERS coroutines:
@@ -233,7 +242,7 @@ end
 function PI.new_session()
     for _, kind in ipairs({ "c", "p", "s" }) do
         for name, st in pairs(interest[kind]) do
-            st.have = false
+            st.have, st.made = false, nil
             reconcile(kind, name)
         end
     end

@@ -513,4 +513,20 @@ describe("doorbells", function()
         W:advance(1000)
         assert.is_nil(bell_path())
     end)
+
+    it("the interest node goes when its write's answer was lost and the subscriber left", function()
+        -- The multi applied, its answer lost: the node is there, unknown to
+        -- b, whose subscriber leaves before the next try.  Publishers would
+        -- count it, and write to b's inbox, for the rest of b's session.
+        b:fail_next({ op = "multi", when = "after" })
+        local t = b:start("SUBSCRIBE", "news")
+        t.client = 7
+        W:advance(50)
+        assert.equal(1, #(W:children("/zkresp/ps/c/news") or {}))
+        b:abandon(t)
+        b:run(function() b.M.on_client_gone(7) end)
+        W:advance(1000)
+        assert.equal(0, #(W:children("/zkresp/ps/c/news") or {}))
+        assert.equal(0, a:call("PUBLISH", "news", "m"))
+    end)
 end)
