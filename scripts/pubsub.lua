@@ -257,6 +257,7 @@ function PS.on_session(event)
         PI.new_session()
         PR.new_session()
     elseif event == "lost" or event == "disconnected" then
+        PB.disconnected()
         return
     end
     if event ~= "connected" and event ~= "new" then return end

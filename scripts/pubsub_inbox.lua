@@ -52,6 +52,9 @@ local delivered_timer, delivered_armed = nil, false
 local listings = 0    -- inbox listings started
 local credits = {}    -- messages delivered when their doorbell rang:
                       -- {channel, payload, listing number then}
+local listed = false  -- the last listing set the inbox's watch and went
+                      -- through what it found, connected all along
+local cuts = 0        -- disconnections and new sessions seen
 
 local function parse(name)
     local kind = name:sub(1, 1)
@@ -178,13 +181,16 @@ end
 local function drain_once()
     local box = inbox()
     listings = listings + 1
-    local listing = listings
+    local listing, cut = listings, cuts
     local rc, names, stat = zk.children(box, true)
     if rc == zk.NONODE then
         ensure_inbox()
         rc, names, stat = zk.children(box, true)
     end
-    if rc ~= zk.OK then return end
+    if rc ~= zk.OK then
+        listed = false -- no watch set
+        return
+    end
     if stat.czxid ~= inbox_czxid then
         -- a new inbox (ours was swept while our session was gone): its
         -- sequence numbers start again, so names seen in the old one say
@@ -198,6 +204,7 @@ local function drain_once()
         if not seen[name] then new[#new + 1] = name end
     end
     table.sort(new, function(a, b) return a:sub(-10) < b:sub(-10) end)
+    local whole = true
     for _, name in ipairs(new) do
         local kind, channel, payload, rung = parse(name)
         if kind and not payload then
@@ -209,6 +216,7 @@ local function drain_once()
                 -- those after it wait, in order, for the next listing (the
                 -- reconnection's, or this one's a moment later)
                 PB.drain_later()
+                whole = false
                 break
             end
         end
@@ -222,6 +230,7 @@ local function drain_once()
         note_delivered(name)
     end
     drop_credits(listing)
+    listed = whole and cut == cuts
 end
 
 local function drain()
@@ -230,7 +239,10 @@ local function drain()
     repeat
         drain_again = false
         local ok, e = pcall(drain_once)
-        if not ok then host.log("warn", "pubsub: reading the inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
+        if not ok then
+            listed = false
+            host.log("warn", "pubsub: reading the inbox: " .. tostring(K.is_abort(e) and e.reply.err or e))
+        end
     until not drain_again
     draining = false
 end
@@ -247,12 +259,17 @@ end
 -- interest_data).  A publisher sets the doorbell in the same multi as the
 -- message, just before creating it (kind letter "b").  The doorbell's event names channel and payload:
 -- the receiver delivers at once, with no read, when no listing of its inbox
--- is in flight (so every message with an earlier zxid has been delivered:
--- its event came first), and keeps a credit; the next listing finds the
--- message itself and spends the credit instead of delivering it again.  A
--- credit that listing does not spend is dropped (the message vanished with
--- its publisher's session).  A receiver that is listing, or re-arming the
--- doorbell's watch, delivers the message from the listing as any other.
+-- is in flight and the last one set the inbox's watch and went through all
+-- it found, connected since (`listed`: so every message with an earlier
+-- zxid has been delivered, its event having come first), and keeps a
+-- credit; the next listing finds the message itself and spends the credit
+-- instead of delivering it again.  A credit that listing does not spend is
+-- dropped (the message vanished with its publisher's session).  A receiver
+-- that is listing, or re-arming the doorbell's watch, delivers the message
+-- from the listing as any other; so does one not `listed`, which lists its
+-- inbox a moment later.  That is the case after a reconnect: the server
+-- fires the data watches it sets again before the child watches, so an
+-- earlier message's event may come after the doorbell's.
 
 local rings = {}      -- channel -> the payload of our doorbell on it
 
@@ -285,10 +302,12 @@ local function rang(event, path)
     local ch, pl = path:sub(#bells() + 2):match("^([^.]*)%.([^.]*)$")
     local channel, payload = ch and host.key_decode(ch), pl and host.key_decode(pl)
     if not channel or rings[channel] ~= payload then return end
-    if event == "changed" and not draining then
+    if event == "changed" and not draining and listed then
         PN.stats.rung = PN.stats.rung + 1
         deliver_local("c", channel, payload)
         credits[#credits + 1] = { channel = channel, payload = payload, gen = listings }
+    elseif event == "changed" and not listed then
+        PB.drain_later() -- the message, in its place among the others
     end
     if event ~= "deleted" then zk.get(path, true) end
 end
@@ -308,11 +327,20 @@ function PB.on_watch(event, path)
     return false
 end
 
+-- The connection went.  After the reconnect the server fires the watches
+-- it sets again, the doorbells' before the inbox's: no doorbell delivers
+-- at its event until a listing made after that (not one under way now).
+function PB.disconnected()
+    listed = false
+    cuts = cuts + 1
+end
+
 -- A new session: our presence, and maybe our inbox (see drain_once), went
--- with the old one.
+-- with the old one, and the watches with it.
 function PB.new_session()
     PB.inbox_ready = false
     inbox_confirmed = false
+    PB.disconnected()
 end
 
 -- Makes presence and inbox, and reads what came meanwhile.

@@ -354,3 +354,37 @@ def test_doorbell_goes_when_its_waiter_left_during_a_session_loss(make_proxy, ma
     wait_publish_count(ca, chan, 1)
     assert ca.cmd("PUBLISH", chan, "0") == b":1\r\n"
     assert payloads(sub, 1) == [b"0"]
+
+
+def test_doorbell_keeps_publish_order_across_a_reconnect(make_proxy, make_zkresp, zk):
+    """B's connection is blackholed for a moment (within its session) while
+    A publishes a message on `news` and then the unlock message of a lock
+    channel (which rings B's doorbell).  The events of both watches are
+    lost with the connection; when it is cut and B reconnects, the server
+    sets B's watches again and fires the doorbell's (a data watch) before
+    the inbox's (a child watch).  B's subscriber on both channels still
+    receives them in publish order, once each: the doorbell's event is not
+    used before B has listed its inbox again."""
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    p = harness.unique("order")
+    news, chan = p + ":news", "redisson_lock__channel:{%s}" % p
+    sub = subscribe(b, news, chan)
+    ca = a.client()
+    wait_publish_count(ca, news, 1)
+    wait_publish_count(ca, chan, 1)
+    assert ca.cmd("PUBLISH", chan, "0") == b":1\r\n"
+    assert payloads(sub, 1) == [b"0"]
+    time.sleep(0.3)  # B's listing and its doorbell's watch again: B idle, both watches set
+    for round_ in range(3):
+        sid = b.session_id()
+        proxy.blackhole(True)
+        time.sleep(0.1)
+        assert ca.cmd("PUBLISH", news, "m%d" % round_) == b":1\r\n"
+        assert ca.cmd("PUBLISH", chan, "0") == b":1\r\n"
+        time.sleep(0.2)
+        proxy.blackhole(False)  # cuts B's connection: it reconnects at once
+        got = payloads(sub, 2)
+        assert got == [b"m%d" % round_, b"0"], "round %d: B's subscriber received %r" % (round_, got)
+        assert b.session_id() == sid, "the cut cost B its session"
+        stray = payloads(sub, 1, timeout=0.5)
+        assert stray == [], "round %d: a message came twice: %r" % (round_, stray)

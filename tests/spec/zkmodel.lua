@@ -301,7 +301,9 @@ function World:note(tx, path, event)
     tx.events[#tx.events + 1] = { path, event }
 end
 
--- Delivers the watch events of a committed transaction.
+-- Delivers the watch events of a committed transaction.  A sidecar
+-- disconnected with hold_events keeps them in sc.held for its reconnect,
+-- as a data watch's ("data") or a child watch's ("child") event.
 function World:fire(tx)
     for _, e in ipairs(tx.events or {}) do
         local path, event = e[1], e[2]
@@ -313,11 +315,14 @@ function World:fire(tx)
             local ws = all[path]
             if ws then
                 all[path] = nil
-                for sc in pairs(ws) do targets[sc] = true end
+                local kind = all == self.cwatches and "child" or "data"
+                for sc in pairs(ws) do targets[sc] = targets[sc] or kind end
             end
         end
-        for sc in pairs(targets) do
-            if sc.M and sc.M.on_watch and not sc.closing then
+        for sc, kind in pairs(targets) do
+            if sc.held then
+                table.insert(sc.held[kind], { event, path })
+            elseif sc.M and sc.M.on_watch and not sc.closing then
                 self:post(function() self:spawn(sc, sc.M.on_watch, event, path) end)
             end
         end
@@ -1048,8 +1053,13 @@ function Sidecar:fail_next(f)
     self.faults[#self.faults + 1] = f
 end
 
-function Sidecar:disconnect()
+-- The connection is gone.  opts.hold_events: the events of watches that
+-- fire meanwhile wait for the reconnect, as with a real server, which fires
+-- them when the client sets its watches again (by default the model
+-- delivers them while disconnected).
+function Sidecar:disconnect(opts)
     self.connected = false
+    if opts and opts.hold_events then self.held = { data = {}, child = {} } end
     self:event("disconnected")
 end
 
@@ -1062,10 +1072,22 @@ local function flush(sc)
     end
 end
 
+-- The connection is back: parked operations go, then "connected".  Events
+-- held since disconnect({hold_events = true}) follow "connected" as the
+-- server sends them (ZooKeeper's DataTree.setWatches): the data watches'
+-- first, then the child watches', each posted right after "connected",
+-- not after its handling has finished.
 function Sidecar:reconnect()
     self.connected = true
     flush(self)
-    self:event("connected")
+    local held = self.held
+    self.held = nil
+    if not held then return self:event("connected") end
+    local t = self.world:spawn(self, self.M.on_session, "connected", self.sid)
+    for _, kind in ipairs({ "data", "child" }) do
+        for _, e in ipairs(held[kind]) do self.world:spawn(self, self.M.on_watch, e[1], e[2]) end
+    end
+    self.world:run_until(function() return t.done end)
 end
 
 -- The session is given up: what was parked for it is answered, never sent
@@ -1086,6 +1108,7 @@ end
 -- Sidecar:next_session().
 function Sidecar:lose(opts)
     local old = self.sid
+    self.held = nil -- the old session's watches are gone
     self:event("lost", old)
     if opts and opts.expire_old then self.world:expire_session(old) end
     fail_pending(self)
@@ -1110,6 +1133,7 @@ end
 -- The server expired our session; the bridge opens a new one ("new").
 function Sidecar:expire()
     local old = self.sid
+    self.held = nil -- the old session's watches are gone
     self.world:expire_session(old)
     fail_pending(self)
     self.sid = self.world:new_session()
