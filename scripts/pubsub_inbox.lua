@@ -272,6 +272,14 @@ end
 -- earlier message's event may come after the doorbell's.
 
 local rings = {}      -- channel -> the payload of our doorbell on it
+local unarmed = {}    -- doorbell path -> {channel, payload}: its watch could
+                      -- not be set again after it fired (PB.start retries)
+
+-- Sets the watch on our doorbell at D again (it fired).
+local function rearm(D, channel, payload)
+    local rc = zk.get(D, true)
+    unarmed[D] = rc ~= zk.OK and rc ~= zk.NONODE and { channel, payload } or nil
+end
 
 -- Our doorbell for (channel, payload) exists and is watched; false when
 -- ZooKeeper said otherwise.
@@ -284,7 +292,7 @@ function PB.ring_ready(channel, payload)
     end
     if rc ~= zk.OK and rc ~= zk.NODEEXISTS then return false end
     if zk.get(D, true) ~= zk.OK then return false end
-    rings[channel] = payload
+    rings[channel], unarmed[D] = payload, nil
     return true
 end
 
@@ -309,7 +317,7 @@ local function rang(event, path)
     elseif event == "changed" and not listed then
         PB.drain_later() -- the message, in its place among the others
     end
-    if event ~= "deleted" then zk.get(path, true) end
+    if event ~= "deleted" then rearm(path, channel, payload) end
 end
 
 -- A watch fired on path: our inbox's (it is read) or one of our
@@ -338,6 +346,7 @@ end
 -- A new session: our presence, and maybe our inbox (see drain_once), went
 -- with the old one, and the watches with it.
 function PB.new_session()
+    unarmed = {} -- (every doorbell is made and watched again)
     PB.inbox_ready = false
     inbox_confirmed = false
     PB.disconnected()
@@ -359,6 +368,9 @@ end
 
 function PB.start()
     ensure_inbox()
+    for D, r in pairs(unarmed) do
+        if rings[r[1]] == r[2] then rearm(D, r[1], r[2]) else unarmed[D] = nil end
+    end
     drain()
 end
 

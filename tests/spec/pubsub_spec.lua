@@ -514,6 +514,24 @@ describe("doorbells", function()
         assert.is_nil(bell_path())
     end)
 
+    it("ring at their event again when watching one again failed as it fired", function()
+        b:call_as(7, "SUBSCRIBE", lockch)
+        local D = bell_path()
+        local rung = PS.stats.rung
+        b:fail_next({ op = "get", path = D })
+        assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+        W:advance(50)
+        assert.equal(rung + 1, PS.stats.rung)
+        -- the connection that lost the watch's get comes back
+        b:disconnect()
+        b:reconnect()
+        W:advance(50)
+        assert.equal(1, a:call("EVAL", unlock, "2", "L", lockch, "0"))
+        W:advance(50)
+        assert.equal(rung + 2, PS.stats.rung)
+        assert.same({ lockch .. "=0", lockch .. "=0" }, texts(b.pushed[7]))
+    end)
+
     it("the interest node goes when its write's answer was lost and the subscriber left", function()
         -- The multi applied, its answer lost: the node is there, unknown to
         -- b, whose subscriber leaves before the next try.  Publishers would
