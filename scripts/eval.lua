@@ -527,15 +527,21 @@ local function eval(ro)
         local _, nerr = numkeys(args)
         if nerr then return err(nerr) end
         local body = args[2]
-        local sha = sha1.hex(body)
-        local e = SC.get(sha)
+        -- a script this sidecar has run or loaded: no SHA-1 computed again
+        local e = SC.get_body(body)
         if not e then
-            local fn, cerr = compile(body)
-            if not fn then return err(cerr) end
-            e = SC.put(sha, body, fn, "eval")
-            SC.publish_later(sha, body)
+            local sha = sha1.hex(body)
+            e = SC.get(sha)
+            if e then
+                SC.know_body(e, body)
+            else
+                local fn, cerr = compile(body)
+                if not fn then return err(cerr) end
+                e = SC.put(sha, body, fn, "eval")
+                SC.publish_later(sha, body)
+            end
         end
-        return run(args, e.fn, sha, ro)
+        return run(args, e.fn, e.sha, ro)
     end
 end
 

@@ -39,6 +39,9 @@ C.EVAL_LOCAL_MAX = 500
 C.NODE_OVERHEAD = 1024 -- room for the request around a script's body
 
 local entries = {}          -- sha -> { body, fn, kind = "load"|"eval"|"shared", used }
+local by_body = {}          -- body -> its entry, when its sha was computed from
+                            -- that body here (an EVAL finds its script without
+                            -- computing the SHA-1 of its body, in Lua, again)
 local nevals, tick = 0, 0   -- entries of kind "eval"; the LRU clock
 local published = {}        -- sha -> true: its node exists in this generation
 local pending = {}          -- sha -> true: a background create in flight
@@ -62,7 +65,7 @@ end
 
 -- Forgets every local script (a FLUSH here or elsewhere).
 function C.drop_all()
-    entries, published, nevals = {}, {}, 0
+    entries, by_body, published, nevals = {}, {}, {}, 0
     epoch = epoch + 1
 end
 
@@ -78,6 +81,17 @@ function C.get(sha)
     return e
 end
 
+-- The entry of the script whose body is `body`, as C.get, or nil.
+function C.get_body(body)
+    local e = by_body[body]
+    if e and entries[e.sha] == e then return C.get(e.sha) end
+end
+
+-- Entry e is the one of `body`, whose SHA-1 was just computed.
+function C.know_body(e, body)
+    if entries[e.sha] == e and e.body == body then by_body[body] = e end
+end
+
 local function evict_eval()
     local oldest
     for _, e in pairs(entries) do
@@ -85,6 +99,7 @@ local function evict_eval()
     end
     if oldest then
         entries[oldest.sha] = nil
+        if by_body[oldest.body] == oldest then by_body[oldest.body] = nil end
         nevals = nevals - 1
     end
 end
@@ -107,6 +122,7 @@ function C.put(sha, body, fn, kind, token)
     end
     e = { sha = sha, body = body, fn = fn, kind = kind, used = tick }
     entries[sha] = e
+    if kind ~= "shared" then by_body[body] = e end -- (a body read from ZooKeeper: see C.know_body)
     if kind == "eval" then
         nevals = nevals + 1
         if nevals > C.EVAL_LOCAL_MAX then evict_eval() end

@@ -124,6 +124,44 @@ describe("the local script cache", function()
         assert.equal(4, C.count()) -- l, e1, e4, e5
     end)
 
+    it("finds a script by its body, except one whose body was read from ZooKeeper", function()
+        local C = S.module("script_cache")
+        C.EVAL_LOCAL_MAX = 1
+        local long = "return 1 -- " .. string.rep("x", 60)
+        local e = C.put("e1", long, print, "eval")
+        assert.equal(e, C.get_body(long))
+        assert.equal(e, C.get_body((long .. " "):sub(1, #long))) -- (another string, same body)
+        C.put("e2", "return 2", print, "eval") -- e1 evicted
+        assert.is_nil(C.get_body(long))
+        -- a body read from <root>/s/<sha> is indexed once its SHA-1 was
+        -- computed here and matched: a node's content is not taken on trust
+        local sh = C.put("s1", "return 3", print, "shared")
+        assert.is_nil(C.get_body("return 3"))
+        C.know_body(sh, "return 3")
+        assert.equal(sh, C.get_body("return 3"))
+        C.know_body(C.put("s2", "return 4", print, "shared"), "return 5")
+        assert.is_nil(C.get_body("return 5"))
+        C.drop_all()
+        assert.is_nil(C.get_body("return 2"))
+        assert.is_nil(C.get_body("return 3"))
+    end)
+
+    it("EVAL computes the SHA-1 of a body it has run once, and again after a FLUSH", function()
+        local W, a = S.world(1)
+        local sha1 = a.require("sha1")
+        local hex, n = sha1.hex, 0
+        sha1.hex = function(s) n = n + 1 return hex(s) end
+        for _ = 1, 3 do assert.equal("one", a:call("EVAL", BODY, "0")) end
+        assert.equal(1, n)
+        assert.same(OK, a:call("SCRIPT", "FLUSH"))
+        W:advance(10)
+        assert.same(NOSCRIPT, a:call("EVALSHA", hex(BODY), "0"))
+        for _ = 1, 2 do assert.equal("one", a:call("EVAL", BODY, "0")) end
+        assert.equal(2, n)
+        assert.equal("one", a:call("EVALSHA", hex(BODY), "0"))
+        sha1.hex = hex
+    end)
+
     it("keeps nothing read before the cache was dropped", function()
         local C = S.module("script_cache")
         C.put("a", "x", print, "load")
