@@ -176,14 +176,15 @@ end
 -- their deadline.
 function K.record(key, path, data, stat)
     local sid = zk.session()
-    local rec = { key = key, path = path, live = false, sid = sid }
-    if not stat then return rec end
+    if not stat then return { key = key, path = path, live = false, sid = sid } end
     local v = codec.decode(data)
-    rec.node = stat
-    rec.vtype, rec.value, rec.ttl, rec.nonce = v.type, v.payload, v.ttl, v.nonce
     local owner = stat.ephemeralOwner or 0
-    rec.mine = owner ~= 0 and owner == sid
-    rec.dead_owner = owner ~= 0 and owner ~= sid and G.dead[owner] == true
+    -- (made at its size: owned and deadline are set below when they apply)
+    local rec = { key = key, path = path, live = false, sid = sid, node = stat,
+                  vtype = v.type, value = v.payload, ttl = v.ttl, nonce = v.nonce,
+                  mine = owner ~= 0 and owner == sid,
+                  dead_owner = owner ~= 0 and owner ~= sid and G.dead[owner] == true,
+                  owned = nil, deadline = nil }
     local o = O.owned[path]
     if o and o.sid == sid and v.nonce and o.nonce == v.nonce and o.version == stat.version then
         rec.owned = o
@@ -237,7 +238,7 @@ function K.read_once(key)
     local s = shared.serving(path)
     if s then
         K.stats.shared_reads = K.stats.shared_reads + 1
-        return read_guard(K.record(key, path, s.data, s.stat and shared.copy(s.stat)), s.gv, s.gcz)
+        return read_guard(K.record(key, path, s.data, s.stat and shared.copy_stat(s.stat)), s.gv, s.gcz)
     end
     local mine = shared.read_start(path)
     local done <close> = setmetatable({}, { __close = function() shared.read_end(path, mine) end })

@@ -71,11 +71,21 @@ function R.copy(t)
 end
 local copy = R.copy
 
+-- A node's stat (the fields sidecar/lua_zk.c pushes), copied: made at its
+-- size at once (a copy field by field grows the table four times, and
+-- every read a command makes copies one or two).
+function R.copy_stat(s)
+    return { czxid = s.czxid, mzxid = s.mzxid, pzxid = s.pzxid, ctime = s.ctime, mtime = s.mtime,
+             version = s.version, cversion = s.cversion, aversion = s.aversion,
+             ephemeralOwner = s.ephemeralOwner, dataLength = s.dataLength, numChildren = s.numChildren }
+end
+local copy_stat = R.copy_stat
+
 -- gv, gcz: our guard as known when the read was sent (see K.read).
 local function share(path, sent, data, stat, gv, gcz)
     if not shared[path] then nshared = nshared + 1 end
     if nshared > R.SHARED_MAX then shared, nshared = {}, 1 end
-    shared[path] = { sent = sent, data = data, stat = stat and copy(stat), gv = gv, gcz = gcz }
+    shared[path] = { sent = sent, data = data, stat = stat and copy_stat(stat), gv = gv, gcz = gcz }
 end
 
 -- Our write stamped `sent` left the node at path holding data, with stat (a
