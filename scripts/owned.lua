@@ -1,7 +1,7 @@
 -- owned.lua — the owned-key cache: an entry for each node this sidecar
 -- wrote that has a TTL (a persistent node's across our sessions) or is
--- ephemeral in our current session, and the
--- min-heap of their deadlines that expiry.lua works through.
+-- ephemeral in our current session, and the min-heap of their deadlines
+-- that expiry.lua works through.
 --
 --   remember(path, w) --> owned[path] = entry --(deadline)--> heap --> timer
 --                                             --> O.on_due (expiry.lua)
