@@ -520,11 +520,17 @@ def test_ensemble_paused_shorter_than_session(cluster):
     answered -TRYAGAIN, never 1), which this test must not confuse with a
     sidecar fault. For the same reason, when the ensemble elects again after
     the resume (a follower's read of its leader timed out across the pause:
-    seen once on a loaded machine, with every server silent for 5 s; the
+    seen on loaded machines, with every server silent for up to 5 s; the
     epoch grows), it serves no one until the election ends, and a renewal
-    may reach its deadline first: then -TRYAGAIN is the honest answer, and
-    what is checked is everything else (sessions survive, no overlap, no
-    lying answer, every renewal's 1 against the transactions)."""
+    may reach its deadline first: then -TRYAGAIN is the honest answer.  Nor
+    does a leader hear the clients' pings during the pause and the election
+    (a follower that answers a client just after the resume may pass its
+    touch on to no leader), so ZooKeeper may expire sessions whose clients
+    were answered in between (seen in CI under ASan: a 2 s pause, an
+    election of about 1.5 s, every session expired at the new epoch): with
+    an election, sessions may go, and what is checked is everything else
+    (no overlap, no lying answer, every renewal's 1 against the
+    transactions, every sidecar serving again by the end)."""
     pause = SESSION_MS / 2000.0
 
     def nemesis(ph):
@@ -539,8 +545,10 @@ def test_ensemble_paused_shorter_than_session(cluster):
         e1 = ph.c.ens.epoch()
         if e1 > e0:
             ph.expect["renewals_never_fail"] = set()
+            ph.expect["reachable_at_end"] = set(ph.expect["sessions_survive"])
+            ph.expect["sessions_survive"] = set()
             ph.notes.append("the ensemble elected again after the resume (epoch %d -> %d): renewals "
-                            "may answer -TRYAGAIN" % (e0, e1))
+                            "may answer -TRYAGAIN, and ZooKeeper may expire sessions" % (e0, e1))
         else:
             ph.notes.append("no election after the resume (epoch %d)" % e1)
     rounds(cluster, "pauseshort", nemesis)

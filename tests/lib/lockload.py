@@ -682,6 +682,8 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
     (ensemble.committed_txns) or None; root: the sidecars' --root (for the
     key paths in the txn log); expect: the nemesis's own expectations:
       sessions_survive: sidecar indices whose session must not change
+      reachable_at_end: sidecar indices that must reach ZooKeeper again by
+        the end of the phase (default: sessions_survive)
       renewals_never_fail: sidecar indices whose renewals must not fail
       no_unavailable: no '-TRYAGAIN ZooKeeper unavailable' at all
     log_lines(sidecar, wall_from, wall_to): the sidecar's log lines of that
@@ -778,7 +780,7 @@ def check(wl, monitor, faults, session_timeout_ms, request_timeout_ms, name="wor
                 rep.add("session_lost", line)
             else:
                 rep.notes.append(line)
-    for i in expect.get("sessions_survive", ()):
+    for i in expect.get("reachable_at_end", expect.get("sessions_survive", ())):
         if any(s[2] == "unreachable" for s in monitor.samples[i][-3:]):
             rep.add("session_lost", "%s unreachable at the end of the phase" % wl.sidecar_name(i))
 
