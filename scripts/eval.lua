@@ -527,21 +527,14 @@ local function eval(ro)
         local _, nerr = numkeys(args)
         if nerr then return err(nerr) end
         local body = args[2]
-        -- a script this sidecar has run or loaded: no SHA-1 computed again
-        local e = SC.get_body(body)
+        local e, sha = SC.lookup_body(body)
         if not e then
-            local sha = sha1.hex(body)
-            e = SC.get(sha)
-            if e then
-                SC.know_body(e, body)
-            else
-                local fn, cerr = compile(body)
-                if not fn then return err(cerr) end
-                e = SC.put(sha, body, fn, "eval")
-                SC.publish_later(sha, body)
-            end
+            local fn, cerr = compile(body)
+            if not fn then return err(cerr) end
+            e = SC.put(sha, body, fn, "eval")
+            SC.publish_later(sha, body)
         end
-        return run(args, e.fn, e.sha, ro)
+        return run(args, e.fn, sha, ro)
     end
 end
 
@@ -564,8 +557,7 @@ local function script(args)
     local sub = args[2]:lower()
     if sub == "load" then
         local body = args[3]
-        local sha = sha1.hex(body)
-        local known = SC.get(sha)
+        local known, sha = SC.lookup_body(body)
         local fn, cerr = known and known.fn, nil
         if not fn then fn, cerr = compile(body) end
         if not fn then return err(cerr) end

@@ -125,25 +125,36 @@ describe("the local script cache", function()
     end)
 
     it("finds a script by its body, except one whose body was read from ZooKeeper", function()
-        local C = S.module("script_cache")
+        local _, sc = S.world(1)
+        local C, sha1 = sc.require("script_cache"), sc.require("sha1")
+        local hex = sha1.hex
+        local hashed = 0
+        -- the entry looked up by body, and whether that hashed the body
+        local function lookup(body)
+            local n = hashed
+            sha1.hex = function(x) hashed = hashed + 1 return hex(x) end
+            local e = C.lookup_body(body)
+            sha1.hex = hex
+            return e, hashed > n
+        end
         C.EVAL_LOCAL_MAX = 1
         local long = "return 1 -- " .. string.rep("x", 60)
-        local e = C.put("e1", long, print, "eval")
-        assert.equal(e, C.get_body(long))
-        assert.equal(e, C.get_body((long .. " "):sub(1, #long))) -- (another string, same body)
-        C.put("e2", "return 2", print, "eval") -- e1 evicted
-        assert.is_nil(C.get_body(long))
+        local e = C.put(hex(long), long, print, "eval")
+        assert.same({ e, false }, { lookup(long) })
+        assert.same({ e, false }, { lookup((long .. " "):sub(1, #long)) }) -- (another string, same body)
+        C.put(hex("return 2"), "return 2", print, "eval") -- the first evicted
+        assert.same({ nil, true }, { lookup(long) })
         -- a body read from <root>/s/<sha> is indexed once its SHA-1 was
         -- computed here and matched: a node's content is not taken on trust
-        local sh = C.put("s1", "return 3", print, "shared")
-        assert.is_nil(C.get_body("return 3"))
-        C.know_body(sh, "return 3")
-        assert.equal(sh, C.get_body("return 3"))
-        C.know_body(C.put("s2", "return 4", print, "shared"), "return 5")
-        assert.is_nil(C.get_body("return 5"))
+        local sh = C.put(hex("return 3"), "return 3", print, "shared")
+        assert.same({ sh, true }, { lookup("return 3") })
+        assert.same({ sh, false }, { lookup("return 3") })
+        local odd = C.put(hex("return 5"), "return 4", print, "shared")
+        assert.same({ odd, true }, { lookup("return 5") })
+        assert.same({ odd, true }, { lookup("return 5") })
         C.drop_all()
-        assert.is_nil(C.get_body("return 2"))
-        assert.is_nil(C.get_body("return 3"))
+        assert.same({ nil, true }, { lookup("return 2") })
+        assert.same({ nil, true }, { lookup("return 3") })
     end)
 
     it("EVAL computes the SHA-1 of a body it has run once, and again after a FLUSH", function()
