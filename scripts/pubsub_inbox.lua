@@ -272,13 +272,13 @@ end
 -- earlier message's event may come after the doorbell's.
 
 local rings = {}      -- channel -> the payload of our doorbell on it
-local unarmed = {}    -- doorbell path -> {channel, payload}: its watch could
-                      -- not be set again after it fired (PB.start retries)
+local unarmed = {}    -- channel -> true: its doorbell's watch could not be
+                      -- set again after it fired (PB.start retries)
 
--- Sets the watch on our doorbell at D again (it fired).
-local function rearm(D, channel, payload)
-    local rc = zk.get(D, true)
-    unarmed[D] = rc ~= zk.OK and rc ~= zk.NONODE and { channel, payload } or nil
+-- Sets the watch on our doorbell on channel again (it fired).
+local function rearm(channel)
+    local rc = zk.get(bell(nil, channel, rings[channel]), true)
+    unarmed[channel] = rc ~= zk.OK and rc ~= zk.NONODE or nil
 end
 
 -- Our doorbell for (channel, payload) exists and is watched; false when
@@ -292,7 +292,7 @@ function PB.ring_ready(channel, payload)
     end
     if rc ~= zk.OK and rc ~= zk.NODEEXISTS then return false end
     if zk.get(D, true) ~= zk.OK then return false end
-    rings[channel], unarmed[D] = payload, nil
+    rings[channel], unarmed[channel] = payload, nil
     return true
 end
 
@@ -310,14 +310,16 @@ local function rang(event, path)
     local ch, pl = path:sub(#bells() + 2):match("^([^.]*)%.([^.]*)$")
     local channel, payload = ch and host.key_decode(ch), pl and host.key_decode(pl)
     if not channel or rings[channel] ~= payload then return end
-    if event == "changed" and not draining and listed then
-        PN.stats.rung = PN.stats.rung + 1
-        deliver_local("c", channel, payload)
-        credits[#credits + 1] = { channel = channel, payload = payload, gen = listings }
-    elseif event == "changed" and not listed then
-        PB.drain_later() -- the message, in its place among the others
+    if event == "changed" then
+        if not listed then
+            PB.drain_later() -- the message, in its place among the others
+        elseif not draining then
+            PN.stats.rung = PN.stats.rung + 1
+            deliver_local("c", channel, payload)
+            credits[#credits + 1] = { channel = channel, payload = payload, gen = listings }
+        end
     end
-    if event ~= "deleted" then rearm(path, channel, payload) end
+    if event ~= "deleted" then rearm(channel) end
 end
 
 -- A watch fired on path: our inbox's (it is read) or one of our
@@ -368,8 +370,8 @@ end
 
 function PB.start()
     ensure_inbox()
-    for D, r in pairs(unarmed) do
-        if rings[r[1]] == r[2] then rearm(D, r[1], r[2]) else unarmed[D] = nil end
+    for channel in pairs(unarmed) do
+        if rings[channel] then rearm(channel) else unarmed[channel] = nil end
     end
     drain()
 end
