@@ -42,7 +42,9 @@ local function options(args, name, allowed)
         elseif opt == "PX" then
             local n = U.to_int(v)
             if not n then return nil, { err = E.NOT_INTEGER } end
-            if n <= 0 then return nil, { err = E.invalid_expire(name) } end
+            if n <= 0 or n > math.maxinteger - math.floor(host.wall()) then
+                return nil, { err = E.invalid_expire(name) } -- as SET's PX
+            end
             o.px = n
         else
             local n = U.to_int(v)

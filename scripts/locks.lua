@@ -282,7 +282,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         local g = not older and grants_me(snap.queue, me, grants)
         if g then
             me.granted, me.convert, me.token = g.mode, nil, snap.token
-            if not converting then me.lease_end = math.floor(LS.leader_now() + px) end
+            if not converting then me.lease_end = LS.end_after(LS.leader_now(), px) end
             local how, zxid = LW.write_table(snap, converting and me or nil)
             if how == "ok" then
                 snap.version, snap.token = snap.version + 1, zxid
@@ -356,7 +356,7 @@ local function quick_release(h)
         local now = LS.leader_now()
         for _, g in ipairs(Q.grantable(queue)) do
             g.entry.granted, g.entry.token = g.mode, view.token
-            g.entry.lease_end = math.floor(now + g.entry.px)
+            g.entry.lease_end = LS.end_after(now, g.entry.px)
             granted = granted + 1
         end
     end

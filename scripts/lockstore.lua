@@ -124,12 +124,23 @@ function LS.lease_end(e, d)
     return e.lease_end or 0
 end
 
+-- The lease end (leader ms, an integer) px after now: the sum, held at
+-- LEASE_END_MAX (2^62 ms, far beyond any lease) where a lease of nearly
+-- math.maxinteger ms, which PX accepts as SET's does, would pass what an
+-- integer (and the node's i8) can hold.
+local LEASE_END_MAX = 1 << 62
+
+function LS.end_after(now, px)
+    local e = now + px
+    return e >= LEASE_END_MAX and LEASE_END_MAX or math.floor(e)
+end
+
 -- The lease end a renewal for px (RENEW, a reentrant ACQUIRE) writes in
 -- the node of entry mine (data d): px from now through the hold's own
 -- sidecar (`ours`, its timer moved too); through another, whose renewal
 -- does not move the holder's timer, never earlier than it was.
 function LS.renewed_end(mine, d, px, ours)
-    return math.max(LS.leader_now() + px, ours and 0 or LS.lease_end(mine, d))
+    return math.max(LS.end_after(LS.leader_now(), px), ours and 0 or LS.lease_end(mine, d))
 end
 
 function LS.decode_req(data)

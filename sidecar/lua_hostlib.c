@@ -68,6 +68,16 @@ static void on_sleep(uv_timer_t *t)
         lua_co_resume(c, 0);
 }
 
+/* A timeout in ms as libuv takes it: NaN and negatives are 0, and
+ * anything past 2^62 ms (a policy's or a script's huge number, inf) is
+ * 2^62, where converting it would be undefined. */
+static uint64_t timeout_ms(double ms)
+{
+    if (!(ms > 0))
+        return 0;
+    return ms < 0x1p62 ? (uint64_t)ceil(ms) : (uint64_t)1 << 62;
+}
+
 static int l_host_sleep(lua_State *L)
 {
     double ms = luaL_checknumber(L, 1);
@@ -78,7 +88,7 @@ static int l_host_sleep(lua_State *L)
     s->co = c;
     uv_timer_init(c->h->loop, &s->timer);
     s->timer.data = s;
-    uv_timer_start(&s->timer, on_sleep, ms > 0 ? (uint64_t)ms : 0, 0);
+    uv_timer_start(&s->timer, on_sleep, timeout_ms(ms), 0);
     c->wait = WAIT_SLEEP;
     return lua_yield(L, 0);
 }
@@ -242,8 +252,7 @@ static int l_timer_start(lua_State *L)
 {
     struct host_timer *ht = timer_check(L);
     double ms = luaL_checknumber(L, 2);
-    uv_timer_start(&ht->timer, on_host_timer, ms > 0 ? (uint64_t)ceil(ms) : 0,
-                   0);
+    uv_timer_start(&ht->timer, on_host_timer, timeout_ms(ms), 0);
     return 0;
 }
 

@@ -769,6 +769,37 @@ def test_lease_of_a_waiter_runs_from_its_grant(sc, conn, waiters):
         "lease_left_ms of a hold granted a moment ago with PX 2000 after a 1.2 s wait: %r" % left
 
 
+def test_lease_near_the_largest_px(sc, conn, waiters):
+    """PX takes what SET's PX takes: up to the largest integer less the
+    time now (past that, Redis's invalid expire time, for ACQUIRE and
+    RENEW).  A lease that long is a lease, through each path that writes a
+    lease end: the grant at once, a reentrant ACQUIRE, RENEW, and a
+    waiter granted by another sidecar's release; LOCK.INFO shows it."""
+    a = conn(0)
+    key = unique("hugepx")
+    huge = 9223300000000000000  # accepted: below 2^63 - 1 - now
+    for cmd in ("LOCK.ACQUIRE", "LOCK.RENEW"):
+        with pytest.raises(redis.ResponseError) as e:
+            a.execute_command(cmd, key, "h", "PX", 2 ** 63 - 1)
+        assert str(e.value) == "invalid expire time in '%s' command" % cmd.lower()
+    t = acquire(a, key, "h", mode="EX", px=huge)
+    assert is_token(t)
+    assert acquire(a, key, "h", mode="EX", px=huge) == t
+    assert renew(a, key, "h", huge) == 1
+    w = Waiter(sc[1], key, "w", "EX", wait=10000, px=huge).start(waiters)
+    wait_queued(a, key, [("w", "EX", "new")])
+    [left] = [h["lease_left_ms"] for h in lock_info(a, key)["holders"]]
+    assert left > 10 ** 18, left
+    assert release(a, key, "h") == 1
+    assert release(a, key, "h") == 1
+    tw = w.outcome(5)
+    assert is_token(tw) and tw > t
+    [left] = [h["lease_left_ms"] for h in lock_info(a, key)["holders"] if h["owner"] == "w"]
+    assert left > 10 ** 18, left
+    assert release(a, key, "w") == 1
+    assert holders(a, key) == []
+
+
 def test_renew_keeps_hold_past_several_leases(sc, conn):
     """RENEW every 100 ms keeps a PX 600 hold for over 4 leases: every
     RENEW answers 1, the lock stays refused elsewhere.  RENEW PX 20000

@@ -301,6 +301,31 @@ describe("native locks", function()
         os.remove(file)
     end)
 
+    it("holds a lease as long as the policy's largest default, through every path that writes its end", function()
+        local file = S.policy_file([[
+            return { default_ttl = function() return math.maxinteger end }
+        ]])
+        local W2 = S.world(0)
+        local p = W2:sidecar({ config = { policy = file } })
+        local q = W2:sidecar({ config = { policy = file } })
+        local t = p:call("LOCK.ACQUIRE", "long", "h")
+        integer(t, "granted at once")
+        assert.equal(t, p:call("LOCK.ACQUIRE", "long", "h"))
+        assert.equal(1, p:call("LOCK.RENEW", "long", "h", "PX", "9223300000000000000"))
+        local w = q:start("LOCK.ACQUIRE", "long", "w", "WAIT", "5000")
+        W2:advance(50)
+        assert.equal(1, p:call("LOCK.RELEASE", "long", "h"))
+        assert.equal(1, p:call("LOCK.RELEASE", "long", "h"))
+        W2:run_until(function() return w.done end)
+        integer(w.result, "the waiter, granted by the release")
+        local holder = q:call("LOCK.INFO", "long").map[2][1].map
+        local left
+        for i = 1, #holder, 2 do if holder[i] == "lease_left_ms" then left = holder[i + 1] end end
+        assert.is_true(left > 10 ^ 18, "lease_left_ms " .. tostring(left))
+        assert.equal(1, q:call("LOCK.RELEASE", "long", "w"))
+        os.remove(file)
+    end)
+
     it("asks the policy's before_acquire, with whether the lock is held, and heeds a refusal", function()
         local file = S.policy_file([[
             return {

@@ -739,7 +739,9 @@ local function make_host(sc, opts)
         return t
     end
 
-    function host.now() return W.now + sc.mono_base end
+    -- A float, as the C host's (lua_pushnumber): arithmetic on it never
+    -- wraps around as an integer's would.
+    function host.now() return (W.now + sc.mono_base) * 1.0 end
     -- As the C host: host.now() less the time the task spent yielded.
     function host.busy() return host.now() - (task().waited or 0) end
 
@@ -816,7 +818,7 @@ local function make_host(sc, opts)
         end
         return n
     end
-    function host.wall() return W.now + sc.wall_base end
+    function host.wall() return (W.now + sc.wall_base) * 1.0 end
 
     function host.sleep(ms)
         local co = coroutine.running()
