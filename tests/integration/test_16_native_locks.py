@@ -10,14 +10,15 @@ down- and up-conversions, the conversion queue and a conversion deadlock,
 reentrancy, leases (from the grant) and RENEW, a holder's sidecar
 killed or stalled past its session, waiters that disconnect or time out
 leaving the queue at once, the sidecar serving other connections while one
-waits, LOCK.INFO's shape in RESP2 and RESP3, the separate namespace, and
-the error replies.
+waits, LOCK.INFO's shape in RESP2 and RESP3, the separate namespace, the
+error replies, and random requests from several connections at once.
 
 Blocking waiters run in threads, each on its own connection (socket
 timeout above its WAIT).  A waiter is put in the queue in a known order by
 waiting until LOCK.INFO lists it before the next one is sent."""
 
 import contextlib
+import random
 import socket
 import struct
 import threading
@@ -1347,3 +1348,99 @@ def test_error_replies_keep_connection(sc):
         # The connection still works for locks too.
         assert c.cmd("LOCK.ACQUIRE", key, "o", "MODE", "ex").startswith(b":")
         assert c.cmd("LOCK.RELEASE", key, "o") == b":1\r\n"
+
+
+# The random lock traffic's vocabulary: lock names and owners shared by
+# every thread, modes valid and not, numbers at the edges.
+R_MODES = ["NL", "CR", "CW", "PR", "PW", "EX", "SHARED", "EXCLUSIVE", "ex", "XX", ""]
+R_NUMS = ["0", "1", "5", "50", "200", "1000", "30000", "-1", "abc", "1.5", " 5", "1e3",
+          "9223300000000000000", "9223372036854775807", "9223372036854775808"]
+R_OPTS = ["MODE", "PX", "WAIT", "mode", "px", "wait", "FOO"]
+
+
+def _random_lock_request(rng, keys):
+    key, owner = rng.choice(keys), rng.choice(["o%d" % i for i in range(5)] + [""])
+
+    def opts(names):
+        out = []
+        for _ in range(rng.randrange(4)):
+            name = rng.choice(names)
+            out.append(name)
+            if rng.random() < 0.95:
+                out.append(rng.choice(R_MODES) if name.upper() == "MODE" else rng.choice(R_NUMS))
+        return out
+    r = rng.random()
+    if r < 0.35:
+        return ["LOCK.ACQUIRE", key, owner] + opts(R_OPTS)
+    if r < 0.6:
+        return ["LOCK.RELEASE", key, owner] + ([] if rng.random() < 0.95 else ["x"])
+    if r < 0.7:
+        return ["LOCK.RENEW", key, owner, "PX", rng.choice(R_NUMS)] if rng.random() < 0.8 else \
+            ["LOCK.RENEW", key, owner] + opts(R_OPTS)
+    if r < 0.85:
+        return ["LOCK.CONVERT", key, owner, "MODE", rng.choice(R_MODES)] + \
+            (["WAIT", rng.choice(R_NUMS)] if rng.random() < 0.5 else [])
+    return ["LOCK.INFO", key] + ([] if rng.random() < 0.95 else ["x"])
+
+
+def _wait_arg(req):
+    """The WAIT a request would wait (its last one), 0 when none parses."""
+    waits = [req[i + 1] for i in range(len(req) - 1) if req[i].upper() == "WAIT"]
+    try:
+        return int(waits[-1]) if waits else 0
+    except ValueError:
+        return 0
+
+
+def test_random_lock_requests(sc):
+    """RELIABILITY 31 for the lock commands: 8 connections over the three
+    sidecars send random LOCK.* requests on four shared names (random
+    options in any order and case, modes valid and not, leases and waits at
+    the edges: 1 ms leases that end under contention, PX at and past the
+    largest integer), and some leave while they wait.  Every request is
+    answered, none with an internal error; no Lua error is logged; every
+    sidecar stays up; and once the connections are gone, no waiter is left
+    in any queue."""
+    seed = random.randrange(1 << 30)
+    keys = [unique("rnd%d" % i) for i in range(4)]
+    internal, errors = [], []
+    log_at = [len(z.log()) for z in sc]
+
+    def lane(i):
+        rng = random.Random(seed * 10 + i)
+        deadline = time.monotonic() + 8
+        c = sc[i % 3].client(timeout=10)
+        try:
+            while time.monotonic() < deadline:
+                req = _random_lock_request(rng, keys)
+                wait = _wait_arg(req)
+                if wait > 1000 or (req[0] == "LOCK.ACQUIRE" and rng.random() < 0.05):
+                    # Sent, then the connection goes while it may wait.
+                    c.send_cmd(*req)
+                    time.sleep(rng.random() * 0.05)
+                    c.close()
+                    c = sc[rng.randrange(3)].client(timeout=10)
+                    continue
+                reply = c.cmd(*req)
+                if b"internal" in reply.lower() or b".lua:" in reply:
+                    internal.append((req, reply[:300]))
+        except Exception as e:  # reported below with the seed
+            errors.append("lane %d: %r" % (i, e))
+        finally:
+            c.close()
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    where = "seed %d" % seed
+    assert not errors, "%s: %s" % (where, errors)
+    assert not internal, "%s: internal errors:\n%s" % (where, "\n".join("%r -> %r" % i for i in internal[:10]))
+    assert all(z.alive() for z in sc), where
+    with sc[0].client() as c:
+        def no_waiters():
+            return all(c.call("LOCK.INFO", k)[3] == [] for k in keys)
+        wait_for(no_waiters, 10, what="every waiter gone from the queues (%s)" % where)
+    for z, at in zip(sc, log_at):
+        logged = [l for l in z.log()[at:].splitlines() if b"event=lua.error" in l]
+        assert not logged, "%s: %s" % (where, logged[:5])

@@ -187,7 +187,8 @@ SUBCOMMANDS = {
 WORDS = ["NX", "XX", "PX", "EX", "PXAT", "EXAT", "KEEPTTL", "GET", "IFEQ", "GT", "LT", "CH",
          "INCR", "WITHSCORES", "LIMIT", "BYSCORE", "BYLEX", "REV", "MATCH", "COUNT", "TYPE",
          "ID", "ADDR", "AUTH", "SETNAME", "LIB-NAME", "LIB-VER", "SYNC", "ASYNC", "default",
-         "everything", "zookeeper"]
+         "everything", "zookeeper", "MODE", "WAIT", "SHARED", "EXCLUSIVE", "NL", "PR", "PW",
+         "EX"]
 NUMS = ["0", "1", "-1", "2", "3", "10", "100", "-5", "9223372036854775807",
         "9223372036854775808", "-9223372036854775809", "1.5", "-0.5", "inf", "-inf", "+inf",
         "nan", "(1", "[a", "-", "+", "1e3", " 1", "01", "0x10"]
@@ -250,6 +251,14 @@ def fuzz_request(rng, table, names):
         args += rng.sample(FKEYS, nk)
     while len(args) < argc:
         args.append(fuzz_arg(rng, names))
+    if rng.random() < 0.25:
+        # Options with values (PX n, WAIT n, MODE m, LIMIT a b...) after
+        # the leading arguments: a word, then a number or another word.
+        del args[min(len(args), rng.randrange(1, 4)):]
+        for _ in range(rng.randrange(1, 4)):
+            args.append(rng.choice(WORDS))
+            args.append(rng.choice(NUMS) if rng.random() < 0.7 else rng.choice(WORDS))
+        argc = len(args)
     word = name if rng.random() < 0.6 else "".join(
         ch.upper() if rng.random() < 0.5 else ch for ch in name)
     # The structured prefix (subcommand, script and key count) may be cut
