@@ -202,9 +202,13 @@ local function wrap(p)
         end
     end
     if before_acquire then
+        -- -> true and the reason (or nil) when the policy refuses, else nil
         w.before_acquire = function(key, info)
             info.client = H.client()
-            return call("before_acquire", before_acquire, key, info)
+            local ok, why = call("before_acquire", before_acquire, key, info)
+            if ok == false or type(ok) == "string" then
+                return true, type(ok) == "string" and ok or (type(why) == "string" and why or nil)
+            end
         end
     end
     return w

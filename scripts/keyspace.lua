@@ -385,12 +385,9 @@ end
 function K.acquire_refused(rec)
     local hook = K.policy.before_acquire
     if not hook or rec.acquire_checked then return rec.acquire_refused end
-    local ok, why = hook(rec.key, { exists = rec.node ~= nil, path = rec.path })
+    local no, why = hook(rec.key, { exists = rec.node ~= nil, path = rec.path })
     rec.acquire_checked = true
-    if ok == false or type(ok) == "string" then
-        rec.acquire_refused = type(ok) == "string" and ok or
-                              (type(why) == "string" and why or "the policy refuses to create the key now")
-    end
+    if no then rec.acquire_refused = why or "the policy refuses to create the key now" end
     return rec.acquire_refused
 end
 

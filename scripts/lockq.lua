@@ -196,6 +196,14 @@ end
 
 -- True when entry `e` (its held mode, its pending conversion, or the mode
 -- it waits for) conflicts with `mode`.
+-- Whether queue has a granted entry other than me.
+function Q.others_granted(queue, me)
+    for _, e in ipairs(queue) do
+        if e ~= me and e.granted then return true end
+    end
+    return false
+end
+
 local function clashes(e, mode)
     if e.granted then
         if not Q.compatible(e.granted, mode) then return true end

@@ -2,24 +2,8 @@
 -- znodes, the grants, the waits, the leases.  lockq.lua decides who may
 -- hold what; this file reads and writes the nodes it decides on.
 --
--- The nodes (a namespace of their own, beside <root>/k):
---
---   <root>/l/<encoded key>     the lock node, a CONTAINER (the server
---                              deletes it some time after its last child):
---                              its data is the grant table, one line per
---                              granted request: "<seq> <mode> <token>
---                              <lease end at the grant, leader ms>
---                              [<converting to> <convert_at> <asked ms>]",
---                              then "q <request name>" for each request of
---                              the queue the writer decided on (up to
---                              lockstore's NAMES_MAX)
---   .../<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>
---                              a request: EPHEMERAL_SEQUENTIAL, created by the
---                              sidecar that took it; its name says the mode
---                              asked, whose it is (a hash) and its lease (so
---                              another sidecar may grant it), its data the owner,
---                              hold count, lease end (leader clock, once
---                              renewed), when asked, sidecar, client
+-- The nodes, a namespace of their own beside <root>/k (the lock node and
+-- its requests): lockstore.lua's header.
 --
 -- Granted is state (lockq.lua): a grant, a conversion asked, given up or
 -- granted, a down-conversion are each one write of the grant table
@@ -230,9 +214,13 @@ end
 -- the table this sidecar knows may do though the lock moved on since
 -- (LS.snapshot's `seq, mode`): the request waits for the one ahead of it,
 -- watched with LW.wait's `since`, and grants itself only on a newer read.
-local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing)
+-- held_back(snap, me), when given, is asked before a request that waited
+-- grants itself: a reason keeps it waiting (looked at again every
+-- LW.POLL_MS) until its WAIT runs out.  A grant written by a release is
+-- not asked about.
+local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing, held_back)
     local seq = LS.seq_of(path)
-    local t, names, pzxid, czxid, event, looked_path, looked_mzxid
+    local t, names, pzxid, czxid, event, looked_path, looked_mzxid, waited
     -- ours lost: reads retry on a new session, our node gone, its line left
     -- (another sidecar's request, a conversion asked here, ends with its node)
     local own = zk.session() == sid
@@ -280,7 +268,8 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         if converting and not me.convert then return nil, "lost" end
         local grants = Q.grantable(snap.queue) -- (for the watch target too)
         local g = not older and grants_me(snap.queue, me, grants)
-        if g then
+        local held = g and waited and held_back and held_back(snap, me)
+        if g and not held then
             me.granted, me.convert, me.token = g.mode, nil, snap.token
             if not converting then me.lease_end = LS.end_after(LS.leader_now(), px) end
             local how, zxid = LW.write_table(snap, converting and me or nil)
@@ -298,12 +287,14 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
                 if latest then return nil, "deadlock" end
             end
             local target, poll = LW.target(snap.queue, me, grants)
+            poll = poll or held
             local wait_until = poll and math.min(until_ms, host.now() + LW.POLL_MS) or until_ms
             -- the target written after the table we chose on: look again, once per write
             local since = t.mzxid
             if target and target.path == looked_path then since = math.max(since, looked_mzxid) end
             local how, seen
             how, event, seen = LW.wait(target and target.path, lock, wait_until, since, older)
+            waited = true
             if seen then looked_path, looked_mzxid = target.path, seen end
             if how == "gone" or (how == "timeout" and host.now() >= until_ms) then return nil, how end
         end
@@ -441,13 +432,19 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         snap.queue[#snap.queue + 1] = probe
         if not grants_me(snap.queue, probe) then return nil end
     end
+    local held_back
     if before_acquire then
-        local ok, why = before_acquire(key, { exists = exists, path = lock,
-                                              mode = mode, lock = true })
-        if ok == false or type(ok) == "string" then
+        local no, why = before_acquire(key, { exists = exists, path = lock, mode = mode, lock = true })
+        if no then
             if wait_ms == 0 then return nil end
-            return { err = "TRYAGAIN " .. (type(ok) == "string" and ok or why or
-                                           "the policy refuses the lock now"):gsub("[\r\n]+", " ") }
+            return { err = "TRYAGAIN " .. (why or "the policy refuses the lock now"):gsub("[\r\n]+", " ") }
+        end
+        -- asked again before the request, having waited, grants itself:
+        -- nobody's write granted it (the hold ahead ended with its session,
+        -- its lease, or a release that did not know of it)
+        held_back = function(s, me)
+            return (before_acquire(key, { exists = Q.others_granted(s.queue, me), path = lock,
+                                          mode = mode, lock = true, queued = true }))
         end
     end
     local until_ms = host.now() + wait_ms
@@ -463,7 +460,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     if not made then LW.abandon(lock, prefix, sid0) error(path, 0) end
     local settled, token, view, listing = pcall(settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return LS.owner_there(s, me, owner)
-    end, mode, first_listing)
+    end, mode, first_listing, held_back)
     if not settled then LW.leave(path) error(token, 0) end
     if not token then
         LW.leave(path)

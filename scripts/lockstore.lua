@@ -1,7 +1,26 @@
 -- lockstore.lua — how a native lock lives in ZooKeeper (locks.lua's
--- nodes, see its header): the names and data of request nodes, the grant
--- table in the lock node's data, reading a lock into lockq's queue, and the
--- conditional write of the table.  Nothing here waits or decides.
+-- nodes): the names and data of request nodes, the grant table in the lock
+-- node's data, reading a lock into lockq's queue, and the conditional write
+-- of the table.  Nothing here waits or decides.
+--
+-- The nodes (a namespace of their own, beside <root>/k):
+--
+--   <root>/l/<encoded key>     the lock node, a CONTAINER (the server
+--                              deletes it some time after its last child):
+--                              its data is the grant table, one line per
+--                              granted request: "<seq> <mode> <token>
+--                              <lease end at the grant, leader ms>
+--                              [<converting to> <convert_at> <asked ms>]",
+--                              then "q <request name>" for each request of
+--                              the queue the writer decided on (up to
+--                              LS.NAMES_MAX)
+--   .../<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>
+--                              a request: EPHEMERAL_SEQUENTIAL, created by the
+--                              sidecar that took it; its name says the mode
+--                              asked, whose it is (a hash) and its lease (so
+--                              another sidecar may grant it), its data the owner,
+--                              hold count, lease end (leader clock, once
+--                              renewed), when asked, sidecar, client
 --
 --   LS.lock_path(key)            <root>/l/<encoded key>
 --   LS.prefix(mode, owner, px)   a request's name before its sequence

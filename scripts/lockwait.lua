@@ -28,7 +28,8 @@ local E = require "errors"
 
 local LW = {}
 
--- How often a waiter that sees through a compatible waiter looks again.
+-- How often a waiter that sees through a compatible waiter looks again
+-- (and one the policy holds back: locks.lua's settle).
 LW.POLL_MS = 250
 
 -- How long a waiter behind a request of its own sidecar waits without a

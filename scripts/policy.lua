@@ -105,7 +105,10 @@ local policy = {}
 --   They run after the event, in the background: they never delay a reply
 --   and may call zk.* and host.sleep.
 --   Native locks (LOCK.*, README "Native locks") call before_acquire with
---   info = {path, exists, mode, lock = true} and the four notifications
+--   info = {path, exists, mode, lock = true} before a request joins the
+--   queue, and with queued = true before one that waited grants itself
+--   (a refusal keeps it waiting, asked again every 250 ms, until its WAIT
+--   runs out), and the four notifications
 --   with info = {path, lock = true, mode, token, czxid = token, owner, ttl,
 --   lifetime = "ephemeral", client}; their key is the lock's name.
 --

@@ -19,9 +19,10 @@
 --
 -- Native locks (LOCK.*) too, with one marker per lock node: a new request
 -- (LOCK.ACQUIRE after the holder vanished) is held back as above, WAIT 0
--- answered null and a waiting one -TRYAGAIN.  Requests already queued when
--- the holder vanished are not: they are granted as its session ends (the
--- hook runs before a request joins the queue).  Of shared holders the
+-- answered null and a waiting one -TRYAGAIN.  A request already queued when
+-- the holder vanished is asked about again before it grants itself
+-- (info.queued): it keeps its place and waits out the delay, or is
+-- answered null when its WAIT runs out first.  Of shared holders the
 -- marker carries the token of the one that acquired last, and only that
 -- one's release clears it: its vanishing delays the next request, an
 -- earlier shared holder's does not once that last one has released.

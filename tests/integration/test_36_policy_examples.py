@@ -11,6 +11,7 @@ znodes through kazoo).
 """
 
 import os
+import threading
 import time
 
 import pytest
@@ -169,7 +170,9 @@ def test_lock_delay(make_zkresp, kz):
 def test_lock_delay_native(make_zkresp, kz):
     """lock_delay.lua on LOCK.*: a released lock is free at once; after its
     holder's sidecar is killed, a new request is refused (WAIT 0: null) for
-    the delay, then granted; its marker goes with its release."""
+    the delay, then granted; its marker goes with its release.  A request
+    queued when its holder's sidecar is killed is granted only after the
+    delay."""
     delay_ms = 3000
     env = harness.zkresp_env(ZKRESP_LOCK_DELAY_MS=str(delay_ms))
     a = make_zkresp(extra=["--policy", example("lock_delay")], env=env)
@@ -191,6 +194,28 @@ def test_lock_delay_native(make_zkresp, kz):
     held_back(lambda: rb.execute_command("LOCK.ACQUIRE", "nx", "o4", "WAIT", 0) is not None, gone, delay_ms)
     assert rb.execute_command("LOCK.RELEASE", "nx", "o4") == 1
     harness.wait_for(lambda: kz.get_children(a.root + "/ld") == [], 10, what="no lock-delay marker left")
+
+    # A request already queued when the holder vanishes waits out the delay
+    # in its place.
+    c = make_zkresp(root=a.root, extra=["--policy", example("lock_delay")], env=env)
+    rc = c.redis(socket_timeout=30)
+    assert isinstance(rc.execute_command("LOCK.ACQUIRE", "nq", "o5", "PX", 30000), int)
+    time.sleep(0.3)
+    out = {}
+    waiter = threading.Thread(target=lambda: out.update(
+        t=rb.execute_command("LOCK.ACQUIRE", "nq", "o6", "WAIT", 20000), at=time.monotonic()))
+    waiter.start()
+    harness.wait_for(lambda: len(rc.execute_command("LOCK.INFO", "nq")[3]) == 1, 10, what="o6 queued")
+    c.kill9()
+    harness.wait_for(lambda: all(h[1] != b"o5" for h in rb.execute_command("LOCK.INFO", "nq")[1]),
+                     15, 0.01, "the killed sidecar's hold to end")
+    gone = time.monotonic()
+    waiter.join(25)
+    assert isinstance(out.get("t"), int), out
+    assert out["at"] - gone >= delay_ms / 1000.0 - 0.3, "granted %.2f s after the holder vanished" % (
+        out["at"] - gone)
+    assert out["at"] - gone < delay_ms / 1000.0 + 3
+    assert rb.execute_command("LOCK.RELEASE", "nq", "o6") == 1
 
 
 def test_audit_log(make_zkresp):

@@ -363,6 +363,56 @@ describe("native locks", function()
         os.remove(file)
     end)
 
+    it("asks before_acquire again before a queued request grants itself, not when a release grants it",
+       function()
+        local file = S.policy_file([[
+            _G.__asked = {}
+            return {
+                before_acquire = function(key, info)
+                    if info.queued then
+                        _G.__asked[#_G.__asked + 1] = string.format("%s %s exists=%s", key, info.mode,
+                                                                    tostring(info.exists))
+                        if not _G.__let_through then return false, "not yet" end
+                    end
+                    return true
+                end,
+            }
+        ]])
+        local W2 = S.world(0)
+        local p = W2:sidecar({ config = { policy = file } })
+        local q = W2:sidecar({ config = { policy = file } })
+        -- a release that knows of the waiter (its sidecar listed it on
+        -- its arrival) grants it in its multi: not asked
+        integer(p:call("LOCK.ACQUIRE", "qa", "h", "PX", "30000"), "held")
+        local w = p:start("LOCK.ACQUIRE", "qa", "w", "WAIT", "5000")
+        W2:advance(50)
+        assert.equal(1, p:call("LOCK.RELEASE", "qa", "h"))
+        W2:run_until(function() return w.done end)
+        integer(w.result, "granted by the release")
+        assert.same({}, p.env.__asked)
+        assert.equal(1, p:call("LOCK.RELEASE", "qa", "w"))
+        -- the holder's session ends: the waiter asks, is refused, keeps
+        -- its place, and is granted once the policy lets it through
+        integer(p:call("LOCK.ACQUIRE", "qa", "h2", "PX", "30000"), "held")
+        w = q:start("LOCK.ACQUIRE", "qa", "w2", "MODE", "PR", "WAIT", "5000")
+        W2:advance(50)
+        p:lose({ expire_old = true })
+        W2:advance(1000)
+        assert.is_falsy(w.done)
+        local asked = q.env.__asked
+        assert.equal("qa PR exists=false", asked[1])
+        assert.is_true(#asked >= 3, "asked again while held back: " .. #asked)
+        local waiting = q:call("LOCK.INFO", "qa").map[4]
+        assert.equal(1, #waiting)
+        q.env.__let_through = true
+        local at = W2.now
+        W2:run_until(function() return w.done end)
+        integer(w.result, "granted once let through")
+        assert.is_true(W2.now - at <= 300, "granted " .. (W2.now - at) .. " ms after")
+        assert.equal(1, q:call("LOCK.RELEASE", "qa", "w2"))
+        os.remove(file)
+    end)
+
     it("tells the policy's on_acquire, on_release, on_expire and on_lost, with the mode and the token", function()
         local file = S.policy_file([[
             local log = {}
