@@ -6,7 +6,9 @@ and the memory acceptance).
   command is refused with an -ERR and subscribes to none of its channels
   (no znode, not in subscribed mode).
 - Everything a client's subscriptions made (its interest nodes, the channel
-  nodes, the Lua tables) is gone after it disconnects or unsubscribes.
+  nodes, the Lua tables) is gone after it disconnects or unsubscribes; so
+  is everything random traffic of eight clients over two sidecars made
+  (doorbells and inbox messages too).
 - PUBLISH to thousands of channels nobody listens to leaves no route
   remembered for good.
 - kill -9 of a sidecar with thousands of subscriptions: a live sidecar
@@ -233,6 +235,108 @@ def test_abandoned_pubsub_channels_stop(make_zkresp, zk, kz):
     # client has gone (plus what ran before that, and session pings)
     assert sent < 40 * 3000 // 4, sent
     assert c.cmd("PING") == b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+
+
+# ---------------------------------------------------- random traffic
+
+
+R_CHANNELS = ["rc:0", "rc:1", "redisson_lock__channel:{rk1}", "redisson_lock__channel:rk2",
+              "redisson_rwlock:{rk3}", "rc:" + "x" * 60]
+R_PATTERNS = ["rc:*", "redisson_lock__channel:*", "*", "rc:[01]", "nomatch*"]
+
+
+def _random_pubsub_lane(ports, seed, seconds, bad):
+    """One client's random pub/sub traffic on the sidecars at ports: (un)
+    subscriptions of every kind, publishes (Redisson's unlock message "0"
+    on lock channels rings doorbells), RESP2 and RESP3, and disconnects
+    with subscriptions held.  Replies are read by a drain thread per
+    connection; frames that carry an internal error go to bad."""
+    import random
+    import threading
+    rng = random.Random(seed)
+
+    def connect():
+        sock = socket.create_connection(("127.0.0.1", rng.choice(ports)), timeout=20)
+        if rng.random() < 0.5:
+            sock.sendall(encode("HELLO", "3"))
+
+        def drain():
+            buf = b""
+            while True:
+                try:
+                    data = sock.recv(1 << 16)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf = (buf + data)[-4096:]
+                if b"internal error" in buf or b".lua:" in buf:
+                    bad.append(buf[-300:])
+                    return
+        threading.Thread(target=drain, daemon=True).start()
+        return sock
+    sock = connect()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        r = rng.random()
+        if r < 0.25:
+            req = ["SUBSCRIBE"] + rng.sample(R_CHANNELS, rng.randint(1, 3))
+        elif r < 0.35:
+            req = ["PSUBSCRIBE"] + rng.sample(R_PATTERNS, rng.randint(1, 2))
+        elif r < 0.42:
+            req = ["SSUBSCRIBE", rng.choice(R_CHANNELS)]
+        elif r < 0.55:
+            req = ["UNSUBSCRIBE"] + rng.sample(R_CHANNELS, rng.randint(0, 2))
+        elif r < 0.60:
+            req = ["PUNSUBSCRIBE"] + rng.sample(R_PATTERNS, rng.randint(0, 2))
+        elif r < 0.64:
+            req = ["SUNSUBSCRIBE"] + rng.sample(R_CHANNELS, rng.randint(0, 1))
+        elif r < 0.88:
+            req = [rng.choice(["PUBLISH", "PUBLISH", "SPUBLISH"]), rng.choice(R_CHANNELS),
+                   rng.choice(["0", "0", "1", "m"])]
+        elif r < 0.92:
+            req = ["PING"]
+        else:
+            sock.close()
+            sock = connect()
+            continue
+        sock.sendall(encode(*req))
+        time.sleep(rng.random() * 0.01)
+    sock.close()
+
+
+def test_random_pubsub_traffic_leaves_nothing(make_zkresp, zk, kz):
+    """Eight clients over two sidecars send random pub/sub traffic for 8 s
+    (every kind of (un)subscription, publishes that ring lock channels'
+    doorbells, disconnects with subscriptions held).  No reply carries an
+    internal error, and once they are gone each sidecar holds no
+    subscription, interest or route, and ZooKeeper no interest, channel,
+    doorbell or message node of theirs."""
+    import random
+    import threading
+    a = start(make_zkresp, zk)
+    b = start(make_zkresp, zk, root=a.root)
+    seed = random.randrange(1 << 30)
+    bad = []
+    lanes = [threading.Thread(target=_random_pubsub_lane, args=([a.port, b.port], seed * 10 + i, 8, bad))
+             for i in range(8)]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join(60)
+    assert not bad, "seed %d: %r" % (seed, bad[:3])
+    assert a.alive() and b.alive()
+    for z in (a, b):
+        settled_empty(z, kz)
+    ps = a.root + "/ps"
+    for kind in ("p", "s"):
+        assert children(kz, ps + "/" + kind) == [], (seed, kind)
+    for inst in children(kz, ps + "/b"):
+        wait_for(lambda: children(kz, ps + "/b/" + inst) == [], 10, 0.1,
+                 "no doorbell left (seed %d): %r" % (seed, children(kz, ps + "/b/" + inst)))
+    for inst in children(kz, ps + "/i"):
+        wait_for(lambda: children(kz, ps + "/i/" + inst) == [], 10, 0.1,
+                 "no message left (seed %d): %r" % (seed, children(kz, ps + "/i/" + inst)))
 
 
 # ------------------------------------------------------------- acceptance
