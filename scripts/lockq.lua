@@ -194,8 +194,6 @@ function Q.waits(e)
     return e.convert ~= nil and not Q.is_down(e.granted, e.convert)
 end
 
--- True when entry `e` (its held mode, its pending conversion, or the mode
--- it waits for) conflicts with `mode`.
 -- Whether queue has a granted entry other than me.
 function Q.others_granted(queue, me)
     for _, e in ipairs(queue) do
@@ -204,6 +202,8 @@ function Q.others_granted(queue, me)
     return false
 end
 
+-- True when entry `e` (its held mode, its pending conversion, or the mode
+-- it waits for) conflicts with `mode`.
 local function clashes(e, mode)
     if e.granted then
         if not Q.compatible(e.granted, mode) then return true end
