@@ -40,11 +40,8 @@ local function options(args, name, allowed)
             if not m then return nil, bad_mode(v) end
             o.mode = m
         elseif opt == "PX" then
-            local n = U.to_int(v)
-            if not n then return nil, { err = E.NOT_INTEGER } end
-            if n <= 0 or n > math.maxinteger - math.floor(host.wall()) then
-                return nil, { err = E.invalid_expire(name) } -- as SET's PX
-            end
+            local n, _, e = U.parse_expire("px", v, name) -- as SET's PX
+            if not n then return nil, { err = e } end
             o.px = n
         else
             local n = U.to_int(v)

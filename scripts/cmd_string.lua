@@ -27,24 +27,6 @@ local function ok() return { ok = "OK" } end
 -- SET key value [NX | XX | IFEQ v | IFNE v] [GET]
 --               [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]
 
--- An expiry argument of SET, SETEX, GETEX... (kind "ex", "px", "exat" or
--- "pxat"; text as sent): the TTL in ms, or nil and the absolute time in
--- unix ms; or nil, nil and the error.
-local function parse_expire(kind, text, name)
-    local n = U.to_int(text)
-    if not n then return nil, nil, E.NOT_INTEGER end
-    local seconds = kind == "ex" or kind == "exat"
-    if n <= 0 or (seconds and n > math.maxinteger // 1000) then
-        return nil, nil, E.invalid_expire(name)
-    end
-    if seconds then n = n * 1000 end
-    if kind == "exat" or kind == "pxat" then return nil, n end
-    if n > math.maxinteger - math.floor(host.wall()) then
-        return nil, nil, E.invalid_expire(name)
-    end
-    return n
-end
-
 -- Options in any order and case.  As in Redis, an option may repeat (the
 -- last value wins) but two conditions or two kinds of expiry conflict.
 -- Returns the options, or nil and the error.
@@ -84,7 +66,7 @@ local function parse_set(args)
     end
     if o.expire then
         local e
-        o.ttl, o.at, e = parse_expire(o.expire_kind, o.expire, "set")
+        o.ttl, o.at, e = U.parse_expire(o.expire_kind, o.expire, "set")
         if e then return nil, e end
     end
     return o
@@ -160,7 +142,7 @@ end, 3, "write denyoom fast")
 -- SETEX key seconds value, PSETEX key milliseconds value.
 local function setex(args, name, kind)
     local key, value = args[2], args[4]
-    local ttl, _, e = parse_expire(kind, args[3], name)
+    local ttl, _, e = U.parse_expire(kind, args[3], name)
     if e then return err(e) end
     e = K.value_error(value)
     if e then return err(e) end
@@ -228,7 +210,7 @@ local function getex(args)
         if rec.vtype ~= STRING then return err(E.WRONGTYPE) end
         local ttl, at, e
         if kind then
-            ttl, at, e = parse_expire(kind, when, "getex")
+            ttl, at, e = U.parse_expire(kind, when, "getex")
             if e then return err(e) end
         end
         local value = rec.value

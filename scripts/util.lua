@@ -64,6 +64,24 @@ function U.to_int(s)
     return n
 end
 
+-- An expiry argument of SET, SETEX, GETEX, LOCK.* (kind "ex", "px", "exat"
+-- or "pxat"; text as sent; name: the command, for the error): the TTL in
+-- ms, or nil and the absolute time in unix ms; or nil, nil and the error.
+function U.parse_expire(kind, text, name)
+    local n = U.to_int(text)
+    if not n then return nil, nil, E.NOT_INTEGER end
+    local seconds = kind == "ex" or kind == "exat"
+    if n <= 0 or (seconds and n > math.maxinteger // 1000) then
+        return nil, nil, E.invalid_expire(name)
+    end
+    if seconds then n = n * 1000 end
+    if kind == "exat" or kind == "pxat" then return nil, n end
+    if n > math.maxinteger - math.floor(host.wall()) then
+        return nil, nil, E.invalid_expire(name)
+    end
+    return n
+end
+
 -- a + b, or nil when it would leave the signed 64-bit range (Redis's
 -- incrDecrCommand check).
 function U.add_checked(a, b)

@@ -19,8 +19,10 @@ and the memory acceptance).
   started and RSS within 16 MB of the RSS at start.
 """
 
+import random
 import re
 import socket
+import threading
 import time
 
 import harness
@@ -251,8 +253,6 @@ def _random_pubsub_lane(ports, seed, seconds, bad):
     on lock channels rings doorbells), RESP2 and RESP3, and disconnects
     with subscriptions held.  Replies are read by a drain thread per
     connection; frames that carry an internal error go to bad."""
-    import random
-    import threading
     rng = random.Random(seed)
 
     def connect():
@@ -312,8 +312,6 @@ def test_random_pubsub_traffic_leaves_nothing(make_zkresp, zk, kz):
     internal error, and once they are gone each sidecar holds no
     subscription, interest or route, and ZooKeeper no interest, channel,
     doorbell or message node of theirs."""
-    import random
-    import threading
     a = start(make_zkresp, zk)
     b = start(make_zkresp, zk, root=a.root)
     seed = random.randrange(1 << 30)
