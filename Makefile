@@ -31,7 +31,7 @@ all: $(BUILD)/zkresp
 DEB_PKGS := build-essential pkg-config liblua5.4-dev lua5.4 lua-cjson libzookeeper-mt-dev \
             libhiredis-dev libuv1-dev lua-busted zookeeper redis-server \
             redis-tools python3-redis python3-pytest python3-kazoo clang-format \
-            prometheus python3-yaml faketime stunnel4 openssl
+            prometheus python3-yaml faketime stunnel4 openssl gdb
 # stunnel4 and openssl: the TLS tunnel to ZooKeeper and its throwaway
 # certificates (docker/tls/make-certs.sh, tests/integration/test_84_zk_tls.py);
 # keytool comes with the JDK that zookeeper pulls in.

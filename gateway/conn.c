@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "proto.h"
 #include "server.h"
+#include "zk.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct wreq {
     uv_write_t w;
     struct conn *c;
     struct buf b;
+    double deadline; /* the lease its replies rest on (conn.out_deadline) */
 };
 
 static void process(struct conn *c);
@@ -103,14 +105,34 @@ static int under_limits(const struct conn *c)
            owed(c) < OUT_SOFT;
 }
 
+/* Replies that rest on the local lease (see pop_done) went to the socket
+ * at `now`: if the lease had ended by then, the process stopped between
+ * the check and the write (a SIGSTOP, a paused VM).  Nothing takes them
+ * back; the log and the metric say so, and fencing tokens guard what the
+ * client does next. */
+static void check_in_time(struct conn *c, double deadline)
+{
+    if (deadline <= 0)
+        return;
+    double now = zk_now();
+    if (now < deadline)
+        return;
+    c->srv->stats.replies_past_lease++;
+    log_warn("client.reply_past_lease", "id=%llu addr=%s late_ms=%.3f",
+             (unsigned long long)c->id, c->addr, now - deadline);
+}
+
 static void on_write(uv_write_t *w, int status)
 {
     struct wreq *wr = (struct wreq *)w;
     struct conn *c = wr->c;
+    double deadline = wr->deadline;
     buf_free(&wr->b);
     free(wr);
     if (status == UV_ECANCELED || c->closing)
         return;
+    if (status == 0)
+        check_in_time(c, deadline);
     c->writing = 0;
     c->last_io_ms = now_ms(c);
     if (status < 0) {
@@ -126,14 +148,18 @@ static void write_out(struct conn *c)
 {
     if (c->closing || c->writing || c->out.len == 0)
         return;
+    double deadline = c->out_deadline;
+    c->out_deadline = 0;
     uv_buf_t ub = uv_buf_init(c->out.data, (unsigned)c->out.len);
     int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
     if (n > 0) {
         c->srv->stats.net_output_bytes += (uint64_t)n;
         c->last_io_ms = now_ms(c);
         buf_consume(&c->out, (size_t)n);
-        if (c->out.len == 0)
+        if (c->out.len == 0) {
+            check_in_time(c, deadline);
             return;
+        }
     } else if (n < 0 && n != UV_EAGAIN) {
         conn_close(c, "write error");
         return;
@@ -144,6 +170,7 @@ static void write_out(struct conn *c)
         return;
     }
     wr->c = c;
+    wr->deadline = deadline;
     wr->b = c->out; /* takes the buffer */
     buf_init(&c->out);
     c->writing = wr->b.len;
@@ -158,6 +185,22 @@ static void write_out(struct conn *c)
     }
 }
 
+/* A reply that rests on ZooKeeper's answers goes out only while the
+ * session they came from may still be alive, checked here, just before it
+ * is written (a grant that waited behind an earlier reply, or whose process
+ * stopped, may be another's lock by now); else LUA_HOST_STALLED goes. */
+static void check_reply(struct conn *c, struct req *r)
+{
+    double deadline = lua_host_reply_deadline(c->srv->lua, &r->task);
+    if (deadline < 0) {
+        buf_consume(&r->reply, r->reply.len);
+        reply_error(&r->reply, LUA_HOST_STALLED);
+    } else if (deadline > 0 &&
+               (c->out_deadline == 0 || deadline < c->out_deadline)) {
+        c->out_deadline = deadline;
+    }
+}
+
 /* Moves the replies of completed requests at the FIFO head to out. */
 static void pop_done(struct conn *c)
 {
@@ -167,6 +210,10 @@ static void pop_done(struct conn *c)
         if (!c->head)
             c->tail = NULL;
         c->inflight--;
+        if (r->held)
+            c->held -= r->reply.len;
+        if (!c->close_when_flushed && !r->silent)
+            check_reply(c, r);
         if (r->reply.len >= BIG_REPLY)
             c->window = c->window / 2 > WINDOW_MIN ? c->window / 2 : WINDOW_MIN;
         else if (c->window < (size_t)c->srv->cfg->max_inflight)
@@ -178,8 +225,6 @@ static void pop_done(struct conn *c)
                              r->reply.len > 0 && (r->reply.data[0] == '-' ||
                                                   r->reply.data[0] == '!'),
                              uv_hrtime() - r->start_ns);
-        if (r->held)
-            c->held -= r->reply.len;
         if (!c->close_when_flushed && !r->silent)
             buf_append(&c->out, r->reply.data, r->reply.len);
         if (r->close_after)

@@ -66,13 +66,15 @@ struct conn {
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];
     struct req *head, *tail;
-    size_t inflight; /* requests in the FIFO */
-    size_t window;   /* how many may be: see conn.c, Backpressure */
-    struct buf out;  /* replies ready, not yet handed to the socket */
-    size_t held;     /* bytes of finished replies and pushes waiting
-                        behind an unfinished reply (--max-output) */
-    size_t writing;  /* bytes handed to uv_write, not yet completed */
-    int reading;     /* uv_read_start is active */
+    size_t inflight;     /* requests in the FIFO */
+    size_t window;       /* how many may be: see conn.c, Backpressure */
+    struct buf out;      /* replies ready, not yet handed to the socket */
+    size_t held;         /* bytes of finished replies and pushes waiting
+                            behind an unfinished reply (--max-output) */
+    size_t writing;      /* bytes handed to uv_write, not yet completed */
+    double out_deadline; /* the earliest lease a reply in out rests on (0:
+                            none; see lua_host_reply_deadline) */
+    int reading;         /* uv_read_start is active */
     int closing;
     int close_when_flushed;
     int last_request; /* a request that closes the connection was read */

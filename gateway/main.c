@@ -62,6 +62,7 @@ static void metrics_clients(void *arg, struct metrics_clients *out)
     out->connections_received = s->stats.connections_received;
     out->rejected_connections = s->stats.rejected_connections;
     out->protocol_errors = s->stats.protocol_errors;
+    out->replies_past_lease = s->stats.replies_past_lease;
     out->net_input_bytes = s->stats.net_input_bytes;
     out->net_output_bytes = s->stats.net_output_bytes;
 }

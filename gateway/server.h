@@ -20,6 +20,7 @@ struct server_stats {
     uint64_t rejected_connections;
     uint64_t commands_processed;
     uint64_t protocol_errors;
+    uint64_t replies_past_lease; /* written after the lease they rest on */
     uint64_t net_input_bytes;
     uint64_t net_output_bytes;
 };

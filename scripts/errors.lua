@@ -71,9 +71,11 @@ E.CONTENDED = "TRYAGAIN too many conflicting writes, try again"
 -- A write to a key whose node a session this sidecar has lost still owns
 -- (keyspace.lua, writable): it is free once ZooKeeper ends that session.
 E.LOST_SESSION = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again"
--- A reply that rests on ZooKeeper's answers, held back because the local
--- lease ran out while its command ran (the process stalled): sent by the
--- host (lua_co.c, co_deliver), written here with the others.
+-- A reply that rests on ZooKeeper's answers, held back because the session
+-- they came from was given up or its local lease ran out before the reply
+-- was written (the process stalled, or the reply waited behind an earlier
+-- one): sent by the gateway (conn.c, check_reply; lua_host.h's
+-- LUA_HOST_STALLED), written here with the others.
 E.STALLED = "TRYAGAIN zkresp stalled past its ZooKeeper session, outcome unknown"
 
 -- Redis's processCommand: the name and each argument are copied as C

@@ -115,27 +115,19 @@ void lua_co_finish(struct co *c)
     free(c);
 }
 
-/* A reply that rests on ZooKeeper's answers is not sent once the local
- * lease has run out while the command ran: the process did not run (a
- * SIGSTOP, a paused VM) after its last answer's check (zk_drain), so the
- * session those answers speak for may be over and the lock they granted
- * another's.  The outcome is unknown, as for a lost reply; the next answer
- * or the timer that sees the lease over sets things right.  The text is
- * scripts/errors.lua's E.STALLED. */
-#define STALLED                                                                \
-    "TRYAGAIN zkresp stalled past its ZooKeeper session, outcome unknown"
-
-static int stalled(const struct co *c)
+double lua_host_reply_deadline(const struct lua_host *h,
+                               const struct lua_task *t)
 {
-    if (!c->yielded)
+    if (!t->zk_gen)
         return 0;
-    /* Lost, no new session yet: the command last ran on an answer that
-     * was stale or failed, and whatever it answers rests on the earlier
-     * ones, from the session that is over (zk_lease_end is 0 then). */
-    if (zk_lease_lost(c->h->zk))
-        return 1;
-    double lease = zk_lease_end(c->h->zk);
-    return lease > 0 && zk_now() >= lease;
+    /* Lost, no new session yet, or a new one since: the answers the reply
+     * rests on came from a session that is over. */
+    if (zk_lease_lost(h->zk) || t->zk_gen != zk_generation(h->zk))
+        return -1;
+    double lease = zk_lease_end(h->zk);
+    if (lease <= 0)
+        return 0;
+    return zk_now() >= lease ? -1 : lease;
 }
 
 static void co_deliver(struct co *c, int status, int nres)
@@ -156,13 +148,16 @@ static void co_deliver(struct co *c, int status, int nres)
             c->h->client_ops.encode_error(t->out, line);
         }
         c->reusable = 0;
-    } else if (t && t->done && stalled(c)) {
-        c->h->client_ops.encode_error(t->out, STALLED);
     } else if (t && t->done) {
         c->h->client_ops.encode(L, nres >= 1 ? lua_absindex(L, -nres) : 0,
                                 t->out, t->proto);
     }
     if (t && t->done) {
+        /* A command that yielded may answer on what ZooKeeper told it (a
+         * grant): it rests on the session of its last answer, or, with
+         * none, the current one. */
+        if (c->yielded)
+            t->zk_gen = c->answer_gen ? c->answer_gen : zk_generation(c->h->zk);
         t->priv = NULL;
         c->task = NULL;
         c->h->running--;

@@ -204,6 +204,7 @@
 #define ZKRESP_LUA_HOST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct zk;
 struct config;
@@ -223,7 +224,15 @@ struct lua_task {
     int proto;       /* 2 or 3 */
     int flags;       /* LUA_TASK_* */
     int db;          /* the database the connection had selected */
+    /* Set with the reply: the generation of the ZooKeeper session whose
+     * answers it rests on (0: none); see lua_host_reply_deadline. */
+    uint64_t zk_gen;
 };
+
+/* What goes instead of a reply whose answers may speak for a session over
+ * since (scripts/errors.lua's E.STALLED). */
+#define LUA_HOST_STALLED                                                       \
+    "TRYAGAIN zkresp stalled past its ZooKeeper session, outcome unknown"
 
 /* The requester is a RESP2 client in subscribed mode: M.dispatch gets
  * `true` as its second argument and refuses all but the subscribe family. */
@@ -305,6 +314,16 @@ void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
 /* The requester of t went away: the command finishes without a reply (one
  * waiting in host.suspend(true) is resumed at once to leave its queue). */
 void lua_host_abandon(struct lua_host *h, struct lua_task *t);
+
+/* Until when t's reply, done, may be sent: the end of the local lease of
+ * the session whose answers it rests on (0: it rests on none, or no lease
+ * bounds it); -1 when that session was given up since or its lease has run
+ * out.  A reply is not sent then (LUA_HOST_STALLED goes instead): the
+ * process did not run meanwhile (a SIGSTOP, a paused VM), or the reply
+ * waited behind an earlier one, and the lock it grants may be another's by
+ * now.  The requester asks just before it writes the reply. */
+double lua_host_reply_deadline(const struct lua_host *h,
+                               const struct lua_task *t);
 
 /* Session events from the bridge, forwarded to M.on_session. */
 void lua_host_session_event(struct lua_host *h, const char *event,

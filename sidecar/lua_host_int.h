@@ -54,15 +54,16 @@ struct co {
     lua_State *L;          /* the coroutine */
     struct lua_task *task; /* NULL: background, or the requester left */
     double started;
-    double deadline;    /* started + --zk-request-timeout */
-    uint64_t lease_gen; /* host.lease_wait: the session it may wait for */
-    double yielded_at;  /* when it last yielded (0: running) */
-    double waited;      /* ms spent yielded: host.busy() leaves them out */
-    double paused;      /* ms spent between slices: host.busy() too */
-    double stopped;     /* ms the process did not run while it ran (a
-                           SIGSTOP, a frozen container): host.busy() too */
-    double resumed_at;  /* when it was last resumed */
-    double checked_at;  /* when its busy clock was last read */
+    double deadline;     /* started + --zk-request-timeout */
+    uint64_t lease_gen;  /* host.lease_wait: the session it may wait for */
+    uint64_t answer_gen; /* the session of its last ZooKeeper answer */
+    double yielded_at;   /* when it last yielded (0: running) */
+    double waited;       /* ms spent yielded: host.busy() leaves them out */
+    double paused;       /* ms spent between slices: host.busy() too */
+    double stopped;      /* ms the process did not run while it ran (a
+                            SIGSTOP, a frozen container): host.busy() too */
+    double resumed_at;   /* when it was last resumed */
+    double checked_at;   /* when its busy clock was last read */
     double mark_wall, mark_cpu; /* a script's wall and CPU clocks at its
                                    resume, or when a stall was looked for */
     enum co_wait wait;

@@ -122,6 +122,7 @@ static int push_result(lua_State *L, const struct zk_result *r)
 static void on_zk_done(const struct zk_result *res, void *arg)
 {
     struct co *c = arg;
+    c->answer_gen = zk_generation(c->h->zk);
     int n = push_result(c->L, res);
     lua_co_resume(c, n);
 }

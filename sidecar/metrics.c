@@ -384,6 +384,11 @@ void metrics_render(struct buf *out)
     counter(out, "zkresp_protocol_errors_total",
             "Malformed client requests (the connection is closed).",
             st.protocol_errors);
+    counter(out, "zkresp_replies_past_lease_total",
+            "Replies resting on ZooKeeper's answers written after the local "
+            "lease of their session ended (the process stopped between its "
+            "check and the write).",
+            st.replies_past_lease);
     counter(out, "zkresp_net_input_bytes_total", "Bytes read from clients.",
             st.net_input_bytes);
     counter(out, "zkresp_net_output_bytes_total", "Bytes written to clients.",

@@ -27,6 +27,7 @@ struct metrics_clients {
     uint64_t connections_received;
     uint64_t rejected_connections;
     uint64_t protocol_errors;
+    uint64_t replies_past_lease;
     uint64_t net_input_bytes;
     uint64_t net_output_bytes;
 };

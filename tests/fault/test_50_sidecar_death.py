@@ -10,8 +10,10 @@ frozen past its session (RELIABILITY 5, 11, 12, 13, 28).
   claimed.
 """
 
+import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -255,7 +257,10 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
     through the other sidecar (-TRYAGAIN or null instead): a client told it
     holds a lock that went to another would hold it with that other.  Six
     clients loop acquire / release (SET NX and LOCK.ACQUIRE); the freeze
-    comes at a random moment, 8 times."""
+    comes at a random moment, 8 times.  A freeze that lands between the
+    sidecar's last check of its lease and the write of the reply (a few
+    microseconds) cannot be caught: such a reply counts only if the sidecar
+    did not report it written past its lease (client.reply_past_lease)."""
     import random
     a = make_zkresp(session_timeout=SESSION_MS)
     b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
@@ -263,10 +268,12 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
     for attempt in range(8):
         stop = threading.Event()
         late, frozen_at, cont_at = [], [0.0], [None]
+        log_from = len(a.log())
 
         def loop(kind, key):
             take, granted, release = FREEZE_KINDS[kind]
             with a.client(timeout=20) as c:
+                addr = "addr=127.0.0.1:%d " % c.sock.getsockname()[1]
                 n = 0
                 while not stop.is_set():
                     n += 1
@@ -282,7 +289,7 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
                         # late this thread got to it)
                         read_at = time.monotonic()
                         if cont_at[0] is not None and read_at > cont_at[0]:
-                            late.append(key)
+                            late.append((key, addr))
                         return
                     if granted(got):
                         c.cmd(*release(key, tok))
@@ -304,9 +311,109 @@ def test_no_grant_answered_after_a_freeze_past_the_session(make_zkresp):
             a.cont()
         for t in threads:
             t.join(20)
-        two_holders += [(attempt, k) for k in late if k in taken]
         a.wait_ready(15)
+        reported = [line for line in a.log()[log_from:].decode("utf-8", "replace").splitlines()
+                    if "event=client.reply_past_lease" in line]
+        two_holders += [(attempt, k) for k, addr in late
+                        if k in taken and not any(addr in line for line in reported)]
     assert not two_holders, "a grant answered after the session ended, the lock taken by another: %r" % two_holders
+
+
+def _freeze_at(pid, function, seconds):
+    """Stops process pid at its next call of `function` for `seconds` (gdb:
+    a SIGSTOP at an exact point, every thread stopped), then lets it run
+    on.  Returns once the breakpoint is set; the caller waits for gdb."""
+    g = subprocess.Popen(["gdb", "-nx", "-batch", "-p", str(pid),
+                          "-ex", "break " + function, "-ex", "echo ARMED\\n", "-ex", "continue",
+                          "-ex", "shell sleep %.1f" % seconds, "-ex", "detach"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    harness.register_closer(lambda: g.poll() is None and g.kill())
+    seen = []
+    for line in g.stdout:
+        seen.append(line)
+        if "ARMED" in line:
+            return g
+    raise AssertionError("gdb did not set its breakpoint:\n" + "".join(seen[-20:]))
+
+
+def test_freeze_after_the_answer_before_the_reply_check(make_zkresp):
+    """A freeze past the session that lands after the command ran on its
+    answer, just before its reply is checked and written (the reply is
+    encoded, the gateway about to send it): the reply goes as -TRYAGAIN,
+    never +OK, and the lock is another's afterwards."""
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    c = a.client(timeout=30)
+    assert c.cmd("PING") == b"+PONG\r\n"
+    g = _freeze_at(a.pid, "lua_host_reply_deadline", SESSION_MS * 1.75 / 1000.0)
+    c.send_cmd("SET", "lk", "tok-a", "NX", "PX", "60000")
+    r = c.read_reply(timeout=30)
+    g.wait(30)
+    assert r.startswith(b"-TRYAGAIN zkresp stalled"), "a grant checked after the freeze answered %r" % r
+    with b.client() as cb:
+        harness.wait_for(lambda: cb.cmd("SET", "lk", "tok-b", "NX", "PX", "60000") == b"+OK\r\n", 10, 0.05,
+                         "the lock to be free once the frozen session is gone")
+
+
+def test_freeze_between_the_reply_check_and_its_write_is_reported(make_zkresp):
+    """The one moment a freeze cannot be caught: after the reply's check,
+    before the write.  The grant goes out late (as a reply delayed in the
+    network would arrive late), and the sidecar says so: the log's
+    client.reply_past_lease names the client, and
+    zkresp_replies_past_lease_total counts it."""
+    mport = harness.free_port()
+    a = make_zkresp(session_timeout=SESSION_MS, extra=("--metrics-port", mport))
+    c = a.client(timeout=30)
+    assert c.cmd("PING") == b"+PONG\r\n"
+    addr = "addr=127.0.0.1:%d " % c.sock.getsockname()[1]
+    g = _freeze_at(a.pid, "uv_try_write", SESSION_MS * 1.75 / 1000.0)
+    c.send_cmd("SET", "lk", "tok-a", "NX", "PX", "60000")
+    assert c.read_reply(timeout=30) == b"+OK\r\n"
+    g.wait(30)
+    reports = [line for line in a.log().decode("utf-8", "replace").splitlines()
+               if "event=client.reply_past_lease" in line and addr in line]
+    assert len(reports) == 1, a.log_tail(30)
+    status, text = harness.http_get(mport, "/metrics")
+    assert status == 200 and re.search(r"^zkresp_replies_past_lease_total 1$", text, re.M), text
+
+
+def test_grant_held_behind_a_waiting_reply_is_not_sent_after_its_session(make_proxy, make_zkresp, zk, kz):
+    """A SET NX pipelined behind a command that waits (a blocking
+    LOCK.ACQUIRE; here DEBUG SLEEP, which waits without ZooKeeper) is
+    granted at once, its reply held until the waiting one's has gone.
+    Meanwhile the sidecar is cut off from ZooKeeper past its session, which
+    ends, and the lock goes to a client of another sidecar.  When the wait
+    ends, the grant held back is not sent: -TRYAGAIN instead (its answer
+    came from a session given up since), never +OK for a lock that is
+    another's."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=SESSION_MS, request_timeout=1000)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    cb = b.client()
+    ca = a.client(timeout=30)
+    ca.send_cmd("DEBUG", "SLEEP", "8")
+    ca.send_cmd("SET", "lk", "tok-a", "NX", "PX", "60000")
+    sid = a.session_id()
+    harness.wait_for(lambda: _owner(kz, a.root, "lk") == sid, 5, 0.02, "the SET NX behind the wait to land")
+    replies = []
+    reader = threading.Thread(target=lambda: replies.extend(
+        (ca.read_reply(timeout=30), time.monotonic()) for _ in range(2)), daemon=True)
+    reader.start()
+    proxy.blackhole(True)
+    try:
+        harness.wait_for(lambda: cb.cmd("SET", "lk", "tok-b", "NX", "PX", "60000") == b"+OK\r\n",
+                         SESSION_MS * 2 / 1000.0 + 3, 0.05, "the lock to pass on with the cut-off session")
+        taken_at = time.monotonic()
+    finally:
+        proxy.blackhole(False)
+    reader.join(30)
+    assert len(replies) == 2, replies
+    (waited, _), (held, held_at) = replies
+    assert waited == b"+OK\r\n" and held_at > taken_at, "the wait ended before the lock passed on: %r" % replies
+    assert held.startswith(b"-TRYAGAIN zkresp stalled"), \
+        "the SET NX granted under the session that ended answered %r after the wait" % held
+    data, _ = harness.key_stat(kz, a.root, "lk")
+    assert b"tok-b" in data
 
 
 # A lock taken by "a" through one sidecar and, once that sidecar's session
