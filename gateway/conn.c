@@ -188,9 +188,13 @@ static void write_out(struct conn *c)
 /* A reply that rests on ZooKeeper's answers goes out only while the
  * session they came from may still be alive, checked here, just before it
  * is written (a grant that waited behind an earlier reply, or whose process
- * stopped, may be another's lock by now); else LUA_HOST_STALLED goes. */
+ * stopped, may be another's lock by now); else LUA_HOST_STALLED goes.  Not
+ * a subscription's confirmations: the subscription is this sidecar's,
+ * whose interest is registered again under a new session. */
 static void check_reply(struct conn *c, struct req *r)
 {
+    if (r->subscription)
+        return;
     double deadline = lua_host_reply_deadline(c->srv->lua, &r->task);
     if (deadline < 0) {
         buf_consume(&r->reply, r->reply.len);
@@ -326,8 +330,8 @@ static void process(struct conn *c)
             c->commands++;
             c->srv->stats.commands_processed++;
             c->last_cmd_ms = now_ms(c);
-            r->silent =
-                c->reply_mode != REPLY_ON && !confirms_subscription(&pr);
+            r->subscription = confirms_subscription(&pr);
+            r->silent = c->reply_mode != REPLY_ON && !r->subscription;
             if (c->reply_mode == REPLY_SKIP)
                 c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);

@@ -23,7 +23,9 @@ on B (RESP2 channel and pattern subscribers, a RESP3 one).  Faults:
 - a freshly started sidecar 15 ms from ZooKeeper: its first subscribers
   get A's first PUBLISH and script publish;
 - a lock channel's waiter that leaves while B is partitioned past its
-  session: B's doorbell for it (persistent) goes too.
+  session: B's doorbell for it (persistent) goes too;
+- a SUBSCRIBE whose confirmation waits behind a DEBUG SLEEP while B's
+  session is renewed: confirmed all the same, and delivered to.
 """
 
 import os
@@ -388,3 +390,26 @@ def test_doorbell_keeps_publish_order_across_a_reconnect(make_proxy, make_zkresp
         assert b.session_id() == sid, "the cut cost B its session"
         stray = payloads(sub, 1, timeout=0.5)
         assert stray == [], "round %d: a message came twice: %r" % (round_, stray)
+
+
+def test_subscription_confirmed_behind_a_wait_across_a_new_session(make_proxy, make_zkresp, zk):
+    """A SUBSCRIBE pipelined behind a command that waits (DEBUG SLEEP) runs
+    at once, its confirmation held until the waiting reply has gone; B's
+    session is lost and renewed meanwhile.  The confirmation still goes
+    out, not -TRYAGAIN (which answers a grant from a session given up): the
+    subscription is B's, registered again under the new session, and A's
+    publishes reach it."""
+    a, b, proxy = _via_proxy(make_proxy, make_zkresp, zk)
+    ca = a.client()
+    s = b.client(timeout=30)
+    sent = time.monotonic()
+    s.send_cmd("DEBUG", "SLEEP", "8")
+    s.send_cmd("SUBSCRIBE", "held-ch")
+    wait_for(lambda: ca.cmd("PUBLISH", "held-ch", "warm") == b":1\r\n", 5, 0.05,
+             "the subscription behind the wait to be registered")
+    _lose_session(b, proxy)
+    assert time.monotonic() < sent + 8, "the new session came after the wait ended"
+    assert s.read_reply(timeout=20) == b"+OK\r\n"
+    confirmation = s.read_reply(timeout=20)
+    assert decode_one(confirmation) == [b"subscribe", b"held-ch", 1], confirmation
+    wait_flowing(ca, "held-ch", {"s": s})
