@@ -188,13 +188,9 @@ static void write_out(struct conn *c)
 /* A reply that rests on ZooKeeper's answers goes out only while the
  * session they came from may still be alive, checked here, just before it
  * is written (a grant that waited behind an earlier reply, or whose process
- * stopped, may be another's lock by now); else LUA_HOST_STALLED goes.  Not
- * a subscription's confirmations: the subscription is this sidecar's,
- * whose interest is registered again under a new session. */
+ * stopped, may be another's lock by now); else LUA_HOST_STALLED goes. */
 static void check_reply(struct conn *c, struct req *r)
 {
-    if (r->subscription)
-        return;
     double deadline = lua_host_reply_deadline(c->srv->lua, &r->task);
     if (deadline < 0) {
         buf_consume(&r->reply, r->reply.len);
@@ -216,7 +212,8 @@ static void pop_done(struct conn *c)
         c->inflight--;
         if (r->held)
             c->held -= r->reply.len;
-        if (!c->close_when_flushed && !r->silent)
+        int sent = !c->close_when_flushed && !r->silent;
+        if (sent)
             check_reply(c, r);
         if (r->reply.len >= BIG_REPLY)
             c->window = c->window / 2 > WINDOW_MIN ? c->window / 2 : WINDOW_MIN;
@@ -229,7 +226,7 @@ static void pop_done(struct conn *c)
                              r->reply.len > 0 && (r->reply.data[0] == '-' ||
                                                   r->reply.data[0] == '!'),
                              uv_hrtime() - r->start_ns);
-        if (!c->close_when_flushed && !r->silent)
+        if (sent)
             buf_append(&c->out, r->reply.data, r->reply.len);
         if (r->close_after)
             c->close_when_flushed = 1;
@@ -330,8 +327,8 @@ static void process(struct conn *c)
             c->commands++;
             c->srv->stats.commands_processed++;
             c->last_cmd_ms = now_ms(c);
-            r->subscription = confirms_subscription(&pr);
-            r->silent = c->reply_mode != REPLY_ON && !r->subscription;
+            r->silent =
+                c->reply_mode != REPLY_ON && !confirms_subscription(&pr);
             if (c->reply_mode == REPLY_SKIP)
                 c->reply_mode = REPLY_ON;
             dispatch(c, r, &pr);

@@ -30,7 +30,6 @@ struct req {
     int done;
     int close_after;        /* close the connection once this reply has left */
     int silent;             /* CLIENT REPLY OFF / SKIP: the reply is dropped */
-    int subscription;       /* (un)subscribes: confirmations, however late */
     int held;               /* done: its reply counted in conn.held */
     int c_pending;          /* answered later by C code, see conn_req_finish */
     int orphan;             /* the connection closed while c_pending */

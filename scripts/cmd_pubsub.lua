@@ -63,9 +63,13 @@ local function request(args)
 end
 
 -- SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE
+-- Their confirmations, as UNSUBSCRIBE's, do not rest on the session: a
+-- subscription is this sidecar's, its interest registered again under a
+-- new session.
 local function subscribe(args)
     local verb, kind, id = request(args)
     if not id then return { err = "ERR no client" } end
+    host.outlives_session()
     local refused = check_caps(PL.client(id), kind, args)
     if refused then return refused end
     local c = PL.ensure_client(id)
@@ -84,6 +88,7 @@ end
 local function unsubscribe(args)
     local verb, kind, id = request(args)
     if not id then return { err = "ERR no client" } end
+    host.outlives_session()
     local c = PL.ensure_client(id)
     local names = {}
     if #args == 1 then

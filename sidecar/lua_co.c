@@ -156,7 +156,7 @@ static void co_deliver(struct co *c, int status, int nres)
         /* A command that yielded may answer on what ZooKeeper told it (a
          * grant): it rests on the session of its last answer, or, with
          * none, the current one. */
-        if (c->yielded)
+        if (c->yielded && !c->outlives_session)
             t->zk_gen = c->answer_gen ? c->answer_gen : zk_generation(c->h->zk);
         t->priv = NULL;
         c->task = NULL;

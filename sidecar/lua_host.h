@@ -156,6 +156,11 @@
  *                            reconnect as long as the session may be alive
  *                            (zk_lease_end, at most one session timeout from
  *                            its start), not only zk-request-timeout
+ *     host.outlives_session()  the running command's reply does not rest
+ *                            on the session (a subscription's
+ *                            confirmations: the sidecar registers it again
+ *                            under a new one); lua_host_reply_deadline
+ *                            never holds it back
  *     host.fatal(reason)     a start-up check cannot pass: the process stops
  *                            with exit status 2 (lua_host_set_fatal)
  *     host.log(level, msg)   level: "debug", "info", "warn", "error"

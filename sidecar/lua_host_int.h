@@ -74,6 +74,7 @@ struct co {
     int sliced;   /* paused between slices: the VM is busy (host.caps) */
     int queued;   /* host.suspend(true): wakes when its client goes */
     int yielded;  /* it has yielded: its reply may rest on ZooKeeper */
+    int outlives_session; /* host.outlives_session: its reply does not */
     struct co *busy_prev, *busy_next; /* h->busy, while sliced */
     struct caps caps;
 };

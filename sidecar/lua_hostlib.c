@@ -170,6 +170,15 @@ static int l_host_lease_wait(lua_State *L)
     return 0;
 }
 
+/* host.outlives_session(): see lua_host.h. */
+static int l_host_outlives_session(lua_State *L)
+{
+    struct co *c = co_of(L);
+    if (c)
+        c->outlives_session = 1;
+    return 0;
+}
+
 /* host.fatal(reason): see lua_host_set_fatal. */
 static int l_host_fatal(lua_State *L)
 {
@@ -389,25 +398,27 @@ static void set_str(lua_State *L, const char *k, const char *v)
 void lua_hostlib_open(struct lua_host *h)
 {
     lua_State *L = h->L;
-    static const luaL_Reg host_fns[] = {{"now", l_host_now},
-                                        {"wall", l_host_wall},
-                                        {"sleep", l_host_sleep},
-                                        {"suspend", l_host_suspend},
-                                        {"pass", l_host_pass},
-                                        {"wake", l_host_wake},
-                                        {"spawn", l_host_spawn},
-                                        {"timer", l_host_timer},
-                                        {"deadline", l_host_deadline},
-                                        {"busy", l_host_busy},
-                                        {"lease_wait", l_host_lease_wait},
-                                        {"log", l_host_log},
-                                        {"fatal", l_host_fatal},
-                                        {"key_encode", l_host_key_encode},
-                                        {"key_decode", l_host_key_decode},
-                                        {"client", l_host_client},
-                                        {"push", l_host_push},
-                                        {"subscriptions", l_host_subscriptions},
-                                        {NULL, NULL}};
+    static const luaL_Reg host_fns[] = {
+        {"now", l_host_now},
+        {"wall", l_host_wall},
+        {"sleep", l_host_sleep},
+        {"suspend", l_host_suspend},
+        {"pass", l_host_pass},
+        {"wake", l_host_wake},
+        {"spawn", l_host_spawn},
+        {"timer", l_host_timer},
+        {"deadline", l_host_deadline},
+        {"busy", l_host_busy},
+        {"lease_wait", l_host_lease_wait},
+        {"outlives_session", l_host_outlives_session},
+        {"log", l_host_log},
+        {"fatal", l_host_fatal},
+        {"key_encode", l_host_key_encode},
+        {"key_decode", l_host_key_decode},
+        {"client", l_host_client},
+        {"push", l_host_push},
+        {"subscriptions", l_host_subscriptions},
+        {NULL, NULL}};
 
     luaL_newmetatable(L, "zkresp.timer");
     lua_pushcfunction(L, l_timer_gc);

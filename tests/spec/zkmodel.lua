@@ -893,6 +893,9 @@ local function make_host(sc, opts)
         t.deadline = math.max(t.deadline, W.now + sc.config.session_timeout * 0.9)
     end
 
+    -- (the model sends every reply: no session check to exempt it from)
+    function host.outlives_session() end
+
     -- Clients: a task started by Sidecar:call_as(id, ...) runs for client
     -- id (default 1); pushes land in sc.pushed[id], subscription counts in
     -- sc.subcounts[id].
