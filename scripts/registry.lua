@@ -10,6 +10,7 @@
 --                          Lua, never over those answered in C)
 --   R.refusal(args, subscribed)  nil, spec, full name when the request may
 --                          run; else nil plus the error reply
+--   R.has_flag(spec, flag) whether the spec's flags name it ("write")
 --
 -- A spec: { fn, arity, max_args, first_key, last_key, step, flags,
 -- subcommands, subscribed_ok, group, in_c, lock_names }.  lock_names: its
@@ -129,6 +130,20 @@ function R.refusal(args, subscribed)
         return E.reply("ERR " .. spec.name .. " is answered by zkresp's gateway, not its scripts")
     end
     return nil, spec, full
+end
+
+-- Whether spec's flags (its space-separated `flags`) name `flag`: a set
+-- made once per spec (redis.call asks twice per call).
+local flag_sets = setmetatable({}, { __mode = "k" })
+
+function R.has_flag(spec, flag)
+    local set = flag_sets[spec]
+    if not set then
+        set = {}
+        for w in (type(spec.flags) == "string" and spec.flags or ""):gmatch("%S+") do set[w] = true end
+        flag_sets[spec] = set
+    end
+    return set[flag] == true
 end
 
 return R

@@ -135,12 +135,10 @@ end
 local SCRIPTS = { eval = true, evalsha = true }
 
 local function lease_wait(spec, args)
-    if spec.writes == nil then
-        spec.writes = type(spec.flags) == "string" and spec.flags:find("write", 1, true) ~= nil
-    end
-    if spec.writes or SCRIPTS[spec.name] then K.may_write() end
+    local writes = R.has_flag(spec, "write")
+    if writes or SCRIPTS[spec.name] then K.may_write() end
     local first = spec.first_key or 0
-    if not spec.writes or first <= 0 or spec.lock_names then return end
+    if not writes or first <= 0 or spec.lock_names then return end
     local last = spec.last_key or first
     if last < 0 then last = #args + last end
     local step = spec.step and spec.step > 0 and spec.step or 1
