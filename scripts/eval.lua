@@ -444,7 +444,7 @@ local function lookup(sha)
     local e = SC.get(sha)
     if e then return e end
     -- (checked on a miss only: every cached sha is one; the pattern costs
-    -- about 7K instructions, 2% of a lock pair's EVALSHA)
+    -- about 7K instructions, 2% of a SET NX PX + release script pair)
     if sha:find("[^0-9a-f]") then return nil end
     local body, token = SC.fetch(sha)
     if not body then return nil end
