@@ -453,11 +453,11 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local first_listing = start_listing(lock)
     -- a command that fails (ZooKeeper out past its time) leaves the queue,
     -- in the background if need be: nobody would ever release its request
-    local prefix, sid0 = LS.prefix(mode, owner, px, LS.hex(Z.nonce())), zk.session()
+    local prefix = LS.prefix(mode, owner, px, LS.hex(Z.nonce()))
     local data = { owner = owner, count = 1, lease_end = 0, asked = host.wall(),
                    sidecar = LS.sidecar_id(), client = client_desc() }
     local made, path, sid = pcall(LW.create, lock, prefix, data)
-    if not made then LW.abandon(lock, prefix, sid0) error(path, 0) end
+    if not made then LW.abandon(lock, prefix) error(path, 0) end
     local settled, token, view, listing = pcall(settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return LS.owner_there(s, me, owner)
     end, mode, first_listing, held_back)

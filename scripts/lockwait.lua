@@ -11,7 +11,7 @@
 --   LW.delete(path, version) / LW.write_table(snap, touch)
 --                                              writes that wake waiters here
 --   LW.create(lock, prefix, d)                 a request into the queue
---   LW.leave(path) / LW.abandon(lock, prefix, sid)
+--   LW.leave(path) / LW.abandon(lock, prefix)
 --                                              a request out of the queue
 --   LW.take_back(lock, owner, sent, before, done) / LW.await_settled(lock, owner)
 --                                              a hold count write taken back
@@ -129,13 +129,17 @@ end
 -- `prefix` and a sequence, with request data `d` (lockstore's); returns
 -- its path and the session that made it.  The lock node is created (a
 -- container) when missing.  A create whose reply was lost is found again
--- by its nonce (in the prefix).
+-- by its nonce (in the prefix).  The session is read from the answer's
+-- side: a create asked while there was none (zk.session() 0, a new one
+-- connecting) is sent under the next, and an OK is only ever delivered
+-- under the session it was sent on (the bridge turns an older one's into
+-- a connection loss).
 function LW.create(lock, prefix, d)
     local data = LS.encode_req(d)
     for _ = 1, Z.READ_TRIES do
         local sid = zk.session()
         local rc, created = zk.create(lock .. "/" .. prefix, data, zk.EPHEMERAL | zk.SEQUENCE)
-        if rc == zk.OK then LW.created(created) return created, sid end
+        if rc == zk.OK then LW.created(created) return created, zk.session() end
         if rc == zk.NONODE then
             local crc = zk.create(lock, "", zk.CONTAINER)
             if crc == zk.NONODE then Z.ensure_path(LS.dir()) end
@@ -177,11 +181,13 @@ end
 
 -- A request whose create may have landed, its command ended without
 -- knowing (a lost reply it could not settle in time): found by its name's
--- prefix (a nonce) and deleted, in the background, while session `sid`
--- (which would own it) lasts.
-function LW.abandon(lock, prefix, sid)
+-- prefix (a nonce) and deleted, in the background, once ZooKeeper
+-- answers.  Whichever of our sessions made it: one asked with no session
+-- went out under the next, and a create retried after a session change
+-- under that one; a node of a session given up since goes sooner so.
+function LW.abandon(lock, prefix)
     host.spawn(function()
-        while zk.session() == sid do
+        while true do
             local ok, names = pcall(Z.children, lock)
             if ok then
                 for _, name in ipairs(names) do
@@ -199,12 +205,16 @@ end
 -- reentrant acquire not counted, a release not counted down): once
 -- ZooKeeper answers, the write, when it landed, is taken back (the data
 -- `before` it written back over exactly that version; done(version)
--- after), in the background, while the session that owns the request
--- lasts.  Whatever the owner did to the request since stays as it is.
+-- after), in the background, until the request is gone (its owner's
+-- session ended) or ZooKeeper stayed away two minutes.  Whatever the
+-- owner did to the request since stays as it is.  This sidecar's own
+-- session does not matter: the request may be another sidecar's (a
+-- release through this one), and the write back is conditional on the
+-- exact version the write left.
 local settling = {} -- lock .. "\0" .. owner -> true while LW.take_back runs
 
 function LW.take_back(lock, owner, sent, before, done)
-    local sid, k = zk.session(), lock .. "\0" .. owner
+    local k = lock .. "\0" .. owner
     settling[k] = true
     local function try()
         local mine, d = LS.find_owner(LS.read(lock, true), owner)
@@ -217,7 +227,6 @@ function LW.take_back(lock, owner, sent, before, done)
         -- whatever happens, the owner's commands stop waiting for it
         local settled <close> = setmetatable({}, { __close = function() settling[k] = nil end })
         for _ = 1, 600 do -- two minutes of ZooKeeper out of reach at most
-            if zk.session() ~= sid then return end
             local ok, over = pcall(try)
             if ok and over then return end
             host.sleep(200)

@@ -608,6 +608,61 @@ describe("native locks", function()
         assert.equal(0, a:call("LOCK.RELEASE", "rr", "h"))
     end)
 
+    it("takes back a count down through another sidecar whose own session changed meanwhile", function()
+        local t = a:call("LOCK.ACQUIRE", "rb", "o", "PX", "60000")
+        assert.equal(t, a:call("LOCK.ACQUIRE", "rb", "o", "PX", "60000"))
+        local function count() return field(c:call("LOCK.INFO", "rb").map[2][1], "count") end
+        b:fail_next({ op = "set", when = "after", hook = function() b:disconnect() end })
+        assert.matches("^TRYAGAIN", b:call("LOCK.RELEASE", "rb", "o").err)
+        W:advance(3000)
+        -- b's lease passed: a new session for b; a's, which owns the
+        -- request, lasts, and so does the count b's write took off it
+        b:lose()
+        W:advance(5000)
+        assert.equal(2, count())
+        assert.equal(1, b:call("LOCK.RELEASE", "rb", "o"))
+        assert.equal(1, #c:call("LOCK.INFO", "rb").map[2], "the outer hold is still there")
+        assert.equal(null, c:call("LOCK.ACQUIRE", "rb", "x"))
+        assert.equal(1, a:call("LOCK.RELEASE", "rb", "o"))
+        integer(c:call("LOCK.ACQUIRE", "rb", "x"))
+    end)
+
+    -- A request asked while its sidecar is between two sessions (the old
+    -- one given up, zk.session() 0) is created under the next one: it is
+    -- that session's, lost with it.
+    it("grants nothing to a request asked between two sessions once the next one is lost", function()
+        integer(b:call("LOCK.ACQUIRE", "ns", "h", "PX", "60000"))
+        W:expire_session(a:lose({ gap = true }))
+        local w = start(a, "LOCK.ACQUIRE", "ns", "w", "PX", "60000", "WAIT", "60000")
+        a:next_session()
+        run()
+        assert.is_falsy(w.done)
+        assert.equal(1, #waiters(b, "ns"))
+        local s2 = a:lose() -- given up by a (its lease passed), kept by the server a while
+        run()
+        assert.is_true(w.done)
+        assert.matches("^TRYAGAIN", w.result.err)
+        assert.equal(1, b:call("LOCK.RELEASE", "ns", "h"))
+        W:expire_session(s2)
+        run()
+        integer(c:call("LOCK.ACQUIRE", "ns", "x", "PX", "60000"))
+    end)
+
+    it("deletes a request asked between two sessions whose create landed unanswered", function()
+        integer(b:call("LOCK.ACQUIRE", "na", "h", "PX", "60000"))
+        a:lose({ gap = true })
+        a:fail_next({ op = "create", when = "after" })
+        a:fail_next({ op = "sync", rc = S.codes.TIMEOUT })
+        local w = start(a, "LOCK.ACQUIRE", "na", "w", "PX", "60000", "WAIT", "60000")
+        a:next_session()
+        W:run_until(function() return w.done end)
+        assert.matches("^TRYAGAIN", w.result.err)
+        W:advance(1000)
+        assert.equal(1, #W:children(a.LK.lock_path("na")), "only the holder's request is left")
+        assert.equal(1, b:call("LOCK.RELEASE", "na", "h"))
+        integer(c:call("LOCK.ACQUIRE", "na", "x"))
+    end)
+
     -- A read of the table is retried on a new session, and the table still
     -- has the line of a request whose node went with the old one: that is
     -- no grant (another client may take the lock at once).
