@@ -173,12 +173,16 @@ function X.expire_one(path, e)
     local gv = G.now()
     local rc, data, stat = zk.sync(path)
     if rc == zk.OK then rc, data, stat = zk.get(path) end
+    -- (the session was given up meanwhile, which forgot the entry: its
+    -- node, when still there, is left to that session's end)
+    if O.owned[path] ~= e then return end
     if rc == zk.NONODE then return O.forget(path) end
     if rc ~= zk.OK then
         O.heap_push({ at = host.now() + 1000, path = path, entry = e })
         return
     end
-    if codec.decode(data).nonce ~= e.nonce or stat.version ~= e.version then
+    if codec.decode(data).nonce ~= e.nonce or stat.version ~= e.version or
+       (e.lifetime ~= "persistent" and stat.ephemeralOwner ~= zk.session()) then
         return O.forget(path)
     end
     shared.touched(path)

@@ -126,7 +126,9 @@ local function refresh()
     local path = guard.path
     for _ = 1, 3 do
         local rc, stat = zk.exists(path, true)
-        if guard.sid ~= sid then return end
+        -- (a session given up meanwhile: the create below would go out
+        -- under the next one, and make the old one look alive)
+        if guard.sid ~= sid or zk.session() ~= sid then return end
         if rc == zk.OK then
             if stat.ephemeralOwner == sid then
                 guard.version, guard.czxid = stat.version, stat.czxid

@@ -319,3 +319,31 @@ describe("expiry", function()
         assert.equal(30, b:call("TTL", "k"))
     end)
 end)
+
+-- A node of a session given up is left to that session's end, also by an
+-- expiry that was under way when it was given up: its delete, by version
+-- alone, could hit a node another client made since at that version.
+describe("expiry across a session change", function()
+    it("leaves the node of a session given up during its expiry to that session's end", function()
+        local W, a, c, d = S.world(3)
+        assert.same(OK, a:call("SET", "k", "v1", "NX", "PX", "1000"))
+        local s1 = a.sid
+        local path = a:path("k")
+        -- the deadline's guarded delete: its answer is lost as a gives S1 up
+        a:fail_next({ op = "multi", hook = function() a:lose({ gap = true }) end })
+        local c_reply
+        a:fail_next({ op = "get", path = path, pass = true, hook = function()
+            -- the server ends S1 now (its node goes) and c takes the key
+            W:expire_session(s1)
+            c_reply = c:call("SET", "k", "v2", "NX", "PX", "60000")
+        end })
+        W:advance(1001)
+        assert.equal(0, a.sid)
+        W:advance(50)
+        a:next_session()
+        W:advance(50)
+        assert.same(OK, c_reply)
+        assert.is_not_nil(W:node(path), "c's lock is still there")
+        assert.equal(null, d:call("SET", "k", "v3", "NX", "PX", "60000"))
+    end)
+end)

@@ -160,3 +160,62 @@ describe("session guard", function()
         assert.same({ "create", "multi" }, kinds(from))
     end)
 end)
+
+-- A guard's create must go out under the session it names: one retried
+-- after the session was given up (its first try found <root>/g missing,
+-- and making it outlasted the session) would name the old session and be
+-- owned by the next, and other sidecars would take the old one for alive.
+describe("session guard across a session change", function()
+    local OK = S.OK
+
+    -- a, the first sidecar on a fresh ensemble (<root>/g missing), holds
+    -- k under S1 and loses that session while making <root>/g; its next
+    -- session's start has run.  Returns the world, S1 and the sidecars.
+    local function lose_while_making_the_guard_dir()
+        local W, a, b, c, d = S.world({ { connect = false }, { connect = false },
+                                        { connect = false }, { connect = false } })
+        a:fail_next({ op = "create", path = "/zkresp/g", latency = 100,
+                      hook = function() a:disconnect() end })
+        a.connected = true
+        local started = W:spawn(a, a.M.on_session, "connected", a.sid)
+        local set = a:start("SET", "k", "v1", "NX", "PX", "60000")
+        W:run_until(function() return set.done end)
+        assert.same(OK, set.result)
+        local s1 = a.sid
+        W:run_until(function() return not a.connected end)
+        W:advance(10)
+        assert.is_falsy(started.done)
+        a:lose({ gap = true }) -- its lease ran out; the server keeps S1 a while
+        W:advance(10)
+        a:next_session()
+        W:run_until(function() return started.done end)
+        W:advance(100)
+        return W, s1, a, b, c, d
+    end
+
+    it("makes no guard named after a session given up", function()
+        local W, s1, a = lose_while_making_the_guard_dir()
+        assert.is_nil(W:node(a.K.guard_path(s1)))
+        local g2 = W:node(a.K.guard_path(a.sid))
+        assert.is_not_nil(g2)
+        assert.equal(a.sid, g2.stat.ephemeralOwner)
+    end)
+
+    it("so another sidecar's DELIFEQ of the old session's lock leaves a newer holder's alone", function()
+        local W, s1, a, b, c, d = lose_while_making_the_guard_dir()
+        for _, sc in ipairs({ b, c, d }) do
+            sc.connected = true
+            sc:event("connected")
+        end
+        -- b reads a's lock (S1's, alive); then the server ends S1, its node
+        -- goes, and c takes the key (a node at version 0 again)
+        local c_reply
+        b:fail_next({ op = "get", path = a:path("k"), pass = true, hook = function()
+            W:expire_session(s1)
+            c_reply = c:call("SET", "k", "v2", "NX", "PX", "60000")
+        end })
+        assert.equal(0, b:call("DELIFEQ", "k", "v1"))
+        assert.same(OK, c_reply)
+        assert.equal(null, d:call("SET", "k", "v3", "NX", "PX", "60000"))
+    end)
+end)
