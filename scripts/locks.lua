@@ -105,11 +105,13 @@ local function lease_due(path)
     local rc, data, stat = zk.get(path)
     if rc == zk.NONODE then forget(path) return end
     if rc ~= zk.OK then h.timer:start(200) return end
-    -- the lease this sidecar gave (grant, renewal), unless the node has
-    -- changed since and holds a renewal (through another sidecar)
+    -- the lease this sidecar gave (grant, renewal), unless the node holds a
+    -- renewal through another sidecar (it changed since) or a later one a
+    -- write of ours carried over (a count written over it, or taken back)
     local d = LS.decode_req(data)
     local ends = h.deadline
-    if stat.version ~= h.version and d and d.lease_end > 0 then ends = Z.local_time(d.lease_end) end
+    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end)
+    if renewed and (stat.version ~= h.version or renewed > ends) then ends = renewed end
     local left = ends - host.now()
     if left > 0 then
         h.deadline = host.now() + left
@@ -589,7 +591,8 @@ local function give_up(lock, asked, mode)
     for _ = 1, Z.READ_TRIES do
         local snap = LS.read(lock)
         local me = snap and snap.by_seq[LS.seq_of(asked)]
-        if not me or not me.convert then return me and me.granted == mode and me.token or nil end
+        if not me then return nil, true end -- the hold itself is gone
+        if not me.convert then return me.granted == mode and me.token or nil end
         me.convert = nil
         if write_own(snap, me) then return nil end
     end
@@ -646,9 +649,9 @@ local function convert(lock, owner, mode, wait_ms, pending)
         converted(asked, mode, token, why)
         return token
     end
-    local granted = give_up(lock, asked, mode)
+    local granted, gone = give_up(lock, asked, mode)
     if granted then return granted end
-    if why == "lost" then return { err = E.LOST_SESSION } end
+    if why == "lost" or gone then return { err = E.LOST_SESSION } end
     return nil
 end
 

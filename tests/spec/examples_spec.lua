@@ -306,4 +306,32 @@ describe("examples/lock_delay.lua", function()
         W:advance(10)
         assert.equal(0, W:node("/zkresp/ld").stat.numChildren)
     end)
+
+    -- A release grants shared requests together, with one token: the
+    -- marker names the request too, so one holder's release does not
+    -- clear another's marker.
+    it("a shared holder's release leaves the marker of another that vanished", function()
+        local p, q, r = W:sidecar(with_example("lock_delay")), W:sidecar(with_example("lock_delay")),
+            W:sidecar(with_example("lock_delay"))
+        assert.equal("integer", math.type(p:call("LOCK.ACQUIRE", "ld", "h")))
+        W:advance(300)
+        local r2 = q:start("LOCK.ACQUIRE", "ld", "R2", "MODE", "PR", "WAIT", "5000")
+        W:advance(50)
+        local r1 = p:start("LOCK.ACQUIRE", "ld", "R1", "MODE", "PR", "WAIT", "5000")
+        W:advance(50)
+        assert.equal(1, p:call("LOCK.RELEASE", "ld", "h"))
+        W:run_until(function() return r1.done and r2.done end)
+        assert.equal("integer", math.type(r1.result))
+        assert.equal(r1.result, r2.result) -- granted together by the release
+        W:advance(300)
+        local m = "/zkresp/ld/" .. W:children("/zkresp/ld")[1]
+        local last = W:node(m).data
+        p:expire() -- R1, whose marker was written last, vanishes without releasing
+        W:advance(50)
+        assert.equal(last, W:node(m).data)
+        assert.equal(1, q:call("LOCK.RELEASE", "ld", "R2"))
+        W:advance(500)
+        assert.is_not_nil(W:node(m), "R1's marker is still there")
+        assert.equal(null, r:call("LOCK.ACQUIRE", "ld", "x", "WAIT", "0"))
+    end)
 end)

@@ -663,6 +663,42 @@ describe("native locks", function()
         integer(c:call("LOCK.ACQUIRE", "na", "x"))
     end)
 
+    it("keeps a renewal through another sidecar when the holder's sidecar counts a hold down", function()
+        local t = a:call("LOCK.ACQUIRE", "rn", "o", "PX", "1000")
+        assert.equal(t, a:call("LOCK.ACQUIRE", "rn", "o", "PX", "1000"))
+        W:advance(300)
+        assert.equal(1, b:call("LOCK.RENEW", "rn", "o", "PX", "5000"))
+        W:advance(100)
+        assert.equal(1, a:call("LOCK.RELEASE", "rn", "o")) -- count 1: o holds on
+        W:advance(1000) -- past the first lease, well within the renewal
+        assert.equal(null, c:call("LOCK.ACQUIRE", "rn", "x"))
+        W:advance(4500)
+        integer(c:call("LOCK.ACQUIRE", "rn", "x"))
+    end)
+
+    it("answers -TRYAGAIN, not null, a conversion whose hold's lease ended while it waited", function()
+        a:call("LOCK.ACQUIRE", "cl", "o", "MODE", "PR", "PX", "1000")
+        c:call("LOCK.ACQUIRE", "cl", "r", "MODE", "PR", "PX", "60000")
+        local cv = start(b, "LOCK.CONVERT", "cl", "o", "MODE", "EX", "WAIT", "3000")
+        assert.is_falsy(cv.done)
+        W:advance(1500) -- o's lease ends on a
+        assert.equal(1, #a:call("LOCK.INFO", "cl").map[2])
+        W:run_until(function() return cv.done end)
+        -- null would say the old mode was kept: o holds nothing
+        assert.matches("^TRYAGAIN", cv.result.err)
+    end)
+
+    it("answers -TRYAGAIN, not null, a conversion through another sidecar whose hold's session ended", function()
+        a:call("LOCK.ACQUIRE", "cs", "o", "MODE", "PR")
+        c:call("LOCK.ACQUIRE", "cs", "r", "MODE", "PR")
+        local cv = start(b, "LOCK.CONVERT", "cs", "o", "MODE", "EX", "WAIT", "3000")
+        a:expire()
+        run()
+        assert.equal(1, #c:call("LOCK.INFO", "cs").map[2])
+        W:run_until(function() return cv.done end)
+        assert.matches("^TRYAGAIN", cv.result.err)
+    end)
+
     -- A read of the table is retried on a new session, and the table still
     -- has the line of a request whose node went with the old one: that is
     -- no grant (another client may take the lock at once).
