@@ -59,7 +59,7 @@ $(BUILD)/zkresp-asan: $(ASAN_OBJS)
 
 # The unit tests link only the pure modules they test.
 UNIT_DEPS:= gateway/reply.c gateway/proto.c sidecar/buf.c sidecar/keyenc.c sidecar/lua_alloc.c sidecar/lua_pattern.c sidecar/log.c \
-           sidecar/zk_queue.c
+           sidecar/zk_queue.c sidecar/zk.c sidecar/zk_session.c sidecar/zk_group.c sidecar/zk_ahead.c sidecar/zk_log.c
 
 $(BUILD)/unit: $(UNIT_SRCS) $(UNIT_DEPS) $(HDRS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(BUILD)

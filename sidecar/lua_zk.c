@@ -192,6 +192,7 @@ static int l_zk_get_ahead(lua_State *L)
         return 1;
     }
     if (how == 1) {
+        c->answer_gen = zk_generation(c->h->zk);
         int n = push_result(L, now);
         zk_ahead_taken(c->h->zk, slot);
         return n;

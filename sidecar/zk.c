@@ -509,23 +509,28 @@ void zk_send_or_park(struct zk *z, struct zk_req *r)
  * node is sequential: the server appends the number), no byte 1-30. */
 static int path_ok(const char *path, int flags)
 {
+    /* The library's own create modes (0-6, its ZOOKEEPER_IS_SEQUENCE: 2,
+     * 3, 6): a bit pattern it does not know fails inside a multi too. */
+    if (flags < 0 || flags > 6)
+        return 0;
+    int seq = flags == 2 || flags == 3 || flags == 6;
     size_t len = strlen(path);
     if (len == 0 || path[0] != '/')
         return 0;
     if (len == 1)
         return 1;
-    if (path[len - 1] == '/' && !(flags & ZOO_SEQUENCE))
+    if (path[len - 1] == '/' && !seq)
         return 0;
     const char *c = path + 1, *part = c;
     for (;; c++) {
         if (*c == '/' || *c == '\0') {
             size_t n = (size_t)(c - part);
             int last = *c == '\0';
-            if (n == 0 && !(last && (flags & ZOO_SEQUENCE)))
+            if (n == 0 && !(last && seq))
                 return 0;
             if ((n == 1 && part[0] == '.') ||
                 (n == 2 && part[0] == '.' && part[1] == '.'))
-                if (!last || !(flags & ZOO_SEQUENCE))
+                if (!last || !seq)
                     return 0;
             if (last)
                 return 1;
@@ -626,7 +631,8 @@ void zk_drain(struct zk *z)
          * is not answered OK after SIGCONT (the lock may have passed on),
          * whichever comes first then, this or the timer that sees the lease
          * over; the command looks again under the new session. */
-        if ((r->kind >= 0 || r->kind == ZK_GROUP) && zk_stale_answer(z, r, now))
+        if ((r->kind >= 0 || r->kind == ZK_GROUP || r->kind == ZK_EV_AHEAD) &&
+            zk_stale_answer(z, r, now))
             r->res.rc = ZCONNECTIONLOSS;
         /* The client library ends the requests in flight with
          * ZRUNTIMEINCONSISTENCY when it drops a connection over a reply
@@ -638,7 +644,7 @@ void zk_drain(struct zk *z)
             r->res.rc = ZCONNECTIONLOSS;
         if (r->kind == ZK_EV_SESSION) {
             if (r->gen == z->gen && z->zh && !z->closed)
-                zk_session_state(z, r->ev_state);
+                zk_session_state(z, r->ev_state, r->answered_at);
             free(r);
         } else if (r->kind == ZK_EV_AHEAD) {
             zk_ahead_done(z, r);

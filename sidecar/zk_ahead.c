@@ -134,7 +134,9 @@ struct zk_req *zk_ahead_start(struct zk *z, zhandle_t *zh, uint64_t gen,
     a->next = z->ahead_inflight;
     z->ahead_inflight = a;
     /* Sent under the mutex, so its answer (on_ahead_data, this thread)
-     * finds it in the list. */
+     * finds it in the list.  Its send time lets the drain tell an answer
+     * that may speak for a session over since (zk_stale_answer). */
+    a->sent_at = zk_now();
     int rc = zoo_aget(zh, a->ahead, 0, on_ahead_data, a);
     if (rc != ZOK) {
         z->ahead_inflight = a->next;
@@ -230,7 +232,7 @@ int zk_take_ahead(struct zk *z, const char *path, double deadline,
         e->deadline = deadline;
         return 2;
     }
-    if (!e->req || zk_now() - e->at > AHEAD_KEEP_MS) {
+    if (!e->req || e->req->gen != z->gen || zk_now() - e->at > AHEAD_KEEP_MS) {
         got_clear(e);
         return 0;
     }
@@ -268,6 +270,9 @@ void zk_ahead_close(struct zk *z)
     free_inflight(z);
     for (int i = 0; i < ZK_AHEAD_MAX; i++) {
         struct zk_ahead_got *e = &z->ahead_got[i];
+        if (e->req &&
+            !e->cb) /* an answer kept for a taker: the old session's */
+            got_clear(e);
         if (!e->inflight)
             continue;
         struct zk_req *f = calloc(1, sizeof *f);

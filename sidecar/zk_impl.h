@@ -230,7 +230,7 @@ void zk_group_arm(struct zk *z, int on);
 /* --- zk_session.c --------------------------------------------------------- */
 
 /* A session event of the current handle (ZOO_*_STATE). */
-void zk_session_state(struct zk *z, int state);
+void zk_session_state(struct zk *z, int state, double at);
 
 /* Whether r's answer, about to be delivered, may speak for a session that
  * is over: it was sent under a handle given up since, or the local lease

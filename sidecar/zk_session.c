@@ -197,7 +197,7 @@ static void restart_session(struct zk *z, const char *why)
     }
 }
 
-void zk_session_state(struct zk *z, int state)
+void zk_session_state(struct zk *z, int state, double at)
 {
     double now = zk_now();
     if (state == ZOO_CONNECTED_STATE) {
@@ -209,8 +209,12 @@ void zk_session_state(struct zk *z, int state)
         z->connected = 1;
         z->connects++;
         z->lease_lost = 0;
-        z->last_contact = now;
-        z->last_heartbeat = now;
+        /* The event proves the session alive when it came, on the
+         * completion thread, not when the loop drained it: a process
+         * stopped in between (SIGSTOP, a paused VM) must not restart
+         * its lease from its waking. */
+        z->last_contact = at > 0 && at < now ? at : now;
+        z->last_heartbeat = z->last_contact;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         z->server[0] = 0;

@@ -75,5 +75,11 @@ UNIT_TEST(lua_pattern_falls_back_to_the_stock_functions)
 /* sidecar/zk_queue.c */
 UNIT_TEST(zk_queue_coalesces_wakeups_and_keeps_order)
 UNIT_TEST(zk_queue_many_producers_lose_and_double_nothing)
+/* sidecar/zk.c, zk_session.c, zk_ahead.c (the client library faked) */
+UNIT_TEST(zk_bridge_delivers_an_answer_in_time)
+UNIT_TEST(zk_bridge_lease_restarts_from_the_event_not_the_drain)
+UNIT_TEST(zk_bridge_read_ahead_answer_after_a_stop_is_unknown)
+UNIT_TEST(zk_bridge_kept_read_ahead_answer_dies_with_its_session)
+UNIT_TEST(zk_bridge_refuses_unknown_create_modes)
 /* sidecar/log.c */
 UNIT_TEST(log_limit_one_line_per_interval)

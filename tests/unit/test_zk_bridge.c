@@ -1,0 +1,316 @@
+/*
+ * test_zk_bridge.c — the bridge to zookeeper_mt (sidecar/zk*.c) driven
+ * through exact orders of events, with the client library replaced by the
+ * fakes below (this binary's definitions win over libzookeeper_mt's) and
+ * the clock by one the test moves.  What the integration suites cannot
+ * time: a process stopped (SIGSTOP, a paused VM) with answers and session
+ * events queued for its loop.
+ *
+ * The fakes record each asynchronous call; the test answers it by calling
+ * its completion, as the library's completion thread would, then drains
+ * the queue as the loop would.
+ */
+#include "unit.h"
+#include "config.h"
+#include "log.h"
+#include "zk_impl.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* --- the clock: the test's while `fake_clock`, else libuv's ------------- */
+
+static int fake_clock;
+static uint64_t fake_ns;
+
+uint64_t uv_hrtime(void)
+{
+    if (fake_clock)
+        return fake_ns;
+    uint64_t (*real)(void) = (uint64_t(*)(void))dlsym(RTLD_NEXT, "uv_hrtime");
+    return real ? real() : 0;
+}
+
+static void advance_ms(double ms)
+{
+    fake_ns += (uint64_t)(ms * 1e6);
+}
+
+/* metrics.c is not linked: the bridge's histograms go nowhere. */
+void metrics_histo_add(struct metrics_histo *h, double s)
+{
+    (void)h;
+    (void)s;
+}
+
+/* --- the client library ------------------------------------------------ */
+
+static int lib_state;
+static clientid_t lib_client;
+static watcher_fn lib_watcher;
+static void *lib_watcher_ctx;
+static int lib_handle;
+
+struct call {
+    const void *completion;
+    const void *data;
+};
+static struct call calls[16];
+static int ncalls, multis;
+
+zhandle_t *zookeeper_init(const char *host, watcher_fn fn, int recv_timeout,
+                          const clientid_t *clientid, void *context, int flags)
+{
+    lib_watcher = fn;
+    lib_watcher_ctx = context;
+    lib_state = ZOO_CONNECTING_STATE;
+    return (zhandle_t *)&lib_handle;
+}
+
+int zoo_set_servers_resolution_delay(zhandle_t *zh, int delay_ms)
+{
+    return ZOK;
+}
+
+const clientid_t *zoo_client_id(zhandle_t *zh)
+{
+    return &lib_client;
+}
+
+int zoo_recv_timeout(zhandle_t *zh)
+{
+    return 10000;
+}
+
+struct sockaddr *zookeeper_get_connected_host(zhandle_t *zh,
+                                              struct sockaddr *addr,
+                                              socklen_t *addr_len)
+{
+    return NULL;
+}
+
+int zoo_state(zhandle_t *zh)
+{
+    return lib_state;
+}
+
+int zookeeper_close(zhandle_t *zh)
+{
+    return ZOK;
+}
+
+static int record(const void *completion, const void *data)
+{
+    if (ncalls == (int)(sizeof calls / sizeof calls[0]))
+        return ZSYSTEMERROR;
+    calls[ncalls].completion = completion;
+    calls[ncalls].data = data;
+    ncalls++;
+    return ZOK;
+}
+
+int zoo_aget(zhandle_t *zh, const char *path, int watch,
+             data_completion_t completion, const void *data)
+{
+    return record((const void *)completion, data);
+}
+
+int zoo_acreate2(zhandle_t *zh, const char *path, const char *value,
+                 int valuelen, const struct ACL_vector *acl, int mode,
+                 string_stat_completion_t completion, const void *data)
+{
+    return record((const void *)completion, data);
+}
+
+int zoo_amulti(zhandle_t *zh, int count, const zoo_op_t *ops,
+               zoo_op_result_t *results, void_completion_t completion,
+               const void *data)
+{
+    multis++;
+    return record((const void *)completion, data);
+}
+
+/* --- the bridge's user ------------------------------------------------- */
+
+static int answers, last_rc;
+
+static void on_done(const struct zk_result *res, void *arg)
+{
+    answers++;
+    last_rc = res->rc;
+}
+
+static void on_event(const char *event, int64_t session, void *arg)
+{
+}
+
+static void session_event(int state)
+{
+    lib_watcher((zhandle_t *)&lib_handle, ZOO_SESSION_EVENT, state, NULL,
+                lib_watcher_ctx);
+}
+
+static struct config cfg;
+static uv_loop_t loop;
+
+/* A bridge whose session (10 s) has connected. */
+static struct zk *connected(void)
+{
+    log_set_level(LOG_ERROR); /* its connects and closes are the test's */
+    fake_clock = 1;
+    fake_ns = 1000000000000ull;
+    ncalls = multis = answers = 0;
+    last_rc = 999;
+    lib_client.client_id = 0x1234;
+    cfg.zk = "127.0.0.1:1";
+    cfg.root = "/r";
+    cfg.session_timeout = 10000;
+    cfg.zk_group_max = 16;
+    cfg.zk_max_request = 1000000;
+    uv_loop_init(&loop);
+    char err[256];
+    struct zk *z = zk_create(&loop, &cfg, on_event, NULL, err, sizeof err);
+    if (!z || zk_start(z, err, sizeof err) < 0)
+        return NULL;
+    lib_state = ZOO_CONNECTED_STATE;
+    session_event(ZOO_CONNECTED_STATE);
+    zk_drain(z);
+    return z;
+}
+
+static void finish(struct zk *z)
+{
+    zk_free(z);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    fake_clock = 0;
+    log_set_level(LOG_INFO);
+}
+
+static void create(struct zk *z, const char *path, int flags)
+{
+    struct zk_op op = {.type = ZK_OP_CREATE, .path = path, .flags = flags};
+    zk_submit(z, ZK_OP_CREATE, &op, 1, zk_now() + 5000, 0, on_done, NULL);
+}
+
+static void answer_create(int i)
+{
+    string_stat_completion_t done =
+        (string_stat_completion_t)calls[i].completion;
+    done(ZOK, "/r/lock", NULL, calls[i].data);
+}
+
+/* The control: an answer drained in time is delivered as it came. */
+TEST(zk_bridge_delivers_an_answer_in_time)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    create(z, "/r/lock", ZOO_EPHEMERAL);
+    ASSERT_INT_EQ(ncalls, 1);
+    advance_ms(1);
+    answer_create(0);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 1);
+    ASSERT_INT_EQ(last_rc, ZOK);
+    finish(z);
+}
+
+/* The connection drops and comes back on the same session; a create sent
+ * before the loop saw either is answered; then the process stops for 60 s,
+ * past the session (10 s), before the loop drains any of it.  The lease
+ * restarts from when the reconnection came, not from the loop's waking,
+ * so the create's answer may speak for a session over since: unknown. */
+TEST(zk_bridge_lease_restarts_from_the_event_not_the_drain)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    advance_ms(1000);
+    session_event(ZOO_CONNECTING_STATE);
+    session_event(ZOO_CONNECTED_STATE);
+    create(z, "/r/lock", ZOO_EPHEMERAL);
+    ASSERT_INT_EQ(ncalls, 1);
+    advance_ms(1);
+    answer_create(0);
+    advance_ms(60000);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 1);
+    ASSERT_INT_EQ(last_rc, ZCONNECTIONLOSS);
+    ASSERT(zk_lease_end(z) < zk_now());
+    finish(z);
+}
+
+/* A read ahead whose answer waited in the queue through a 60 s stop is an
+ * unknown outcome for its taker, as any answer is. */
+TEST(zk_bridge_read_ahead_answer_after_a_stop_is_unknown)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    zk_read_ahead(z, "/r/w", "/r/d");
+    lib_watcher((zhandle_t *)&lib_handle, ZOO_DELETED_EVENT,
+                ZOO_CONNECTED_STATE, "/r/w", lib_watcher_ctx);
+    ASSERT_INT_EQ(ncalls, 1); /* the read went out with the event */
+    zk_drain(z);
+    const struct zk_result *now = NULL;
+    int slot = -1;
+    ASSERT_INT_EQ(
+        zk_take_ahead(z, "/r/d", zk_now() + 100000, on_done, NULL, &now, &slot),
+        2); /* waiting for it */
+    data_completion_t done = (data_completion_t)calls[0].completion;
+    done(ZOK, "v", 1, NULL, calls[0].data);
+    advance_ms(60000);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 1);
+    ASSERT_INT_EQ(last_rc, ZCONNECTIONLOSS);
+    finish(z);
+}
+
+/* A read ahead's answer kept for a taker, then the session expires (a new
+ * handle): the kept answer is the old session's and is never taken. */
+TEST(zk_bridge_kept_read_ahead_answer_dies_with_its_session)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    zk_read_ahead(z, "/r/w", "/r/d");
+    lib_watcher((zhandle_t *)&lib_handle, ZOO_DELETED_EVENT,
+                ZOO_CONNECTED_STATE, "/r/w", lib_watcher_ctx);
+    zk_drain(z);
+    ASSERT_INT_EQ(ncalls, 1);
+    data_completion_t done = (data_completion_t)calls[0].completion;
+    done(ZOK, "v", 1, NULL, calls[0].data);
+    uint64_t gen = zk_generation(z);
+    session_event(ZOO_EXPIRED_SESSION_STATE);
+    zk_drain(z); /* the answer kept, then the expiry: a new handle */
+    ASSERT(zk_generation(z) != gen);
+    const struct zk_result *now = NULL;
+    int slot = -1;
+    int how =
+        zk_take_ahead(z, "/r/d", zk_now() + 1000, on_done, NULL, &now, &slot);
+    if (how == 1)
+        zk_ahead_taken(z, slot);
+    ASSERT_INT_EQ(how, 0); /* none: the waiter reads for itself */
+    finish(z);
+}
+
+/* Create flags the library does not know as a mode (7) are refused before
+ * a multi reaches it: inside zoo_amulti they would free memory it does not
+ * own for every later operation. */
+TEST(zk_bridge_refuses_unknown_create_modes)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    struct zk_op ops[] = {
+        {.type = ZK_OP_CREATE, .path = "/a/", .flags = 7},
+        {.type = ZK_OP_DELETE, .path = "/b", .version = -1},
+    };
+    zk_submit(z, ZK_OP_MULTI, ops, 2, zk_now() + 5000, 0, on_done, NULL);
+    zk_drain(z);
+    ASSERT_INT_EQ(multis, 0);
+    ASSERT_INT_EQ(answers, 1);
+    ASSERT_INT_EQ(last_rc, ZBADARGUMENTS);
+    /* a sequential mode the library knows (3) may end in '/' */
+    create(z, "/r/q/", ZOO_EPHEMERAL | ZOO_SEQUENCE);
+    ASSERT_INT_EQ(ncalls, 1);
+    finish(z);
+}
