@@ -9,11 +9,11 @@
 -- How: every ephemeral key acquired gets a persistent marker node,
 -- <root>/ld/<encoded znode path>, holding the lock's fencing token (a
 -- native lock's with its request's name: holds a release grants together
--- share a token); a release or an expiry deletes it.  A marker without its lock therefore
--- means the holder vanished.  The first acquire that finds one stamps it
--- (its mtime, the ZooKeeper leader's clock, is when the loss was noticed;
--- it first waits GRACE_MS for a release's marker deletion, which runs in
--- the background right after the release's reply)
+-- share a token); a release or an expiry deletes it.  A marker without its
+-- lock therefore means the holder vanished.  The first acquire that finds
+-- one stamps it (its mtime, the ZooKeeper leader's clock, is when the loss
+-- was noticed; it first waits GRACE_MS for a release's marker deletion,
+-- which runs in the background right after the release's reply)
 -- and from then on acquires are refused until DELAY_MS have passed: SET ...
 -- NX answers nil, as on a held lock; other writes that would create the key
 -- answer -TRYAGAIN with the time left.
