@@ -131,8 +131,8 @@ static int open_handle(struct zk *z, char *err, size_t errlen)
     return 0;
 }
 
-/* Closes the current handle.  zookeeper_close completes what was in flight
- * with ZCLOSING; those completions arrive through the queue. */
+/* Closes the current handle.  What was in flight does not come back
+ * (restart_session and zk_free answer it). */
 static void close_handle(struct zk *z)
 {
     if (!z->zh)
@@ -172,12 +172,40 @@ static void reopen(struct zk *z, double now)
     }
 }
 
+static int in_group(const struct zk *z, const struct zk_req *r)
+{
+    for (const struct zk_req *g = z->groups_out; g; g = g->all_next)
+        for (const struct zk_req *m = g->member; m; m = m->member)
+            if (m == r)
+                return 1;
+    return 0;
+}
+
+/* What a closed handle of generation `gen` had in flight never comes
+ * back: its completion thread stops at the close before it would answer
+ * them (see zk_free).  Each is an unknown outcome, answered through the
+ * queue like any failure; else a request with no deadline (background
+ * work: an expiry holding its key's queue) would wait for ever.  A group's
+ * members are answered through their group. */
+static void fail_unanswered(struct zk *z, uint64_t gen)
+{
+    for (struct zk_req *g = z->groups_out; g; g = g->all_next)
+        if (g->gen == gen && g->answered_at == 0 && !g->unsent)
+            zk_fail_later(g, ZCONNECTIONLOSS);
+    for (struct zk_req *r = z->all; r; r = r->all_next)
+        if (r->gen == gen && r->sent_at > 0 && r->answered_at == 0 &&
+            !in_group(z, r))
+            zk_fail_later(r, ZCONNECTIONLOSS);
+}
+
 /* Replaces the session: the old one's ephemeral nodes become foreign. */
 static void restart_session(struct zk *z, const char *why)
 {
     log_warn("zk.session_restart", "reason=%s old_session=0x%llx", why,
              (unsigned long long)z->session_id);
+    uint64_t old = z->gen;
     close_handle(z);
+    fail_unanswered(z, old);
     /* No session until the new one connects (a command that read under the
      * old one sees that it changed); what was parked for the old one is
      * answered now, never sent. */

@@ -314,3 +314,23 @@ TEST(zk_bridge_refuses_unknown_create_modes)
     ASSERT_INT_EQ(ncalls, 1);
     finish(z);
 }
+
+/* A session that expires with a request of background work in flight (no
+ * deadline): the closed handle never answers it, so the bridge does, as a
+ * connection loss (an unknown outcome), not never. */
+TEST(zk_bridge_answers_what_a_replaced_session_had_in_flight)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    create(z, "/r/lock", ZOO_EPHEMERAL);
+    struct zk_op op = {.type = ZK_OP_CREATE, .path = "/r/bg", .flags = 0};
+    zk_submit(z, ZK_OP_CREATE, &op, 1, 0, 0, on_done, NULL);
+    ASSERT_INT_EQ(ncalls, 2);
+    answer_create(0); /* the first is answered before the expiry */
+    session_event(ZOO_EXPIRED_SESSION_STATE);
+    zk_drain(z); /* the answer, then the expiry: the handle replaced */
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 2);
+    ASSERT_INT_EQ(last_rc, ZCONNECTIONLOSS);
+    finish(z);
+}
