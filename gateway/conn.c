@@ -713,4 +713,5 @@ void conn_client_ops(struct server *s)
         .subscriptions = ops_subscriptions,
     };
     lua_host_set_client_ops(s->lua, &ops);
+    lua_reply_limit((size_t)s->cfg->max_output);
 }

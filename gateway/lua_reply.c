@@ -18,14 +18,38 @@
 #include <lua.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define REPLY_MAX_DEPTH 64
 
-static void encode(lua_State *L, int idx, struct buf *out, int proto,
-                   int depth);
+/* The most bytes one reply may take (lua_reply_limit); 0: no limit. */
+static size_t reply_limit;
+
+/* One reply being encoded: where it starts in out, and whether it went
+ * past the limit (then the rest is skipped and the reply replaced). */
+struct enc {
+    size_t start;
+    int over;
+};
+
+void lua_reply_limit(size_t max)
+{
+    reply_limit = max;
+}
+
+/* Whether `more` bytes still fit the reply; marks it over when not. */
+static int fits(struct enc *e, const struct buf *out, size_t more)
+{
+    if (reply_limit && out->len - e->start + more > reply_limit)
+        e->over = 1;
+    return !e->over;
+}
+
+static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth,
+                   struct enc *e);
 
 static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
-                       int depth, int kind)
+                       int depth, int kind, struct enc *e)
 {
     long n = 0;
     while (lua_rawgeti(L, tidx, n + 1) != LUA_TNIL) {
@@ -45,18 +69,19 @@ static void encode_seq(lua_State *L, int tidx, struct buf *out, int proto,
         reply_push(out, proto, n);
     else
         reply_array(out, n);
-    for (long i = 1; i <= n; i++) {
+    for (long i = 1; i <= n && fits(e, out, 0); i++) {
         if (kind == 'p' && proto >= 3 && i % 2 == 1)
             reply_array(out, 2);
         lua_rawgeti(L, tidx, i);
-        encode(L, lua_gettop(L), out, proto, depth + 1);
+        encode(L, lua_gettop(L), out, proto, depth + 1, e);
         lua_pop(L, 1);
     }
 }
 
 /* Appends the reply for the Lua value at idx (see lua_host.h); depth counts
  * the containers around it. */
-static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
+static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth,
+                   struct enc *e)
 {
     /* Each level pushes up to two values (a field, an element): make room,
      * as only LUA_MINSTACK slots are sure. */
@@ -90,7 +115,8 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
     case LUA_TSTRING: {
         size_t n;
         const char *s = lua_tolstring(L, idx, &n);
-        reply_bulk(out, s, n);
+        if (fits(e, out, n))
+            reply_bulk(out, s, n);
         return;
     }
     case LUA_TLIGHTUSERDATA:
@@ -125,7 +151,7 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
         }
         lua_pop(L, 1);
         if (lua_getfield(L, idx, "pairs") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 'p');
+            encode_seq(L, lua_gettop(L), out, proto, depth, 'p', e);
             lua_pop(L, 1);
             return;
         }
@@ -137,27 +163,28 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
         }
         lua_pop(L, 1);
         if (lua_getfield(L, idx, "map") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 'm');
+            encode_seq(L, lua_gettop(L), out, proto, depth, 'm', e);
             lua_pop(L, 1);
             return;
         }
         lua_pop(L, 1);
         if (lua_getfield(L, idx, "set") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 's');
+            encode_seq(L, lua_gettop(L), out, proto, depth, 's', e);
             lua_pop(L, 1);
             return;
         }
         lua_pop(L, 1);
         if (lua_getfield(L, idx, "push") == LUA_TTABLE) {
-            encode_seq(L, lua_gettop(L), out, proto, depth, 'P');
+            encode_seq(L, lua_gettop(L), out, proto, depth, 'P', e);
             lua_pop(L, 1);
             return;
         }
         lua_pop(L, 1);
         if (depth == 0 && lua_getfield(L, idx, "frames") == LUA_TTABLE) {
             int t = lua_gettop(L);
-            for (lua_Integer i = 1; lua_rawgeti(L, t, i) != LUA_TNIL; i++) {
-                encode(L, -1, out, proto, depth + 1);
+            for (lua_Integer i = 1;
+                 fits(e, out, 0) && lua_rawgeti(L, t, i) != LUA_TNIL; i++) {
+                encode(L, -1, out, proto, depth + 1, e);
                 lua_pop(L, 1);
             }
             lua_pop(L, 2);
@@ -165,7 +192,7 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
         }
         if (depth == 0)
             lua_pop(L, 1);
-        encode_seq(L, idx, out, proto, depth, 'a');
+        encode_seq(L, idx, out, proto, depth, 'a', e);
         return;
     default:
         break;
@@ -176,10 +203,21 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth)
 
 void lua_reply_encode(lua_State *L, int idx, struct buf *out, int proto)
 {
+    struct enc e = {.start = out->len, .over = 0};
     if (idx == 0)
         reply_null(out, proto);
     else
-        encode(L, idx, out, proto, 0);
+        encode(L, idx, out, proto, 0, &e);
+    if (e.over) {
+        /* Never built past the limit (a script may return one string a
+         * million times): the reply is an error, the connection lives. */
+        out->len = e.start;
+        char msg[96];
+        snprintf(msg, sizeof msg,
+                 "ERR reply too large (more than %zu bytes, max-output)",
+                 reply_limit);
+        reply_error(out, msg);
+    }
 }
 
 void lua_reply_error(struct buf *out, const char *msg)

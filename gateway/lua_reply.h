@@ -9,6 +9,8 @@
 #ifndef ZKRESP_LUA_REPLY_H
 #define ZKRESP_LUA_REPLY_H
 
+#include <stddef.h>
+
 struct buf;
 struct lua_State;
 
@@ -19,6 +21,11 @@ struct lua_State;
  * deeper than 64 answer "-ERR reached lua stack limit" in their place.
  * Leaves L's stack as it found it. */
 void lua_reply_encode(struct lua_State *L, int idx, struct buf *out, int proto);
+
+/* The most bytes one reply may take (the server's --max-output): a value
+ * whose reply would take more answers "-ERR reply too large (more than N
+ * bytes, max-output)" instead, and is never built whole.  0: no limit. */
+void lua_reply_limit(size_t max);
 
 /* Appends the error reply "-msg" (msg carries its code: "ERR ..."). */
 void lua_reply_error(struct buf *out, const char *msg);

@@ -520,3 +520,27 @@ def test_maxclients(make_zkresp):
     harness.wait_for(admitted, 3, 0.05, "a slot to free up")
     for c in clients:
         assert c.cmd("PING") == b"+PONG\r\n"
+
+
+def test_reply_larger_than_max_output_is_an_error_not_a_crash(make_zkresp):
+    """One reply is never built past --max-output: a script returning one
+    string many times over, or an MGET of one big value repeated, answers
+    -ERR reply too large on a connection that stays open, and a lock another
+    client holds is still there (before: the whole reply was built, and a
+    reply of gigabytes killed the process and every lock of its session)."""
+    z = make_zkresp(extra=["--max-output", "1m"])
+    holder = z.client()
+    assert holder.cmd("SET", "lk", "tok", "NX", "PX", "60000") == b"+OK\r\n"
+    c = z.client()
+    script = "local s = string.rep('x', 65536) local t = {} " \
+             "for i = 1, 64 do t[i] = s end return t"
+    r = c.cmd("EVAL", script, "0")
+    assert r.startswith(b"-ERR reply too large (more than 1048576 bytes"), r[:200]
+    assert c.cmd("SET", "big", b"y" * 65536) == b"+OK\r\n"
+    r = c.cmd("MGET", *(["big"] * 40))
+    assert r.startswith(b"-ERR reply too large"), r[:200]
+    # Under the limit, the same reply is answered whole, on the same connection.
+    r = c.cmd("MGET", *(["big"] * 10))
+    assert r.startswith(b"*10\r\n$65536\r\nyyy"), r[:200]
+    assert holder.cmd("GET", "lk") == b"$3\r\ntok\r\n"
+    assert z.proc.alive()
