@@ -28,6 +28,8 @@
 #include "server.h"
 #include "zk.h"
 
+#include <poll.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -562,11 +564,32 @@ void conn_auth_failed(struct conn *c)
                    (uint64_t)s->cfg->auth_fail_delay, 0);
 }
 
+/* Whether the peer closed or reset the connection, seen without reading:
+ * its FIN shows (POLLRDHUP) even behind requests we have not read. */
+static int peer_gone(struct conn *c)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 &&
+           (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 void conn_cron(struct conn *c, uint64_t now)
 {
     const struct config *cfg = c->srv->cfg;
     if (c->closing)
         return;
+    /* A client gone while we do not read from it (a blocking command waits
+     * with its window full, or with a QUIT behind it) would wait for its
+     * reply's time: a LOCK.ACQUIRE with a long WAIT kept its place in the
+     * queue, and was granted to nobody.  Redis reads on and sees the EOF;
+     * here it is looked for once a second. */
+    if (!c->reading && c->inflight > 0 && peer_gone(c)) {
+        conn_close(c, "eof");
+        return;
+    }
     /* The client makes no progress: a request it sends half of while we
      * read, or replies it does not read.  Whole requests waiting behind a
      * long command (a blocking LOCK.ACQUIRE, reading stopped by the

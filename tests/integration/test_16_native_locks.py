@@ -1021,6 +1021,32 @@ def test_disconnected_waiter_leaves_queue(sc, conn, waiters):
     assert holders(a, key) == [("w2", "EX")]
 
 
+@pytest.mark.parametrize("behind", ["quit", "pipeline"])
+def test_waiter_gone_while_not_read_leaves_queue(sc, conn, waiters, behind):
+    """A waiter whose client leaves while the sidecar is not reading from it
+    -- a QUIT pipelined behind the waiting LOCK.ACQUIRE, or a pipeline that
+    fills its window -- leaves the queue too (the sidecar looks for the
+    peer's close once a second): the waiter behind it is granted at the
+    release, not the departed one (before: it kept its place, was granted,
+    and held the lock for its lease)."""
+    a = conn(0)
+    key = unique("gone-" + behind)
+    assert is_token(acquire(a, key, "h", mode="EX"))
+    raw = sc[1].client()
+    tail = encode("QUIT") if behind == "quit" else encode("PING") * 500
+    raw.sock.sendall(encode("LOCK.ACQUIRE", key, "w1", "MODE", "EX", "PX", "30000",
+                            "WAIT", "20000") + tail)
+    wait_queued(a, key, [("w1", "EX", "new")])
+    w2 = Waiter(sc[2], key, "w2", "EX", wait=20000).start(waiters)
+    wait_queued(a, key, [("w1", "EX", "new"), ("w2", "EX", "new")])
+    raw.close()
+    wait_for(lambda: waiting(a, key) == [("w2", "EX", "new")], 3.0, 0.05,
+             "the departed waiter to leave the queue")
+    assert release(a, key, "h") == 1
+    assert is_token(w2.outcome(10))
+    assert holders(a, key) == [("w2", "EX")]
+
+
 def test_middle_waiter_leaving_keeps_order(sc, conn, waiters):
     """Holder h, waiters w1, w2, w3 (three sidecars): w2 -- the one w3
     queued behind -- disconnects and leaves the queue at once; releases then
