@@ -202,6 +202,22 @@ static void answer_create(int i)
     done(ZOK, "/r/lock", NULL, calls[i].data);
 }
 
+/* A waiter's read ahead of /r/d on /r/w's watch; the watch fires (the
+ * read goes out from the completion thread) and the loop drains the event. */
+static void read_ahead_fired(struct zk *z)
+{
+    zk_read_ahead(z, "/r/w", "/r/d");
+    lib_watcher((zhandle_t *)&lib_handle, ZOO_DELETED_EVENT,
+                ZOO_CONNECTED_STATE, "/r/w", lib_watcher_ctx);
+    zk_drain(z);
+}
+
+static void answer_read(int i)
+{
+    data_completion_t done = (data_completion_t)calls[i].completion;
+    done(ZOK, "v", 1, NULL, calls[i].data);
+}
+
 /* The control: an answer drained in time is delivered as it came. */
 TEST(zk_bridge_delivers_an_answer_in_time)
 {
@@ -247,18 +263,14 @@ TEST(zk_bridge_read_ahead_answer_after_a_stop_is_unknown)
 {
     struct zk *z = connected();
     ASSERT(z != NULL);
-    zk_read_ahead(z, "/r/w", "/r/d");
-    lib_watcher((zhandle_t *)&lib_handle, ZOO_DELETED_EVENT,
-                ZOO_CONNECTED_STATE, "/r/w", lib_watcher_ctx);
+    read_ahead_fired(z);
     ASSERT_INT_EQ(ncalls, 1); /* the read went out with the event */
-    zk_drain(z);
     const struct zk_result *now = NULL;
     int slot = -1;
     ASSERT_INT_EQ(
         zk_take_ahead(z, "/r/d", zk_now() + 100000, on_done, NULL, &now, &slot),
         2); /* waiting for it */
-    data_completion_t done = (data_completion_t)calls[0].completion;
-    done(ZOK, "v", 1, NULL, calls[0].data);
+    answer_read(0);
     advance_ms(60000);
     zk_drain(z);
     ASSERT_INT_EQ(answers, 1);
@@ -272,13 +284,9 @@ TEST(zk_bridge_kept_read_ahead_answer_dies_with_its_session)
 {
     struct zk *z = connected();
     ASSERT(z != NULL);
-    zk_read_ahead(z, "/r/w", "/r/d");
-    lib_watcher((zhandle_t *)&lib_handle, ZOO_DELETED_EVENT,
-                ZOO_CONNECTED_STATE, "/r/w", lib_watcher_ctx);
-    zk_drain(z);
+    read_ahead_fired(z);
     ASSERT_INT_EQ(ncalls, 1);
-    data_completion_t done = (data_completion_t)calls[0].completion;
-    done(ZOK, "v", 1, NULL, calls[0].data);
+    answer_read(0);
     uint64_t gen = zk_generation(z);
     session_event(ZOO_EXPIRED_SESSION_STATE);
     zk_drain(z); /* the answer kept, then the expiry: a new handle */
