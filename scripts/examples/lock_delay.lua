@@ -8,8 +8,9 @@
 --
 -- How: every ephemeral key acquired gets a persistent marker node,
 -- <root>/ld/<encoded znode path>, holding the lock's fencing token (a
--- native lock's with its request's name: holds a release grants together
--- share a token); a release or an expiry deletes it.  A marker without its
+-- native lock's request name: an up-conversion changes its token, and
+-- holds a release grants together share one); a release or an expiry
+-- deletes it.  A marker without its
 -- lock therefore means the holder vanished.  The first acquire that finds
 -- one stamps it (its mtime, the ZooKeeper leader's clock, is when the loss
 -- was noticed; it first waits GRACE_MS for a release's marker deletion,
@@ -54,9 +55,10 @@ local function lock_of(info)
 end
 
 local function token(info)
-    if not info.czxid then return "?" end
-    -- a native lock's holds granted together share a token: the request names one
-    return tostring(info.czxid) .. (info.lock and (" " .. info.path:match("[^/]+$")) or "")
+    -- a native lock's request names its hold: its token changes with an
+    -- up-conversion, and holds granted together share one
+    if info.lock then return info.path:match("[^/]+$") end
+    return info.czxid and tostring(info.czxid) or "?"
 end
 
 -- Paths whose marker an on_acquire is still writing: a release right

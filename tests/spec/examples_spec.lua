@@ -307,6 +307,17 @@ describe("examples/lock_delay.lua", function()
         assert.equal(0, W:node("/zkresp/ld").stat.numChildren)
     end)
 
+    it("a hold converted up clears its marker at its release (its token changed)", function()
+        local t = a:call("LOCK.ACQUIRE", "lc", "o", "MODE", "PR")
+        assert.equal("integer", math.type(t))
+        local t2 = a:call("LOCK.CONVERT", "lc", "o", "MODE", "EX")
+        assert.is_true(math.type(t2) == "integer" and t2 > t)
+        assert.equal(1, a:call("LOCK.RELEASE", "lc", "o"))
+        W:advance(300)
+        assert.equal(0, #W:children("/zkresp/ld"))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "lc", "x", "WAIT", "0")))
+    end)
+
     -- A release grants shared requests together, with one token: the
     -- marker names the request too, so one holder's release does not
     -- clear another's marker.
