@@ -45,6 +45,19 @@ static int fits(struct enc *e, const struct buf *out, size_t more)
     return !e->over;
 }
 
+/* Replaces what a reply wrote past its start with the error saying why:
+ * it was never built whole (a script may return one string a million
+ * times), and the connection lives. */
+static void too_large(struct buf *out, const struct enc *e)
+{
+    out->len = e->start;
+    char msg[96];
+    snprintf(msg, sizeof msg,
+             "ERR reply too large (more than %zu bytes, max-output)",
+             reply_limit);
+    reply_error(out, msg);
+}
+
 static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth,
                    struct enc *e);
 
@@ -182,9 +195,13 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth,
         lua_pop(L, 1);
         if (depth == 0 && lua_getfield(L, idx, "frames") == LUA_TTABLE) {
             int t = lua_gettop(L);
-            for (lua_Integer i = 1;
-                 fits(e, out, 0) && lua_rawgeti(L, t, i) != LUA_TNIL; i++) {
-                encode(L, -1, out, proto, depth + 1, e);
+            /* each frame a reply of its own: one too large is replaced
+             * alone, so the client still reads as many replies */
+            for (lua_Integer i = 1; lua_rawgeti(L, t, i) != LUA_TNIL; i++) {
+                struct enc f = {.start = out->len, .over = 0};
+                encode(L, -1, out, proto, depth + 1, &f);
+                if (f.over)
+                    too_large(out, &f);
                 lua_pop(L, 1);
             }
             lua_pop(L, 2);
@@ -208,16 +225,8 @@ void lua_reply_encode(lua_State *L, int idx, struct buf *out, int proto)
         reply_null(out, proto);
     else
         encode(L, idx, out, proto, 0, &e);
-    if (e.over) {
-        /* Never built past the limit (a script may return one string a
-         * million times): the reply is an error, the connection lives. */
-        out->len = e.start;
-        char msg[96];
-        snprintf(msg, sizeof msg,
-                 "ERR reply too large (more than %zu bytes, max-output)",
-                 reply_limit);
-        reply_error(out, msg);
-    }
+    if (e.over)
+        too_large(out, &e);
 }
 
 void lua_reply_error(struct buf *out, const char *msg)
