@@ -232,7 +232,7 @@ int zk_take_ahead(struct zk *z, const char *path, double deadline,
         e->deadline = deadline;
         return 2;
     }
-    if (!e->req || e->req->gen != z->gen || zk_now() - e->at > AHEAD_KEEP_MS) {
+    if (!e->req || zk_now() - e->at > AHEAD_KEEP_MS) {
         got_clear(e);
         return 0;
     }
@@ -270,8 +270,8 @@ void zk_ahead_close(struct zk *z)
     free_inflight(z);
     for (int i = 0; i < ZK_AHEAD_MAX; i++) {
         struct zk_ahead_got *e = &z->ahead_got[i];
-        if (e->req &&
-            !e->cb) /* an answer kept for a taker: the old session's */
+        /* an answer kept for a taker is the old session's: never taken */
+        if (e->req)
             got_clear(e);
         if (!e->inflight)
             continue;
