@@ -150,14 +150,14 @@ function X.expire_one(path, e)
         end
     end
     -- While the guard vouches for the entry (as for K.cached), nobody else
-    -- removed our node: one multi {delete, check guard}, grouped.  Not once
+    -- removed our node: one multi {delete, check guard, set mark}, grouped.  Not once
     -- a write or delete of the entry's node has had an unknown outcome: the
     -- node may be gone, and another's made since at our version (the guard
     -- only tells of removals).
     if e.gv and not e.doubted and e.gv == G.guard.version and e.gcz == G.guard.czxid and
        e.sid == G.guard.sid then
         shared.touched(path)
-        local mrc = zk.multi({ { "delete", path, e.version }, { "check", G.guard.path, e.gv } }, true)
+        local mrc = zk.multi(G.removal(path, e.version, e.gv, e.lifetime ~= "persistent"), true)
         if mrc == zk.OK then return expired(mrc) end
         if Z.unknown(mrc) then e.doubted = true end
         -- failed, or its outcome unknown: look
@@ -170,6 +170,7 @@ function X.expire_one(path, e)
     -- our version.  The look comes after a sync: a write of ours whose
     -- answer was lost (our delete, which others' removals do not bump the
     -- guard for) may not be applied yet on a server reached since.
+    if not G.now() then G.refresh() end -- (our removal is marked once it is known)
     local gv = G.now()
     local rc, data, stat = zk.sync(path)
     if rc == zk.OK then rc, data, stat = zk.get(path) end
@@ -188,7 +189,7 @@ function X.expire_one(path, e)
     shared.touched(path)
     if gv then
         local results
-        rc, results = zk.multi({ { "delete", path, e.version }, { "check", G.guard.path, gv } })
+        rc, results = zk.multi(G.removal(path, e.version, gv, e.lifetime ~= "persistent"))
         rc = Z.first_error(rc, results)
         if rc == zk.BADVERSION and results and results[2] and results[2].rc == zk.BADVERSION then
             -- our guard moved since the look: look again soon

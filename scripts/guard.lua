@@ -1,24 +1,38 @@
--- guard.lua — the session guard: one EPHEMERAL node per session,
--- <root>/g/<session id>, that makes a write from the owned-key cache safe.
+-- guard.lua — what makes a versioned write land on the node it was planned
+-- on.  Each session has a guard, <root>/g/<session id>, and G.MARKS marks,
+-- <root>/m/<session id>.<n>, all EPHEMERAL:
 --
 --   our write from the cache  + check(our guard, the version known before)
---   a delete/replace of a node another live session owns
---                             + set(that session's guard): its checks fail
+--   our removal of our node   + set(the node's mark of ours)
+--   a write to a node another live session owns
+--                             + set (removal) or check(its guard), and
+--                               check(the node's mark of that session), at
+--                               the versions read before the node was
 --
--- A version does not identify a node: when another sidecar deletes our key
--- and someone creates it again, the new node starts at version 0 and may
--- carry the version we cached, so a versioned delete from a stale cache
--- would remove someone else's lock (ZooKeeper has no czxid condition).
--- Each session therefore has a guard node, EPHEMERAL: whoever deletes or
--- replaces a node that another live session owns bumps that session's
--- guard in the same multi (G.ops), and every write made from the cache
--- carries a check of our guard at the version we knew before the entry's
--- node was written.  So an entry stands in for a read until anyone else
--- removes one of our nodes; then the check fails and the command reads
--- ZooKeeper.  A watch on the guard keeps the version we know current; a
--- stale one only makes a check fail.  Normal use never bumps a guard: a
--- lock pair is a create and one multi {delete, check guard}, two requests,
--- and no watch per key.
+-- A version does not identify a node: when a node is deleted and someone
+-- creates it again, the new node starts at version 0 and may carry the
+-- version a writer read or cached, so a versioned write would land on
+-- someone else's lock (ZooKeeper has no czxid condition).  So a session's
+-- nodes are vouched for by two counters.  Its guard counts removals by
+-- others: whoever deletes or replaces a node another live session owns
+-- bumps that session's guard in the same multi (G.ops), and every write
+-- made from the cache carries a check of our guard at the version we knew
+-- before the entry's node was written.  So an entry stands in for a read
+-- until anyone else removes one of our nodes; then the check fails and the
+-- command reads ZooKeeper.  A watch on the guard keeps the version we know
+-- current; a stale one only makes a check fail.  Its marks count removals
+-- by the session itself (its expiry, a release through its sidecar), each
+-- node's by the mark its path hashes to: each such multi bumps it,
+-- unconditionally, so a session's own removals never conflict with each
+-- other or with its cache's checks.  A write to another session's node
+-- reads that session's guard and the node's mark first, then the node (one
+-- more attempt of the command, G.ops), and goes in one multi with a bump
+-- of the guard at the version read (a removal) or a check of it (a write
+-- that keeps the node), and a check of the mark: the node read after both
+-- is still the node the write lands on, since nobody removed it in
+-- between.  Normal use never bumps a guard: a lock pair is a create and
+-- one multi {delete, check guard, set mark}, two requests, and no watch
+-- per key.
 --
 -- Also here: our earlier sessions (G.dead), whose nodes are foreign, and
 -- G.writable, which holds back a write planned in another session.
@@ -27,11 +41,14 @@ local S = require "signal"
 local Z = require "zkio"
 local U = require "util"
 local errors = require "errors"
+local shared = require "shared"
 
 local G = {}
 
--- Our guard: its session, path and the version and czxid we know.
-local guard = { sid = nil, path = nil, version = nil, czxid = nil }
+-- Our guard: its session, path and the version and czxid we know, and our
+-- marks' paths (their prefix, and mark n's at [n + 1]).  A guard of ours is never there without its
+-- marks (refresh makes them first), so a known guard vouches for both.
+local guard = { sid = nil, path = nil, version = nil, czxid = nil, marks = nil, mark_paths = nil }
 G.guard = guard
 
 -- session id -> true for our earlier sessions
@@ -42,6 +59,23 @@ function G.path(sid)
     return Z.root() .. "/g/" .. string.format("%016x", sid)
 end
 
+-- A session's marks: MARKS nodes, <root>/m/<session id>.<n>, a node at
+-- path bumping mark n = host.hash(path) % MARKS, so that a busy session's
+-- removals seldom move the mark a write to one of its nodes checks.  (Every
+-- sidecar on a root must count them alike: changing MARKS or the hash is a
+-- change of protocol.)
+G.MARKS = 64
+
+local function marks_prefix(sid) return Z.root() .. "/m/" .. string.format("%016x", sid) .. "." end
+
+-- The mark of session sid that a removal of the node at path bumps.
+function G.mark_path(sid, path)
+    local prefix = sid == guard.sid and guard.marks or marks_prefix(sid)
+    return prefix .. (host.hash(path) % G.MARKS)
+end
+
+local function own_mark(path) return guard.mark_paths[host.hash(path) % G.MARKS + 1] end
+
 -- The guard's version and czxid as we know them now, for an entry about to
 -- be written in our current session, or nil while no guard is known.
 function G.now()
@@ -49,18 +83,53 @@ function G.now()
 end
 local guard_now = G.now
 
--- Commands whose write found another session's guard missing: that
--- session is gone (its nodes go with it) or runs a zkresp without guards;
--- the command's next attempt writes without bumping it.
-local unguarded = U.per_command()  -- coroutine -> {sid = true}
+-- The ops that remove our own node at path, version: the delete, a check
+-- of our guard at gv (nil: none) and the bump of its mark (ephemeral: a
+-- node of our session; none while our guard is not known).
+function G.removal(path, version, gv, ephemeral)
+    local ops = { { "delete", path, version } }
+    if gv then ops[#ops + 1] = { "check", guard.path, gv } end
+    if ephemeral and guard_now() then ops[#ops + 1] = { "set", own_mark(path), "", -1 } end
+    return ops
+end
 
--- Appends to ops what guards the writes in them: a check of our guard for
--- each record of recs that is ours (from the cache: at the version known
--- before its node was written; read from ZooKeeper: at the version known
--- when it was read), and a bump of the owner's guard for each record whose
--- node another live session owns and that the ops delete or replace
--- (removed: a list of those records).  A record of ours read before our
--- guard was known, or under another guard node, is read again.
+-- What the running command read of other sessions' guards and marks:
+-- coroutine -> {[path of a guard or mark] = {v = its version, false for a
+-- node missing; at = the stamp after the read (shared.lua)}}, and
+-- `refreshed` once it waited for our own guard.
+local known = U.per_command()
+
+-- Reads the guards and marks at paths (sorted) for the running command,
+-- then runs it again: its next reads are sent after these.
+local function learn(paths)
+    table.sort(paths)
+    local co = coroutine.running()
+    local kn = known[co] or {}
+    known[co] = kn
+    local got = {}
+    for i, path in ipairs(paths) do
+        local rc, stat = Z.exists(path)
+        got[i] = rc == zk.OK and stat.version
+    end
+    local at = shared.stamp()
+    for i, path in ipairs(paths) do kn[path] = { v = got[i], at = at } end
+    S.retry(0)
+end
+
+-- Appends to ops what guards the writes in them (recs: every record the
+-- ops write or check; removed: those whose nodes they delete or replace):
+--   * a check of our guard for each record of recs that is ours (from the
+--     cache: at the version known before its node was written; read from
+--     ZooKeeper: at the version known when it was read); a record of ours
+--     read before our guard was known, or under another guard node, is
+--     read again;
+--   * a bump of our node's mark for each node of our session they remove;
+--   * for a node another live session owns: a bump (removed) or a check
+--     of that session's guard, and a check of the node's mark, at the
+--     versions read before the node was.  A command that has not read
+--     them yet reads them and runs again (learn), as does one that has to
+--     remove a node of our session before our guard is known (refresh).
+-- Only the first two need no request: the others yield, then retry.
 function G.ops(ops, recs, removed)
     local checked
     for i = 1, #recs do
@@ -83,31 +152,87 @@ function G.ops(ops, recs, removed)
         end
     end
     local sid = zk.session()
-    local skip, bumped
+    local marked = guard_now() ~= nil
+    local bumped, removes, unmarked
     for i = 1, #removed do
         local rec = removed[i]
         local owner = rec.node and rec.node.ephemeralOwner or 0
+        if owner == sid and not marked then
+            unmarked = true
+        elseif owner == sid then
+            local mark = own_mark(rec.path)
+            if #removed == 1 then
+                ops[#ops + 1] = { "set", mark, "", -1 }
+            elseif not (bumped and bumped[mark]) then
+                bumped = bumped or {}
+                bumped[mark] = true
+                ops[#ops + 1] = { "set", mark, "", -1 }
+            end
+        elseif owner ~= 0 then
+            removes = removes or {}
+            removes[owner] = true
+        end
+    end
+    local co = coroutine.running()
+    local kn = known[co]
+    if unmarked and not (kn and kn.refreshed) then
+        -- (once per command: should our guard never come, the removal goes
+        -- unmarked, as every write goes unguarded then)
+        kn = kn or {}
+        known[co], kn.refreshed = kn, true
+        G.refresh()
+        S.retry(0)
+    end
+    local need, wanted
+    for i = 1, #recs do
+        local rec = recs[i]
+        local owner = rec.node and rec.node.ephemeralOwner or 0
         if owner ~= 0 and owner ~= sid and not dead[owner] then
-            skip = skip or unguarded[coroutine.running()] or {}
-            bumped = bumped or {}
-            if not skip[owner] and not bumped[owner] then
-                bumped[owner] = true
-                ops[#ops + 1] = { "set", G.path(owner), "", -1, guard_of = owner }
+            local sent = rec.sent or 0
+            for _, path in ipairs({ G.path(owner), G.mark_path(owner, rec.path) }) do
+                local k = kn and kn[path]
+                if not (k and sent > k.at) then
+                    need = need or {}
+                    if not need[path] then
+                        need[path] = true
+                        need[#need + 1] = path
+                    end
+                elseif not (wanted and wanted[path]) then
+                    wanted = wanted or {}
+                    wanted[path] = owner
+                    wanted[#wanted + 1] = path
+                end
+            end
+        end
+    end
+    if need then learn(need) end
+    if not wanted then return end
+    table.sort(wanted)
+    for _, path in ipairs(wanted) do
+        local owner = wanted[path]
+        local k, g = kn[path], kn[G.path(owner)]
+        -- (no guard: its session is gone, or runs a zkresp without guards;
+        -- a guard with no marks: a zkresp from before them)
+        if k.v and g.v then
+            if path == G.path(owner) and removes and removes[owner] then
+                ops[#ops + 1] = { "set", path, "", k.v, guard_of = path }
+            else
+                ops[#ops + 1] = { "check", path, k.v, guard_of = path }
             end
         end
     end
 end
 
--- After a multi with guard ops failed: a bump that found no guard is left
--- out of the command's next attempt.
+-- After a multi with guard ops failed: what it read of an owner's guard or
+-- mark that failed its op (moved, or gone with its session) is read again
+-- by the command's next attempt; our own guard's version is learned again.
 function G.note(ops, results)
     if type(results) ~= "table" then return end
+    local kn = known[coroutine.running()]
     for i, op in ipairs(ops) do
         local r = results[i]
-        if op.guard_of and r and r.rc == zk.NONODE then
-            local co = coroutine.running()
-            unguarded[co] = unguarded[co] or {}
-            unguarded[co][op.guard_of] = true
+        if op.guard_of and r and kn and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
+            kn[op.guard_of] = nil
         elseif op.guard_check and r and r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then
             -- Our guard moved: learn its version (its watch may be late).
             host.spawn(G.refresh)
@@ -115,19 +240,22 @@ function G.note(ops, results)
     end
 end
 
--- Creates our session's guard if needed and learns its version, leaving a
--- watch on it (expiry.lua's on_watch comes back here when it fires).
+-- Creates our session's marks and guard if needed, the marks first, and
+-- learns the guard's version, leaving a watch on it (expiry.lua's on_watch
+-- comes back here when it fires).
 local function refresh()
     local sid = zk.session()
     if sid == 0 then return end
     if guard.sid ~= sid then
         guard.sid, guard.path, guard.version, guard.czxid = sid, G.path(sid), nil, nil
+        guard.marks, guard.mark_paths = marks_prefix(sid), {}
+        for n = 0, G.MARKS - 1 do guard.mark_paths[n + 1] = guard.marks .. n end
     end
     local path = guard.path
     for _ = 1, 3 do
         local rc, stat = zk.exists(path, true)
-        -- (a session given up meanwhile: the create below would go out
-        -- under the next one, and make the old one look alive)
+        -- (a session given up meanwhile: a create below would go out under
+        -- the next one, and make the old one look alive)
         if guard.sid ~= sid or zk.session() ~= sid then return end
         if rc == zk.OK then
             if stat.ephemeralOwner == sid then
@@ -140,8 +268,15 @@ local function refresh()
             return -- the connection: the next session event comes back here
         end
         guard.version, guard.czxid = nil, nil
-        local crc = zk.create(path, "", zk.EPHEMERAL)
-        if crc == zk.NONODE then Z.ensure_path(Z.root() .. "/g") end
+        local marks = {}
+        for n = 1, G.MARKS do marks[n] = { "create", guard.mark_paths[n], "", zk.EPHEMERAL } end
+        local mrc = zk.multi(marks) -- (NODEEXISTS: made by an earlier call, all of them)
+        if mrc == zk.NONODE then
+            Z.ensure_path(Z.root() .. "/m")
+            Z.ensure_path(Z.root() .. "/g")
+        elseif (mrc == zk.OK or mrc == zk.NODEEXISTS) and zk.session() == sid then
+            zk.create(path, "", zk.EPHEMERAL)
+        end
     end
 end
 

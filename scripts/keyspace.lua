@@ -88,8 +88,9 @@ K.unknown, K.denied, K.fail, K.init, K.state = Z.unknown, Z.denied, Z.fail, Z.in
 K.root, K.keys_dir, K.ensure_path, K.children, K.stat = Z.root, Z.keys_dir, Z.ensure_path, Z.children, Z.exists
 K.db, K.use_db, K.databases, K.key_names = Z.db, Z.use_db, Z.databases, Z.key_names
 K.refresh_clock, K.ensure_clock, K.local_time, K.nonce = Z.refresh_clock, Z.ensure_clock, Z.local_time, Z.nonce
-K.guard, K.guard_path, K.refresh_guard, K.dead = G.guard, G.path, G.refresh, G.dead
+K.guard, K.guard_path, K.mark_path, K.refresh_guard, K.dead = G.guard, G.path, G.mark_path, G.refresh, G.dead
 K.writable = G.writable
+K.MARKS = G.MARKS
 K.arrived, K.touched = shared.arrived, shared.touched
 K.owned, K.owns = O.owned, O.owns -- (K.owned is replaced by K.compact)
 K.may_write, K.on_watch, K.expire_one, K.expire_due, K.forget_session =
@@ -179,12 +180,13 @@ function K.record(key, path, data, stat)
     if not stat then return { key = key, path = path, live = false, sid = sid } end
     local v = codec.decode(data)
     local owner = stat.ephemeralOwner or 0
-    -- (made at its size: owned and deadline are set below when they apply)
+    -- (made at its size: owned and deadline are set below when they apply,
+    -- sent by the read that made it)
     local rec = { key = key, path = path, live = false, sid = sid, node = stat,
                   vtype = v.type, value = v.payload, ttl = v.ttl, nonce = v.nonce,
                   mine = owner ~= 0 and owner == sid,
                   dead_owner = owner ~= 0 and owner ~= sid and G.dead[owner] == true,
-                  owned = nil, deadline = nil }
+                  owned = nil, deadline = nil, sent = nil }
     local o = O.owned[path]
     if o and o.sid == sid and v.nonce and o.nonce == v.nonce and o.version == stat.version then
         rec.owned = o
@@ -214,12 +216,15 @@ function K.presumed(key)
     return K.absent(key)
 end
 
--- A record of a node of ours read from ZooKeeper carries our guard as it
--- was known when the read was sent (rgv, rgcz): a write planned on it
--- checks the guard at that version (guard.lua's G.ops), so that it cannot
--- land on a node that someone else made after removing ours (removing a
--- node of a live session bumps its guard) at the version we read.
-local function read_guard(rec, gv, gcz)
+-- A record read from ZooKeeper carries the stamp of its read (sent,
+-- shared.lua's) and, for a node of ours, our guard as it was known when
+-- the read was sent (rgv, rgcz): a write planned on it checks the guard at
+-- that version (guard.lua's G.ops), so that it cannot land on a node that
+-- someone else made after removing ours (removing a node of a live session
+-- bumps its guard) at the version we read; a write to another session's
+-- node checks that session's guard and mark as read before the stamp.
+local function read_guard(rec, gv, gcz, sent)
+    rec.sent = sent
     if rec.mine then rec.rgv, rec.rgcz = gv, gcz end
     return rec
 end
@@ -238,7 +243,7 @@ function K.read_once(key)
     local s = shared.serving(path)
     if s then
         K.stats.shared_reads = K.stats.shared_reads + 1
-        return read_guard(K.record(key, path, s.data, s.stat and shared.copy_stat(s.stat)), s.gv, s.gcz)
+        return read_guard(K.record(key, path, s.data, s.stat and shared.copy_stat(s.stat)), s.gv, s.gcz, s.sent)
     end
     local mine = shared.read_start(path)
     local done <close> = setmetatable({}, { __close = function() shared.read_end(path, mine) end })
@@ -247,7 +252,7 @@ function K.read_once(key)
     if rc == zk.NONODE then data, stat = nil, nil end
     shared.saw(path, stat ~= nil)
     shared.read_done(path, mine, data, stat, gv, gcz)
-    return read_guard(K.record(key, path, data, stat), gv, gcz)
+    return read_guard(K.record(key, path, data, stat), gv, gcz, mine.sent)
 end
 
 -- Reads several keys at once: the gets run concurrently, READ_BATCH at a
@@ -290,6 +295,7 @@ function K.read_many(keys)
     local paths, results = {}, {}
     for i, k in ipairs(uniq) do paths[i] = K.path(k) end
     local gv, gcz = G.now()
+    local sent = shared.stamp()
     for first = 1, #uniq, K.READ_BATCH do
         get_concurrently(paths, first, math.min(first + K.READ_BATCH - 1, #uniq), results)
     end
@@ -297,7 +303,7 @@ function K.read_many(keys)
         local rc, data, stat = table.unpack(results[i], 1, 3)
         if rc == zk.OK then
             shared.saw(paths[i], true)
-            out[k] = read_guard(K.record(k, paths[i], data, stat), gv, gcz)
+            out[k] = read_guard(K.record(k, paths[i], data, stat), gv, gcz, sent)
         elseif rc == zk.NONODE then
             shared.saw(paths[i], false)
             out[k] = K.record(k, paths[i])

@@ -128,6 +128,7 @@ local function settle_later(path, w, keep)
             local ok, done = pcall(function()
                 local held <close> = queue.hold({ path })
                 Z.sync(path)
+                if not G.now() then G.refresh() end
                 local gv = G.now()
                 local rc, data, stat = Z.get(path)
                 if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
@@ -146,7 +147,7 @@ local function settle_later(path, w, keep)
                 local drc
                 if gv and owner == zk.session() then
                     local results
-                    drc, results = zk.multi({ { "delete", path, stat.version }, { "check", G.guard.path, gv } })
+                    drc, results = zk.multi(G.removal(path, stat.version, gv, true))
                     drc = Z.first_error(drc, results)
                 else
                     drc = zk.delete(path, stat.version)

@@ -54,6 +54,13 @@ function R.arrived(co)
     arrival[co or coroutine.running()] = stamp
 end
 
+-- A stamp now: every read sent from here on carries a later one (guard.lua
+-- orders the reads of a node after those of its owner's guard with it).
+function R.stamp()
+    stamp = stamp + 1
+    return stamp
+end
+
 -- This sidecar is sending a write to path: no read sent before serves later
 -- commands.  Returns the write's stamp (see wrote).
 function R.touched(path)

@@ -347,9 +347,6 @@ local function commit_buffered(t)
         if p.replaced then removed[#removed + 1] = p.rec end
     end
     local from_cache = #cached > 0
-    local all = {}
-    for i, key in ipairs(keys) do all[i] = t.base[key] end
-    G.ops(ops, all, removed)
     -- the participants' ops (a script's publishes: checks of its routes and
     -- one message per interested sidecar, in this multi)
     local messages, before = 0, #ops
@@ -359,6 +356,11 @@ local function commit_buffered(t)
     if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and #ops == before then
         return confirm_presumed(t)
     end
+    -- (after that answer: the guards of another session's key read by a
+    -- script that writes nothing cost nothing)
+    local all = {}
+    for i, key in ipairs(keys) do all[i] = t.base[key] end
+    G.ops(ops, all, removed)
     local sent
     for _, op in ipairs(ops) do sent = shared.touched(op[2]) end
     local gv, gcz = G.now()

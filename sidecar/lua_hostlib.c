@@ -15,6 +15,7 @@
 #include "zk.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -223,6 +224,21 @@ static int l_host_key_encode(lua_State *L)
     return 1;
 }
 
+/* host.hash(s): the 32-bit FNV-1a of s, the same on every sidecar (which
+ * of a session's marks a key's node bumps: guard.lua). */
+static int l_host_hash(lua_State *L)
+{
+    size_t n;
+    const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 16777619u;
+    }
+    lua_pushinteger(L, (lua_Integer)h);
+    return 1;
+}
+
 static int l_host_key_decode(lua_State *L)
 {
     size_t n;
@@ -415,6 +431,7 @@ void lua_hostlib_open(struct lua_host *h)
         {"fatal", l_host_fatal},
         {"key_encode", l_host_key_encode},
         {"key_decode", l_host_key_decode},
+        {"hash", l_host_hash},
         {"client", l_host_client},
         {"push", l_host_push},
         {"subscriptions", l_host_subscriptions},

@@ -10,6 +10,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 import harness
 from harness import LockHistory, keyenc
 
@@ -189,6 +191,57 @@ def test_old_holder_never_releases_the_lock_that_replaced_its_own(zkresp_pair, k
             assert ca.cmd("EVAL", unlock, "1", "lk", "tok-a%d" % i) == b":0\r\n"
         assert cb.cmd("GET", "lk") == ("$%d\r\ntok-b%d\r\n" % (len("tok-b%d" % i), i)).encode()
         assert cb.cmd("DELIFEQ", "lk", "tok-b%d" % i) == b":1\r\n"
+
+
+@pytest.mark.parametrize("release", ["DELIFEQ", "script"])
+def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
+        release, make_proxy, make_zkresp, zk, kz):
+    """A lock taken through B is released through A, whose multi reaches
+    ZooKeeper only after the lock expired on B and B gave the key to a new
+    client: B's new node is at version 0, as the one A read, and B's expiry
+    bumped no guard, only B's mark.  A read B's guard and mark before the
+    node and checks them in its multi, so the multi fails; A reads again
+    and answers 0, and the new holder keeps its lock (guard.lua)."""
+    b = make_zkresp()
+    proxy = make_proxy(zk)
+    # (long timeouts: the held multi must still reach the server on A's
+    # connection, not be dropped with it)
+    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
+    ca, cb = a.client(), b.client()
+    key = harness.unique("late")
+    assert cb.cmd("SET", key, "t1", "NX", "PX", "800") == b"+OK\r\n"
+    proxy.hold_next("multi", keyenc.node_path(b.root, key))
+    answer = []
+    if release == "DELIFEQ":
+        cmd = ("DELIFEQ", key, "t1")
+    else:
+        cmd = ("EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then "
+               "return redis.call('del', KEYS[1]) else return 0 end", "1", key, "t1")
+    t = threading.Thread(target=lambda: answer.append(ca.cmd(*cmd)))
+    t.start()
+    try:
+        assert proxy.wait_held(5), "A's release never sent its multi"
+        # B expires t1 at its TTL; a new client takes the key through B
+        harness.wait_for(lambda: cb.cmd("SET", key, "t2", "NX", "PX", "30000") == b"+OK\r\n",
+                         5, 0.02, "the key expired on B and taken again")
+        assert harness.key_stat(kz, b.root, key)[1].version == 0
+    finally:
+        proxy.release_hold()
+        t.join(15)
+    assert answer == [b":0\r\n"]
+    assert cb.cmd("GET", key) == b"$2\r\nt2\r\n"
+    data, stat = harness.key_stat(kz, b.root, key)
+    assert stat is not None and b"t2" in data and stat.ephemeralOwner == b.session_id()
+    # B's own release bumps the mark the node's path hashes to (FNV-1a,
+    # 64 marks: every sidecar on a root must count alike)
+    path = keyenc.node_path(b.root, key).encode()
+    h = 2166136261
+    for byte in path:
+        h = ((h ^ byte) * 16777619) & 0xffffffff
+    mark = "%s/m/%016x.%d" % (b.root, b.session_id(), h % 64)
+    v = kz.get(mark)[1].version
+    assert cb.cmd("DELIFEQ", key, "t2") == b":1\r\n"
+    assert kz.get(mark)[1].version == v + 1
 
 
 def test_lock_expires_via_a_then_taken_via_b(zkresp_pair):

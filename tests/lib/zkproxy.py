@@ -215,7 +215,7 @@ class _Conn:
                         p._count("blackholed_up")
                         p._hole_event.set()
                         continue
-                    if name == "getData" and p._held_by(frame):
+                    if p._held_by(name, frame):
                         p._hold_event.set()
                         p._hold_release.wait(30)
                 p._add("bytes_up", len(frame))
@@ -321,6 +321,8 @@ class ZkProxy:
         self._hole_ops = None
         self._hole_event = threading.Event()
         self._hold_needle = None
+        self._hold_op = None
+        self._hold_watch = False
         self._hold_event = threading.Event()
         self._hold_release = threading.Event()
         self._closed = False
@@ -373,18 +375,34 @@ class ZkProxy:
         """Arms the fault: the next getData with its watch flag set, on a
         path containing needle, is held back with whatever its connection
         sends after it (the order kept) until release_hold()."""
+        self._arm_hold("getData", needle, True)
+
+    def hold_next(self, op, needle):
+        """Arms the fault: the next request of op (a name of OPS, "multi")
+        whose frame contains needle is held back, with whatever its
+        connection sends after it (the order kept), until release_hold():
+        a request that reaches ZooKeeper late."""
+        self._arm_hold(op, needle, False)
+
+    def _arm_hold(self, op, needle, watch):
         with self.lock:
             self._hold_event.clear()
             self._hold_release.clear()
+            self._hold_op, self._hold_watch = op, watch
             self._hold_needle = needle.encode()
 
-    def _held_by(self, frame):
-        """Whether the getData request frame is the one hold_next_watch
-        armed for (then disarmed)."""
-        n = struct.unpack(">i", frame[12:16])[0]
-        path, watch = frame[16:16 + n], frame[16 + n:17 + n]
+    def _held_by(self, name, frame):
+        """Whether the request frame (of op name) is the one hold_next or
+        hold_next_watch armed for (then disarmed)."""
         with self.lock:
-            if self._hold_needle is None or watch != b"\x01" or self._hold_needle not in path:
+            if self._hold_needle is None or name != self._hold_op:
+                return False
+            if self._hold_watch:
+                n = struct.unpack(">i", frame[12:16])[0]
+                path, watch = frame[16:16 + n], frame[16 + n:17 + n]
+                if watch != b"\x01" or self._hold_needle not in path:
+                    return False
+            elif self._hold_needle not in frame:
                 return False
             self._hold_needle = None
             return True

@@ -43,8 +43,8 @@ describe("session guard", function()
     it("is bumped by another sidecar's DEL of our key, in the same multi", function()
         a:call("SET", "lock", "tok", "NX", "PX", "30000")
         assert.equal(1, b:call("DEL", "lock"))
-        assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(a.sid),
-                     W.ops[#W.ops].path)
+        assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(a.sid) ..
+                     ", check " .. a.K.mark_path(a.sid, a:path("lock")), W.ops[#W.ops].path)
         assert.equal(1, W:node(a.K.guard_path(a.sid)).stat.version)
         W:advance(5) -- the watch event: a learns the new version
         assert.equal(1, a.K.guard.version)
@@ -64,7 +64,9 @@ describe("session guard", function()
         for i = before + 1, #W.ops do
             if W.ops[i].sc == a.id and W.ops[i].kind == "get" then reads = reads + 1 end
         end
-        assert.equal(1, reads) -- it looked before deleting (equal tokens: Redis deletes)
+        -- it looked before deleting (equal tokens: Redis deletes), and
+        -- looked again after reading b's guard and mark
+        assert.equal(2, reads)
         assert.equal(1, t.result)
     end)
 
@@ -76,8 +78,8 @@ describe("session guard", function()
         a:call("SET", "lock", "tok", "NX", "PX", "30000")
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
         assert.same({ "create", "multi" }, kinds(from))
-        assert.equal("delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid),
-                     W.ops[#W.ops].path)
+        assert.equal("delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid) ..
+                     ", set " .. a.K.mark_path(a.sid, a:path("lock")), W.ops[#W.ops].path)
     end)
 
     it("guards a script's commit from the cache (Redisson's unlock)", function()
@@ -90,8 +92,8 @@ describe("session guard", function()
         assert.same({ "multi" }, kinds(from))
         local last = #W.ops
         while S.script_cache_op(W.ops[last]) do last = last - 1 end -- the EVAL's publication
-        assert.equal("delete " .. a:path("rlock") .. ", check " .. a.K.guard_path(a.sid),
-                     W.ops[last].path)
+        assert.equal("delete " .. a:path("rlock") .. ", check " .. a.K.guard_path(a.sid) ..
+                     ", set " .. a.K.mark_path(a.sid, a:path("rlock")), W.ops[last].path)
     end)
 
     it("deletes a key whose owner has no guard (a zkresp without guards)", function()

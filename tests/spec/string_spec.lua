@@ -279,7 +279,8 @@ describe("DELIFEQ and DELEX", function()
         local before = #W.ops
         assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
         assert.same({ { sc = a.id, kind = "multi", grouped = true,
-                        path = "delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid) } },
+                        path = "delete " .. a:path("lock") .. ", check " .. a.K.guard_path(a.sid) ..
+                               ", set " .. a.K.mark_path(a.sid, a:path("lock")) } },
                     { table.unpack(W.ops, before + 1) })
     end)
 
@@ -291,10 +292,12 @@ describe("DELIFEQ and DELEX", function()
         for i = before + 1, #W.ops do
             if W.ops[i].sc == a.id then kinds[#kinds + 1] = W.ops[i].kind end
         end
-        -- b owns the node: its guard is bumped in the same multi
-        assert.same({ "get", "multi" }, kinds)
-        assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(b.sid),
-                     W.ops[#W.ops].path)
+        -- b owns the node: a reads b's guard and mark, then the node again,
+        -- and bumps b's guard at the version it read in the same multi,
+        -- checking b's mark
+        assert.same({ "get", "exists", "exists", "get", "multi" }, kinds)
+        assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(b.sid) ..
+                     ", check " .. a.K.mark_path(b.sid, a:path("lock")), W.ops[#W.ops].path)
     end)
 
     describe("with the owned-key cache on", function()
@@ -310,7 +313,8 @@ describe("DELIFEQ and DELEX", function()
             local before = #W.ops
             assert.equal(1, a:call("DELIFEQ", "lock", "tok"))
             assert.same({ { sc = a.id, kind = "multi", grouped = true,
-                            path = "delete " .. a:path("lock") .. ", check " .. K.guard_path(a.sid) } },
+                            path = "delete " .. a:path("lock") .. ", check " .. K.guard_path(a.sid) ..
+                                   ", set " .. K.mark_path(a.sid, a:path("lock")) } },
                         { table.unpack(W.ops, before + 1) })
             for i = 1, #W.ops do
                 assert.is_false(W.ops[i].kind == "exists" and W.ops[i].path == a:path("lock"))

@@ -924,6 +924,12 @@ local function make_host(sc, opts)
 
     host.key_encode = Z.key_encode
     host.key_decode = Z.key_decode
+    -- the 32-bit FNV-1a, as sidecar/lua_hostlib.c computes it
+    function host.hash(s)
+        local h = 2166136261
+        for i = 1, #s do h = ((h ~ s:byte(i)) * 16777619) & 0xffffffff end
+        return h
+    end
     return host
 end
 

@@ -1,0 +1,184 @@
+-- The session mark (guard.lua): a write to another session's node reads
+-- that session's guard and mark, then the node, and lands only while
+-- neither moved; the owner bumps its mark with each removal of its own.
+-- So a write delayed on its way can never land on a node the owner made
+-- since at the version the writer read.
+
+local S = require "world"
+local OK, null = S.OK, S.null
+
+local REDIS_PY_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) " ..
+                         "else return 0 end"
+local RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) " ..
+              "else return 0 end"
+
+-- Client 1 holds "lock" = t1 through b (b's session owns the node, version
+-- 0) and sends `cmd` through a, whose write is slow to land (700 ms).
+-- Meanwhile `between(W, b, c)` removes t1's node and b gives the key to
+-- client 2 (t2, a new node of b's session, at version 0 again).  Returns
+-- the world, the sidecars and the command's answer.
+local function delayed(cmd, between)
+    local W, a, b, c = S.world(3)
+    assert.same(OK, b:call("SET", "lock", "t1", "NX", "PX", "1000"))
+    W:advance(500)
+    if cmd[1] == "EVAL" then a:call("SCRIPT", "LOAD", cmd[2]) end -- (its publication is a multi too)
+    a:fail_next({ op = "multi", pass = true, latency = 700 })
+    local t = a:start(table.unpack(cmd))
+    W:advance(10) -- a has read t1 (and b's guard and mark) and sent its write
+    between(W, b, c)
+    assert.same(OK, b:call("SET", "lock", "t2", "NX", "PX", "30000"))
+    assert.equal(0, W:node(b:path("lock")).stat.version)
+    W:run_until(function() return t.done end)
+    return W, a, b, c, t.result
+end
+
+-- client 2 still holds the lock as it took it: nobody else may take it.
+-- (A PEXPIRE asks for no value: run again after t2 came, it moves t2's
+-- TTL, as it would in Redis; only t2's value must stay.)
+local function t2_holds(W, b, c, cmd)
+    assert.equal("t2", c:call("GET", "lock"))
+    if cmd[1] == "PEXPIRE" then return end
+    assert.equal(null, c:call("SET", "lock", "t3", "NX", "PX", "30000"))
+    local n = W:node(b:path("lock"))
+    assert.equal(b.sid, n.stat.ephemeralOwner)
+    local pttl = c:call("PTTL", "lock")
+    assert.is_true(pttl > 25000 and pttl <= 30000, "t2's TTL moved: " .. tostring(pttl))
+end
+
+local expires = function(W) W:advance(600) end -- b's expiry deletes t1's node at its TTL
+local released = function(_, b) assert.equal(1, b:call("DELIFEQ", "lock", "t1")) end
+local deleted = function(_, _, c) assert.equal(1, c:call("DEL", "lock")) end
+
+describe("a write through another sidecar than the key's owner", function()
+    local cases = {
+        { "DELIFEQ", { "DELIFEQ", "lock", "t1" } },
+        { "redis-py's release script", { "EVAL", REDIS_PY_RELEASE, "1", "lock", "t1" } },
+        { "a renewal script", { "EVAL", RENEW, "1", "lock", "t1", "60000" } },
+        { "PEXPIRE", { "PEXPIRE", "lock", "60000" } },
+    }
+    local befores = {
+        { "the owner's expiry (its mark)", expires },
+        { "a release through the owner (its mark)", released },
+        { "a DEL through a third sidecar (the guard, bumped at the version read)", deleted },
+    }
+    for _, case in ipairs(cases) do
+        for _, before in ipairs(befores) do
+            it(case[1] .. " never lands on the node made after " .. before[1], function()
+                local W, _, b, c = delayed(case[2], before[2])
+                t2_holds(W, b, c, case[2])
+            end)
+        end
+    end
+
+    it("answers as if it came after: DELIFEQ then finds t2 and deletes nothing", function()
+        local _, _, _, _, answer = delayed({ "DELIFEQ", "lock", "t1" }, expires)
+        assert.equal(0, answer)
+    end)
+end)
+
+describe("the session marks", function()
+    it("are ephemeral nodes of the session, made before its guard", function()
+        local W, a = S.world(1)
+        local g = W:node(a.K.guard.path)
+        local names = W:children("/zkresp/m")
+        assert.equal(a.K.MARKS, #names)
+        for n = 0, a.K.MARKS - 1 do
+            local m = W:node(("/zkresp/m/%016x.%d"):format(a.sid, n))
+            assert.is_not_nil(m)
+            assert.equal(a.sid, m.stat.ephemeralOwner)
+            assert.is_true(m.stat.czxid < g.stat.czxid)
+        end
+    end)
+
+    it("take a node's removal by the session's own hand, never conditionally", function()
+        local W, a = S.world(1)
+        local function mark(key) return W:node(a.K.mark_path(a.sid, a:path(key))).stat.version end
+        -- keys whose nodes hash to three different marks
+        local keys, seen = {}, {}
+        for i = 1, 1000 do
+            local m = a.K.mark_path(a.sid, a:path("lock" .. i))
+            if not seen[m] then
+                seen[m] = true
+                keys[#keys + 1] = "lock" .. i
+            end
+            if #keys == 3 then break end
+        end
+        local v0 = {}
+        for i, key in ipairs(keys) do
+            v0[i] = mark(key)
+            assert.same(OK, a:call("SET", key, "t", "NX", "PX", "30000"))
+        end
+        -- three releases at once: one group, no conflict among them
+        local ts = {}
+        for i, key in ipairs(keys) do ts[i] = a:start("DELIFEQ", key, "t") end
+        W:run_until(function() return ts[1].done and ts[2].done and ts[3].done end)
+        for i = 1, 3 do
+            assert.equal(1, ts[i].result)
+            assert.equal(v0[i] + 1, mark(keys[i]))
+        end
+        -- and an expiry
+        assert.same(OK, a:call("SET", keys[1], "v", "PX", "100"))
+        W:advance(200)
+        assert.is_nil(W:node(a:path(keys[1])))
+        assert.equal(v0[1] + 2, mark(keys[1]))
+        -- the owner's cache stands across its own bumps: a pair is still
+        -- a create and one multi
+        local from = #W.ops + 1
+        assert.same(OK, a:call("SET", keys[2], "t", "NX", "PX", "30000"))
+        assert.equal(1, a:call("DELIFEQ", keys[2], "t"))
+        local kinds = {}
+        for i = from, #W.ops do
+            if not S.script_cache_op(W.ops[i]) then kinds[#kinds + 1] = W.ops[i].kind end
+        end
+        assert.same({ "create", "multi" }, kinds)
+    end)
+
+    it("cost nothing to a script that reads another session's key and writes nothing", function()
+        local W, a, b = S.world(2)
+        assert.same(OK, b:call("SET", "lock", "t1", "NX", "PX", "30000"))
+        local from = #W.ops + 1
+        -- a waiter's try (Redisson's acquire when held: the TTL, no write)
+        local try = "if redis.call('exists', KEYS[1]) == 0 then redis.call('set', KEYS[1], ARGV[1]) " ..
+                    "return false end return redis.call('pttl', KEYS[1])"
+        local pttl = a:call("EVAL", try, "1", "lock", "t9")
+        assert.is_true(pttl > 0)
+        for i = from, #W.ops do
+            local op = W.ops[i]
+            assert.is_false(op.sc == a.id and (op.path:find("/g/", 1, true) or op.path:find("/m/", 1, true)) ~= nil,
+                            op.kind .. " " .. op.path)
+        end
+    end)
+
+    it("are left out for an owner that has a guard and no marks (an older zkresp)", function()
+        local W, a, b = S.world(2)
+        assert.same(OK, b:call("SET", "lock", "t1", "NX", "PX", "30000"))
+        W:raw_delete(b.K.mark_path(b.sid, a:path("lock")))
+        assert.equal(1, a:call("DELIFEQ", "lock", "t1"))
+        assert.is_nil(W:node(a:path("lock")))
+        assert.equal("delete " .. a:path("lock") .. ", set " .. b.K.guard.path, W.ops[#W.ops].path)
+    end)
+
+    it("are read again when the one checked moved between the reads and the write", function()
+        local W, a, b = S.world(2)
+        assert.same(OK, b:call("SET", "lock", "t1", "NX", "PX", "30000"))
+        -- another key of b's on the same mark
+        local other
+        for i = 1, 1000 do
+            if b.K.mark_path(b.sid, a:path("o" .. i)) == b.K.mark_path(b.sid, a:path("lock")) then
+                other = "o" .. i
+                break
+            end
+        end
+        assert.same(OK, b:call("SET", other, "x", "NX", "PX", "30000"))
+        -- b removes that node of its own while a's write is on its way
+        a:fail_next({ op = "multi", pass = true, latency = 50 })
+        local t = a:start("DELIFEQ", "lock", "t1")
+        W:advance(10)
+        local v = W:node(b.K.mark_path(b.sid, a:path("lock"))).stat.version
+        assert.equal(1, b:call("DELIFEQ", other, "x"))
+        assert.equal(v + 1, W:node(b.K.mark_path(b.sid, a:path("lock"))).stat.version)
+        W:run_until(function() return t.done end)
+        assert.equal(1, t.result) -- t1 was still there: the next attempt deleted it
+        assert.is_nil(W:node(a:path("lock")))
+    end)
+end)
