@@ -170,8 +170,13 @@ function X.expire_one(path, e)
     -- our version.  The look comes after a sync: a write of ours whose
     -- answer was lost (our delete, which others' removals do not bump the
     -- guard for) may not be applied yet on a server reached since.
-    if not G.now() then G.refresh() end -- (our removal is marked once it is known)
+    if not G.now() then G.refresh() end
     local gv = G.now()
+    if not gv and e.lifetime ~= "persistent" then
+        -- never a removal of ours unmarked (guard.lua): look again soon
+        O.heap_push({ at = host.now() + G.LOST_RETRY_MS, path = path, entry = e })
+        return
+    end
     local rc, data, stat = zk.sync(path)
     if rc == zk.OK then rc, data, stat = zk.get(path) end
     -- (the session was given up meanwhile, which forgot the entry: its

@@ -3,36 +3,36 @@
 -- <root>/m/<session id>.<n>, all EPHEMERAL:
 --
 --   our write from the cache  + check(our guard, the version known before)
---   our removal of our node   + set(the node's mark of ours)
---   a write to a node another live session owns
---                             + set (removal) or check(its guard), and
---                               check(the node's mark of that session), at
---                               the versions read before the node was
+--   a removal of a node       + set(the node's mark: n = hash(path) % MARKS)
+--                               (ours: unconditional; another session's:
+--                               at the version read before the node was)
+--   a removal of another session's node
+--                             + set(its guard), for its cache's sake
+--   a check of another session's node (a script's read)
+--                             + check(the node's mark, as read before)
 --
 -- A version does not identify a node: when a node is deleted and someone
 -- creates it again, the new node starts at version 0 and may carry the
 -- version a writer read or cached, so a versioned write would land on
--- someone else's lock (ZooKeeper has no czxid condition).  So a session's
--- nodes are vouched for by two counters.  Its guard counts removals by
--- others: whoever deletes or replaces a node another live session owns
--- bumps that session's guard in the same multi (G.ops), and every write
--- made from the cache carries a check of our guard at the version we knew
--- before the entry's node was written.  So an entry stands in for a read
--- until anyone else removes one of our nodes; then the check fails and the
--- command reads ZooKeeper.  A watch on the guard keeps the version we know
--- current; a stale one only makes a check fail.  Its marks count removals
--- by the session itself (its expiry, a release through its sidecar), each
--- node's by the mark its path hashes to: each such multi bumps it,
--- unconditionally, so a session's own removals never conflict with each
--- other or with its cache's checks.  A write to another session's node
--- reads that session's guard and the node's mark first, then the node (one
--- more attempt of the command, G.ops), and goes in one multi with a bump
--- of the guard at the version read (a removal) or a check of it (a write
--- that keeps the node), and a check of the mark: the node read after both
--- is still the node the write lands on, since nobody removed it in
--- between.  Normal use never bumps a guard: a lock pair is a create and
--- one multi {delete, check guard, set mark}, two requests, and no watch
--- per key.
+-- someone else's lock (ZooKeeper has no czxid condition).  Two counters
+-- tell.  A session's guard counts removals of its nodes by others: every
+-- write made from our cache carries a check of our guard at the version we
+-- knew before the entry's node was written, so an entry stands in for a
+-- read until anyone else removes one of our nodes; then the check fails
+-- and the command reads ZooKeeper.  A watch on the guard keeps the version
+-- we know current; a stale one only makes a check fail.  The marks count
+-- every removal of a session's nodes, each node's by the mark its path
+-- hashes to: its own removals (its expiry, a release through its sidecar)
+-- bump it unconditionally, so they never conflict with each other or with
+-- its cache's checks; another sidecar's write to one of its nodes reads
+-- the node's mark first, then the node (one more attempt of the command,
+-- G.ops), and bumps (or checks) the mark at the version read in the same
+-- multi: the node read after it is still the node the write lands on,
+-- since nobody removed it in between, and the session's end takes the
+-- marks with it.  A session makes its marks before its guard, and no node
+-- before its guard is known (G.await).  Normal use never bumps a guard: a
+-- lock pair is a create and one multi {delete, check guard, set mark},
+-- two requests, and no watch per key.
 --
 -- Also here: our earlier sessions (G.dead), whose nodes are foreign, and
 -- G.writable, which holds back a write planned in another session.
@@ -93,26 +93,52 @@ function G.removal(path, version, gv, ephemeral)
     return ops
 end
 
--- What the running command read of other sessions' guards and marks:
--- coroutine -> {[path of a guard or mark] = {v = its version, false for a
--- node missing; at = the stamp after the read (shared.lua)}}, and
--- `refreshed` once it waited for our own guard.
+-- What the running command knows of other sessions' nodes:
+-- coroutine -> {[path of a mark] = {v = its version (false: no such node),
+-- sid = our session when it was read, at = the stamp after the read
+-- (shared.lua), nonce = what a bump of it by this command writes},
+-- [owner] = true once that owner's guard was found missing}.
 local known = U.per_command()
 
--- Reads the guards and marks at paths (sorted) for the running command,
--- then runs it again: its next reads are sent after these.
+local function command_known()
+    local co = coroutine.running()
+    local kn = known[co]
+    if not kn then
+        kn = {}
+        known[co] = kn
+    end
+    return kn
+end
+
+-- Our guard and marks, before a write that makes or removes a node of our
+-- session: no node of ours is ever there without its mark (a write to it
+-- from another sidecar checks it), so the write waits for them, and fails
+-- closed (UNAVAILABLE) when they do not come in its time.
+function G.await()
+    if guard_now() then return end
+    -- (between two sessions: the next one first, as G.writable waits)
+    if zk.session() == 0 then Z.sync(Z.root()) end
+    G.refresh()
+    S.retry(guard_now() and 0 or G.LOST_RETRY_MS, nil, errors.UNAVAILABLE)
+end
+
+-- Reads the marks at paths (sorted) for the running command, LEARN_BATCH
+-- at a time, then runs it again: its next reads are sent after these.
+local LEARN_BATCH = 128
 local function learn(paths)
     table.sort(paths)
-    local co = coroutine.running()
-    local kn = known[co] or {}
-    known[co] = kn
-    local got = {}
+    local kn, sid = command_known(), zk.session()
+    local results, got = {}, {}
+    for first = 1, #paths, LEARN_BATCH do
+        Z.concurrently(zk.exists, paths, first, math.min(first + LEARN_BATCH - 1, #paths), results)
+    end
     for i, path in ipairs(paths) do
-        local rc, stat = Z.exists(path)
+        local rc, stat = results[i][1], results[i][2]
+        if rc ~= zk.OK and rc ~= zk.NONODE then rc, stat = Z.exists(path) end -- (with its retries)
         got[i] = rc == zk.OK and stat.version
     end
     local at = shared.stamp()
-    for i, path in ipairs(paths) do kn[path] = { v = got[i], at = at } end
+    for i, path in ipairs(paths) do kn[path] = { v = got[i], sid = sid, at = at, nonce = Z.nonce() } end
     S.retry(0)
 end
 
@@ -124,11 +150,16 @@ end
 --     read before our guard was known, or under another guard node, is
 --     read again;
 --   * a bump of our node's mark for each node of our session they remove;
---   * for a node another live session owns: a bump (removed) or a check
---     of that session's guard, and a check of the node's mark, at the
---     versions read before the node was.  A command that has not read
---     them yet reads them and runs again (learn), as does one that has to
---     remove a node of our session before our guard is known (refresh).
+--   * for a node another session owns (an earlier one of ours too: a
+--     script's check of it): a check of the node's mark at the version
+--     read before the node was, or its bump at that version (removed: the
+--     rec keeps what it wrote, for resolve.lua), and a bump of that
+--     session's guard for our cache's sake.  A command that has not read
+--     the mark yet, in this session, reads it and runs again (learn); one
+--     that removes a node of ours while our guard is not known waits for
+--     it (G.await).  An owner with a guard and no marks (a zkresp from before
+--     them) gets the guard's bump alone; one with neither (gone, or a
+--     zkresp without guards) nothing.
 -- Only the first two need no request: the others yield, then retry.
 function G.ops(ops, recs, removed)
     local checked
@@ -152,87 +183,87 @@ function G.ops(ops, recs, removed)
         end
     end
     local sid = zk.session()
-    local marked = guard_now() ~= nil
-    local bumped, removes, unmarked
+    local bumped, foreign
     for i = 1, #removed do
         local rec = removed[i]
         local owner = rec.node and rec.node.ephemeralOwner or 0
-        if owner == sid and not marked then
-            unmarked = true
-        elseif owner == sid then
-            local mark = own_mark(rec.path)
-            if #removed == 1 then
+        if owner == sid then
+            G.await()
+            local mark = guard_now() and own_mark(rec.path)
+            if mark and #removed == 1 then
                 ops[#ops + 1] = { "set", mark, "", -1 }
-            elseif not (bumped and bumped[mark]) then
+            elseif mark and not (bumped and bumped[mark]) then
                 bumped = bumped or {}
                 bumped[mark] = true
                 ops[#ops + 1] = { "set", mark, "", -1 }
             end
         elseif owner ~= 0 then
-            removes = removes or {}
-            removes[owner] = true
+            foreign = foreign or {}
+            foreign[rec] = true
         end
     end
-    local co = coroutine.running()
-    local kn = known[co]
-    if unmarked and not (kn and kn.refreshed) then
-        -- (once per command: should our guard never come, the removal goes
-        -- unmarked, as every write goes unguarded then)
-        kn = kn or {}
-        known[co], kn.refreshed = kn, true
-        G.refresh()
-        S.retry(0)
-    end
-    local need, wanted
+    local kn = known[coroutine.running()]
+    local need, marks, owners
     for i = 1, #recs do
         local rec = recs[i]
         local owner = rec.node and rec.node.ephemeralOwner or 0
-        if owner ~= 0 and owner ~= sid and not dead[owner] then
-            local sent = rec.sent or 0
-            for _, path in ipairs({ G.path(owner), G.mark_path(owner, rec.path) }) do
-                local k = kn and kn[path]
-                if not (k and sent > k.at) then
-                    need = need or {}
-                    if not need[path] then
-                        need[path] = true
-                        need[#need + 1] = path
-                    end
-                elseif not (wanted and wanted[path]) then
-                    wanted = wanted or {}
-                    wanted[path] = owner
-                    wanted[#wanted + 1] = path
+        if owner ~= 0 and owner ~= sid then
+            local path = G.mark_path(owner, rec.path)
+            local k = kn and kn[path]
+            if not (k and k.sid == sid and (rec.sent or 0) > k.at) then
+                need = need or {}
+                if not need[path] then
+                    need[path] = true
+                    need[#need + 1] = path
+                end
+            else
+                local removes = foreign and foreign[rec] or false
+                if removes and k.v then rec.mark_bump = { path = path, v = k.v, nonce = k.nonce } end
+                marks = marks or {}
+                if marks[path] == nil then marks[#marks + 1] = path end
+                marks[path] = marks[path] or removes
+                if removes and not (owners and owners[owner]) then
+                    owners = owners or {}
+                    owners[owner] = true
+                    owners[#owners + 1] = owner
                 end
             end
         end
     end
     if need then learn(need) end
-    if not wanted then return end
-    table.sort(wanted)
-    for _, path in ipairs(wanted) do
-        local owner = wanted[path]
-        local k, g = kn[path], kn[G.path(owner)]
-        -- (no guard: its session is gone, or runs a zkresp without guards;
-        -- a guard with no marks: a zkresp from before them)
-        if k.v and g.v then
-            if path == G.path(owner) and removes and removes[owner] then
-                ops[#ops + 1] = { "set", path, "", k.v, guard_of = path }
-            else
-                ops[#ops + 1] = { "check", path, k.v, guard_of = path }
-            end
+    if owners then
+        table.sort(owners)
+        for _, owner in ipairs(owners) do
+            -- (its cache's sake; not once found missing: that session is
+            -- gone, or runs a zkresp without guards)
+            if not kn[owner] then ops[#ops + 1] = { "set", G.path(owner), "", -1, guard_of = owner } end
+        end
+    end
+    if not marks then return end
+    table.sort(marks)
+    for _, path in ipairs(marks) do
+        local k = kn[path]
+        if k.v and marks[path] then
+            ops[#ops + 1] = { "set", path, k.nonce, k.v, mark_of = path }
+        elseif k.v then
+            ops[#ops + 1] = { "check", path, k.v, mark_of = path }
         end
     end
 end
 
--- After a multi with guard ops failed: what it read of an owner's guard or
--- mark that failed its op (moved, or gone with its session) is read again
--- by the command's next attempt; our own guard's version is learned again.
+-- After a multi with guard ops failed: a mark that failed its op (moved,
+-- or gone with its session) is read again by the command's next attempt;
+-- an owner's guard found missing is no longer bumped; our own guard's
+-- version is learned again.
 function G.note(ops, results)
     if type(results) ~= "table" then return end
     local kn = known[coroutine.running()]
     for i, op in ipairs(ops) do
         local r = results[i]
-        if op.guard_of and r and kn and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
-            kn[op.guard_of] = nil
+        if op.mark_of and r and kn and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
+            kn[op.mark_of] = nil
+        elseif op.guard_of and r and r.rc == zk.NONODE then
+            command_known()[op.guard_of] = true
         elseif op.guard_check and r and r.rc ~= zk.OK and r.rc ~= zk.RUNTIMEINCONSISTENCY then
             -- Our guard moved: learn its version (its watch may be late).
             host.spawn(G.refresh)

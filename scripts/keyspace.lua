@@ -222,7 +222,7 @@ end
 -- that version (guard.lua's G.ops), so that it cannot land on a node that
 -- someone else made after removing ours (removing a node of a live session
 -- bumps its guard) at the version we read; a write to another session's
--- node checks that session's guard and mark as read before the stamp.
+-- node checks the node's mark of that session as read before the stamp.
 local function read_guard(rec, gv, gcz, sent)
     rec.sent = sent
     if rec.mine then rec.rgv, rec.rgcz = gv, gcz end
@@ -259,26 +259,6 @@ end
 -- time.  Returns a table key -> rec.
 K.READ_BATCH = 128
 
--- zk.get of paths[first..last] in background coroutines; the results go to
--- results[i] = {rc, data, stat}.
-local function get_concurrently(paths, first, last, results)
-    local pending = last - first + 1
-    local me = coroutine.running()
-    local waiting = true
-    -- Should this coroutine be closed while it waits, the workers must not
-    -- wake it.
-    local guard <close> = setmetatable({}, { __close = function() waiting = false end })
-    for i = first, last do
-        host.spawn(function()
-            local ok, rc, data, stat = pcall(zk.get, paths[i])
-            results[i] = ok and { rc, data, stat } or { false }
-            pending = pending - 1
-            if pending == 0 and waiting then host.wake(me) end
-        end)
-    end
-    while pending > 0 do host.suspend() end
-end
-
 function K.read_many(keys)
     local uniq, seen = {}, {}
     for _, k in ipairs(keys) do
@@ -297,7 +277,7 @@ function K.read_many(keys)
     local gv, gcz = G.now()
     local sent = shared.stamp()
     for first = 1, #uniq, K.READ_BATCH do
-        get_concurrently(paths, first, math.min(first + K.READ_BATCH - 1, #uniq), results)
+        Z.concurrently(zk.get, paths, first, math.min(first + K.READ_BATCH - 1, #uniq), results)
     end
     for i, k in ipairs(uniq) do
         local rc, data, stat = table.unpack(results[i], 1, 3)
@@ -499,6 +479,7 @@ function K.put(rec, vtype, payload, ttl, deadline)
     assert(not rec.cached, "K.put of a cached record")
     check_acquire(rec)
     local w = K.plan_write(rec, vtype, payload, ttl)
+    if w.lifetime == "ephemeral" then G.await() end -- (its mark first)
     -- a kept TTL keeps its deadline, unless the policy moved the TTL
     if deadline and w.ttl == ttl and ttl > 0 then w.deadline = deadline end
     local lifetime, data = w.lifetime, w.data

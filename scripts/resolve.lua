@@ -63,8 +63,10 @@ end
 -- so that is not ours to claim (the command runs again and reads).  Nor
 -- when our guard moved since the version the delete checked for a node of
 -- ours: another sidecar that writes or deletes one bumps it (our own
--- delete does not), so the removal may be theirs.  One sync first: the
--- server then has whatever applied before it.
+-- delete does not), so the removal may be theirs; nor, for a node of
+-- another session, when its mark is not as our multi would have left it
+-- (guard.lua).  One sync first: the server then has whatever applied
+-- before it.
 local function resolve_delete(recs)
     Z.sync(recs[1].path)
     for _, rec in ipairs(recs) do
@@ -92,10 +94,21 @@ local function resolve_delete(recs)
             if not guard or guard.version ~= gv or guard.czxid ~= gcz then return false end
         end
     end
+    -- A node of another session: our multi bumped its mark from the
+    -- version read, writing our nonce.  A mark elsewhere was moved by a
+    -- removal not ours (its owner's, another sidecar's) or went with its
+    -- session: not ours to claim.
+    for _, rec in ipairs(recs) do
+        local b = rec.mark_bump
+        if b then
+            local rc, data, stat = Z.get(b.path)
+            if rc ~= zk.OK or stat.version ~= b.v + 1 or data ~= b.nonce then return false end
+        end
+    end
     local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do
         local owner = rec.node and rec.node.ephemeralOwner or 0
-        if owner ~= 0 and not asked[owner] then
+        if owner ~= 0 and not asked[owner] and not rec.mark_bump then
             if not G.lasts(owner) then return false end
             asked[owner] = true
         end
@@ -142,6 +155,8 @@ local function settle_later(path, w, keep)
                 end
                 local owner = stat.ephemeralOwner or 0
                 if owner ~= 0 and owner ~= zk.session() then return true end
+                -- (never a removal of ours unmarked: once our guard is known)
+                if owner ~= 0 and not gv then return false end
                 shared.touched(path)
                 -- (checking our guard as before the read, as expiry does)
                 local drc

@@ -331,6 +331,7 @@ local function commit_buffered(t)
             end
         else
             local p = K.plan_write(rec, w.vtype, w.payload, w.ttl, sid)
+            if p.lifetime == "ephemeral" then G.await() end -- (its mark first)
             if w.deadline and p.ttl == w.ttl then p.deadline = w.deadline end
             for _, o in ipairs(p.ops) do ops[#ops + 1] = o end
             p.replaced = p.kind == "replace"

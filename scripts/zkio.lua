@@ -216,6 +216,27 @@ function Z.exists(path) return read("exists", zk.exists, path) end
 
 function Z.sync(path) read("sync", zk.sync, path) end
 
+-- fn (zk.get, zk.exists) of paths[first..last] at once, in background
+-- coroutines; the answers go to results[i] = {rc, a, b} ({false} when fn
+-- raised).  Returns when all have answered.
+function Z.concurrently(fn, paths, first, last, results)
+    local pending = last - first + 1
+    local me = coroutine.running()
+    local waiting = true
+    -- Should this coroutine be closed while it waits, the workers must not
+    -- wake it.
+    local guard <close> = setmetatable({}, { __close = function() waiting = false end })
+    for i = first, last do
+        host.spawn(function()
+            local ok, rc, a, b = pcall(fn, paths[i])
+            results[i] = ok and { rc, a, b } or { false }
+            pending = pending - 1
+            if pending == 0 and waiting then host.wake(me) end
+        end)
+    end
+    while pending > 0 do host.suspend() end
+end
+
 function Z.children(path)
     local rc, names = read("children", zk.children, path)
     if rc == zk.NONODE then return {} end

@@ -182,3 +182,110 @@ describe("the session marks", function()
         assert.is_nil(W:node(a:path("lock")))
     end)
 end)
+
+-- Found in review (2026-12-05), each failing before its fix.
+describe("the session marks, in review", function()
+    it("keep a new session's nodes from being made before its marks", function()
+        local W, _, b = S.world(2)
+        -- b's session is replaced; the new one's marks are slow to come
+        b:lose({ gap = true, expire_old = true })
+        b:fail_next({ op = "multi", pass = true, latency = 300 })
+        b.sid = W:new_session()
+        b.connected = true
+        W:spawn(b, b.M.on_session, "new", b.sid) -- not waited for
+        local t = b:start("SET", "lock", "t1", "NX", "PX", "30000")
+        W:advance(100)
+        assert.is_nil(W:node(b:path("lock")), "a node of b's before its marks")
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+        local m = W:node(b.K.mark_path(b.sid, b:path("lock")))
+        assert.is_not_nil(m)
+        assert.equal(b.sid, m.stat.ephemeralOwner)
+    end)
+
+    it("let concurrent releases of one owner's locks through another sidecar all succeed", function()
+        -- (the guard bumped at a version read made them conflict, 47 of
+        -- 150 ending in TRYAGAIN; a mark is shared by 1 in 64)
+        local W, a, b = S.world(2, { latency = 3 })
+        local n = 150
+        for i = 1, n do assert.same(OK, b:call("SET", "lock" .. i, "t", "NX", "PX", "60000")) end
+        local ts = {}
+        for i = 1, n do ts[i] = a:start("DELIFEQ", "lock" .. i, "t") end
+        W:run_until(function()
+            for i = 1, n do if not ts[i].done then return false end end
+            return true
+        end)
+        for i = 1, n do assert.equal(1, ts[i].result) end
+    end)
+
+    it("guard a script's check of a lock of one of our own earlier sessions", function()
+        local fenced = "if redis.call('get', KEYS[1]) == ARGV[1] then " ..
+                       "redis.call('set', KEYS[2], ARGV[2]) return 1 end return 0"
+        local W, a, _, c = S.world(3)
+        assert.same(OK, a:call("SET", "lock", "t1", "NX", "PX", "30000"))
+        a:call("SCRIPT", "LOAD", fenced)
+        local old = a:lose() -- given up; ZooKeeper has not ended it yet
+        -- client 1's fenced write through a, its commit slow to land
+        a:fail_next({ op = "multi", pass = true, latency = 700 })
+        local t = a:start("EVAL", fenced, "2", "lock", "resource", "t1", "client1")
+        W:advance(20)
+        W:expire_session(old)
+        assert.same(OK, c:call("SET", "lock", "t2", "NX", "PX", "30000"))
+        assert.equal(0, W:node(a:path("lock")).stat.version)
+        W:run_until(function() return t.done end)
+        assert.equal(0, t.result)
+        assert.equal(null, c:call("GET", "resource"))
+    end)
+
+    it("tell a lost DEL through another sidecar from the owner's own removal", function()
+        local W, a, b = S.world(2)
+        assert.same(OK, b:call("SET", "k", "v", "PX", "30000"))
+        -- a's multi is lost with the connection, not applied
+        a:fail_next({ op = "multi", latency = 50, rc = S.codes.CONNECTIONLOSS })
+        local t = a:start("DEL", "k")
+        W:advance(20)
+        assert.equal(1, b:call("DEL", "k")) -- the owner's
+        W:run_until(function() return t.done end)
+        assert.equal(0, t.result)
+    end)
+
+    it("keep a command that came between two sessions from making its node before the marks", function()
+        local W, _, b = S.world(2)
+        b:lose({ gap = true, expire_old = true })
+        local t = b:start("SET", "lock", "t1", "NX", "PX", "30000")
+        W:advance(10) -- parked, waiting for the next session
+        b:fail_next({ op = "multi", pass = true, latency = 300 }) -- its marks, slow
+        b:next_session()
+        W:run_until(function() return t.done end)
+        assert.same(OK, t.result)
+        local node = W:node(b:path("lock"))
+        local mark = W:node(b.K.mark_path(b.sid, b:path("lock")))
+        assert.is_true(mark.stat.czxid < node.stat.czxid)
+    end)
+
+    it("are read at once for a DEL of keys held through several sidecars", function()
+        -- (one after another, 512 marks at a 5 ms round trip ran past the
+        -- command's time)
+        local owners, sidecars = 8, {}
+        for i = 1, owners + 1 do sidecars[i] = {} end
+        local W = S.world(sidecars, { latency = 5 })
+        local a = W.sidecars[1]
+        local keys = {}
+        for o = 1, owners do
+            local sc, seen, n, i = W.sidecars[o + 1], {}, 0, 0
+            while n < 64 do -- one key on each of the owner's 64 marks
+                i = i + 1
+                local key = ("o%d_%d"):format(o, i)
+                local m = sc.K.mark_path(sc.sid, sc:path(key))
+                if not seen[m] then
+                    seen[m], n = true, n + 1
+                    assert.same(OK, sc:call("SET", key, "v", "PX", "600000"))
+                    keys[#keys + 1] = key
+                end
+            end
+        end
+        local t = a:start("DEL", table.unpack(keys))
+        W:run_until(function() return t.done end)
+        assert.equal(#keys, t.result)
+    end)
+end)

@@ -61,14 +61,14 @@ describe("lifetime", function()
         local czxid = W:node(a:path("lock")).stat.czxid
         local before = #W.ops
         assert.equal(1, b:call("PEXPIRE", "lock", "60000"))
-        -- (a's guard and mark read between its two reads of the node)
+        -- (the node's mark of a's read between its two reads of the node)
         assert.same({ "get", "get", "multi" }, kinds(W, before))
         -- a's node was at version 0: the new one is created and set, so it
         -- starts at version 1, never at a version a knew; and a's session
         -- guard is bumped, so a's cache no longer stands for the node.
         assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock") ..
                      ", set " .. a:path("lock") .. ", set " .. a.K.guard_path(a.sid) ..
-                     ", check " .. a.K.mark_path(a.sid, a:path("lock")),
+                     ", set " .. a.K.mark_path(a.sid, a:path("lock")),
                      W.ops[#W.ops].path)
         local n = W:node(a:path("lock"))
         assert.equal(b.sid, n.stat.ephemeralOwner)
@@ -104,7 +104,7 @@ describe("lifetime", function()
         a:call("PEXPIRE", "lock", "30000") -- version 1
         b:call("PEXPIRE", "lock", "30000")
         assert.equal("delete " .. a:path("lock") .. ", create " .. a:path("lock") ..
-                     ", set " .. a.K.guard_path(a.sid) .. ", check " .. a.K.mark_path(a.sid, a:path("lock")),
+                     ", set " .. a.K.guard_path(a.sid) .. ", set " .. a.K.mark_path(a.sid, a:path("lock")),
                      W.ops[#W.ops].path)
         local n = W:node(a:path("lock"))
         assert.equal(0, n.stat.version)

@@ -292,12 +292,12 @@ describe("DELIFEQ and DELEX", function()
         for i = before + 1, #W.ops do
             if W.ops[i].sc == a.id then kinds[#kinds + 1] = W.ops[i].kind end
         end
-        -- b owns the node: a reads b's guard and mark, then the node again,
-        -- and bumps b's guard at the version it read in the same multi,
-        -- checking b's mark
-        assert.same({ "get", "exists", "exists", "get", "multi" }, kinds)
+        -- b owns the node: a reads the node's mark of b's, then the node
+        -- again, and bumps b's guard (b's cache) and that mark at the
+        -- version it read in the same multi
+        assert.same({ "get", "exists", "get", "multi" }, kinds)
         assert.equal("delete " .. a:path("lock") .. ", set " .. a.K.guard_path(b.sid) ..
-                     ", check " .. a.K.mark_path(b.sid, a:path("lock")), W.ops[#W.ops].path)
+                     ", set " .. a.K.mark_path(b.sid, a:path("lock")), W.ops[#W.ops].path)
     end)
 
     describe("with the owned-key cache on", function()
