@@ -199,9 +199,10 @@ def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
     """A lock taken through B is released through A, whose multi reaches
     ZooKeeper only after the lock expired on B and B gave the key to a new
     client: B's new node is at version 0, as the one A read, and B's expiry
-    bumped no guard, only B's mark.  A read B's guard and mark before the
-    node and checks them in its multi, so the multi fails; A reads again
-    and answers 0, and the new holder keeps its lock (guard.lua)."""
+    bumped no guard, only the node's mark of B's.  A read that mark before
+    the node and bumps it at the version read in its multi, so the multi
+    fails; A reads again and answers 0, and the new holder keeps its lock
+    (guard.lua)."""
     b = make_zkresp()
     proxy = make_proxy(zk)
     # (long timeouts: the held multi must still reach the server on A's
@@ -221,9 +222,11 @@ def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
     t.start()
     try:
         assert proxy.wait_held(5), "A's release never sent its multi"
-        # B expires t1 at its TTL; a new client takes the key through B
-        harness.wait_for(lambda: cb.cmd("SET", key, "t2", "NX", "PX", "30000") == b"+OK\r\n",
-                         5, 0.02, "the key expired on B and taken again")
+        # B expires t1 at its TTL (its node deleted); a new client takes the
+        # key through B: a new node at version 0, as t1's was
+        harness.wait_for(lambda: harness.key_stat(kz, b.root, key)[1] is None,
+                         5, 0.01, "B's expiry of t1")
+        assert cb.cmd("SET", key, "t2", "NX", "PX", "30000") == b"+OK\r\n"
         assert harness.key_stat(kz, b.root, key)[1].version == 0
     finally:
         proxy.release_hold()
