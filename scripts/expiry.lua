@@ -170,8 +170,7 @@ function X.expire_one(path, e)
     -- our version.  The look comes after a sync: a write of ours whose
     -- answer was lost (our delete, which others' removals do not bump the
     -- guard for) may not be applied yet on a server reached since.
-    if not G.now() then G.refresh() end
-    local gv = G.now()
+    local gv = G.ready()
     if not gv and e.lifetime ~= "persistent" then
         -- never a removal of ours unmarked (guard.lua): look again soon
         O.heap_push({ at = host.now() + G.LOST_RETRY_MS, path = path, entry = e })

@@ -46,9 +46,9 @@ local shared = require "shared"
 local G = {}
 
 -- Our guard: its session, path and the version and czxid we know, and our
--- marks' paths (their prefix, and mark n's at [n + 1]).  A guard of ours is never there without its
+-- marks' paths (mark n's at [n + 1]).  A guard of ours is never there without its
 -- marks (refresh makes them first), so a known guard vouches for both.
-local guard = { sid = nil, path = nil, version = nil, czxid = nil, marks = nil, mark_paths = nil }
+local guard = { sid = nil, path = nil, version = nil, czxid = nil, mark_paths = nil }
 G.guard = guard
 
 -- session id -> true for our earlier sessions
@@ -68,13 +68,16 @@ G.MARKS = 64
 
 local function marks_prefix(sid) return Z.root() .. "/m/" .. string.format("%016x", sid) .. "." end
 
+local function mark_of(path) return host.hash(path) % G.MARKS end
+
 -- The mark of session sid that a removal of the node at path bumps.
 function G.mark_path(sid, path)
-    local prefix = sid == guard.sid and guard.marks or marks_prefix(sid)
-    return prefix .. (host.hash(path) % G.MARKS)
+    if sid == guard.sid then return guard.mark_paths[mark_of(path) + 1] end
+    return marks_prefix(sid) .. mark_of(path)
 end
 
-local function own_mark(path) return guard.mark_paths[host.hash(path) % G.MARKS + 1] end
+-- The op of our removal of the node at path that bumps its mark.
+local function mark_bump(path) return { "set", guard.mark_paths[mark_of(path) + 1], "", -1 } end
 
 -- The guard's version and czxid as we know them now, for an entry about to
 -- be written in our current session, or nil while no guard is known.
@@ -89,7 +92,7 @@ local guard_now = G.now
 function G.removal(path, version, gv, ephemeral)
     local ops = { { "delete", path, version } }
     if gv then ops[#ops + 1] = { "check", guard.path, gv } end
-    if ephemeral and guard_now() then ops[#ops + 1] = { "set", own_mark(path), "", -1 } end
+    if ephemeral and guard_now() then ops[#ops + 1] = mark_bump(path) end
     return ops
 end
 
@@ -118,8 +121,15 @@ function G.await()
     if guard_now() then return end
     -- (between two sessions: the next one first, as G.writable waits)
     if zk.session() == 0 then Z.sync(Z.root()) end
-    G.refresh()
-    S.retry(guard_now() and 0 or G.LOST_RETRY_MS, nil, errors.UNAVAILABLE)
+    S.retry(G.ready() and 0 or G.LOST_RETRY_MS, nil, errors.UNAVAILABLE)
+end
+
+-- Our guard's version and czxid, learned first when not known (nil: still
+-- not known, and no removal of ours may go: expiry and settling look again
+-- later).
+function G.ready()
+    if not guard_now() then G.refresh() end
+    return guard_now()
 end
 
 -- Reads the marks at paths (sorted) for the running command, LEARN_BATCH
@@ -189,13 +199,14 @@ function G.ops(ops, recs, removed)
         local owner = rec.node and rec.node.ephemeralOwner or 0
         if owner == sid then
             G.await()
-            local mark = guard_now() and own_mark(rec.path)
-            if mark and #removed == 1 then
-                ops[#ops + 1] = { "set", mark, "", -1 }
-            elseif mark and not (bumped and bumped[mark]) then
-                bumped = bumped or {}
-                bumped[mark] = true
-                ops[#ops + 1] = { "set", mark, "", -1 }
+            local op = mark_bump(rec.path)
+            if not (bumped and bumped[op[2]]) then
+                -- (one bump per mark; no set to tell for a single removal)
+                if #removed > 1 then
+                    bumped = bumped or {}
+                    bumped[op[2]] = true
+                end
+                ops[#ops + 1] = op
             end
         elseif owner ~= 0 then
             foreign = foreign or {}
@@ -279,8 +290,8 @@ local function refresh()
     if sid == 0 then return end
     if guard.sid ~= sid then
         guard.sid, guard.path, guard.version, guard.czxid = sid, G.path(sid), nil, nil
-        guard.marks, guard.mark_paths = marks_prefix(sid), {}
-        for n = 0, G.MARKS - 1 do guard.mark_paths[n + 1] = guard.marks .. n end
+        guard.mark_paths = {}
+        for n = 0, G.MARKS - 1 do guard.mark_paths[n + 1] = marks_prefix(sid) .. n end
     end
     local path = guard.path
     for _ = 1, 3 do

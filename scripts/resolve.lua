@@ -141,8 +141,7 @@ local function settle_later(path, w, keep)
             local ok, done = pcall(function()
                 local held <close> = queue.hold({ path })
                 Z.sync(path)
-                if not G.now() then G.refresh() end
-                local gv = G.now()
+                local gv = G.ready()
                 local rc, data, stat = Z.get(path)
                 if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
                 if keep then
