@@ -33,7 +33,10 @@ local function flush_db(db)
     local dir = K.keys_dir(db)
     local batch = {}
     local function send()
-        if #batch > 0 then T.delete_keys(batch) end
+        if #batch > 0 then
+            local r = T.delete_keys(batch)
+            if type(r) == "table" and r.err then K.abort(r) end
+        end
         batch = {}
     end
     for _, key in ipairs(K.key_names(db)) do

@@ -262,16 +262,36 @@ function G.ops(ops, recs, removed)
     end
 end
 
--- After a multi with guard ops failed: a mark that failed its op (moved,
--- or gone with its session) is read again by the command's next attempt;
--- an owner's guard found missing is no longer bumped; our own guard's
--- version is learned again.
+-- After a multi with guard ops applied: each mark it bumped is one version
+-- on, by our own hand (nobody else removed a node on it since the read,
+-- or the bump would have failed), with a fresh nonce for the next bump.
+function G.applied(ops)
+    local kn = known[coroutine.running()]
+    if not kn then return end
+    for _, op in ipairs(ops) do
+        local k = op.mark_of and op[1] == "set" and kn[op.mark_of]
+        if k and k.v == op[4] then
+            kn[op.mark_of] = { v = k.v + 1, sid = k.sid, at = k.at, nonce = Z.nonce() }
+        end
+    end
+end
+
+-- After a multi with guard ops failed: when a mark failed its op (moved,
+-- or gone with its session), every mark of the multi is read again by the
+-- command's next attempt, at once (the others may have moved too: an
+-- owner's burst of removals); an owner's guard found missing is no longer
+-- bumped; our own guard's version is learned again.
 function G.note(ops, results)
     if type(results) ~= "table" then return end
     local kn = known[coroutine.running()]
+    local moved = false
     for i, op in ipairs(ops) do
         local r = results[i]
-        if op.mark_of and r and kn and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
+        if op.mark_of and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then moved = true end
+    end
+    for i, op in ipairs(ops) do
+        local r = results[i]
+        if op.mark_of and kn and moved then
             kn[op.mark_of] = nil
         elseif op.guard_of and r and r.rc == zk.NONODE then
             command_known()[op.guard_of] = true
@@ -317,7 +337,7 @@ local function refresh()
             Z.ensure_path(Z.root() .. "/m")
             Z.ensure_path(Z.root() .. "/g")
         elseif (mrc == zk.OK or mrc == zk.NODEEXISTS) and zk.session() == sid then
-            zk.create(path, "", zk.EPHEMERAL)
+            if zk.create(path, "", zk.EPHEMERAL) == zk.NONODE then Z.ensure_path(Z.root() .. "/g") end
         end
     end
 end

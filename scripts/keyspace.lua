@@ -586,7 +586,7 @@ local function delete_some(recs, done)
         rc = zk.delete(recs[1].path, recs[1].node.version, true)
     else
         rc, results = zk.multi(ops, true)
-        if rc ~= zk.OK then G.note(ops, results) end
+        if rc ~= zk.OK then G.note(ops, results) else G.applied(ops) end
         rc = Z.first_error(rc, results)
     end
     if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end

@@ -289,3 +289,112 @@ describe("the session marks, in review", function()
         assert.equal(#keys, t.result)
     end)
 end)
+
+describe("a command of several multis over another sidecar's marks", function()
+    -- b holds n keys (their TTL far off); returns the world, a, b and the keys.
+    local function held(n)
+        local W, a, b = S.world(2)
+        local keys = {}
+        for i = 1, n do
+            keys[i] = "k" .. i
+            assert.same(OK, b:call("SET", keys[i], "v", "PX", "600000"))
+        end
+        return W, a, b, keys
+    end
+
+    -- A command in database db.
+    local function in_db(sc, db, ...)
+        local args = { ... }
+        return sc:run(function() return sc.M.dispatch(args, false, db) end)
+    end
+
+    -- (each multi bumps the marks it names: the next multi of the same
+    -- command bumps them from there, not from the version it first read)
+    it("deletes every key of a DEL in parts", function()
+        local W, a, _, keys = held(1200) -- parts of 1000
+        assert.equal(1200, a:call("DEL", table.unpack(keys)))
+        assert.same({}, W:children("/zkresp/k"))
+    end)
+
+    it("reads each mark once for a DEL in many parts", function()
+        local W, a, _, keys = held(300)
+        a.K.MULTI_MAX = 100
+        local from = #W.ops + 1
+        assert.equal(300, a:call("DEL", table.unpack(keys)))
+        local reads = 0
+        for i = from, #W.ops do
+            if W.ops[i].sc == a.id and W.ops[i].kind == "exists" then reads = reads + 1 end
+        end
+        assert.is_true(reads <= 64, reads .. " reads of 64 marks")
+    end)
+
+    it("empties the database with FLUSHDB", function()
+        local W, a = held(1200) -- batches of 1000
+        assert.same(OK, a:call("FLUSHDB"))
+        assert.same({}, W:children("/zkresp/k"))
+    end)
+
+    it("empties every database with FLUSHALL", function()
+        local W, a, b = S.world(2)
+        for i = 1, 100 do
+            assert.same(OK, in_db(b, 0, "SET", "k" .. i, "v", "PX", "600000"))
+            assert.same(OK, in_db(b, 1, "SET", "k" .. i, "v", "PX", "600000"))
+        end
+        assert.same(OK, in_db(a, 0, "FLUSHALL"))
+        assert.same({}, W:children("/zkresp/k"))
+        assert.same({}, W:children("/zkresp/db/1/k"))
+    end)
+
+    it("reads again at once every mark of a multi that found one moved", function()
+        -- 30 of b's keys on 30 marks, and a second key of b on each mark,
+        -- which b deletes while a's DEL of the first 30 is on its way
+        local W, a, b = S.world(2)
+        local firsts, seconds, on = {}, {}, {}
+        local i = 0
+        while #firsts < 30 do
+            i = i + 1
+            local m = b.K.mark_path(b.sid, b:path("f" .. i))
+            if not on[m] then on[m], firsts[#firsts + 1] = true, "f" .. i end
+        end
+        local j = 0
+        for _, k in ipairs(firsts) do
+            local m = b.K.mark_path(b.sid, b:path(k))
+            repeat j = j + 1 until b.K.mark_path(b.sid, b:path("g" .. j)) == m
+            seconds[#seconds + 1] = "g" .. j
+        end
+        for n = 1, 30 do
+            assert.same(OK, b:call("SET", firsts[n], "v", "PX", "600000"))
+            assert.same(OK, b:call("SET", seconds[n], "v", "PX", "600000"))
+        end
+        a:fail_next({ op = "multi", pass = true, latency = 50 })
+        local t = a:start("DEL", table.unpack(firsts))
+        W:advance(10)
+        assert.equal(30, b:call("DEL", table.unpack(seconds)))
+        W:run_until(function() return t.done end)
+        assert.equal(30, t.result)
+    end)
+end)
+
+describe("the guard's directories", function()
+    it("are made when <root>/m is there and <root>/g is not", function()
+        local W = S.world(0)
+        W:raw_create("/zkresp", "")
+        W:raw_create("/zkresp/m", "")
+        local a = W:sidecar()
+        a:call("SET", "lock", "t1", "NX", "PX", "30000") -- (may come before the guard)
+        W:advance(5000)
+        assert.same(OK, a:call("SET", "lock2", "t1", "NX", "PX", "30000"))
+        assert.is_not_nil(W:node("/zkresp/g"))
+    end)
+
+    it("are made once a first sidecar's creates of <root>/g stop failing", function()
+        local W = S.world(0)
+        local a = W:sidecar({ connect = false })
+        for _ = 1, 10 do a:fail_next({ op = "create", path = "/zkresp/g" }) end
+        a.connected = true
+        a:event("connected")
+        a.faults = {}
+        W:advance(5000)
+        assert.same(OK, a:call("SET", "lock", "t1", "NX", "PX", "30000"))
+    end)
+end)
