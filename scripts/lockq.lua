@@ -194,6 +194,19 @@ function Q.waits(e)
     return e.convert ~= nil and not Q.is_down(e.granted, e.convert)
 end
 
+-- True when `mode` is compatible with the mode every granted entry but
+-- `me` holds as recorded now.  Q.grantable counts a conversion it grants
+-- ahead of `me` at its new mode; a layer that records only `me`'s grant
+-- must also ask this, since that conversion still holds its old mode
+-- until recorded, and a middle conversion (PR <-> CW: neither mode is
+-- stronger) lets through modes that clash with the old one.
+function Q.fits_held(queue, me, mode)
+    for _, e in ipairs(queue) do
+        if e ~= me and e.granted and not Q.compatible(e.granted, mode) then return false end
+    end
+    return true
+end
+
 -- Whether queue has a granted entry other than me.
 function Q.others_granted(queue, me)
     for _, e in ipairs(queue) do

@@ -105,14 +105,7 @@ local function lease_due(path)
     local rc, data, stat = zk.get(path)
     if rc == zk.NONODE then forget(path) return end
     if rc ~= zk.OK then h.timer:start(200) return end
-    -- the lease this sidecar gave (grant, renewal), unless the node holds a
-    -- renewal through another sidecar (it changed since) or a later one a
-    -- write of ours carried over (a count written over it, or taken back)
-    local d = LS.decode_req(data)
-    local ends = h.deadline
-    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end)
-    if renewed and (stat.version ~= h.version or renewed > ends) then ends = renewed end
-    local left = ends - host.now()
+    local left = LS.hold_end(h.deadline, h.version, LS.decode_req(data), stat.version) - host.now()
     if left > 0 then
         h.deadline = host.now() + left
         h.timer:start(left)
@@ -140,7 +133,7 @@ local function remember(path, key, lock, owner, mode, token, px, fields)
         L.holds[path] = h
         by_owner[lock .. "\0" .. owner] = path
     end
-    h.mode, h.token, h.px = mode, token, px
+    h.mode, h.token, h.px, h.gv = mode, token, px, G.now() -- (gv: our guard's version, or nil)
     for k, v in pairs(fields or {}) do h[k] = v end
     h.deadline = host.now() + px
     h.timer:start(px)
@@ -152,7 +145,7 @@ end
 
 local function grants_me(queue, me, grants)
     for _, g in ipairs(grants or Q.grantable(queue)) do
-        if g.entry == me then return g end
+        if g.entry == me then return Q.fits_held(queue, me, g.mode) and g or nil end
     end
 end
 
@@ -366,12 +359,13 @@ local function quick_release(h)
         rc = zk.delete(h.path, h.version)
     end
     -- Gone after a lost reply (looked at once our server has it): ours only
-    -- while the session that owned the node, and its lease, last (else
-    -- their end may have removed it).
+    -- while its session, lease and record last (no other sidecar removed a
+    -- node of that session since h was recorded: its guard did not move)
     local gone = rc == zk.OK
     if Z.unknown(rc) then
         Z.sync(h.lock)
-        gone = Z.exists(h.path) == zk.NONODE and G.lasts(h.sid) and not G.ending(h.deadline)
+        local grc, guard = Z.exists(G.path(h.sid))
+        gone = Z.exists(h.path) == zk.NONODE and grc == zk.OK and guard.version == h.gv and not G.ending(h.deadline)
     end
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
@@ -496,7 +490,7 @@ local function release_read(lock, owner, done, unsure)
             d.count = left
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
-            rc = LW.delete(mine.path, mine.version)
+            rc = LW.delete(mine.path, mine.version, mine.owner_sid)
         end
         if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
         unsure.sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left,
@@ -540,8 +534,7 @@ function L.release(key, owner)
     error(r, 0)
 end
 
--- LOCK.RENEW: 1 or 0.  A hold of a session of ours that is over is not
--- renewed, whatever ZooKeeper still shows.
+-- LOCK.RENEW: 1 or 0 (0 for a hold of a session of ours that is over).
 function L.renew(key, owner, px)
     local lock = LS.lock_path(key)
     LW.await_settled(lock, owner)
@@ -551,7 +544,7 @@ function L.renew(key, owner, px)
         local mine, d = LS.find_owner(snap, owner)
         if not mine or not mine.granted or LS.from_lost_session(mine, d) then return 0 end
         local h = L.holds[mine.path]
-        if h and host.now() > h.deadline then return 0 end
+        if h and host.now() > LS.hold_end(h.deadline, h.version, d, mine.version) then return 0 end
         d.lease_end = LS.renewed_end(mine, d, px, h)
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if rc == zk.OK then
@@ -589,7 +582,7 @@ end
 -- every try lost its write (the table still asks for it).
 local function give_up(lock, asked, mode)
     for _ = 1, Z.READ_TRIES do
-        local snap = LS.read(lock)
+        local snap = LS.read(lock, true) -- (our ask may have landed unanswered)
         local me = snap and snap.by_seq[LS.seq_of(asked)]
         if not me then return nil, true end -- the hold itself is gone
         if not me.convert then return me.granted == mode and me.token or nil end

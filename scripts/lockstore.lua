@@ -143,6 +143,17 @@ function LS.lease_end(e, d)
     return e.lease_end or 0
 end
 
+-- When a hold of ours ends (host.now()'s clock): the lease its sidecar
+-- gave (`deadline`: the grant's, a renewal's; the node at `version` as it
+-- wrote it), unless the node as read (data d, at `now_version`) holds a
+-- renewal through another sidecar (it changed since) or a later one a
+-- write of ours carried over (a count written over it, or taken back).
+function LS.hold_end(deadline, version, d, now_version)
+    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end)
+    if renewed and (now_version ~= version or renewed > deadline) then return renewed end
+    return deadline
+end
+
 -- The lease end (leader ms, an integer) px after now: the sum, held at
 -- LEASE_END_MAX (2^62 ms, far beyond any lease) where a lease of nearly
 -- math.maxinteger ms, which PX accepts as SET's does, would pass what an

@@ -22,6 +22,7 @@
 
 local Q = require "lockq"
 local LS = require "lockstore"
+local G = require "guard"
 local Z = require "zkio"
 local S = require "signal"
 local E = require "errors"
@@ -107,9 +108,20 @@ function LW.wrote(path, gone)
     return fire(path, false)
 end
 
--- zk.delete of a request node: zk.delete's answer.
-function LW.delete(path, version)
-    local rc = zk.delete(path, version)
+-- zk.delete of a request node: zk.delete's answer.  Another session's node
+-- (sid: its owner's; a release through a sidecar other than its holder's)
+-- goes with a bump of that session's guard in the same multi, so that the
+-- holder's sidecar knows its record of the hold may be out of date (see
+-- locks.lua's quick_release); alone when that session has no guard.
+function LW.delete(path, version, sid)
+    local rc, results
+    if sid and sid ~= zk.session() then
+        rc, results = zk.multi({ { "delete", path, version }, { "set", G.path(sid), "", -1 } })
+        rc = Z.first_error(rc, results)
+        local guard = type(results) == "table" and results[2]
+        if rc == zk.NONODE and guard and guard.rc == zk.NONODE then sid = nil end
+    end
+    if not sid or sid == zk.session() then rc = zk.delete(path, version) end
     if rc == zk.OK or rc == zk.NONODE then LW.wrote(path, true) end
     return rc
 end
@@ -160,10 +172,45 @@ function LW.create(lock, prefix, d)
     S.abort({ err = E.UNAVAILABLE })
 end
 
+-- Takes the request at `path`, made by a command that then failed (count
+-- 1 at version 0, as made), out of the queue: true when done.  Its owner
+-- may have counted it up since through another sidecar (a reentrant
+-- LOCK.ACQUIRE after our -TRYAGAIN found it granted): that hold stays,
+-- one count less.  false when ZooKeeper did not answer within the tries.
+local function leave_node(path)
+    local version, sent = 0, nil -- (nil: read the node first)
+    for _ = 1, Z.READ_TRIES do
+        local rc = version and LW.delete(path, version) or zk.BADVERSION
+        if rc == zk.OK or rc == zk.NONODE then return true end
+        if rc == zk.BADVERSION then
+            version = nil
+            local grc, data, stat = zk.get(path)
+            if grc == zk.NONODE then return true end
+            if grc == zk.OK then
+                local d = LS.decode_req(data)
+                -- our count-down whose reply was lost went through
+                if sent and d and stat.version == sent.version and d.count == sent.count then return true end
+                sent = nil
+                if not d or d.count <= 1 then
+                    version = stat.version
+                else
+                    d.count = d.count - 1
+                    local src = zk.set(path, LS.encode_req(d), stat.version)
+                    if src == zk.OK or src == zk.NONODE then return true end
+                    if Z.unknown(src) then sent = { version = stat.version + 1, count = d.count } end
+                end
+            end
+        elseif not Z.unknown(rc) then
+            Z.fail(rc, "delete " .. path)
+        end
+    end
+    return false
+end
+
 -- Leaves the queue from a command that may have lost its client, or
 -- failed: in the background when the command's own time may be spent.
 function LW.leave(path)
-    local ok, done = pcall(LW.delete_node, path)
+    local ok, done = pcall(leave_node, path)
     if not (ok and done) then
         -- until it is gone (ours, or with our session): every failure is
         -- caught, or one TIMEOUT while ZooKeeper is away (background
@@ -172,7 +219,7 @@ function LW.leave(path)
         host.spawn(function()
             while true do
                 host.sleep(200)
-                local ok2, done2 = pcall(LW.delete_node, path)
+                local ok2, done2 = pcall(leave_node, path)
                 if ok2 and done2 then return end
             end
         end)

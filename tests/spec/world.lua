@@ -104,16 +104,21 @@ end
 
 -- Sidecar sc's server (in world W) lags: its reads under `prefix` answer
 -- the tree as it was now (a follower behind the leader); its writes go
--- through.  With catch_up, a sync or a write's answer (not a lost one)
--- ends the lag (the server has applied what came before it).
+-- through.  A read still goes to the server (it waits for the connection
+-- as the bridge's does) and only its answer is the old tree's.  With
+-- catch_up, a sync or a write the server answered ends the lag (it has
+-- applied what came before it); a lost one (a connection loss, a time out,
+-- an expired session: never sent, or never answered) does not.
 function S.lag(W, sc, prefix, catch_up)
     local frozen = {}
+    local unanswered = { [S.codes.CONNECTIONLOSS] = true, [S.codes.TIMEOUT] = true,
+                         [S.codes.SESSIONEXPIRED] = true }
     if catch_up then
         for _, op in ipairs({ "sync", "set", "multi", "delete", "create" }) do
             local f = sc.zk[op]
             sc.zk[op] = function(...)
                 local r = table.pack(f(...))
-                if r[1] ~= S.codes.CONNECTIONLOSS then frozen = {} end
+                if not unanswered[r[1]] then frozen = {} end
                 return table.unpack(r, 1, r.n)
             end
         end
@@ -127,17 +132,22 @@ function S.lag(W, sc, prefix, catch_up)
             frozen[path] = { data = n.data, stat = st, kids = kids }
         end
     end
+    local answered = { [S.codes.OK] = true, [S.codes.NONODE] = true }
     local get, children = sc.zk.get, sc.zk.children
     sc.zk.get = function(path, watch)
-        if path:sub(1, #prefix) ~= prefix or not next(frozen) then return get(path, watch) end
+        local r = table.pack(get(path, watch))
+        if path:sub(1, #prefix) ~= prefix or not next(frozen) or not answered[r[1]] then
+            return table.unpack(r, 1, r.n)
+        end
         local f = frozen[path]
         if not f then return S.codes.NONODE end
         return S.codes.OK, f.data, f.stat
     end
     sc.zk.children = function(path, watch)
+        local r = table.pack(children(path, watch))
         local f = frozen[path]
-        if f then return S.codes.OK, f.kids, f.stat end
-        return children(path, watch)
+        if f and answered[r[1]] then return S.codes.OK, f.kids, f.stat end
+        return table.unpack(r, 1, r.n)
     end
 end
 

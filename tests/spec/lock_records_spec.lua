@@ -1,0 +1,87 @@
+-- What a sidecar remembers of native locks when the owner goes on through
+-- another sidecar: its record of a hold released elsewhere, and a request
+-- its failed command left that the owner took up again elsewhere.
+
+local S = require "world"
+local null = S.null
+
+describe("a hold released through another sidecar", function()
+    it("bumps the holder's guard, so that its sidecar's record is known out of date", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
+        local guard = a.require("guard").path(a.sid)
+        local before = W:node(guard).stat.version
+        assert.equal(1, b:call("LOCK.RELEASE", "k", "o"))
+        assert.equal(before + 1, W:node(guard).stat.version)
+    end)
+
+    it("then a RELEASE through the holder's sidecar whose delete is lost answers 0", function()
+        local _, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
+        assert.equal(1, b:call("LOCK.RELEASE", "k", "o"))
+        a:fail_next({ op = "delete", when = "before" }) -- (never applied: the node was gone)
+        assert.equal(0, a:call("LOCK.RELEASE", "k", "o"))
+    end)
+
+    it("then a RELEASE through the holder's sidecar whose delete is lost releases the owner's newer hold", function()
+        local _, a, b, c = S.world(3)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
+        assert.equal(1, b:call("LOCK.RELEASE", "k", "o"))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
+        a:fail_next({ op = "delete", when = "before" })
+        assert.equal(1, a:call("LOCK.RELEASE", "k", "o"))
+        assert.equal(0, #c:call("LOCK.INFO", "k").map[2])
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000")))
+    end)
+end)
+
+describe("a request left by a failed LOCK.ACQUIRE and taken up through another sidecar", function()
+    -- o waits through b; b is cut off (its session lives on) and h's release
+    -- grants o's request there; b's command ends unanswered (`how`), and o
+    -- asks again through a, which finds the request granted: a reentrant
+    -- hold.  Back, b takes its command's request out: one count, not o's hold.
+    local function taken_up(wait, disconnect)
+        local W, a, b, c = S.world(3)
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "h", "PX", "600000")))
+        local w = b:start("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", wait)
+        W:advance(50)
+        assert.is_falsy(w.done)
+        c:call("LOCK.INFO", "k") -- c's listing has o's request: h's release grants it
+        b:disconnect(disconnect)
+        assert.equal(1, c:call("LOCK.RELEASE", "k", "h"))
+        W:run_until(function() return w.done end)
+        local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", "10000")
+        assert.equal("integer", math.type(t))
+        b:reconnect()
+        W:advance(1000)
+        return W, a, b, c, w.result
+    end
+
+    for _, case in ipairs({ { "-TRYAGAIN", "10000" }, { "null (WAIT over)", "3000", { hold_events = true } } }) do
+        it("keeps the owner's hold after " .. case[1], function()
+            local W, a, _, c, first = taken_up(case[2], case[3])
+            if case[1] == "-TRYAGAIN" then assert.matches("^TRYAGAIN", first.err) else assert.equal(null, first) end
+            assert.equal(null, c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000"))
+            local lock = a.LK.lock_path("k")
+            assert.equal(1, #W:children(lock))
+            assert.equal(1, a.require("lockstore").decode_req(W:node(lock .. "/" .. W:children(lock)[1]).data).count)
+            assert.equal(1, a:call("LOCK.RELEASE", "k", "o"))
+            assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000")))
+        end)
+    end
+end)
+
+describe("a hold renewed through another sidecar", function()
+    it("is renewed through its own sidecar after the lease that sidecar gave ran out", function()
+        local W, a, b, c = S.world(3)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "1000")))
+        W:advance(500)
+        assert.equal(1, b:call("LOCK.RENEW", "k", "o", "PX", "60000"))
+        a:fail_next({ op = "get", pass = true, latency = 200 }) -- a's lease timer reads slowly
+        W:advance(520)
+        assert.equal(1, a:call("LOCK.RENEW", "k", "o", "PX", "60000"))
+        W:advance(1000)
+        assert.equal(1, #c:call("LOCK.INFO", "k").map[2])
+        assert.equal(null, c:call("LOCK.ACQUIRE", "k", "x", "PX", "60000"))
+    end)
+end)
