@@ -13,6 +13,12 @@ must settle the outcome before it answers:
 - a RELEASE through another sidecar whose delete never arrives while the
   holder's session ends (the proxy goes silent at that request) answers 0:
   the node it then finds gone went with that session;
+- a sidecar whose reads are held back while a middle conversion (PR ->
+  CW) may go does not let a CW request hold beside that conversion's PR;
+- a lost release through a sidecar whose record of the hold is out of
+  date (released and taken again through another) releases the owner's
+  hold, and a failed acquire's request taken up through another sidecar
+  loses one count when its sidecar is back, not the hold;
 - under random connection cuts on every sidecar, with shared and exclusive
   holders on two keys, no two conflicting holds overlap and a hold asked
   after another conflicting one was granted gets a larger token.
@@ -309,6 +315,27 @@ def test_release_through_another_sidecar_delete_reply_lost(native_pair, kz):
     assert ra.execute_command("LOCK.RELEASE", key, "w") == 1
 
 
+def test_lost_release_through_a_stale_record_releases_the_owners_newer_hold(native_pair, kz):
+    """h takes the lock through A, lets it go through B and takes it again
+    through B: A's record of the first hold is out of date (B's release
+    bumped A's session guard).  A RELEASE through A then sends the delete
+    of the first node, gone already, and loses its reply: A must not take
+    the node it finds gone for its own release (the old code answered 1 and
+    left h's newer hold); it reads, and releases the hold h has."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("sr")
+    assert isinstance(ra.execute_command("LOCK.ACQUIRE", key, "h"), int)
+    assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "h"), int)
+    proxy.drop_next_reply(DELETE_OPS)
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+    assert proxy.wait_dropped(0), "no delete went through the proxy (requests: %r)" % proxy.snapshot()
+    assert holders(rb, key) == []
+    assert _children(kz, a, key) == {}
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "w"), int)
+
+
 def test_release_through_another_sidecar_lost_as_the_holders_session_ends(make_proxy, make_zkresp, zk, kz):
     """A hold released through a sidecar other than its own, whose delete
     never reaches ZooKeeper (its connection goes silent from that request
@@ -338,6 +365,77 @@ def test_release_through_another_sidecar_lost_as_the_holders_session_ends(make_p
         d.cont()
     assert out.get("r") == 0, out
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+
+
+def test_middle_conversion_not_recorded_keeps_a_clashing_request_waiting(native_pair, kz):
+    """x (through A) and y (through B) hold PR; x asks PR -> CW, which
+    waits for y's PR, and z asks CW through B behind it.  y converts down
+    to NL: x's conversion may go, and z with it (CW and CW are compatible),
+    but z only once x's CW is recorded, for x holds PR until then, and PR
+    and CW clash.  A's reads are held at the proxy meanwhile, so B decides
+    first: z must wait (the old grant rule let it hold CW beside x's PR)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=30)
+    key = harness.unique("mc")
+    tokens = [ra.execute_command("LOCK.ACQUIRE", key, "x", "MODE", "PR"),
+              rb.execute_command("LOCK.ACQUIRE", key, "y", "MODE", "PR")]
+    assert all(isinstance(t, int) for t in tokens), tokens
+    tx, rx = _in_thread(a.redis(socket_timeout=30), "LOCK.CONVERT", key, "x", "MODE", "CW", "WAIT", "20000")
+    harness.wait_for(lambda: ("x", "CW", "conversion") in nativeload.waiting(rb, key), 10, 0.05,
+                     "x's conversion to wait")
+    tz, rz = _in_thread(b.redis(socket_timeout=30), "LOCK.ACQUIRE", key, "z", "MODE", "CW", "WAIT", "20000")
+    harness.wait_for(lambda: ("z", "CW", "new") in nativeload.waiting(rb, key), 10, 0.05, "z to wait")
+    lock = "%s/l/%s" % (a.root.rstrip("/"), keyenc.encode(key))
+    proxy.hold_next("getData", lock)
+    try:
+        assert isinstance(rb.execute_command("LOCK.CONVERT", key, "y", "MODE", "NL"), int)
+        assert proxy.wait_held(10), "A read nothing after y's conversion (requests: %r)" % proxy.snapshot()
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            held = dict(holders(rb, key))
+            assert not ("z" in held and held.get("x") == "PR"), held
+            time.sleep(0.05)
+    finally:
+        proxy.release_hold()
+    tx.join(20)
+    tz.join(20)
+    assert isinstance(rx.get("token"), int), rx
+    assert isinstance(rz.get("token"), int), rz
+    assert sorted(holders(rb, key)) == [("x", "CW"), ("y", "NL"), ("z", "CW")]
+    assert rz["token"] > max(tokens)  # above both PR holds it clashes with
+
+
+def test_failed_acquire_taken_up_through_another_sidecar_keeps_the_hold(native_pair, kz):
+    """o waits through A (WAIT 2 s); A goes silent (its session lives on)
+    and h's release through B grants o's request, which A does not learn:
+    its command answers null (or -TRYAGAIN) when its WAIT runs out, and o asks again
+    through B, which finds the request granted: a reentrant hold (count 2).
+    When A is through again it takes its failed command's request out: one
+    count of it, not o's hold (the old code deleted the node, and x got the
+    lock while o held it)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("tu")
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
+    tw, rw = _in_thread(ra, "LOCK.ACQUIRE", key, "o", "PX", "60000", "WAIT", "2000")
+    harness.wait_for(lambda: ("o", "EX", "new") in nativeload.waiting(rb, key), 10, 0.05, "o to wait")
+    proxy.blackhole(True)
+    try:
+        assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
+        tw.join(10)
+        # not granted: null, or -TRYAGAIN when a read of its was still out
+        assert ("token" in rw and rw["token"] is None) or rw.get("error", "").startswith("TRYAGAIN"), rw
+        t = rb.execute_command("LOCK.ACQUIRE", key, "o", "PX", "60000")
+        assert isinstance(t, int), t
+        assert _counts(rb, key) == [2], lock_info(rb, key)
+    finally:
+        proxy.blackhole(False)
+    time.sleep(2)  # A is through again: its leave went out
+    assert holders(rb, key) == [("o", "EX")]
+    assert _counts(rb, key) == [1]
+    assert rb.execute_command("LOCK.ACQUIRE", key, "x") is None
+    assert rb.execute_command("LOCK.RELEASE", key, "o") == 1
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "x"), int)
 
 
 def test_reentrant_hold_count_reply_lost(native_pair, kz):
