@@ -400,11 +400,10 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
                            "; use LOCK.CONVERT to change its mode" }
         end
         local before = LS.encode_req(d)
-        d.count = d.count + 1
+        local sent = LS.count_write(d, d.count + 1, mine.path)
         d.lease_end = LS.renewed_end(mine, d, px, L.holds[mine.path])
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
-            local sent = { path = mine.path, version = mine.version + 1, count = d.count }
             local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock, true), owner) end)
             if not read then take_back(lock, owner, sent, before) error(again, 0) end
             if not LS.landed(sent, again, d2) then
@@ -479,22 +478,23 @@ local function release_read(lock, owner, done, unsure)
     for _ = 1, Z.READ_TRIES do
         local sent = unsure.sent
         local mine, d = LS.find_owner(LS.read(lock, sent ~= nil), owner)
-        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, sent.version) end
+        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, mine and mine.version) end
         if not mine or not mine.granted then return 0 end
         -- a hold counted lost answers 0, as RENEW does; its node goes
         if LS.from_lost_session(mine, d) then pcall(LW.delete_node, mine.path) return 0 end
-        local rc, stat
+        local rc, stat, write
         local left = d.count > 1 and d.count - 1 or 0
         if left > 0 then
             unsure.before = LS.encode_req(d)
-            d.count = left
+            write = LS.count_write(d, left, mine.path)
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
+            write = { path = mine.path, count = 0, sid = mine.owner_sid,
+                      deadline = Z.local_time(LS.lease_end(mine, d)) }
             rc = LW.delete(mine.path, mine.version, mine.owner_sid)
         end
         if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
-        unsure.sent = Z.unknown(rc) and { path = mine.path, version = mine.version + 1, count = left,
-            sid = mine.owner_sid, deadline = Z.local_time(LS.lease_end(mine, d)) } or nil
+        unsure.sent = Z.unknown(rc) and write or nil
         if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "release " .. mine.path)
         end

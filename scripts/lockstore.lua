@@ -129,10 +129,21 @@ local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 
 -- A request's data: owner, hold count, lease end (leader ms, 0 until a
 -- renewal writes it: see LS.lease_end), asked at (wall ms), sidecar
--- (instance, hex), client ("id addr").
+-- (instance, hex), client ("id addr"), and the id of the write that set
+-- the count (LS.count_write; "" until one: renewals and conversions carry
+-- it over), last, so that a sidecar that knows no id reads the rest.
 function LS.encode_req(r)
-    return string.pack(DATA_FMT, r.owner, r.count, math.floor(r.lease_end), math.floor(r.asked),
-                       r.sidecar, r.client)
+    return string.pack(DATA_FMT .. " s1", r.owner, r.count, math.floor(r.lease_end), math.floor(r.asked),
+                       r.sidecar, r.client, r.wid or "")
+end
+
+-- Sets d's hold count to `count` for a write whose reply may be lost: a
+-- new write id, which LS.landed looks for (a version would not do: a
+-- renewal through another sidecar may land after our write).  The `sent`
+-- record of that write: {path, count, wid}.
+function LS.count_write(d, count, path)
+    d.count, d.wid = count, Z.nonce()
+    return { path = path, count = count, wid = d.wid }
 end
 
 -- The lease end (leader ms) of the granted entry e, its node's data d:
@@ -174,10 +185,11 @@ function LS.renewed_end(mine, d, px, ours)
 end
 
 function LS.decode_req(data)
-    local ok, owner, count, lease_end, asked, sidecar, client = pcall(string.unpack, DATA_FMT, data)
+    local ok, owner, count, lease_end, asked, sidecar, client, at = pcall(string.unpack, DATA_FMT, data)
     if not ok then return nil end
+    local wid = at <= #data and select(2, pcall(string.unpack, ">s1", data, at))
     return { owner = owner, count = count, lease_end = lease_end, asked = asked,
-             sidecar = sidecar, client = client }
+             sidecar = sidecar, client = client, wid = type(wid) == "string" and wid or "" }
 end
 
 -- The grant table: seq -> {mode, token, convert, convert_at, asked}, and
@@ -521,13 +533,13 @@ end
 -- delete (count 0) when the node is gone, the session that owned it
 -- (sent.sid) lasts (its end removes its nodes too, maybe before the delete
 -- was asked) and so does its lease (sent.deadline: G.ending), a set
--- of the hold count when the node is at the version after ours with our
--- count.
+-- of the hold count (LS.count_write) when the node holds our count and our
+-- write's id, whatever renewal landed after it.
 function LS.landed(sent, mine, d)
     if sent.count == 0 then
         return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) and not G.ending(sent.deadline)
     end
-    return mine ~= nil and mine.path == sent.path and mine.version == sent.version and d.count == sent.count
+    return mine ~= nil and mine.path == sent.path and d.count == sent.count and d.wid == sent.wid
 end
 
 -- LOCK.INFO of the lock node `lock`: {holders = {...}, waiters = {...}}

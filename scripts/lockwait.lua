@@ -189,15 +189,15 @@ local function leave_node(path)
             if grc == zk.OK then
                 local d = LS.decode_req(data)
                 -- our count-down whose reply was lost went through
-                if sent and d and stat.version == sent.version and d.count == sent.count then return true end
+                if sent and d and d.count == sent.count and d.wid == sent.wid then return true end
                 sent = nil
                 if not d or d.count <= 1 then
                     version = stat.version
                 else
-                    d.count = d.count - 1
+                    local write = LS.count_write(d, d.count - 1, path)
                     local src = zk.set(path, LS.encode_req(d), stat.version)
                     if src == zk.OK or src == zk.NONODE then return true end
-                    if Z.unknown(src) then sent = { version = stat.version + 1, count = d.count } end
+                    if Z.unknown(src) then sent = write end
                 end
             end
         elseif not Z.unknown(rc) then
@@ -247,17 +247,16 @@ function LW.abandon(lock, prefix)
     end)
 end
 
--- A hold count write `sent` ({path, version after it, count}) whose reply
--- was lost and whose command failed before it could tell (-TRYAGAIN: a
+-- A hold count write `sent` (LS.count_write's record) whose reply was
+-- lost and whose command failed before it could tell (-TRYAGAIN: a
 -- reentrant acquire not counted, a release not counted down): once
--- ZooKeeper answers, the write, when it landed, is taken back (the data
--- `before` it written back over exactly that version; done(version)
--- after), in the background, until the request is gone (its owner's
--- session ended) or ZooKeeper stayed away two minutes.  Whatever the
--- owner did to the request since stays as it is.  This sidecar's own
--- session does not matter: the request may be another sidecar's (a
--- release through this one), and the write back is conditional on the
--- exact version the write left.
+-- ZooKeeper answers, the write, when it landed, is taken back (the count
+-- of the data `before` it, written over the data as read, at its version;
+-- done(version) after), in the background, until the request is gone (its
+-- owner's session ended) or ZooKeeper stayed away two minutes.  A count
+-- the owner wrote since stays as it is; a renewal since is kept.  This
+-- sidecar's own session does not matter: the request may be another
+-- sidecar's (a release through this one).
 local settling = {} -- lock .. "\0" .. owner -> true while LW.take_back runs
 
 function LW.take_back(lock, owner, sent, before, done)
@@ -266,9 +265,11 @@ function LW.take_back(lock, owner, sent, before, done)
     local function try()
         local mine, d = LS.find_owner(LS.read(lock, true), owner)
         if not LS.landed(sent, mine, d) then return true end
-        local rc, stat = zk.set(sent.path, before, sent.version)
+        -- the count back, on the data as it is now (a renewal since stays)
+        LS.count_write(d, LS.decode_req(before).count, sent.path)
+        local rc, stat = zk.set(sent.path, LS.encode_req(d), mine.version)
         if rc == zk.OK then done(stat.version) end
-        return not Z.unknown(rc) and rc ~= zk.TIMEOUT -- (not sent: try again)
+        return rc ~= zk.BADVERSION and not Z.unknown(rc) and rc ~= zk.TIMEOUT -- (moved, not sent: again)
     end
     host.spawn(function()
         -- whatever happens, the owner's commands stop waiting for it

@@ -85,3 +85,59 @@ describe("a hold renewed through another sidecar", function()
         assert.equal(null, c:call("LOCK.ACQUIRE", "k", "x", "PX", "60000"))
     end)
 end)
+
+describe("a hold count write whose reply is lost, with a renewal through another sidecar after it", function()
+    local function count(sc, key)
+        local m = sc:call("LOCK.INFO", key).map[2][1].map
+        for i = 1, #m, 2 do if m[i] == "count" then return m[i + 1] end end
+    end
+
+    -- (the renewal bumps the node's version: only the write's own id tells
+    -- that the count write landed)
+    it("counts a RELEASE down once", function()
+        local W, a, b, c = S.world(3)
+        local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")
+        assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000"))
+        local renewal
+        a:fail_next({ op = "set", when = "after", hook = function()
+            renewal = b:start("LOCK.RENEW", "k", "o", "PX", "60000")
+        end })
+        a:fail_next({ op = "sync", pass = true, latency = 30 })
+        assert.equal(1, a:call("LOCK.RELEASE", "k", "o"))
+        W:run_until(function() return renewal and renewal.done end)
+        assert.equal(1, renewal.result)
+        assert.equal(1, count(c, "k"))
+    end)
+
+    it("counts a reentrant LOCK.ACQUIRE once", function()
+        local W, a, b, c = S.world(3)
+        local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")
+        local renewal
+        a:fail_next({ op = "set", when = "after", hook = function()
+            renewal = b:start("LOCK.RENEW", "k", "o", "PX", "60000")
+        end })
+        a:fail_next({ op = "sync", pass = true, latency = 30 })
+        assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000"))
+        W:run_until(function() return renewal and renewal.done end)
+        assert.equal(1, renewal.result)
+        assert.equal(2, count(c, "k"))
+    end)
+
+    it("takes back the count of a reentrant LOCK.ACQUIRE that failed unsure, and keeps the renewal", function()
+        local W, a, b, c = S.world(3)
+        local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")
+        a:fail_next({ op = "set", when = "after", hook = function() a:disconnect() end })
+        assert.matches("^TRYAGAIN", a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000").err)
+        assert.equal(1, b:call("LOCK.RENEW", "k", "o", "PX", "600000"))
+        W:advance(1000)
+        a:reconnect()
+        W:advance(1000) -- the count is taken back once ZooKeeper answers
+        assert.equal(1, count(c, "k"))
+        local lease = c:call("LOCK.INFO", "k").map[2][1].map
+        for i = 1, #lease, 2 do
+            if lease[i] == "lease_left_ms" then assert.is_true(lease[i + 1] > 500000, lease[i + 1]) end
+        end
+        assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000"))
+        assert.equal(2, count(c, "k"))
+    end)
+end)
