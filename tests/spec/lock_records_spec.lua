@@ -92,34 +92,33 @@ describe("a hold count write whose reply is lost, with a renewal through another
         for i = 1, #m, 2 do if m[i] == "count" then return m[i + 1] end end
     end
 
-    -- (the renewal bumps the node's version: only the write's own id tells
-    -- that the count write landed)
-    it("counts a RELEASE down once", function()
-        local W, a, b, c = S.world(3)
-        local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")
-        assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000"))
+    -- Runs `command` (a count write through a): its set lands, its reply is
+    -- lost, and o's renewal through b lands before a reads again (a sync
+    -- held back): the renewal bumps the node's version, so only the write's
+    -- own id tells that the count write landed.
+    local function with_renewal(W, a, b, command)
         local renewal
         a:fail_next({ op = "set", when = "after", hook = function()
             renewal = b:start("LOCK.RENEW", "k", "o", "PX", "60000")
         end })
         a:fail_next({ op = "sync", pass = true, latency = 30 })
-        assert.equal(1, a:call("LOCK.RELEASE", "k", "o"))
+        command()
         W:run_until(function() return renewal and renewal.done end)
         assert.equal(1, renewal.result)
+    end
+
+    it("counts a RELEASE down once", function()
+        local W, a, b, c = S.world(3)
+        local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")
+        assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000"))
+        with_renewal(W, a, b, function() assert.equal(1, a:call("LOCK.RELEASE", "k", "o")) end)
         assert.equal(1, count(c, "k"))
     end)
 
     it("counts a reentrant LOCK.ACQUIRE once", function()
         local W, a, b, c = S.world(3)
         local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")
-        local renewal
-        a:fail_next({ op = "set", when = "after", hook = function()
-            renewal = b:start("LOCK.RENEW", "k", "o", "PX", "60000")
-        end })
-        a:fail_next({ op = "sync", pass = true, latency = 30 })
-        assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000"))
-        W:run_until(function() return renewal and renewal.done end)
-        assert.equal(1, renewal.result)
+        with_renewal(W, a, b, function() assert.equal(t, a:call("LOCK.ACQUIRE", "k", "o", "PX", "60000")) end)
         assert.equal(2, count(c, "k"))
     end)
 
