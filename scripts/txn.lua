@@ -408,14 +408,21 @@ local function commit_buffered(t)
         -- The commit applied under a session given up meanwhile: its
         -- ephemeral nodes die with it.  A script that wrote only such keys
         -- (a renewal, an acquisition) runs again, reading, rather than
-        -- answer that it holds them; one that wrote others too answers,
-        -- and this sidecar does not count the ephemeral ones as its own.
-        local lasting = #dels > 0
-        for _, p in ipairs(puts) do lasting = lasting or p.lifetime ~= "ephemeral" end
+        -- answer that it holds them.  One that wrote others too cannot run
+        -- again (they would apply twice) nor answer what it returned (a
+        -- fenced lock's "acquired, token n" for a node about to go): it
+        -- answers TRYAGAIN once its bookkeeping is done (T.script).
+        local lasting, passing = #dels > 0, false
         for _, p in ipairs(puts) do
-            if p.lifetime == "ephemeral" then O.forget(p.rec.path) end
+            if p.lifetime == "ephemeral" then
+                O.forget(p.rec.path)
+                passing = true
+            else
+                lasting = true
+            end
         end
         if not lasting then K.retry(0, nil, errors.UNAVAILABLE) end
+        t.lost_ephemeral = passing
     end
     for i, p in ipairs(puts) do
         local st = stats[i]
@@ -467,6 +474,7 @@ function T.script(keys, fn, uncounted)
             after_commit(t, cok)
             if cok then
                 if not uncounted then T.stats.committed = T.stats.committed + 1 end
+                if t.lost_ephemeral then return { err = errors.UNAVAILABLE } end
                 return res
             end
             res = cres

@@ -194,14 +194,15 @@ describe("unknown outcomes", function()
         assert.equal("tc", b:call("GET", "lock"))
     end)
 
-    it("a script's multi that applied is not run again when its ephemeral key went with the session", function()
+    it("a script's multi that applied is not run again when its ephemeral key went with the session, and answers TRYAGAIN", function()
         a:fail_next({ op = "multi", when = "after", hook = function()
             -- applied, its reply lost, and the session ends before we look
             W:post(function() a:expire() end)
         end })
         local r = a:call("EVAL", "redis.call('set', KEYS[1], 'v', 'PX', 30000) " ..
                                  "return redis.call('incr', KEYS[2])", "2", "a-lock", "b-count")
-        assert.equal(1, r)
+        -- not 1: the reply would say a-lock is held, and it went
+        assert.same(S.UNAVAILABLE, r)
         assert.equal("1", b:call("GET", "b-count"))   -- once, not twice
         assert.equal(null, b:call("GET", "a-lock"))    -- went with the session
     end)
@@ -235,6 +236,29 @@ describe("writes under a session given up", function()
         -- the node stays the old session's, never moved to the new one
         assert.equal(old, W:node(a:path("lock")).stat.ephemeralOwner)
         assert.is_nil(next(a.K.owned))
+    end)
+
+    it("Redisson's fenced lock whose commit lands under it answers TRYAGAIN, not its token", function()
+        -- the lock hash (PEXPIREd: ephemeral) and the token counter (INCR:
+        -- persistent) in one script; the lock node dies with the session
+        local fenced = "if ((redis.call('exists', KEYS[1]) == 0) or " ..
+                       "(redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then " ..
+                       "local token = redis.call('incr', KEYS[2]); " ..
+                       "redis.call('hincrby', KEYS[1], ARGV[2], 1); " ..
+                       "redis.call('pexpire', KEYS[1], ARGV[1]); " ..
+                       "return {-1, token}; end; " ..
+                       "return {redis.call('pttl', KEYS[1]), -1};"
+        local b = W:sidecar()
+        a:fail_next({ op = "multi", pass = true, latency = 50 }) -- the commit is slow
+        local t = a:start("EVAL", fenced, "2", "flock", "{flock}:token", "30000", "X:1")
+        W:advance(10) -- the commit is on its way under the old session
+        local old = a:lose()
+        W:run_until(function() return t.done end)
+        assert.same(S.UNAVAILABLE, t.result)
+        W:expire_session(old)
+        W:advance(10)
+        -- the next holder's token follows the one the counter gave X
+        assert.same({ -1, 2 }, b:call("EVAL", fenced, "2", "flock", "{flock}:token", "30000", "Y:1"))
     end)
 end)
 
