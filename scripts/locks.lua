@@ -52,6 +52,7 @@
 local Q = require "lockq"
 local LS = require "lockstore"
 local LW = require "lockwait"
+local LG = require "lockgrant"
 local Z = require "zkio"
 local G = require "guard"
 local S = require "signal"
@@ -97,29 +98,47 @@ local function forget(path)
     return h
 end
 
+-- Whether hold h's node, gone after a delete of ours whose reply was lost,
+-- went by that delete: no other sidecar removed a node of its session
+-- since h was recorded (its guard did not move; looked at once our server
+-- has what the lock's has).
+local function guard_stayed(h)
+    Z.sync(h.lock)
+    local grc, guard = Z.exists(G.path(h.sid))
+    return grc == zk.OK and guard.version == h.gv
+end
+
 -- The lease timer of hold h fired: end it when the lease written in its
 -- node has passed, else wait for that.
 local function lease_due(path)
     local h = L.holds[path]
     if not h or h.sid ~= zk.session() then return end
     local rc, data, stat = zk.get(path)
-    if rc == zk.NONODE then forget(path) return end
-    if rc ~= zk.OK then h.timer:start(200) return end
-    local left = LS.hold_end(h.deadline, h.version, LS.decode_req(data), stat.version) - host.now()
-    if left > 0 then
-        h.deadline = host.now() + left
-        h.timer:start(left)
-        return
+    local drc = rc == zk.NONODE and rc or nil
+    if rc ~= zk.OK and not drc then h.timer:start(200) return end
+    if not drc then
+        h.expiring = nil
+        local left = LS.hold_end(h.deadline, h.version, LS.decode_req(data), stat.version) - host.now()
+        if left > 0 then
+            h.deadline = host.now() + left
+            h.timer:start(left)
+            return
+        end
+        -- at the version read: a renewal landing in between answered 1
+        drc = LW.delete(path, stat.version)
     end
-    -- at the version read: a renewal landing in between answered 1
-    local drc = LW.delete(path, stat.version)
     if drc == zk.OK or drc == zk.NONODE then
         forget(path)
-        L.stats.expired = L.stats.expired + 1
-        if drc == zk.OK then notify("on_expire", h) end
+        -- gone after our delete whose reply was lost: ended by its lease
+        -- unless another sidecar's release took it
+        if drc == zk.OK or (h.expiring and guard_stayed(h)) then
+            L.stats.expired = L.stats.expired + 1
+            notify("on_expire", h)
+        end
     elseif drc == zk.BADVERSION then
         h.timer:start(0) -- read it again
     else
+        h.expiring = h.expiring or Z.unknown(drc)
         h.timer:start(200)
     end
 end
@@ -138,162 +157,6 @@ local function remember(path, key, lock, owner, mode, token, px, fields)
     h.deadline = host.now() + px
     h.timer:start(px)
     return h
-end
-
----------------------------------------------------------------------------
--- Granting
-
-local function grants_me(queue, me, grants)
-    for _, g in ipairs(grants or Q.grantable(queue)) do
-        if g.entry == me then return Q.fits_held(queue, me, g.mode) and g or nil end
-    end
-end
-
--- Whether our request `seq` is granted in table t (a conversion to
--- `converting`: granted once no conversion is pending and it holds that).
-local function granted_in(t, seq, converting)
-    local line = t.lines[seq]
-    if not line then return false end
-    if converting then return not line.convert and line.mode == converting end
-    return true
-end
-
--- Whether view lists a waiting request but `path`'s (its release may grant it).
-local function next_waiter(path, view)
-    for _, e in ipairs(view.queue) do
-        if e.path ~= path and not e.granted then return true end
-    end
-end
-
--- This sidecar's newest listing as the view of the request at `path`, granted
--- in table t, when it lists a waiter after it (LS.newer_view); else nil.
-local function newer_view(lock, t, path)
-    local view = t and LS.newer_view(lock, t, LS.seq_of(path))
-    if view and next_waiter(path, view) then return view end
-end
-
--- A listing of a lock made in the background: {names, pzxid, stat, done};
--- a hold's next view (its release grants the requests that came after it),
--- or a new request's first listing, sent right after its create.
-local function start_listing(lock)
-    local l = { done = false }
-    host.spawn(function()
-        local ok, names, pzxid, stat = pcall(LS.read_children, lock)
-        if ok then l.names, l.pzxid, l.stat = names, pzxid, stat end
-        l.done = true
-        LW.finish(l)
-    end)
-    return l
-end
-
--- Waits for, and records, the grant of our request at `path` (a new
--- request, or our hold's conversion asked in the table).  Returns the
--- token, the lock as last read (the hold's view) and, when that view may
--- lack the requests its release will grant (it lists none after ours, or
--- it is our listing from before the wait: the table carried no queue), a
--- listing begun for the next view; or nil, why ("timeout", "gone",
--- "deadlock", "lost": the node went, the conversion was given up, or the
--- session `sid` that created it is no longer ours).  After a wake-up the
--- table alone is read: a release that granted us wrote it (one round trip,
--- as the recipe's getChildren), and with it the queue that release decided
--- on, which becomes our view; none when that release was this sidecar's
--- (its write is waited for: its reply follows the event).  Views pass down
--- the queue from release to release and learn of no new request: the last
--- request of one takes this sidecar's newest listing when that lists a
--- request after it (LS.newer_view: one that came since, listed at its
--- arrival here), else lists the lock after its grant, so that its release
--- grants those that came since.  Not granted, the lock is listed.
--- first(snap, me), when given, sees the first listing: a truthy answer
--- ends the wait (nil, answer).  A new request's first listing is
--- `listing`, begun beside its create, when it lists the request; there
--- the table this sidecar knows may do though the lock moved on since
--- (LS.snapshot's `seq, mode`): the request waits for the one ahead of it,
--- watched with LW.wait's `since`, and grants itself only on a newer read.
--- held_back(snap, me), when given, is asked before a request that waited
--- grants itself: a reason keeps it waiting (looked at again every
--- LW.POLL_MS) until its WAIT runs out.  A grant written by a release is
--- not asked about.
-local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing, held_back)
-    local seq = LS.seq_of(path)
-    local t, names, pzxid, czxid, event, looked_path, looked_mzxid, waited
-    -- ours lost: reads retry on a new session, our node gone, its line left
-    -- (another sidecar's request, a conversion asked here, ends with its node)
-    local own = zk.session() == sid
-    local function lost() return own and zk.session() ~= sid end
-    while true do
-        if lost() then return nil, "lost" end
-        if names then
-            -- woken: a release may have granted us (a conversion reads)
-            LW.await_write(lock)
-            t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock, event)
-            if not t or lost() then return nil, "lost" end
-            if granted_in(t, seq, converting) then
-                -- the view: the queue the table carries, else our listing
-                -- from before the wait; when it is the latter, or we are
-                -- the last of the former, this sidecar's newest listing if
-                -- it lists a request after ours, else the lock listed again
-                local view = t.names and LS.build(lock, t, t.names, 0, seq)
-                local carried = view and view.by_seq[seq]
-                if not carried then view = LS.build(lock, t, names, pzxid, seq) end
-                local relist = not converting and not (carried and next_waiter(path, view))
-                local newer = relist and newer_view(lock, t, path)
-                if newer then view, relist = newer, false end
-                return t.lines[seq].token, view, relist and start_listing(lock) or nil
-            end
-            if converting and not t.lines[seq] then return nil, "lost" end
-            names = nil
-        end
-        local older
-        if not (names and t) then
-            if listing then
-                LW.await(listing)
-                if not LS.lists(listing.names, path) then listing = nil end
-            end
-            t, names, pzxid, czxid, older = LS.snapshot(lock, listing, not converting and seq or nil, mode)
-            listing = nil
-        end
-        if not t or lost() then return nil, "lost" end
-        local snap = LS.build(lock, t, names, pzxid)
-        local me = snap.by_seq[seq]
-        if not me then return nil, "lost" end
-        local stop = first and first(snap, me)
-        if stop then return nil, stop end
-        first = nil
-        if granted_in(t, seq, converting) then return me.token, snap end
-        if converting and not me.convert then return nil, "lost" end
-        local grants = Q.grantable(snap.queue) -- (for the watch target too)
-        local g = not older and grants_me(snap.queue, me, grants)
-        local held = g and waited and held_back and held_back(snap, me)
-        if g and not held then
-            me.granted, me.convert, me.token = g.mode, nil, snap.token
-            if not converting then me.lease_end = LS.end_after(LS.leader_now(), px) end
-            local how, zxid = LW.write_table(snap, converting and me or nil)
-            if how == "ok" then
-                snap.version, snap.token = snap.version + 1, zxid
-                return me.token, snap
-            end
-        else
-            local stuck = converting and Q.deadlocked(snap.queue)
-            if stuck and stuck[me] then
-                local latest = true
-                for c in pairs(stuck) do
-                    if c.convert_at > me.convert_at then latest = false end
-                end
-                if latest then return nil, "deadlock" end
-            end
-            local target, poll = LW.target(snap.queue, me, grants)
-            poll = poll or held
-            local wait_until = poll and math.min(until_ms, host.now() + LW.POLL_MS) or until_ms
-            -- the target written after the table we chose on: look again, once per write
-            local since = t.mzxid
-            if target and target.path == looked_path then since = math.max(since, looked_mzxid) end
-            local how, seen
-            how, event, seen = LW.wait(target and target.path, lock, wait_until, since, older)
-            waited = true
-            if seen then looked_path, looked_mzxid = target.path, seen end
-            if how == "gone" or (how == "timeout" and host.now() >= until_ms) then return nil, how end
-        end
-    end
 end
 
 -- Hold h's view from the listing begun at its grant (waited for), or nil
@@ -325,8 +188,8 @@ end
 local function quick_release(h)
     local view = h and h.view
     if not view or h.sid ~= zk.session() or h.data.count ~= 1 then return false end
-    if not next_waiter(h.path, view) then
-        local newer = newer_view(h.lock, LS.known_table(h.lock, view.t.czxid, view.version), h.path)
+    if not LG.next_waiter(h.path, view) then
+        local newer = LG.newer_view(h.lock, LS.known_table(h.lock, view.t.czxid, view.version), h.path)
         if newer then
             h.view, h.listing, view = newer, nil, newer
         elseif h.listing then
@@ -363,9 +226,7 @@ local function quick_release(h)
     -- node of that session since h was recorded: its guard did not move)
     local gone = rc == zk.OK
     if Z.unknown(rc) then
-        Z.sync(h.lock)
-        local grc, guard = Z.exists(G.path(h.sid))
-        gone = Z.exists(h.path) == zk.NONODE and grc == zk.OK and guard.version == h.gv and not G.ending(h.deadline)
+        gone = guard_stayed(h) and Z.exists(h.path) == zk.NONODE and not G.ending(h.deadline)
     end
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
@@ -425,7 +286,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     if wait_ms == 0 and snap then
         local probe = { seq = math.huge, mode = mode }
         snap.queue[#snap.queue + 1] = probe
-        if not grants_me(snap.queue, probe) then return nil end
+        if not LG.grants_me(snap.queue, probe) then return nil end
     end
     local held_back
     if before_acquire then
@@ -445,7 +306,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local until_ms = host.now() + wait_ms
     -- the listing the wait starts from, sent after the create (a session's
     -- requests are answered in order): one round trip for both
-    local first_listing = start_listing(lock)
+    local first_listing = LG.start_listing(lock)
     -- a command that fails (ZooKeeper out past its time) leaves the queue,
     -- in the background if need be: nobody would ever release its request
     local prefix = LS.prefix(mode, owner, px, LS.hex(Z.nonce()))
@@ -453,10 +314,14 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
                    sidecar = LS.sidecar_id(), client = client_desc() }
     local made, path, sid = pcall(LW.create, lock, prefix, data)
     if not made then LW.abandon(lock, prefix) error(path, 0) end
-    local settled, token, view, listing = pcall(settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
+    local settled, token, view, listing = pcall(LG.settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return LS.owner_there(s, me, owner)
     end, mode, first_listing, held_back)
     if not settled then LW.leave(path) error(token, 0) end
+    -- granted as our session ended (its node goes with it), or as the
+    -- client went (nobody takes the reply): a hold of nobody's, let go
+    if token and zk.session() ~= sid then token, view = nil, "lost" end
+    if token and not host.client() then token = nil end
     if not token then
         LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
@@ -478,7 +343,7 @@ local function release_read(lock, owner, done, unsure)
     for _ = 1, Z.READ_TRIES do
         local sent = unsure.sent
         local mine, d = LS.find_owner(LS.read(lock, sent ~= nil), owner)
-        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, mine and mine.version) end
+        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, mine and mine.version, sent) end
         if not mine or not mine.granted then return 0 end
         -- a hold counted lost answers 0, as RENEW does; its node goes
         if LS.from_lost_session(mine, d) then pcall(LW.delete_node, mine.path) return 0 end
@@ -490,10 +355,11 @@ local function release_read(lock, owner, done, unsure)
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
             write = { path = mine.path, count = 0, sid = mine.owner_sid,
-                      deadline = Z.local_time(LS.lease_end(mine, d)) }
+                      deadline = Z.local_time(LS.lease_end(mine, d)),
+                      mode = mine.granted, token = mine.token, px = mine.px }
             rc = LW.delete(mine.path, mine.version, mine.owner_sid)
         end
-        if rc == zk.OK then return done(mine.path, left, d, stat and stat.version) end
+        if rc == zk.OK then return done(mine.path, left, d, stat and stat.version, write) end
         unsure.sent = Z.unknown(rc) and write or nil
         if rc ~= zk.BADVERSION and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "release " .. mine.path)
@@ -515,13 +381,15 @@ function L.release(key, owner)
         if woke then host.pass() end -- the next holder, when here, is answered first
         return 1
     end
-    -- Our write to the owner's request at `path` is done, `left` holds on.
-    local function done(path, left, d, version)
+    -- Our write to the owner's request at `path` is done, `left` holds on
+    -- (the last one: `e`, the hold as the release read it, tells the policy
+    -- of a hold recorded on another sidecar).
+    local function done(path, left, d, version, e)
         local mh = L.holds[path]
         if left > 0 then
             if mh then mh.data, mh.version, mh.view = d, version, nil end
         else
-            mh = forget(path)
+            mh = forget(path) or e and { key = key, path = path, mode = e.mode, token = e.token, owner = owner, px = e.px }
             if mh then notify("on_release", mh) end
         end
         return 1
@@ -597,6 +465,12 @@ end
 local function convert(lock, owner, mode, wait_ms, pending)
     local until_ms = host.now() + wait_ms
     local asked, sid, unsure, confirms = nil, nil, nil, 0
+    -- a hold of our session answered only while that session lasts
+    local start = zk.session()
+    local function held(token, holder_sid)
+        if holder_sid == start and zk.session() ~= start then return { err = E.LOST_SESSION } end
+        return token
+    end
     while true do
         local snap = LS.read(lock)
         local mine, d = LS.find_owner(snap, owner)
@@ -613,17 +487,17 @@ local function convert(lock, owner, mode, wait_ms, pending)
             return { err = "ERR owner's conversion of this lock is already waiting" }
         end
         if mine.granted == mode then
-            if LS.confirmed(snap, mine) then return mine.token end
+            if LS.confirmed(snap, mine) then return held(mine.token, mine.owner_sid) end
             confirms = confirms + 1
             if confirms >= Z.READ_TRIES then S.abort({ err = E.UNAVAILABLE }) end
         elseif Q.is_down(mine.granted, mode) then
             mine.granted = mode
-            if write_own(snap, mine) then return mine.token end
+            if write_own(snap, mine) then return held(mine.token, mine.owner_sid) end
         else
             mine.convert, mine.convert_at, mine.asked_convert = mode, snap.version + 1, math.floor(host.wall())
-            if grants_me(snap.queue, mine) then
+            if LG.grants_me(snap.queue, mine) then
                 mine.granted, mine.convert, mine.token = mode, nil, snap.token
-                if write_own(snap, mine) then return mine.token end
+                if write_own(snap, mine) then return held(mine.token, mine.owner_sid) end
             elseif wait_ms == 0 then
                 return nil
             else
@@ -637,10 +511,10 @@ local function convert(lock, owner, mode, wait_ms, pending)
             end
         end
     end
-    local token, why = settle(lock, asked, sid, until_ms, mode)
+    local token, why = LG.settle(lock, asked, sid, until_ms, mode)
     if token then
         converted(asked, mode, token, why)
-        return token
+        return held(token, sid)
     end
     local granted, gone = give_up(lock, asked, mode)
     if granted then return granted end

@@ -1,0 +1,125 @@
+-- Native locks at their edges: a grant that races the end of whom it is
+-- for (its client, its sidecar's session) answers no hold nobody has; the
+-- policy hears of a release or a lease end however it went.
+
+local S = require "world"
+local null = S.null
+local LOST = S.E("TRYAGAIN the key is held by a ZooKeeper session that is ending, try again")
+
+local function holders(sc, key)
+    local out = {}
+    for _, e in ipairs(sc:call("LOCK.INFO", key).map[2]) do
+        local m = e.map
+        for i = 1, #m, 2 do if m[i] == "owner" then out[#out + 1] = m[i + 1] end end
+    end
+    return out
+end
+
+describe("a waiter whose client goes while its grant is taken", function()
+    it("leaves no hold when a release through another sidecar granted it (the client went during the read)", function()
+        local W, a, b, c = S.world(3)
+        a:call("LOCK.ACQUIRE", "g1", "h", "PX", "600000")
+        local w = b:start("LOCK.ACQUIRE", "g1", "w", "PX", "600000", "WAIT", "60000")
+        W:advance(50)
+        assert.is_falsy(w.done)
+        b:fail_next({ op = "get", path = b.LK.lock_path("g1"), pass = true, hook = function() b:abandon(w) end })
+        assert.equal(1, a:call("LOCK.RELEASE", "g1", "h"))
+        W:advance(50)
+        assert.is_true(w.done)
+        W:advance(1000)
+        assert.same({}, holders(c, "g1"))
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "g1", "x", "WAIT", "0")))
+    end)
+
+    it("leaves no hold when it granted itself (the client went during the write)", function()
+        local W, a, b, c = S.world(3)
+        a:call("LOCK.ACQUIRE", "g2", "h", "PX", "600000")
+        local w = b:start("LOCK.ACQUIRE", "g2", "w", "PX", "600000", "WAIT", "60000")
+        W:advance(50)
+        b:fail_next({ op = "set", path = b.LK.lock_path("g2"), pass = true, hook = function() b:abandon(w) end })
+        W:expire_session(a.sid)
+        W:advance(50)
+        assert.is_true(w.done)
+        W:advance(1000)
+        assert.same({}, holders(c, "g2"))
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "g2", "x", "WAIT", "0")))
+    end)
+end)
+
+describe("a grant answered as its sidecar's session is given up", function()
+    it("a self-grant answers -TRYAGAIN, and the next owner holds alone", function()
+        local W, a, b, c = S.world(3)
+        local lock = a.LK.lock_path("sg")
+        b:call("LOCK.ACQUIRE", "sg", "h", "PX", "60000")
+        local w = a:start("LOCK.ACQUIRE", "sg", "w", "PX", "60000", "WAIT", "60000")
+        W:advance(50)
+        -- h's session ends: w grants itself; that write applies, and a's
+        -- session is given up (and ends) before the answer is taken
+        a:fail_next({ op = "set", path = lock, pass = true, hook = function() a:lose({ expire_old = true }) end })
+        W:expire_session(b.sid)
+        W:run_until(function() return w.done end)
+        assert.same(LOST, w.result)
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "sg", "x", "WAIT", "0")))
+        assert.same({ "x" }, holders(c, "sg"))
+    end)
+
+    it("an immediate up-conversion answers -TRYAGAIN, not its token", function()
+        local W, a, _, c = S.world(3)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "o", "MODE", "CR", "PX", "60000")))
+        a:fail_next({ op = "multi", pass = true, hook = function() a:lose({ expire_old = true }) end })
+        assert.same(LOST, a:call("LOCK.CONVERT", "cv", "o", "MODE", "EX"))
+        W:advance(10)
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "cv", "x", "WAIT", "0")))
+    end)
+end)
+
+describe("the policy's hooks", function()
+    local function with_example(name) return { config = { policy = S.example(name) } } end
+
+    local function recorder()
+        return S.policy_file([[
+            local log = {}
+            _G.__events = log
+            local function rec(ev) return function(key) log[#log + 1] = ev .. " " .. key end end
+            return { on_acquire = rec("acquire"), on_release = rec("release"),
+                     on_expire = rec("expire"), on_lost = rec("lost") }
+        ]])
+    end
+
+    it("on_release hears of a release through a sidecar other than the holder's, there", function()
+        local file = recorder()
+        local W, a, b = S.world({ { config = { policy = file } }, { config = { policy = file } } })
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "hr", "o", "PX", "600000")))
+        assert.equal(1, b:call("LOCK.RELEASE", "hr", "o"))
+        W:advance(2000)
+        assert.same({ "acquire hr" }, a.env.__events)
+        assert.same({ "release hr" }, b.env.__events)
+        os.remove(file)
+    end)
+
+    it("on_expire hears of a lease end whose delete's reply was lost", function()
+        local file = recorder()
+        local W, a = S.world({ { config = { policy = file } } })
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "he", "o", "PX", "1000")))
+        a:fail_next({ op = "delete", when = "after" }) -- it lands, its reply is lost
+        W:advance(3000)
+        assert.same({}, W:children(a.LK.lock_path("he")))
+        assert.same({ "acquire he", "expire he" }, a.env.__events)
+        os.remove(file)
+    end)
+
+    it("lock_delay: a lock released through another sidecar, or whose lease ended (its delete's reply lost), is free at once", function()
+        local W, a, b, c = S.world({ with_example("lock_delay"), with_example("lock_delay"),
+                                     with_example("lock_delay") })
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "ldr", "o", "PX", "600000")))
+        W:advance(10)
+        assert.equal(1, b:call("LOCK.RELEASE", "ldr", "o"))
+        W:advance(500)
+        assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "ldr", "x", "WAIT", "0")))
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "lde", "o", "PX", "1000")))
+        W:advance(10)
+        a:fail_next({ op = "delete", when = "after" })
+        W:advance(3000)
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "lde", "x", "WAIT", "0")))
+    end)
+end)
