@@ -19,6 +19,7 @@ must settle the outcome before it answers:
   date (released and taken again through another) releases the owner's
   hold, and a failed acquire's request taken up through another sidecar
   loses one count when its sidecar is back, not the hold;
+- a waiter whose client goes while its grant's read is out keeps no hold;
 - under random connection cuts on every sidecar, with shared and exclusive
   holders on two keys, no two conflicting holds overlap and a hold asked
   after another conflicting one was granted gets a larger token.
@@ -531,3 +532,38 @@ def test_contention_with_random_connection_cuts(make_proxy, make_zkresp, zk):
     run = nativeload.contend(sides, [harness.unique("cut1"), harness.unique("cut2")], 8.0, chaos)
     nativeload.check(run, sides, sessions)
     assert sum(p.counters["cuts"] for p in proxies) >= 8
+
+
+def test_waiter_whose_client_goes_while_its_grant_is_read_keeps_no_hold(native_pair):
+    """w waits through A; h's release through B grants w's request in its
+    multi, and A's read of the table (after the watch event) is held at the
+    proxy while w's client disconnects.  When the read is answered, A lets
+    the grant go: nobody reads its token (the old code kept the hold for its
+    whole lease, 60 s here)."""
+    a, b, proxy = native_pair
+    rb = b.redis(socket_timeout=20)
+    rw = a.redis(socket_timeout=30)
+    key = harness.unique("cg")
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
+    out = {}
+
+    def wait():
+        try:
+            out["reply"] = rw.execute_command("LOCK.ACQUIRE", key, "w", "PX", "60000", "WAIT", "30000")
+        except redis.RedisError as e:
+            out["error"] = e
+    th = threading.Thread(target=wait)
+    th.start()
+    harness.wait_for(lambda: ("w", "EX", "new") in nativeload.waiting(rb, key), 10, 0.05, "w to wait")
+    lock = "%s/l/%s" % (a.root.rstrip("/"), keyenc.encode(key))
+    proxy.hold_next("getData", lock)
+    try:
+        assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
+        assert proxy.wait_held(10), "A read nothing after h's release (requests: %r)" % proxy.snapshot()
+        rw.connection_pool.disconnect()  # w's client goes, its grant's read still out
+        time.sleep(1.5)                  # (the sidecar looks for a closed peer once a second)
+    finally:
+        proxy.release_hold()
+    th.join(20)
+    harness.wait_for(lambda: holders(rb, key) == [], 10, 0.05, "w's grant to be let go")
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "x", "WAIT", "0"), int)
