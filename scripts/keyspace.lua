@@ -36,9 +36,10 @@
 -- differs from what we would create, or a node whose key has expired, is
 -- one multi {delete(version), create}, so the key's lifetime follows its
 -- last writer and every new key gets a new czxid (the fencing token); the
--- new node never starts at the old one's version (replace_ops).  Otherwise
--- it is a versioned set; an absent key is a create.  Never an
--- unconditional write.
+-- new node never starts at the old one's version (replace_ops).  A
+-- collection with a TTL written through a second sidecar is shared, and
+-- persistent from then on (shared_state).  Otherwise it is a versioned
+-- set; an absent key is a create.  Never an unconditional write.
 --
 -- Writes of keys are sent grouped (the trailing `true` of zk.create,
 -- zk.set, zk.delete and zk.multi): the bridge may send the writes of many
@@ -402,6 +403,22 @@ local function write_plan(rec, vtype, payload, ttl)
     }
 end
 
+-- Whether a write of a collection (hash, list, set, zset: a semaphore's
+-- permits, a read lock's readers, a fair lock's queue) to rec's key adds to
+-- what clients of another sidecar put there: the node is another live
+-- session's, or already shared (persistent with a TTL).  Such a key is
+-- written persistent, keeping its TTL, so that one holder's sidecar dying
+-- does not take the others' entries with it: it ends by its TTL (deleted by
+-- its last writer, read as absent by everyone once it passed) or when
+-- emptied.  A string is one holder's value: it follows its last writer.
+local function shared_state(rec, vtype, sid)
+    local node = rec.node
+    if not (node and rec.live) or vtype == codec.STRING or rec.vtype ~= vtype then return false end
+    local owner = node.ephemeralOwner or 0
+    if owner ~= 0 then return owner ~= sid end
+    return (rec.ttl or 0) > 0
+end
+
 -- A write may change the node in place only while the key lives and the
 -- node already has the lifetime and owner the write would give it.
 local function in_place(rec, lifetime, sid)
@@ -428,10 +445,14 @@ function K.plan_write(rec, vtype, payload, ttl, sid)
     local w = write_plan(rec, vtype, payload, ttl)
     w.rec = rec
     local node = rec.node
+    sid = sid or zk.session()
+    if w.lifetime == "ephemeral" and shared_state(rec, vtype, sid) then
+        w.lifetime, w.flags = "persistent", 0
+    end
     if not node then
         w.kind, w.new_version = "create", 0
         w.ops = { { "create", rec.path, w.data, w.flags, presumed = rec.presumed } }
-    elseif in_place(rec, w.lifetime, sid or zk.session()) then
+    elseif in_place(rec, w.lifetime, sid) then
         w.kind, w.new_version = "set", node.version + 1
         w.ops = { { "set", rec.path, w.data, node.version } }
     else

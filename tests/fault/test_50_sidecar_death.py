@@ -8,6 +8,8 @@ frozen past its session (RELIABILITY 5, 11, 12, 13, 28).
   kill -9 of the application: its locks live until their TTL, then free.
   A node of an earlier session is foreign: SET NX answers null, never
   claimed.
+  kill -9 of one semaphore holder's sidecar keeps the other holders'
+  permits (a collection written through two sidecars is shared).
 """
 
 import re
@@ -62,6 +64,44 @@ def test_kill9_sidecar_frees_locks_within_session_timeout(make_zkresp, kz):
     assert cb.cmd("SET", "l1", "tok-b", "NX", "PX", "60000") == b"+OK\r\n"
     assert ca2.cmd("SET", "l2", "tok-a2", "NX", "PX", "60000") == b"+OK\r\n"
     assert _owner(kz, a.root, "l2") == sid2
+
+
+SEMAPHORE_ACQUIRE = """
+local key, limit, id = KEYS[1], tonumber(ARGV[1]), ARGV[2]
+local timeout, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('zremrangebyscore', key, '-inf', now - timeout)
+if redis.call('zcard', key) < limit then
+  redis.call('zadd', key, now, id)
+  redis.call('pexpire', key, timeout)
+  return 1
+end
+return 0
+"""
+
+
+def test_kill9_of_one_holders_sidecar_keeps_the_others_permits(make_zkresp, kz):
+    """redis-semaphore's Semaphore (limit 2: a zset of its holders, PEXPIREd
+    by each acquire): X takes a permit through A, Y through B.  kill -9 of
+    B (Y's pod) ends B's session; X's permit stays (the zset, written
+    through two sidecars, is shared: persistent with its TTL), so C grants
+    one more permit, not two."""
+    a = make_zkresp(session_timeout=SESSION_MS)
+    b = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    c = make_zkresp(root=a.root, session_timeout=SESSION_MS)
+    ra, rb, rc = a.redis(), b.redis(), c.redis()
+    now = str(int(time.time() * 1000))
+
+    def acquire(r, who):
+        return r.eval(SEMAPHORE_ACQUIRE, 1, "sem", "2", who, "30000", now)
+    assert acquire(ra, "X") == 1
+    assert acquire(rb, "Y") == 1
+    assert acquire(rc, "Z") == 0
+    assert _owner(kz, a.root, "sem") == 0
+    b.kill9()
+    time.sleep(SESSION_MS * 2 / 1000.0)  # B's session has ended
+    assert ra.zscore("sem", "X") is not None
+    assert [acquire(rc, who) for who in ("Z", "V")] == [0, 0]  # X and Y hold (Y until its timeout)
+    assert 25000 <= rc.pttl("sem") <= 30000
 
 
 def test_foreign_node_after_restart_never_claimed(make_zkresp, kz):

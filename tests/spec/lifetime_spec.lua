@@ -1,5 +1,6 @@
 -- Lifetime: a key with a TTL is an ephemeral znode owned by the session of
--- its last writer; without a TTL it is persistent.
+-- its last writer; without a TTL it is persistent; a collection with a TTL
+-- written through several sidecars is shared: persistent, with its TTL.
 
 local S = require "world"
 local null, OK = S.null, S.OK
@@ -284,5 +285,89 @@ describe("fencing tokens", function()
         local czxid = W:node(a:path("k")).stat.czxid
         a:call("SET", "k", "w", "XX", "PX", "1000")
         assert.equal(czxid, W:node(a:path("k")).stat.czxid)
+    end)
+end)
+
+-- redis-semaphore's Semaphore (a zset shared by its holders, PEXPIREd by
+-- every acquire) and Redisson's RReadWriteLock (a hash of its readers):
+-- one holder's sidecar dying must not free the other holders' entries.
+local ACQUIRE = [[
+  local key = KEYS[1]
+  local limit = tonumber(ARGV[1])
+  local identifier = ARGV[2]
+  local lockTimeout = tonumber(ARGV[3])
+  local now = tonumber(ARGV[4])
+  local expiredTimestamp = now - lockTimeout
+  redis.call('zremrangebyscore', key, '-inf', expiredTimestamp)
+  if redis.call('zcard', key) < limit then
+    redis.call('zadd', key, now, identifier)
+    redis.call('pexpire', key, lockTimeout)
+    return 1
+  else
+    return 0
+  end]]
+
+describe("a collection written through several sidecars (shared)", function()
+    it("a permit holder's sidecar dying does not free the other holders' permits", function()
+        local W, a, b, c = S.world(3)
+        local now = "1000000"
+        -- limit 2: X through a, Y through b
+        assert.equal(1, a:call("EVAL", ACQUIRE, "1", "sem", "2", "X", "10000", now))
+        assert.equal(1, b:call("EVAL", ACQUIRE, "1", "sem", "2", "Y", "10000", now))
+        -- full
+        assert.equal(0, c:call("EVAL", ACQUIRE, "1", "sem", "2", "Z", "10000", now))
+        -- Y's pod (its sidecar with it) is killed: its session ends
+        W:expire_session(b.sid)
+        W:advance(10)
+        -- X still holds (a lives, X's entry has 10 s left): at most one more
+        local granted = 0
+        for _, id in ipairs({ "Z", "V" }) do
+            granted = granted + c:call("EVAL", ACQUIRE, "1", "sem", "2", id, "10000", now)
+        end
+        assert.is_true(granted <= 1, "X plus " .. granted .. " new holders on a semaphore of 2")
+    end)
+
+    -- Redisson's RReadWriteLock: one hash for every reader (mode=read, a
+    -- field per reader), PEXPIREd by each reader's acquire.
+    local READ = "local mode = redis.call('hget', KEYS[1], 'mode'); " ..
+        "if (mode == false) then redis.call('hset', KEYS[1], 'mode', 'read'); " ..
+        "redis.call('hset', KEYS[1], ARGV[2], 1); " ..
+        "redis.call('set', KEYS[2] .. ':1', 1); redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); " ..
+        "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; " ..
+        "if (mode == 'read') then local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); " ..
+        "local key = KEYS[2] .. ':' .. ind; redis.call('set', key, 1); " ..
+        "redis.call('pexpire', key, ARGV[1]); local remainTime = redis.call('pttl', KEYS[1]); " ..
+        "redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); return nil; end; " ..
+        "return redis.call('pttl', KEYS[1]);"
+    local WRITE = "local mode = redis.call('hget', KEYS[1], 'mode'); " ..
+        "if (mode == false) then redis.call('hset', KEYS[1], 'mode', 'write'); " ..
+        "redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); " ..
+        "return nil; end; return redis.call('pttl', KEYS[1]);"
+
+    it("a reader's sidecar dying does not let a writer in while another reader holds", function()
+        local W, a, b, c = S.world(3)
+        -- reader R1 through a, then reader R2 through b (the hash moves to b's session)
+        assert.equal(S.null, a:call("EVAL", READ, "2", "rw", "{rw}:R1:rwlock_timeout", "30000", "R1"))
+        assert.equal(S.null, b:call("EVAL", READ, "2", "rw", "{rw}:R2:rwlock_timeout", "30000", "R2"))
+        assert.is_true(math.type(c:call("EVAL", WRITE, "1", "rw", "30000", "W1:write")) == "integer")
+        W:expire_session(b.sid) -- R2's pod is killed
+        W:advance(10)
+        -- R1 still holds its read lock (a lives, 30 s lease): no writer
+        assert.is_true(math.type(c:call("EVAL", WRITE, "1", "rw", "30000", "W1:write")) == "integer",
+                       "a writer got the lock while reader R1 (through a) still holds it")
+    end)
+    it("a hash written through its holder's sidecar alone stays that session's (Redisson's RLock)", function()
+        local W, a, b = S.world(2)
+        local acquire = "if redis.call('exists', KEYS[1]) == 0 or " ..
+                        "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then " ..
+                        "redis.call('hincrby', KEYS[1], ARGV[2], 1); " ..
+                        "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; " ..
+                        "return redis.call('pttl', KEYS[1]);"
+        assert.equal(S.null, a:call("EVAL", acquire, "1", "rl", "30000", "X:1"))
+        assert.equal(S.null, a:call("EVAL", acquire, "1", "rl", "30000", "X:1")) -- reentrant
+        assert.equal("integer", math.type(b:call("EVAL", acquire, "1", "rl", "30000", "Y:1")))
+        assert.equal(a.sid, W:node(a:path("rl")).stat.ephemeralOwner)
+        W:expire_session(a.sid) -- its holder's pod dies: released with it
+        assert.equal(S.null, b:call("EVAL", acquire, "1", "rl", "30000", "Y:1"))
     end)
 end)
