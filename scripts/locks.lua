@@ -494,7 +494,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
             mine.granted = mode
             if write_own(snap, mine) then return held(mine.token, mine.owner_sid) end
         else
-            mine.convert, mine.convert_at, mine.asked_convert = mode, snap.version + 1, math.floor(host.wall())
+            mine.convert, mine.convert_at, mine.asked_convert = mode, snap.version + 1, math.floor(LS.leader_now())
             if LG.grants_me(snap.queue, mine) then
                 mine.granted, mine.convert, mine.token = mode, nil, snap.token
                 if write_own(snap, mine) then return held(mine.token, mine.owner_sid) end

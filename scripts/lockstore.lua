@@ -478,7 +478,7 @@ function LS.entry_data(e)
     if e.data == nil then
         local rc, data, stat = Z.get(e.path)
         e.data = rc == zk.OK and LS.decode_req(data) or false
-        e.version, e.owner_sid = stat and stat.version, stat and stat.ephemeralOwner
+        e.version, e.owner_sid, e.ctime = stat and stat.version, stat and stat.ephemeralOwner, stat and stat.ctime
     end
     return e.data or nil
 end
@@ -548,7 +548,7 @@ function LS.info(lock)
     local snap = LS.read(lock)
     local holders, waiters = {}, {}
     if not snap then return { map = { "holders", holders, "waiters", waiters } } end
-    local now_wall, leader = host.wall(), LS.leader_now()
+    local leader = LS.leader_now()
     for _, e in ipairs(snap.queue) do
         local d = LS.entry_data(e)
         if d and e.granted then
@@ -558,12 +558,14 @@ function LS.info(lock)
                                               "sidecar", d.sidecar, "client", d.client } }
         end
     end
+    -- (waits on the leader's clock: a request from its node's ctime, a
+    -- conversion from when it was asked, so every sidecar answers alike)
     local function waiter(e, mode, kind, since)
         local d = LS.entry_data(e)
-        since = since or (d and d.asked)
+        since = since or e.ctime or (d and d.asked)
         if d then
             waiters[#waiters + 1] = { map = { "owner", d.owner, "mode", mode,
-                                              "waited_ms", math.max(0, math.floor(now_wall - since)),
+                                              "waited_ms", math.max(0, math.floor(leader - since)),
                                               "kind", kind } }
         end
     end

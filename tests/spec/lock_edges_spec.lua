@@ -1,6 +1,7 @@
 -- Native locks at their edges: a grant that races the end of whom it is
 -- for (its client, its sidecar's session) answers no hold nobody has; the
--- policy hears of a release or a lease end however it went.
+-- policy hears of a release or a lease end however it went; LOCK.INFO
+-- answers alike through every sidecar.
 
 local S = require "world"
 local null = S.null
@@ -121,5 +122,51 @@ describe("the policy's hooks", function()
         a:fail_next({ op = "delete", when = "after" })
         W:advance(3000)
         assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "lde", "x", "WAIT", "0")))
+    end)
+end)
+
+local function field(entry, name)
+    local m = entry.map
+    for i = 1, #m, 2 do if m[i] == name then return m[i + 1] end end
+end
+
+describe("LOCK.INFO's waited_ms, on the leader's clock", function()
+    it("answers a waiter's waited_ms the same through every sidecar", function()
+        local W, a, b, c = S.world(3) -- wall clocks some seconds apart, as machines' are
+        a:call("LOCK.ACQUIRE", "iw", "h", "PX", "600000")
+        local w = b:start("LOCK.ACQUIRE", "iw", "w", "WAIT", "600000")
+        W:advance(5000)
+        local seen = {}
+        for _, sc in ipairs({ a, b, c }) do
+            local waiters = sc:call("LOCK.INFO", "iw").map[4]
+            seen[#seen + 1] = field(waiters[1], "waited_ms")
+        end
+        for i, v in ipairs(seen) do
+            assert.is_true(v >= 4900 and v <= 5100, "through sidecar " .. i .. ": waited_ms " .. v ..
+                           " (all: " .. table.concat(seen, ", ") .. ")")
+        end
+        assert.is_falsy(w.done)
+    end)
+
+    it("does not move a waiter's waited_ms when a wall clock jumps", function()
+        local W, a, b = S.world(2)
+        a:call("LOCK.ACQUIRE", "ij", "h", "PX", "600000")
+        b:start("LOCK.ACQUIRE", "ij", "w", "WAIT", "600000")
+        W:advance(5000)
+        b.wall_base = b.wall_base - 3600 * 1000 -- NTP steps b's clock back an hour
+        local v = field(b:call("LOCK.INFO", "ij").map[4][1], "waited_ms")
+        assert.is_true(v >= 4900 and v <= 5100, "waited_ms " .. v)
+    end)
+    it("a conversion's too", function()
+        local W, a, b, c = S.world(3)
+        a:call("LOCK.ACQUIRE", "ic", "h", "MODE", "PR", "PX", "600000")
+        b:call("LOCK.ACQUIRE", "ic", "o", "MODE", "PR", "PX", "600000")
+        local w = b:start("LOCK.CONVERT", "ic", "o", "MODE", "EX", "WAIT", "600000")
+        W:advance(3000)
+        for _, sc in ipairs({ a, b, c }) do
+            local v = field(sc:call("LOCK.INFO", "ic").map[4][1], "waited_ms")
+            assert.is_true(v >= 2900 and v <= 3100, "waited_ms " .. v)
+        end
+        assert.is_falsy(w.done)
     end)
 end)
