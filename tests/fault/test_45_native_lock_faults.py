@@ -542,28 +542,19 @@ def test_waiter_whose_client_goes_while_its_grant_is_read_keeps_no_hold(native_p
     whole lease, 60 s here)."""
     a, b, proxy = native_pair
     rb = b.redis(socket_timeout=20)
-    rw = a.redis(socket_timeout=30)
     key = harness.unique("cg")
     assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
-    out = {}
-
-    def wait():
-        try:
-            out["reply"] = rw.execute_command("LOCK.ACQUIRE", key, "w", "PX", "60000", "WAIT", "30000")
-        except redis.RedisError as e:
-            out["error"] = e
-    th = threading.Thread(target=wait)
-    th.start()
+    cw = a.client()
+    cw.send_cmd("LOCK.ACQUIRE", key, "w", "PX", "60000", "WAIT", "30000")
     harness.wait_for(lambda: ("w", "EX", "new") in nativeload.waiting(rb, key), 10, 0.05, "w to wait")
     lock = "%s/l/%s" % (a.root.rstrip("/"), keyenc.encode(key))
     proxy.hold_next("getData", lock)
     try:
         assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
         assert proxy.wait_held(10), "A read nothing after h's release (requests: %r)" % proxy.snapshot()
-        rw.connection_pool.disconnect()  # w's client goes, its grant's read still out
-        time.sleep(1.5)                  # (the sidecar looks for a closed peer once a second)
+        cw.close()       # w's client goes, its grant's read still out
+        time.sleep(1.5)  # (the sidecar looks for a closed peer once a second)
     finally:
         proxy.release_hold()
-    th.join(20)
     harness.wait_for(lambda: holders(rb, key) == [], 10, 0.05, "w's grant to be let go")
     assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "x", "WAIT", "0"), int)
