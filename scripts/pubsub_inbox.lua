@@ -80,6 +80,15 @@ function PB.ensure_inbox()
         if rc == zk.NONODE then K.ensure_path(dir(d)) end
     end
     local rc = zk.create(presence(), "", zk.EPHEMERAL)
+    if rc == zk.NODEEXISTS then
+        -- one of a session given up here (the server ends it later, and
+        -- the sweep would then take our live inbox): made again, ours
+        local erc, stat = zk.exists(presence())
+        if erc == zk.OK and stat.ephemeralOwner ~= zk.session() then
+            rc = zk.delete(presence(), stat.version)
+            if rc == zk.OK or rc == zk.NONODE then rc = zk.create(presence(), "", zk.EPHEMERAL) end
+        end
+    end
     if rc ~= zk.OK and rc ~= zk.NODEEXISTS then fail(rc, "create " .. presence()) end
     K.ensure_path(inbox())
     PB.inbox_ready = true

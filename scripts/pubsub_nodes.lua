@@ -10,9 +10,9 @@
 --   s/<channel>/<instance>   reply); s is for shard channels
 --   l/<instance>             EPHEMERAL: this process is alive
 --   i/<instance>             its inbox (persistent)
---   i/<instance>/m...        one message, EPHEMERAL_SEQUENTIAL, made by the
---                            publisher's session; the receiver deletes it
---                            once delivered, in batches (pubsub_inbox.lua)
+--   i/<instance>/m...        one message, PERSISTENT_SEQUENTIAL (it outlives
+--                            its publisher's session); the receiver deletes
+--                            it once delivered, in batches (pubsub_inbox.lua)
 --   b/<instance>/<channel>.<payload>
 --                            a doorbell: publishers set it to announce that
 --                            message (pubsub_inbox.lua, "Doorbells")

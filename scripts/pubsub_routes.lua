@@ -219,7 +219,9 @@ function PR.message_ops(ops, kind, channel, payload, targets, rings)
             ops[#ops + 1] = { "set", bell(who, channel, payload), "", -1, ps = true, bell = who .. " " .. channel }
             this = "b" .. name:sub(2)
         end
-        ops[#ops + 1] = { "create", inbox(who) .. "/" .. this, data, zk.EPHEMERAL | zk.SEQUENCE,
+        -- persistent: a committed message outlives its publisher's session
+        -- (one closed right after its reply); the receiver deletes it
+        ops[#ops + 1] = { "create", inbox(who) .. "/" .. this, data, zk.SEQUENCE,
                           ps = true, reach = reach }
         n = n + 1
     end

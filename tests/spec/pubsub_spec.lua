@@ -617,3 +617,69 @@ describe("doorbells", function()
         end)
     end)
 end)
+
+describe("pub/sub across a session's end", function()
+    local lockch = "redisson_lock__channel:{L}"
+    local function texts(list)
+        local out = {}
+        for i, f in ipairs(list or {}) do out[i] = f.push[2] .. "=" .. f.push[3] end
+        return out
+    end
+    local W, a, b
+    before_each(function() W, a, b = S.world(2) end)
+
+    it("a script's committed message reaches its subscriber though the publisher shut down at once", function()
+        b:call_as(7, "SUBSCRIBE", "news")
+        assert.equal(1, a:call("EVAL", "redis.call('set', KEYS[1], 'v') return redis.call('publish', 'news', 'x')",
+                               "1", "k"))
+        a:close() -- SIGTERM: the last command answered, the session closed
+        W:advance(1000)
+        assert.same({ "news=x" }, texts(b.pushed[7]))
+    end)
+
+    it("so does a Redisson unlock that the waiter's sidecar, busy listing, reads from its inbox", function()
+        b:call_as(7, "SUBSCRIBE", lockch, "news")
+        local c = W:sidecar()
+        b:fail_next({ op = "children", pass = true, latency = 50 }) -- b lists c's message slowly
+        assert.equal(1, c:call("PUBLISH", "news", "m"))
+        assert.equal(1, a:call("EVAL", "redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], ARGV[1]) return 1",
+                               "2", "L", lockch, "0"))
+        a:close()
+        W:advance(1000)
+        assert.same({ "news=m", lockch .. "=0" }, texts(b.pushed[7]))
+    end)
+
+    describe("a subscriber's sidecar that gave its session up", function()
+        local function inst(sc) return sc:run(function() return sc.require("pubsub_nodes").inst() end) end
+        local function lost_then_expired(sc)
+            local old = sc:lose() -- the local lease passed; the server still has the old session
+            W:advance(1000)
+            W:expire_session(old) -- and ends it a little later
+            W:advance(100)
+        end
+
+        it("is alive under its new session (its presence node is the new session's)", function()
+            b:call_as(7, "SUBSCRIBE", "news")
+            lost_then_expired(b)
+            local p = W:node("/zkresp/ps/l/" .. inst(b))
+            assert.is_not_nil(p)
+            assert.equal(b.sid, p.stat.ephemeralOwner)
+        end)
+
+        it("keeps its inbox and doorbells past the sweep's delay, and gets what was published", function()
+            b:call_as(7, "SUBSCRIBE", "news", lockch)
+            lost_then_expired(b)
+            b:disconnect()
+            assert.equal(1, a:call("PUBLISH", "news", "m"))
+            W:advance(35000) -- past --pubsub-gc-delay
+            b:reconnect()
+            W:advance(1000)
+            local news = {}
+            for _, t in ipairs(texts(b.pushed[7])) do
+                if t:find("^news=") then news[#news + 1] = t end
+            end
+            assert.same({ "news=m" }, news) -- (and the lock channel's made-up unlock)
+            assert.equal(1, #W:children("/zkresp/ps/b/" .. inst(b)))
+        end)
+    end)
+end)
