@@ -181,7 +181,15 @@ function X.expire_one(path, e)
     -- (the session was given up meanwhile, which forgot the entry: its
     -- node, when still there, is left to that session's end)
     if O.owned[path] ~= e then return end
-    if rc == zk.NONODE then return O.forget(path) end
+    if rc == zk.NONODE then
+        -- gone after our removal whose reply was lost: ours while our guard
+        -- stayed (whoever removes a node of our live session bumps it)
+        if e.doubted and e.lifetime ~= "persistent" and e.sid == sid then
+            local grc, gstat = zk.exists(G.path(sid))
+            if grc == zk.OK and gstat.version == e.gv and gstat.czxid == e.gcz then return expired(zk.OK) end
+        end
+        return O.forget(path)
+    end
     if rc ~= zk.OK then
         O.heap_push({ at = host.now() + 1000, path = path, entry = e })
         return
@@ -207,10 +215,7 @@ function X.expire_one(path, e)
     if rc == zk.OK or rc == zk.NONODE or rc == zk.BADVERSION then return expired(rc) end
     if Z.unknown(rc) then
         -- applied unless a node still carries our nonce (no czxid: the nonce decides)
-        if pcall(L.resolve, {}, { { path = path, node = {}, nonce = e.nonce } }) then
-            if O.owned[path] == e then O.forget(path) end
-            return
-        end
+        if pcall(L.resolve, {}, { { path = path, node = {}, nonce = e.nonce } }) then return expired(zk.OK) end
     end
     O.heap_push({ at = host.now() + 1000, path = path, entry = e })
 end

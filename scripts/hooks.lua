@@ -33,6 +33,12 @@ local Z = require "zkio"
 
 local H = {}
 
+-- A TTL a hook may answer: a positive number of ms, an integer or a float
+-- below 2^63 (math.huge or 1e300 would reach the codec as a float).
+function H.ms_ok(t)
+    return type(t) == "number" and t == t and t > 0 and (math.type(t) == "integer" or t < 2^63)
+end
+
 -- Instructions one hook call may run (the count hook looks every COUNT).
 H.BUDGET = 20000000
 H.COUNT = 1000
@@ -154,7 +160,7 @@ H.guarded = guarded
 function H.bad_answer(name, msg)
     H.status.hook_errors = H.status.hook_errors + 1
     host.log("warn", "policy hook " .. name .. " failed: " .. msg)
-    S.abort({ err = "ERR policy: " .. msg })
+    S.abort({ err = "ERR policy: " .. msg }, true)
 end
 
 -- Calls hook `name` for a command: its results, or the command fails with
@@ -162,7 +168,7 @@ end
 local function call(name, fn, ...)
     local ok, a, b = guarded(name, fn, ...)
     if ok then return a, b end
-    S.abort({ err = "ERR policy: " .. a })
+    S.abort({ err = "ERR policy: " .. a }, true)
 end
 
 ---------------------------------------------------------------------------
@@ -282,7 +288,7 @@ local function self_check(p, path)
         if p.ttl then
             local ok, a = try("ttl", key, 30000, SAMPLE_CLIENT)
             if not ok then return fail(a) end
-            if type(a) ~= "number" or a <= 0 or a ~= a then
+            if not H.ms_ok(a) then
                 return fail("ttl returned " .. tostring(a) .. ", not a positive number of ms")
             end
         end
@@ -290,7 +296,7 @@ local function self_check(p, path)
             for _, t in ipairs(TYPES) do
                 local ok, a = try("default_ttl", key, t, SAMPLE_CLIENT)
                 if not ok then return fail(a) end
-                if a ~= nil and (type(a) ~= "number" or a <= 0 or a ~= a) then
+                if a ~= nil and not H.ms_ok(a) then
                     return fail("default_ttl returned " .. tostring(a) ..
                                 ", not nil or a positive number of ms")
                 end

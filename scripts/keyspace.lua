@@ -342,25 +342,27 @@ end
 -- The TTL a write of `ttl` ms (0: none) to `key` gets after the policy's
 -- default (for a write without one; vtype given) and clamp.
 local function ms_value(t, hook)
-    if type(t) ~= "number" or t ~= t or t <= 0 then
-        policy_error(hook, hook .. " must return a positive number of milliseconds")
+    if not H.ms_ok(t) then
+        policy_error(hook, hook .. " must return a positive number of milliseconds below 2^63")
     end
     if math.type(t) ~= "integer" then t = math.tointeger(t) or math.ceil(t) end
     return t
 end
 
-function K.effective_ttl(key, ttl, vtype)
+-- (`clamped`: ttl went through the clamp already, a script's buffered
+-- write: it is not clamped twice)
+function K.effective_ttl(key, ttl, vtype, clamped)
     ttl = ttl or 0
     assert(math.type(ttl) == "integer" and ttl >= 0, "ttl must be a non-negative integer")
     if ttl == 0 and vtype then
         local dflt = K.policy.default_ttl
         if dflt then
             local d = dflt(key, type(vtype) == "string" and vtype or codec.type_name(vtype))
-            if d ~= nil then ttl = ms_value(d, "default_ttl") end
+            if d ~= nil then ttl, clamped = ms_value(d, "default_ttl"), false end
         end
     end
     local clamp = K.policy.ttl
-    if ttl > 0 and clamp ~= DEFAULT_POLICY.ttl then -- the default keeps it
+    if ttl > 0 and not clamped and clamp ~= DEFAULT_POLICY.ttl then -- the default keeps it
         ttl = math.max(1, ms_value(clamp(key, ttl), "ttl"))
     end
     return ttl
@@ -389,8 +391,8 @@ end
 K.check_acquire = check_acquire
 
 -- What a write of rec's key stores: {ttl, lifetime, nonce, data, flags}.
-local function write_plan(rec, vtype, payload, ttl)
-    ttl = K.effective_ttl(rec.key, ttl, vtype)
+local function write_plan(rec, vtype, payload, ttl, clamped)
+    ttl = K.effective_ttl(rec.key, ttl, vtype, clamped)
     local lifetime = K.policy.lifetime(rec.key, codec.type_name(vtype), ttl > 0 and ttl or nil)
     if lifetime ~= "ephemeral" and lifetime ~= "persistent" then
         policy_error("lifetime", "lifetime must return \"ephemeral\" or \"persistent\"")
@@ -433,16 +435,15 @@ end
 -- flags) and how it is written:
 --   w.rec          rec
 --   w.kind         "create" (no node), "set" (in place), "replace"
---   w.ops          the ops that write it: a create, a set(version), or
---                  replace_ops
---   w.new_version  the node's version after the write, for when its answer
---                  carries no stat
+--   w.ops          the ops that write it: a create, a set(version), or replace_ops
+--   w.new_version  the node's version after it, for an answer with no stat
 -- In place only while the key lives: a key that expired is gone for Redis,
 -- and writing it again makes a new node, so that its czxid (the fencing
 -- token) grows with every acquisition.  sid: the session the write goes in
--- (default: the current one).  Guard ops are the caller's (guard.lua).
-function K.plan_write(rec, vtype, payload, ttl, sid)
-    local w = write_plan(rec, vtype, payload, ttl)
+-- (default: the current one); clamped: K.effective_ttl's.  Guard ops are
+-- the caller's (guard.lua).
+function K.plan_write(rec, vtype, payload, ttl, sid, clamped)
+    local w = write_plan(rec, vtype, payload, ttl, clamped)
     w.rec = rec
     local node = rec.node
     sid = sid or zk.session()

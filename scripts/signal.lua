@@ -12,13 +12,16 @@ local S = {}
 local Retry = {}
 local Abort = {}
 
+-- (S.abort's `whole`: the reply ends the whole script a command ran in,
+-- not only that command: a policy hook's failure, which redis.pcall must
+-- not turn into an error the script goes on from)
 -- recs: key -> record, reads the re-run may use (made after the command
 -- arrived); why: the error to answer when no attempt is left (default
 -- errors.CONTENDED)
 function S.retry(delay, recs, why)
     error(setmetatable({ delay = delay, recs = recs, why = why }, Retry), 0)
 end
-function S.abort(reply) error(setmetatable({ reply = reply }, Abort), 0) end
+function S.abort(reply, whole) error(setmetatable({ reply = reply, whole = whole }, Abort), 0) end
 function S.is_retry(e) return getmetatable(e) == Retry end
 function S.is_abort(e) return getmetatable(e) == Abort end
 

@@ -246,7 +246,7 @@ end
 function Buf:nested(fn)
     local ok, res = xpcall(fn, handler, self)
     if ok then return res end
-    if K.is_abort(res) then return res.reply end
+    if K.is_abort(res) and not res.whole then return res.reply end
     error(res, 0)
 end
 
@@ -330,7 +330,7 @@ local function commit_buffered(t)
                 absent_ops(ops, rec.path, rec.presumed)
             end
         else
-            local p = K.plan_write(rec, w.vtype, w.payload, w.ttl, sid)
+            local p = K.plan_write(rec, w.vtype, w.payload, w.ttl, sid, true) -- (clamped by Buf:put)
             if p.lifetime == "ephemeral" then G.await() end -- (its mark first)
             if w.deadline and p.ttl == w.ttl then p.deadline = w.deadline end
             for _, o in ipairs(p.ops) do ops[#ops + 1] = o end
@@ -427,7 +427,10 @@ local function commit_buffered(t)
     for i, p in ipairs(puts) do
         local st = stats[i]
         if frc == zk.OK then shared.wrote(p.rec.path, sent, p.data, st, gv, gcz) end
-        if owner_sid == sid or p.lifetime ~= "ephemeral" then O.remember(p.rec.path, {
+        -- (an ephemeral key of a session given up is nobody's: not counted,
+        -- not told to the policy as acquired)
+        local ours = owner_sid == sid or p.lifetime ~= "ephemeral"
+        if ours then O.remember(p.rec.path, {
             key = p.rec.key,
             nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
             payload = p.payload, ttl = p.ttl, deadline = p.deadline,
@@ -435,7 +438,7 @@ local function commit_buffered(t)
             czxid = st and st.czxid or nil,
             gv = gv, gcz = gcz,
         }) end
-        if not p.rec.live and H.has("on_acquire") then K.notify_acquire(p.rec, p, st) end
+        if ours and not p.rec.live and H.has("on_acquire") then K.notify_acquire(p.rec, p, st) end
     end
     for _, p in ipairs(puts) do shared.saw(p.rec.path, true) end
     for _, rec in ipairs(dels) do O.deleted(rec.path) end
