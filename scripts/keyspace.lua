@@ -332,11 +332,17 @@ end
 -- about to expire it, a compare-and-delete in flight) would hit the new one
 -- with a delete meant for the old.  A node at version 0 is therefore
 -- replaced by one at version 1: created empty and set, in the same multi.
-local function replace_ops(path, version, data, flags)
-    if version == 0 then
-        return { { "delete", path, 0 }, { "create", path, "", flags }, { "set", path, data, 0 } }, 1
+-- So is any node when the policy wants the new one's czxid (on_acquire: a
+-- multi answers a set's stat, not a create's), one at version 1 by one at 2.
+local function replace_ops(path, version, data, flags, stat)
+    local ops = { { "delete", path, version }, { "create", path, "", flags } }
+    if version == 1 and stat then ops[3] = { "set", path, "", 0 } end
+    if version == 0 or stat then
+        ops[#ops + 1] = { "set", path, data, #ops - 2 }
+        return ops, #ops - 2
     end
-    return { { "delete", path, version }, { "create", path, data, flags } }, 0
+    ops[2][3] = data
+    return ops, 0
 end
 
 -- The TTL a write of `ttl` ms (0: none) to `key` gets after the policy's
@@ -458,30 +464,12 @@ function K.plan_write(rec, vtype, payload, ttl, sid, clamped)
         w.ops = { { "set", rec.path, w.data, node.version } }
     else
         w.kind = "replace"
-        w.ops, w.new_version = replace_ops(rec.path, node.version, w.data, w.flags)
+        w.ops, w.new_version = replace_ops(rec.path, node.version, w.data, w.flags, H.has("on_acquire"))
     end
     return w
 end
 
----------------------------------------------------------------------------
--- Notifications
-
--- Tells the policy (hooks.lua) that we created a key: a lock acquired.
-function K.notify_acquire(rec, w, stat)
-    H.notify("on_acquire", rec.key, {
-        path = rec.path, type = codec.type_name(w.vtype), ttl = w.ttl > 0 and w.ttl or nil,
-        lifetime = w.lifetime, czxid = stat and stat.czxid or nil,
-        value = w.vtype == codec.STRING and w.payload or nil,
-    })
-end
-
-function K.notify_release(rec)
-    H.notify("on_release", rec.key, {
-        path = rec.path, type = rec.vtype and codec.type_name(rec.vtype),
-        czxid = rec.node and rec.node.czxid,
-        value = rec.vtype == codec.STRING and rec.value or nil,
-    })
-end
+K.notify_acquire, K.notify_release = O.notify_acquire, O.notify_release
 
 -- Whether a create of path should answer the node's stat, so not be
 -- grouped: for the commands queued behind it on the key, which it serves
@@ -575,7 +563,7 @@ function K.put(rec, vtype, payload, ttl, deadline)
         czxid = stat and stat.czxid or nil,
         gv = gv, gcz = gcz,
     })
-    if not rec.live and H.has("on_acquire") then K.notify_acquire(rec, w, stat) end
+    O.wrote(rec, w, stat)
     return true
 end
 

@@ -166,6 +166,39 @@ function O.entry_info(path, e, extra)
     return info
 end
 
+---------------------------------------------------------------------------
+-- What the policy hears of our writes (keyspace.lua's put and delete,
+-- txn.lua's commit)
+
+-- We created a key: a lock acquired (info.czxid: its fencing token; with
+-- info.replaced, a live key's node made again, so a new token).
+function O.notify_acquire(rec, w, stat)
+    H.notify("on_acquire", rec.key, {
+        path = rec.path, type = codec.type_name(w.vtype), ttl = w.ttl > 0 and w.ttl or nil,
+        lifetime = w.lifetime, czxid = stat and stat.czxid or nil,
+        value = w.vtype == codec.STRING and w.payload or nil, replaced = rec.live or nil,
+    })
+end
+
+function O.notify_release(rec)
+    H.notify("on_release", rec.key, {
+        path = rec.path, type = rec.vtype and codec.type_name(rec.vtype),
+        czxid = rec.node and rec.node.czxid,
+        value = rec.vtype == codec.STRING and rec.value or nil,
+    })
+end
+
+-- After our write of rec's key applied (w: keyspace.lua's plan; stat: the
+-- node's, when known): a new node (the key absent or expired, or a live
+-- key's node made again) is an acquisition; an entry of ours whose key had
+-- expired, replaced before our expiry deleted it, ended by its TTL first.
+function O.wrote(rec, w, stat)
+    if not rec.live and rec.owned and H.has("on_expire") then
+        H.notify("on_expire", rec.key, O.entry_info(rec.path, rec.owned))
+    end
+    if (not rec.live or w.kind == "replace") and H.has("on_acquire") then O.notify_acquire(rec, w, stat) end
+end
+
 -- Records the node we just wrote.  Entries exist for the nodes with a TTL
 -- (a persistent one's across sessions) and the ephemeral nodes written in
 -- our current session.

@@ -92,7 +92,8 @@ local policy = {}
 --   SET ... NX answer nil, as on a held key, and any other write answer
 --   "-TRYAGAIN <reason>".  May call zk.* (lock-delay reads a marker).
 --
--- on_acquire(key, info)   a key was created by this sidecar (a lock taken)
+-- on_acquire(key, info)   a key was created by this sidecar (a lock taken),
+--                         or a live key's node made again (info.replaced)
 -- on_release(key, info)   a key was deleted by a command on this sidecar
 -- on_expire(key, info)    a key this sidecar owned reached its TTL and was
 --                         deleted by it

@@ -438,7 +438,7 @@ local function commit_buffered(t)
             czxid = st and st.czxid or nil,
             gv = gv, gcz = gcz,
         }) end
-        if ours and not p.rec.live and H.has("on_acquire") then K.notify_acquire(p.rec, p, st) end
+        if ours then O.wrote(p.rec, p, st) end
     end
     for _, p in ipairs(puts) do shared.saw(p.rec.path, true) end
     for _, rec in ipairs(dels) do O.deleted(rec.path) end

@@ -82,8 +82,16 @@ local function write_marker(p, info)
 end
 
 function policy.on_acquire(key, info)
-    if info.lifetime ~= "ephemeral" then return end
     local p = lock_of(info)
+    if info.lifetime ~= "ephemeral" then
+        -- made persistent (PERSIST, SET without a TTL): it cannot vanish
+        -- with a session; the marker of the node it replaced goes
+        if info.replaced then
+            local rc, _, stat = zk.get(marker(p))
+            if rc == zk.OK then zk.delete(marker(p), stat.version) end
+        end
+        return
+    end
     writing[p] = (writing[p] or 0) + 1
     local ok, err = pcall(write_marker, p, info)
     writing[p] = writing[p] > 1 and writing[p] - 1 or nil
