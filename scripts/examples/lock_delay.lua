@@ -61,6 +61,8 @@ local function token(info)
     return info.czxid and tostring(info.czxid) or "?"
 end
 
+local clear -- (below)
+
 -- Paths whose marker an on_acquire is still writing: a release right
 -- after the acquire waits for it (the first marker also creates <root>/ld,
 -- a few round trips).
@@ -81,26 +83,9 @@ local function write_marker(p, info)
     host.log("warn", "lock_delay: no marker for " .. p)
 end
 
-function policy.on_acquire(key, info)
-    local p = lock_of(info)
-    if info.lifetime ~= "ephemeral" then
-        -- made persistent (PERSIST, SET without a TTL): it cannot vanish
-        -- with a session; the marker of the node it replaced goes
-        if info.replaced then
-            local rc, _, stat = zk.get(marker(p))
-            if rc == zk.OK then zk.delete(marker(p), stat.version) end
-        end
-        return
-    end
-    writing[p] = (writing[p] or 0) + 1
-    local ok, err = pcall(write_marker, p, info)
-    writing[p] = writing[p] > 1 and writing[p] - 1 or nil
-    if not ok then error(err, 0) end
-end
-
 -- Released or expired: no delay.  Only our own marker is deleted (the
 -- token matches), never the next holder's.
-local function clear(key, info)
+function clear(key, info)
     local p = lock_of(info)
     for _ = 1, 200 do
         if not writing[p] then break end
@@ -113,6 +98,34 @@ local function clear(key, info)
         zk.delete(m, stat.version)
     end
 end
+
+function policy.on_acquire(key, info)
+    local p = lock_of(info)
+    if info.lifetime ~= "ephemeral" then
+        -- made persistent (PERSIST, SET without a TTL): it cannot vanish
+        -- with a session; the marker of the node it replaced goes
+        if info.replaced then
+            local rc, _, stat = zk.get(marker(p))
+            if rc == zk.OK then zk.delete(marker(p), stat.version) end
+        end
+        return
+    end
+    local sid = zk.session()
+    writing[p] = (writing[p] or 0) + 1
+    local ok, err = pcall(write_marker, p, info)
+    writing[p] = writing[p] > 1 and writing[p] - 1 or nil
+    if not ok then error(err, 0) end
+    -- Released (or expired) before the marker landed, through another
+    -- sidecar whose release found no marker to clear: our session lasts,
+    -- so the node did not vanish with it.
+    if zk.session() == sid then
+        local rc, st = zk.exists(info.path)
+        if rc == zk.NONODE or (rc == zk.OK and not info.lock and info.czxid and st.czxid ~= info.czxid) then
+            clear(key, info)
+        end
+    end
+end
+
 policy.on_release = clear
 policy.on_expire = clear
 

@@ -297,3 +297,20 @@ describe("the notifications that already held (a review's checks)", function()
         assert.same(OK, a:call("SET", "good", "1"))
     end)
 end)
+
+describe("lock_delay's marker", function()
+    it("of a lock released through another sidecar before the marker landed does not hold the next one back", function()
+        local W, a, b, c = S.world({ C.with_example("lock_delay"), C.with_example("lock_delay"),
+                                     C.with_example("lock_delay") })
+        assert.same(OK, a:call("SET", "w", "t", "NX", "PX", "30000")) -- (makes <root>/ld)
+        W:advance(50)
+        assert.equal(1, a:call("DEL", "w"))
+        W:advance(50)
+        local marker = "/zkresp/ld/" .. a.host.key_encode(a:path("lock"))
+        a:fail_next({ op = "create", path = marker, pass = true, latency = 200 }) -- a slow reply
+        assert.same(OK, a:call("SET", "lock", "t1", "NX", "PX", "30000"))
+        assert.equal(1, b:call("DEL", "lock")) -- released, cleanly, through b
+        W:advance(1000)
+        assert.same(OK, c:call("SET", "lock", "t2", "NX", "PX", "30000"))
+    end)
+end)
