@@ -56,10 +56,17 @@ local listed = false  -- the last listing set the inbox's watch and went
                       -- through what it found, connected all along
 local cuts = 0        -- disconnections and new sessions seen
 
+-- A message's sequence number, 0 .. 2^32 - 1 (ZooKeeper prints the
+-- parent's counter as a signed int: "-2147483648" follows "2147483647").
+local SEQ_MOD = 1 << 32
+local last_seq -- the last one delivered from this inbox, or nil
+
+local function seq_of(name)
+    return (tonumber(name:match("(%-?%d+)$")) or 0) % SEQ_MOD
+end
+
 local function parse(name)
-    local kind = name:sub(1, 1)
-    local body = name:sub(2, -11)
-    local ch, pl = body:match("^([^.]*)%.([^.]*)%.$")
+    local kind, ch, pl = name:match("^(.)([^.]*)%.([^.]*)%.%-?%d+$")
     if not ch then return nil end
     local channel = host.key_decode(ch)
     if not channel then return nil end
@@ -205,14 +212,21 @@ local function drain_once()
         -- sequence numbers start again, so names seen in the old one say
         -- nothing, and deleting them could delete new messages
         inbox_czxid = stat.czxid
-        seen, delivered = {}, {}
+        seen, delivered, last_seq = {}, {}, nil
     end
     inbox_confirmed = true
-    local new = {}
+    local new, order, low = {}, {}, nil
     for _, name in ipairs(names) do
-        if not seen[name] then new[#new + 1] = name end
+        if not seen[name] then
+            new[#new + 1] = name
+            order[name] = seq_of(name)
+            if not low or order[name] < low then low = order[name] end
+        end
     end
-    table.sort(new, function(a, b) return a:sub(-10) < b:sub(-10) end)
+    -- in sequence order from the last one delivered, modulo 2^32: the
+    -- inbox's counter (a signed 32-bit int) wraps after 2^31 changes
+    local from = last_seq and last_seq + 1 or low or 0
+    table.sort(new, function(a, b) return (order[a] - from) % SEQ_MOD < (order[b] - from) % SEQ_MOD end)
     local whole = true
     for _, name in ipairs(new) do
         local kind, channel, payload, rung = parse(name)
@@ -229,7 +243,7 @@ local function drain_once()
                 break
             end
         end
-        seen[name] = true
+        seen[name], last_seq = true, order[name]
         if kind and payload then
             PN.stats.messages_received = PN.stats.messages_received + 1
             if not (rung and spend_credit(channel, payload, listing)) then

@@ -683,3 +683,21 @@ describe("pub/sub across a session's end", function()
         end)
     end)
 end)
+
+describe("an inbox's sequence numbers past 2^31", function()
+    it("deliver every message in order across the wrap (ZooKeeper's counter is a signed int)", function()
+        local W, a, b = S.world(2)
+        b:call_as(7, "SUBSCRIBE", "news")
+        local inst = b:run(function() return b.require("pubsub_nodes").inst() end)
+        W.nodes["/zkresp/ps/i/" .. inst].stat.cversion = 2147483640
+        local sent = {}
+        for i = 1, 12 do
+            sent[i] = { push = { "message", "news", "m" .. i } }
+            assert.equal(1, a:call("PUBLISH", "news", "m" .. i))
+            if i % 4 == 0 then W:advance(5) end -- (some listed together, some apart)
+        end
+        W:advance(1000)
+        assert.same(sent, b.pushed[7])
+        assert.is_true(W.nodes["/zkresp/ps/i/" .. inst].stat.cversion < 0)
+    end)
+end)

@@ -351,6 +351,10 @@ function World:rollback(tx)
     for path, n in pairs(tx.journal) do self.nodes[path] = n or nil end
 end
 
+-- ZooKeeper's cversion is a Java int: past 2^31 - 1 it goes on from -2^31
+-- (and a sequential child's name with it, "%010d": "-2147483648").
+local function int32(x) return (x + 2147483648) % 4294967296 - 2147483648 end
+
 function World:op_create(tx, sid, path, data, flags)
     flags = flags or 0
     if not valid_path(path) or path == "/" then return C.BADARGUMENTS end
@@ -370,7 +374,7 @@ function World:op_create(tx, sid, path, data, flags)
     local node = newnode(tx, data, owner)
     self.nodes[path] = node
     parent.children[name] = true
-    parent.stat.cversion = parent.stat.cversion + 1
+    parent.stat.cversion = int32(parent.stat.cversion + 1)
     parent.stat.numChildren = parent.stat.numChildren + 1
     parent.stat.pzxid = tx.zxid
     self:note(tx, path, "created")
@@ -390,7 +394,7 @@ function World:op_delete(tx, path, version)
     self:save(tx, path)
     self.nodes[path] = nil
     parent.children[name] = nil
-    parent.stat.cversion = parent.stat.cversion + 1
+    parent.stat.cversion = int32(parent.stat.cversion + 1)
     parent.stat.numChildren = parent.stat.numChildren - 1
     parent.stat.pzxid = tx.zxid
     self:note(tx, path, "deleted")
