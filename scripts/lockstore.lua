@@ -104,7 +104,7 @@ local parsed = memo(4096)
 local function parse_name(name, lock)
     local p = parsed.t[name]
     if not p then
-        local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%d+)$")
+        local mode, hash, px, seq = name:match("^(%u%u)%.(%x+)%.(%d+)%.%x+%-(%-?%d+)$")
         if not mode then return nil end
         p = keep(parsed, name, { mode, hash, tonumber(px), tonumber(seq), false, false })
     end
@@ -121,7 +121,7 @@ local seqs = memo(1024)
 function LS.seq_of(path)
     local seq = seqs.t[path]
     if seq then return seq end
-    seq = tonumber(path:match("%-(%d+)$", -11))
+    seq = tonumber(path:match("%-(%-?%d+)$", -12)) -- (Q.before: it may be negative)
     return seq and keep(seqs, path, seq)
 end
 
@@ -209,7 +209,7 @@ function LS.decode_table(data)
                 names[#names + 1] = data:sub(at + 2, nl - 1)
             end
         elseif nl > at then
-            local seq, mode, token, lease_end, rest = data:sub(at, nl - 1):match("^(%d+) (%u%u) (%d+) (%d+)(.*)$")
+            local seq, mode, token, lease_end, rest = data:sub(at, nl - 1):match("^(%-?%d+) (%u%u) (%d+) (%d+)(.*)$")
             if seq then
                 local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
                 if rest ~= "" then
@@ -357,10 +357,10 @@ end
 -- may be, unless it was converted since t, a write that touches its node
 -- (LW.wait's `since` sees that).
 local function waits_behind(t, names, seq, mode)
-    local prev, pmode = -1, nil
+    local prev, pmode = nil, nil
     for _, name in ipairs(names) do
         local m, _, _, s = parse_name(name)
-        if m and s < seq and s > prev then prev, pmode = s, m end
+        if m and Q.before(s, seq) and (not prev or Q.before(prev, s)) then prev, pmode = s, m end
     end
     if not pmode or Q.compatible(pmode, mode) then return false end
     local line = t.lines[prev]
@@ -409,19 +409,22 @@ end
 -- lacks is a leftover.  older: the listing is the older read, made by
 -- waiter `older` (its sequence) before the wait the table's grant ended.
 -- It lacks the requests that came after it, all of them later in the
--- queue than every request it lists (sequence numbers only grow), and a
+-- queue than every request it lists (sequence numbers only grow, modulo
+-- 2^32: Q.before), and a
 -- line for a sequence below its last one is still a leftover; a request
 -- ahead of the waiter that the table does not grant has left (the grant
 -- passed it), so it is left out.  stale: the table grants a request the
 -- listing lacks; such a view decides no grant (its table would drop that
 -- line).
+local WRAP_NEAR = 1 << 30
+
 function LS.build(lock, t, names, pzxid, older)
     local snap = { path = lock, version = t.version, queue = {}, by_seq = {}, t = t,
                    token = Q.observed({}, pzxid, t.mzxid) }
-    local by, order, top, sorted = snap.by_seq, {}, -1, true
+    local by, order, top, sorted, lo, hi = snap.by_seq, {}, nil, true, 0, 0
     for _, name in ipairs(names) do
         local mode, hash, px, seq, path = parse_name(name, lock)
-        if mode and older and seq < older and not t.lines[seq] then mode = nil end
+        if mode and older and Q.before(seq, older) and not t.lines[seq] then mode = nil end
         if mode then
             -- every field in the constructor: the table is made at its size
             -- (a waiter's, without the grant's fields, all nil)
@@ -435,17 +438,19 @@ function LS.build(lock, t, names, pzxid, older)
             end
             by[seq] = e
             order[#order + 1] = seq
-            if seq > top then top = seq else sorted = false end
+            if not top or Q.before(top, seq) then top = seq else sorted = false end
+            lo, hi = math.min(lo, seq), math.max(hi, seq)
         end
     end
     if older then
         for seq in pairs(t.lines) do
-            if seq > top then snap.stale = true end
+            if not top or Q.before(top, seq) then snap.stale = true end
         end
     end
     -- a request's sequence number is unique in its lock: sorting the
-    -- numbers (in C, no comparator) orders the queue
-    if not sorted then table.sort(order) end
+    -- numbers (in C, no comparator) orders the queue, but across the
+    -- counter's wrap (from 2^31 - 1 to -2^31), which Q.before orders
+    if not sorted then table.sort(order, lo < -WRAP_NEAR and hi > WRAP_NEAR and Q.before or nil) end
     local queue = snap.queue
     for i, seq in ipairs(order) do queue[i] = by[seq] end
     return snap

@@ -170,3 +170,34 @@ describe("LOCK.INFO's waited_ms, on the leader's clock", function()
         assert.is_falsy(w.done)
     end)
 end)
+
+describe("a lock whose queue never empties, past ZooKeeper's counter wrap", function()
+    it("grants in arrival order across the wrap (sequence 2147483647, then -2147483648)", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "hot", "h", "PX", "600000")))
+        W.nodes[a.LK.lock_path("hot")].stat.cversion = 2147483644
+        local ws = {}
+        for i = 1, 6 do
+            local sc = (i % 2 == 0) and a or b
+            ws[i] = { sc = sc, owner = "w" .. i,
+                      t = sc:start("LOCK.ACQUIRE", "hot", "w" .. i, "PX", "600000", "WAIT", "60000") }
+            W:advance(5)
+        end
+        local names = W:children(a.LK.lock_path("hot"))
+        local negative = 0
+        for _, n in ipairs(names) do if n:find("%-%-%d+$") then negative = negative + 1 end end
+        assert.equal(2, negative) -- w5 and w6 came after the wrap
+        local owner, sc, last = "h", a, 0
+        for i = 1, 6 do
+            assert.equal(1, sc:call("LOCK.RELEASE", "hot", owner))
+            W:run_until(function() return ws[i].t.done end)
+            local token = ws[i].t.result
+            assert.equal("integer", math.type(token))
+            assert.is_true(token > last)
+            for j = i + 1, 6 do assert.is_falsy(ws[j].t.done) end
+            owner, sc, last = ws[i].owner, ws[i].sc, token
+        end
+        assert.equal(1, sc:call("LOCK.RELEASE", "hot", owner))
+        assert.same({}, holders(a, "hot"))
+    end)
+end)
