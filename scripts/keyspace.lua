@@ -194,8 +194,8 @@ function K.record(key, path, data, stat)
         o.doubted = nil -- the node is confirmed ours, as the entry says
         rec.deadline = o.deadline
     elseif v.ttl > 0 then
-        K.ensure_clock()
-        rec.deadline = K.local_time(stat.mtime) + v.ttl
+        K.ensure_clock(stat.mzxid)
+        rec.deadline = K.local_time(stat.mtime, stat.mzxid) + v.ttl
     end
     rec.live = (owner ~= 0 and owner ~= sid) or rec.deadline == nil or rec.deadline > host.now()
     return rec

@@ -23,6 +23,7 @@ Z.READ_TRIES = 10
 -- Shared by the key layer (keyspace.lua exports it as K.state).
 Z.state = {
     offset = nil,   -- leader ms - host.now() ms, learned from our writes
+    epoch = nil,    -- the leader epoch it was learned in; offsets: by epoch
     sid = nil,      -- the session the last session event named
     counter = 0,    -- write nonce counter
     timer = nil,    -- expiry timer (owned.lua)
@@ -264,10 +265,20 @@ end
 ---------------------------------------------------------------------------
 -- The leader clock
 
+-- The offset is the leader's: a new leader (a new epoch, the high 32 bits
+-- of a zxid) stamps mtimes by its own clock.  Each epoch's offset is kept
+-- (the last few), so an mtime maps by the clock that stamped it.
+local EPOCHS_KEPT = 4
+
 function Z.learn_offset(stat)
     if stat and stat.mtime then
+        local epoch = stat.mzxid and stat.mzxid >> 32 or 0
         state.offset = stat.mtime - host.now()
-        state.offset_at = host.now()
+        state.offset_at, state.epoch = host.now(), epoch
+        local offsets = state.offsets or {}
+        offsets[epoch] = state.offset
+        offsets[epoch - EPOCHS_KEPT] = nil
+        state.offsets = offsets
     end
 end
 
@@ -290,13 +301,20 @@ end
 -- Learned again when older than CLOCK_REFRESH_MS (the clocks drift apart
 -- slowly), on use: an idle sidecar writes nothing.  Every write of ours
 -- refreshes it too.
-function Z.ensure_clock()
-    if not state.offset or host.now() - state.offset_at > Z.CLOCK_REFRESH_MS then Z.refresh_clock() end
+-- With `zxid`, a node's mzxid: learned at once when that node was written
+-- under a leader newer than the one the offset was learned from.
+function Z.ensure_clock(zxid)
+    if not state.offset or host.now() - state.offset_at > Z.CLOCK_REFRESH_MS or
+       (zxid and zxid >> 32 > state.epoch) then
+        Z.refresh_clock()
+    end
 end
 
--- A leader timestamp (ms) on host.now()'s clock.
-function Z.local_time(leader_ms)
-    return leader_ms - state.offset
+-- A leader timestamp (ms) on host.now()'s clock; with `zxid`, by the
+-- offset of the epoch that stamped it, when known (an older leader's).
+function Z.local_time(leader_ms, zxid)
+    local offset = zxid and state.offsets and state.offsets[zxid >> 32] or state.offset
+    return leader_ms - offset
 end
 
 ---------------------------------------------------------------------------

@@ -346,3 +346,39 @@ describe("expiry across a session change", function()
         assert.equal(null, d:call("SET", "k", "v3", "NX", "PX", "60000"))
     end)
 end)
+
+-- redis-py's Lock.extend(additional) (replace_ttl=False: the new TTL is
+-- PTTL + additional) through a sidecar that does not own the lock, around
+-- a ZooKeeper leader change to a server whose clock is off the old one's.
+describe("a leader change to a server with another clock", function()
+    local EXTEND = "local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end " ..
+                   "local expiration = redis.call('pttl', KEYS[1]) if not expiration then expiration = 0 end " ..
+                   "if expiration < 0 then return 0 end redis.call('pexpire', KEYS[1], expiration + ARGV[2]) return 1"
+
+    it("maps a node the new leader stamped by the new leader's clock (3 s behind)", function()
+        local W, a, b = S.world(2)
+        b:call("SET", "warmup", "x") -- b learns the old leader's clock
+        W:advance(1000)
+        W:new_leader(-3000)
+        local t0 = W.now
+        assert.same(OK, a:call("SET", "lock", "X", "NX", "PX", "10000"))
+        W:advance(2000)
+        local left = b:call("PTTL", "lock")
+        assert.is_true(left > 7900 and left <= 8000, "PTTL " .. left)
+        assert.equal(1, b:call("EVAL", EXTEND, "1", "lock", "X", "10000"))
+        W:advance(t0 + 20000 - 500 - W.now)
+        assert.equal(null, a:call("SET", "lock", "Y", "NX", "PX", "10000"))
+    end)
+
+    it("maps a node the old leader stamped by the old leader's clock (the new one 3 s ahead)", function()
+        local W, a, b = S.world(2)
+        b:call("SET", "warmup", "x") -- b learns the old leader's clock
+        assert.same(OK, a:call("SET", "lock", "X", "NX", "PX", "10000"))
+        W:advance(1000)
+        W:new_leader(3000)
+        b:call("SET", "warmup", "y") -- and the new one's
+        W:advance(1000)
+        local left = b:call("PTTL", "lock")
+        assert.is_true(left > 7900 and left <= 8000, "PTTL " .. left)
+    end)
+end)

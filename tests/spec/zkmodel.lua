@@ -126,6 +126,13 @@ function World:leader_now()
     return self.now + self.leader_offset
 end
 
+-- A new leader: zxids go on in the next epoch (its high 32 bits, the
+-- counter from 0), stamped by a clock `clock_delta` ms off the old one's.
+function World:new_leader(clock_delta)
+    self.zxid = ((self.zxid >> 32) + 1) << 32
+    self.leader_offset = self.leader_offset + (clock_delta or 0)
+end
+
 ---------------------------------------------------------------------------
 -- Scheduler
 
