@@ -408,11 +408,12 @@ local function commit_buffered(t)
         -- The commit applied under a session given up meanwhile: its
         -- ephemeral nodes die with it.  A script that wrote only such keys
         -- (a renewal, an acquisition) runs again, reading, rather than
-        -- answer that it holds them.  One that wrote others too cannot run
-        -- again (they would apply twice) nor answer what it returned (a
-        -- fenced lock's "acquired, token n" for a node about to go): it
-        -- answers TRYAGAIN once its bookkeeping is done (T.script).
-        local lasting, passing = #dels > 0, false
+        -- answer that it holds them.  One that wrote others too, or
+        -- published (its messages outlive the session), cannot run again
+        -- (they would apply twice) nor answer what it returned (a fenced
+        -- lock's "acquired, token n" for a node about to go): it answers
+        -- TRYAGAIN once its bookkeeping is done (T.script).
+        local lasting, passing = #dels > 0 or messages > 0, false
         for _, p in ipairs(puts) do
             if p.lifetime == "ephemeral" then
                 O.forget(p.rec.path)

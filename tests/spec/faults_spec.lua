@@ -260,6 +260,22 @@ describe("writes under a session given up", function()
         -- the next holder's token follows the one the counter gave X
         assert.same({ -1, 2 }, b:call("EVAL", fenced, "2", "flock", "{flock}:token", "30000", "Y:1"))
     end)
+
+    it("a script that took a lock and published, whose commit lands under it, publishes once", function()
+        local b = W:sidecar()
+        b:call_as(7, "SUBSCRIBE", "ch")
+        local script = "redis.call('set', KEYS[1], 'v', 'PX', 30000); return redis.call('publish', 'ch', ARGV[1])"
+        assert.equal(1, a:call("EVAL", script, "1", "warm", "warm"))
+        W:advance(100)
+        local old
+        a:fail_next({ op = "multi", pass = true, hook = function() old = a:lose({ expire_old = true }) end })
+        assert.same(S.UNAVAILABLE, a:call("EVAL", script, "1", "lock", "once"))
+        W:expire_session(old)
+        W:advance(2000)
+        local got = 0
+        for _, f in ipairs(b.pushed[7]) do if f.push[3] == "once" then got = got + 1 end end
+        assert.equal(1, got)
+    end)
 end)
 
 describe("between two sessions", function()
