@@ -317,9 +317,13 @@ static void process(struct conn *c)
                 c->srv->stats.protocol_errors++;
                 char q[256];
                 const char *e = proto_errstr(c->proto);
-                log_info("client.protocol_error", "id=%llu addr=%s err=%s",
-                         (unsigned long long)c->id, c->addr,
-                         log_quote(e, strlen(e), q, sizeof q));
+                unsigned long left_out;
+                if (log_limit_allow(&c->srv->proto_log, uv_now(c->srv->loop),
+                                    &left_out))
+                    log_info("client.protocol_error",
+                             "id=%llu addr=%s err=%s suppressed=%lu",
+                             (unsigned long long)c->id, c->addr,
+                             log_quote(e, strlen(e), q, sizeof q), left_out);
                 reply_errorf(&r->reply, "ERR %s", e);
                 r->done = 1;
                 r->close_after = 1;
@@ -392,8 +396,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     }
     c->srv->stats.net_input_bytes += (uint64_t)nread;
     c->last_io_ms = now_ms(c);
-    if (proto_feed(c->proto, b->base, (size_t)nread) < 0) {
-        /* Over the query buffer limit: Redis closes such clients. */
+    if (proto_feed(c->proto, b->base, (size_t)nread) == ZR_ELIMIT) {
+        /* Over the query buffer limit: Redis closes such clients.  (Other
+         * protocol errors are logged once, where process() answers them.) */
         char q[256];
         const char *e = proto_errstr(c->proto);
         log_warn("client.query_limit", "id=%llu addr=%s err=%s",

@@ -447,22 +447,19 @@ static void doc_reply(struct buf *out, int proto,
     reply_bulk_str(out, cmd->group);
 }
 
-/* A visit of the command registry for COMMAND: with only, just that name.
- * Counts what it matches and, with out, writes each one's COMMAND INFO
+/* A visit of the command registry for COMMAND (every entry, or one name's).
+ * Counts what it visits and, with out, writes each one's COMMAND INFO
  * entry (or, with docs, its COMMAND DOCS pair). */
 struct cmd_list {
     struct buf *out;
     int proto;
     int docs;
-    const char *only;
     size_t count;
 };
 
 static void list_cmd(void *arg, const struct lua_host_cmd *cmd)
 {
     struct cmd_list *l = arg;
-    if (l->only && strcmp(l->only, cmd->name) != 0)
-        return;
     l->count++;
     if (l->out && l->docs)
         doc_reply(l->out, l->proto, cmd);
@@ -480,11 +477,7 @@ static int list_named(struct lua_host *lua, const struct proto_arg *a,
     for (size_t i = 0; i < a->len; i++)
         name[i] = (char)tolower((unsigned char)a->ptr[i]);
     name[a->len] = 0;
-    size_t before = l->count;
-    l->only = name;
-    lua_host_commands(lua, list_cmd, l);
-    l->only = NULL;
-    return l->count > before;
+    return lua_host_command(lua, name, list_cmd, l);
 }
 
 /* COMMAND DOCS [name ...]: a map from each known command to its docs. */

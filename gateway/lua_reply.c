@@ -20,7 +20,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define REPLY_MAX_DEPTH 64
+/* As deep as scripts/eval.lua's conversion of a script's value goes. */
+#define REPLY_MAX_DEPTH 1000
 
 /* The most bytes one reply may take (lua_reply_limit); 0: no limit. */
 static size_t reply_limit;

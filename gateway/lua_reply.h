@@ -18,7 +18,8 @@ struct lua_State;
  * of L to out, in protocol proto (2 or 3); idx 0: no value, a null reply.
  * A value that is no reply (a function...) answers
  * "-ERR internal error: cannot reply with a <type>"; containers nested
- * deeper than 64 answer "-ERR reached lua stack limit" in their place.
+ * deeper than 1000 (scripts/eval.lua's limit too) answer "-ERR reached lua
+ * stack limit" in their place.
  * Leaves L's stack as it found it. */
 void lua_reply_encode(struct lua_State *L, int idx, struct buf *out, int proto);
 

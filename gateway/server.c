@@ -116,6 +116,8 @@ static void on_cron(uv_timer_t *t)
     unsigned long suppressed;
     if (log_limit_flush(&s->auth_log, now, &suppressed))
         log_info("client.auth_failed", "suppressed=%lu", suppressed);
+    if (log_limit_flush(&s->proto_log, now, &suppressed))
+        log_info("client.protocol_error", "suppressed=%lu", suppressed);
     idle_check(s);
 }
 
@@ -134,6 +136,7 @@ int server_init(struct server *s, uv_loop_t *loop, const struct config *cfg,
     s->zk = zk;
     s->lua = lua;
     s->auth_log.interval_ms = 1000;
+    s->proto_log.interval_ms = 1000;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     s->started_ms = (double)tv.tv_sec * 1000 + tv.tv_usec / 1000.0;

@@ -46,7 +46,8 @@ struct server {
         uint64_t trims; /* server_trim_memory runs */
         uint64_t since; /* cron seconds since the last trim */
     } idle;
-    struct log_limit auth_log; /* client.auth_failed lines, for all clients */
+    struct log_limit auth_log;  /* client.auth_failed lines, for all clients */
+    struct log_limit proto_log; /* client.protocol_error lines, likewise */
     char run_id[41];
     int tcp_port; /* the port actually bound */
 };

@@ -345,6 +345,24 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
     return n;
 }
 
+int lua_host_command(struct lua_host *h, const char *name, lua_host_cmd_cb cb,
+                     void *arg)
+{
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    int found = 0;
+    if (push_module_field(h, "commands") == LUA_TTABLE &&
+        lua_getfield(L, -1, name) == LUA_TTABLE) {
+        struct lua_host_cmd c;
+        read_cmd(L, lua_gettop(L), &c);
+        c.name = name; /* (the key, as lua_host_commands gives it) */
+        found = 1;
+        cb(arg, &c);
+    }
+    lua_settop(L, top);
+    return found;
+}
+
 size_t lua_host_running(const struct lua_host *h)
 {
     return h->running;

@@ -363,6 +363,11 @@ struct lua_host_cmd {
 typedef void (*lua_host_cmd_cb)(void *arg, const struct lua_host_cmd *cmd);
 size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg);
 
+/* Visits the registry entry of `name` (lower case), looked up directly
+ * (COMMAND INFO/DOCS with names); 1 when there is one, else 0. */
+int lua_host_command(struct lua_host *h, const char *name, lua_host_cmd_cb cb,
+                     void *arg);
+
 /* A watch fired, forwarded to M.on_watch. */
 void lua_host_watch_event(struct lua_host *h, const char *event,
                           const char *path);

@@ -12,7 +12,10 @@ RELIABILITY 18-22, 31).
   - --max-args: a request with too many arguments is refused before it is
     buffered, and nothing of it reaches ZooKeeper;
   - failed AUTHs: paced per connection, logged at most once a second with a
-    count of the lines left out, never with the password;
+    count of the lines left out, never with the password; protocol errors
+    logged the same way;
+  - COMMAND INFO/DOCS of thousands of names, and a script's deeply nested
+    reply (as redis-server's);
   - the metrics port: /healthz is answered at once whatever other
     connections do there.
 """
@@ -481,6 +484,58 @@ def test_failed_auths_paced_and_logged_sparingly(make_zkresp):
     assert len(lines) <= elapsed + 3, "%d client.auth_failed lines in %.1f s" % (len(lines), elapsed)
     log = z.log()
     assert b"gw-guess" not in log and secret.encode() not in log, "a password reached the log"
+
+
+def test_command_info_and_docs_of_many_names(zkresp):
+    """COMMAND INFO / DOCS with names: each looked up in the registry (it
+    walked the whole registry per name: a pipeline of 40 requests of 4090
+    names kept every other client waiting for seconds).  Known names in
+    any case answer their entry, unknown ones a null (INFO) or nothing
+    (DOCS), in order."""
+    with zkresp.client() as c:
+        names = ["get", "GeT", "nosuchcommand", "set", "lock.acquire"]
+        r = c.call("COMMAND", "INFO", *names)
+        assert [e[0] if e is not None else None for e in r] == \
+            [b"get", b"get", None, b"set", b"lock.acquire"], r
+        assert r[0] == c.call("COMMAND", "INFO", "get")[0]
+        many = ["nosuchcommand"] * 4090 + ["ping"]
+        r = c.call("COMMAND", "INFO", *many)
+        assert len(r) == 4091 and r[:-1] == [None] * 4090 and r[-1][0] == b"ping"
+        docs = c.call("COMMAND", "DOCS", "nosuchcommand", "GET", "nosuchcommand")
+        assert docs[0] == b"get" and len(docs) == 2, docs
+
+
+def test_script_reply_nested_deep_as_redis(zkresp, redis_ref):
+    """A script's table nested 70 deep comes whole, as from Redis 7 (the
+    encoder stopped at 64 levels where the script's conversion allows
+    1000)."""
+    script = "local t = 1 for i = 1, 70 do t = {t} end return t"
+    with zkresp.client() as c, RawClient(redis_ref.port) as r:
+        ours, theirs = c.cmd("EVAL", script, "0"), r.cmd("EVAL", script, "0")
+    assert ours == theirs == b"*1\r\n" * 70 + b":1\r\n"
+
+
+def test_protocol_errors_logged_sparingly(make_zkresp):
+    """A malformed request is one client.protocol_error line at most a second
+    for all clients, with a count of those left out, and never a
+    client.query_limit warning (no limit was involved)."""
+    z = make_zkresp()
+    for _ in range(40):
+        with socket.create_connection(("127.0.0.1", z.port), timeout=5) as s:
+            s.sendall(b"*1\r\n:1\r\n")
+            assert s.recv(200).startswith(b"-ERR Protocol error")
+
+    def logged():
+        """(the lines naming an error, the errors all lines count as left out)"""
+        lines = re.findall(rb"event=client.protocol_error [^\n]*", z.log())
+        return [x for x in lines if b" err=" in x], \
+            sum(int(m) for line in lines for m in re.findall(rb"suppressed=(\d+)", line))
+    harness.wait_for(lambda: len(logged()[0]) + logged()[1] >= 40, 5, 0.1,
+                     "every protocol error to be logged or counted")
+    lines, left_out = logged()
+    assert len(lines) + left_out == 40
+    assert len(lines) < 20, "%d client.protocol_error lines for 40 errors" % len(lines)
+    assert b"event=client.query_limit" not in z.log()
 
 
 # ------------------------------------------------------------ the metrics port
