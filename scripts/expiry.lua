@@ -184,9 +184,8 @@ function X.expire_one(path, e)
     if rc == zk.NONODE then
         -- gone after our removal whose reply was lost: ours while our guard
         -- stayed (whoever removes a node of our live session bumps it)
-        if e.doubted and e.lifetime ~= "persistent" and e.sid == sid then
-            local grc, gstat = zk.exists(G.path(sid))
-            if grc == zk.OK and gstat.version == e.gv and gstat.czxid == e.gcz then return expired(zk.OK) end
+        if e.doubted and e.lifetime ~= "persistent" and e.sid == sid and G.unmoved(sid, e.gv, e.gcz) then
+            return expired(zk.OK)
         end
         return O.forget(path)
     end

@@ -360,6 +360,15 @@ end
 G.ENDED_MARGIN_MS = 1000
 function G.ending(deadline) return deadline ~= nil and deadline <= host.now() + G.ENDED_MARGIN_MS end
 
+-- Whether session sid's guard is still at version gv (and czxid gcz, when
+-- given): no node of that session was removed by anyone but its own
+-- sidecar since gv was read.  A node of ours gone after a removal of ours
+-- whose reply was lost went by that removal while this holds.
+function G.unmoved(sid, gv, gcz)
+    local rc, stat = Z.exists(G.path(sid))
+    return rc == zk.OK and stat.version == gv and (gcz == nil or stat.czxid == gcz)
+end
+
 function G.lasts(sid)
     if sid == zk.session() then return true end
     if not sid or sid == 0 or dead[sid] then return false end

@@ -43,6 +43,8 @@
 --         --watch_target(entry)--> the one node that entry watches
 --         --token(entry, observed)--> the fencing token of a grant
 
+local U = require "util"
+
 local Q = {}
 
 Q.MODES = { "NL", "CR", "CW", "PR", "PW", "EX" }
@@ -106,11 +108,9 @@ function Q.is_down(from, to)
     return true
 end
 
--- Whether request sequence a comes before b in the queue.  ZooKeeper's
--- counter is a signed 32-bit int that wraps (2147483647, then
--- -2147483648) on a lock never left empty, so two requests of one lock
--- (never 2^31 changes apart) compare by their distance modulo 2^32.
-function Q.before(a, b) return a ~= b and (b - a) % 4294967296 < 2147483648 end
+-- Whether request sequence a comes before b in the queue (past the
+-- counter's wrap on a lock never left empty: util.lua's seq_before).
+Q.before = U.seq_before
 
 local function by_ask(a, b)
     if a.convert_at ~= b.convert_at then return a.convert_at < b.convert_at end

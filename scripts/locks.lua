@@ -104,8 +104,7 @@ end
 -- has what the lock's has).
 local function guard_stayed(h)
     Z.sync(h.lock)
-    local grc, guard = Z.exists(G.path(h.sid))
-    return grc == zk.OK and guard.version == h.gv
+    return G.unmoved(h.sid, h.gv)
 end
 
 -- The lease timer of hold h fired: end it when the lease written in its

@@ -9,6 +9,7 @@
 -- (the kind letter in upper case, see pubsub_routes.lua's msg_name).
 
 local K = require "keyspace"
+local U = require "util"
 local PN = require "pubsub_nodes"
 local PL = require "pubsub_local"
 
@@ -56,13 +57,10 @@ local listed = false  -- the last listing set the inbox's watch and went
                       -- through what it found, connected all along
 local cuts = 0        -- disconnections and new sessions seen
 
--- A message's sequence number, 0 .. 2^32 - 1 (ZooKeeper prints the
--- parent's counter as a signed int: "-2147483648" follows "2147483647").
-local SEQ_MOD = 1 << 32
-local last_seq -- the last one delivered from this inbox, or nil
-
+-- A message's sequence number (ZooKeeper prints the parent's counter as a
+-- signed int: "-2147483648" follows "2147483647").
 local function seq_of(name)
-    return (tonumber(name:match("(%-?%d+)$")) or 0) % SEQ_MOD
+    return tonumber(name:match("(%-?%d+)$")) or 0
 end
 
 local function parse(name)
@@ -212,21 +210,18 @@ local function drain_once()
         -- sequence numbers start again, so names seen in the old one say
         -- nothing, and deleting them could delete new messages
         inbox_czxid = stat.czxid
-        seen, delivered, last_seq = {}, {}, nil
+        seen, delivered = {}, {}
     end
     inbox_confirmed = true
-    local new, order, low = {}, {}, nil
+    local new, order = {}, {}
     for _, name in ipairs(names) do
         if not seen[name] then
             new[#new + 1] = name
             order[name] = seq_of(name)
-            if not low or order[name] < low then low = order[name] end
         end
     end
-    -- in sequence order from the last one delivered, modulo 2^32: the
-    -- inbox's counter (a signed 32-bit int) wraps after 2^31 changes
-    local from = last_seq and last_seq + 1 or low or 0
-    table.sort(new, function(a, b) return (order[a] - from) % SEQ_MOD < (order[b] - from) % SEQ_MOD end)
+    -- in sequence order, past the counter's wrap (U.seq_before)
+    table.sort(new, function(a, b) return U.seq_before(order[a], order[b]) end)
     local whole = true
     for _, name in ipairs(new) do
         local kind, channel, payload, rung = parse(name)
@@ -243,7 +238,7 @@ local function drain_once()
                 break
             end
         end
-        seen[name], last_seq = true, order[name]
+        seen[name] = true
         if kind and payload then
             PN.stats.messages_received = PN.stats.messages_received + 1
             if not (rung and spend_credit(channel, payload, listing)) then

@@ -23,7 +23,8 @@ Z.READ_TRIES = 10
 -- Shared by the key layer (keyspace.lua exports it as K.state).
 Z.state = {
     offset = nil,   -- leader ms - host.now() ms, learned from our writes
-    epoch = nil,    -- the leader epoch it was learned in; offsets: by epoch
+    epoch = nil,    -- the leader epoch it was learned in
+    offsets = {},   -- epoch -> the offset learned in it (the last few)
     sid = nil,      -- the session the last session event named
     counter = 0,    -- write nonce counter
     timer = nil,    -- expiry timer (owned.lua)
@@ -275,10 +276,8 @@ function Z.learn_offset(stat)
         local epoch = stat.mzxid and stat.mzxid >> 32 or 0
         state.offset = stat.mtime - host.now()
         state.offset_at, state.epoch = host.now(), epoch
-        local offsets = state.offsets or {}
-        offsets[epoch] = state.offset
-        offsets[epoch - EPOCHS_KEPT] = nil
-        state.offsets = offsets
+        state.offsets[epoch] = state.offset
+        state.offsets[epoch - EPOCHS_KEPT] = nil
     end
 end
 
@@ -313,7 +312,7 @@ end
 -- A leader timestamp (ms) on host.now()'s clock; with `zxid`, by the
 -- offset of the epoch that stamped it, when known (an older leader's).
 function Z.local_time(leader_ms, zxid)
-    local offset = zxid and state.offsets and state.offsets[zxid >> 32] or state.offset
+    local offset = zxid and state.offsets[zxid >> 32] or state.offset
     return leader_ms - offset
 end
 

@@ -285,10 +285,11 @@ static const char *str_field(lua_State *L, int t, const char *k,
 
 /* The registry entry at index e, its name just below it.  The strings
  * stay on the stack until the caller's settop. */
-static void read_cmd(lua_State *L, int e, struct lua_host_cmd *out)
+static void read_cmd(lua_State *L, int e, const char *name,
+                     struct lua_host_cmd *out)
 {
     struct lua_host_cmd c = {0};
-    c.name = lua_tostring(L, e - 1);
+    c.name = name;
     c.arity = int_field(L, e, "arity");
     c.max_args = int_field(L, e, "max_args");
     c.first = int_field(L, e, "first_key");
@@ -334,7 +335,7 @@ size_t lua_host_commands(struct lua_host *h, lua_host_cmd_cb cb, void *arg)
             if (cb) {
                 int e = lua_gettop(L);
                 struct lua_host_cmd c;
-                read_cmd(L, e, &c);
+                read_cmd(L, e, lua_tostring(L, e - 1), &c);
                 cb(arg, &c);
                 lua_settop(L, e);
             }
@@ -354,8 +355,7 @@ int lua_host_command(struct lua_host *h, const char *name, lua_host_cmd_cb cb,
     if (push_module_field(h, "commands") == LUA_TTABLE &&
         lua_getfield(L, -1, name) == LUA_TTABLE) {
         struct lua_host_cmd c;
-        read_cmd(L, lua_gettop(L), &c);
-        c.name = name; /* (the key, as lua_host_commands gives it) */
+        read_cmd(L, lua_gettop(L), name, &c);
         found = 1;
         cb(arg, &c);
     }

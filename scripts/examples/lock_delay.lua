@@ -61,8 +61,6 @@ local function token(info)
     return info.czxid and tostring(info.czxid) or "?"
 end
 
-local clear -- (below)
-
 -- Paths whose marker an on_acquire is still writing: a release right
 -- after the acquire waits for it (the first marker also creates <root>/ld,
 -- a few round trips).
@@ -85,7 +83,7 @@ end
 
 -- Released or expired: no delay.  Only our own marker is deleted (the
 -- token matches), never the next holder's.
-function clear(key, info)
+local function clear(key, info)
     local p = lock_of(info)
     for _ = 1, 200 do
         if not writing[p] then break end
