@@ -271,7 +271,7 @@ function G.applied(ops)
     for _, op in ipairs(ops) do
         local k = op.mark_of and op[1] == "set" and kn[op.mark_of]
         if k and k.v == op[4] then
-            kn[op.mark_of] = { v = k.v + 1, sid = k.sid, at = k.at, nonce = Z.nonce() }
+            kn[op.mark_of] = { v = Z.next_version(k.v), sid = k.sid, at = k.at, nonce = Z.nonce() }
         end
     end
 end

@@ -460,7 +460,7 @@ function K.plan_write(rec, vtype, payload, ttl, sid, clamped)
         w.kind, w.new_version = "create", 0
         w.ops = { { "create", rec.path, w.data, w.flags, presumed = rec.presumed } }
     elseif in_place(rec, w.lifetime, sid) then
-        w.kind, w.new_version = "set", node.version + 1
+        w.kind, w.new_version = "set", Z.next_version(node.version)
         w.ops = { { "set", rec.path, w.data, node.version } }
     else
         w.kind = "replace"

@@ -6,6 +6,7 @@
 local Q = require "lockq"
 local LS = require "lockstore"
 local LW = require "lockwait"
+local Z = require "zkio"
 
 local LG = {}
 
@@ -136,7 +137,7 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
             if not converting then me.lease_end = LS.end_after(LS.leader_now(), px) end
             local how, zxid = LW.write_table(snap, converting and me or nil)
             if how == "ok" then
-                snap.version, snap.token = snap.version + 1, zxid
+                snap.version, snap.token = Z.next_version(snap.version), zxid
                 return me.token, snap
             end
         else
@@ -144,7 +145,7 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
             if stuck and stuck[me] then
                 local latest = true
                 for c in pairs(stuck) do
-                    if c.convert_at > me.convert_at then latest = false end
+                    if Q.before(me.convert_at, c.convert_at) then latest = false end
                 end
                 if latest then return nil, "deadlock" end
             end

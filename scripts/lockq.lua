@@ -23,7 +23,8 @@
 --   convert      a pending conversion of a granted hold, or nil
 --   convert_at   when that conversion was asked: any number that grows
 --                with each ask and stays put while the conversion waits
---                (locks.lua: the lock node's version the ask wrote);
+--                (locks.lua: the lock node's version the ask wrote, an
+--                int that wraps: ordered modulo 2^32, as Q.before);
 --                orders the conversion queue
 --   czxid        the node's creation zxid (for the token)
 --   mzxid        the node's last modification zxid (for the token)
@@ -113,7 +114,7 @@ end
 Q.before = U.seq_before
 
 local function by_ask(a, b)
-    if a.convert_at ~= b.convert_at then return a.convert_at < b.convert_at end
+    if a.convert_at ~= b.convert_at then return Q.before(a.convert_at, b.convert_at) end
     return Q.before(a.seq, b.seq)
 end
 

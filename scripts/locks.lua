@@ -439,7 +439,7 @@ end
 local function write_own(snap, mine)
     local how, zxid = LW.write_table(snap, mine)
     if how ~= "ok" then return false end
-    snap.version, snap.token = snap.version + 1, zxid
+    snap.version, snap.token = Z.next_version(snap.version), zxid
     converted(mine.path, mine.granted, mine.token, snap)
     return true
 end
@@ -493,7 +493,8 @@ local function convert(lock, owner, mode, wait_ms, pending)
             mine.granted = mode
             if write_own(snap, mine) then return held(mine.token, mine.owner_sid) end
         else
-            mine.convert, mine.convert_at, mine.asked_convert = mode, snap.version + 1, math.floor(LS.leader_now())
+            mine.convert, mine.convert_at = mode, Z.next_version(snap.version)
+            mine.asked_convert = math.floor(LS.leader_now())
             if LG.grants_me(snap.queue, mine) then
                 mine.granted, mine.convert, mine.token = mode, nil, snap.token
                 if write_own(snap, mine) then return held(mine.token, mine.owner_sid) end

@@ -37,6 +37,7 @@
 local Q = require "lockq"
 local Z = require "zkio"
 local G = require "guard"
+local U = require "util"
 
 local LS = {}
 
@@ -213,7 +214,7 @@ function LS.decode_table(data)
             if seq then
                 local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
                 if rest ~= "" then
-                    local conv, cat, asked = rest:match("^ (%u%u) (%d+) (%d+)$")
+                    local conv, cat, asked = rest:match("^ (%u%u) (%-?%d+) (%d+)$")
                     if conv then g.convert, g.convert_at, g.asked = conv, tonumber(cat), tonumber(asked) end
                 end
                 t[tonumber(seq)] = g
@@ -273,7 +274,7 @@ local TABLES_MAX = 1024
 
 local function remember_table(lock, t)
     local old = tables[lock]
-    if old and old.czxid == t.czxid and old.version >= t.version then return end
+    if old and old.czxid == t.czxid and not U.seq_before(old.version, t.version) then return end
     if not old then
         if ntables >= TABLES_MAX then tables, ntables = {}, 0 end
         ntables = ntables + 1

@@ -14,6 +14,7 @@ local errors = require "errors"
 local queue = require "queue"
 local S = require "signal"
 local Z = require "zkio"
+local U = require "util"
 local G = require "guard"
 local O = require "owned"
 local shared = require "shared"
@@ -39,7 +40,7 @@ end
 -- so ours failed).  Running it again could apply it twice (an INCR).
 local function maybe_overwritten(p, stat)
     local n = p.kind == "set" and p.rec.node
-    return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or stat.version > n.version + 1)
+    return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version))
 end
 
 -- The writes of one request (a multi applies whole or not at all): applied
@@ -102,7 +103,7 @@ local function resolve_delete(recs)
         local b = rec.mark_bump
         if b then
             local rc, data, stat = Z.get(b.path)
-            if rc ~= zk.OK or stat.version ~= b.v + 1 or data ~= b.nonce then return false end
+            if rc ~= zk.OK or stat.version ~= Z.next_version(b.v) or data ~= b.nonce then return false end
         end
     end
     local asked = {} -- each owner's session once, however many of its nodes

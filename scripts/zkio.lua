@@ -317,6 +317,21 @@ function Z.local_time(leader_ms, zxid)
 end
 
 ---------------------------------------------------------------------------
+-- Versions
+
+-- The version of a node at version v after one set of ours: ZooKeeper's is
+-- a Java int, which goes on from -2^31 past 2^31 - 1, and the bridge takes
+-- a node at -2 on to 0 (a second set at -1 in the same multi: zk.c's
+-- wrap_sets), since at -1, "any version", the next compare-and-set would
+-- apply whatever changed since.  Versions order as sequences do, modulo
+-- 2^32 (U.seq_before).
+function Z.next_version(v)
+    if v == -2 then return 0 end
+    if v == 2147483647 then return -2147483648 end
+    return v + 1
+end
+
+---------------------------------------------------------------------------
 -- Write nonces
 
 -- The nonce of a new write: our instance id and a counter.

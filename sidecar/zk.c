@@ -233,6 +233,7 @@ void zk_req_free(struct zk_req *r)
         free(r->res.acl[i].id);
     }
     free(r->res.acl);
+    free(r->extra);
     free(r);
 }
 
@@ -299,6 +300,98 @@ void zk_note_took(struct zk *z, int kind, const struct zk_req *r)
         metrics_histo_add(&z->took[kind], (r->answered_at - r->sent_at) / 1e3);
 }
 
+/* --- versions that wrap ---------------------------------------------------
+ *
+ * A node's version is a Java int: 2^31 writes on it goes on from -2^31, and
+ * one write short of 2^32 it is -1, which ZooKeeper takes in a set, delete
+ * or check for "any version".  A node read there would make the next
+ * compare-and-set unconditional, applying over whatever changed since (a
+ * native lock's grant table, rewritten at every handoff of a lock whose
+ * queue never empties, gets there in weeks).  So no write of ours leaves a
+ * node at -1: a set at version -2 goes with a second set of the same data
+ * at -1 in one multi (applied together: nobody reads the node between
+ * them), which takes the node on to 0, and it answers as the one set it was
+ * asked as, with the second set's stat.  zkio.lua's Z.next_version counts
+ * versions the same way. */
+#define VERSION_BEFORE_ANY (-2)
+
+/* Adds the second set after each set of r at VERSION_BEFORE_ANY (r then
+ * goes as a multi, r->res.type still what was asked). */
+static void wrap_sets(struct zk_req *r)
+{
+    int add = 0;
+    for (int i = 0; i < r->nops; i++)
+        add += r->ops[i].type == ZK_OP_SET &&
+               r->ops[i].version == VERSION_BEFORE_ANY;
+    if (add == 0)
+        return;
+    int n = r->nops + add, j = 0;
+    struct zk_op *ops = calloc((size_t)n, sizeof *ops);
+    r->extra = calloc((size_t)n, 1);
+    if (!ops || !r->extra)
+        abort();
+    for (int i = 0; i < r->nops; i++) {
+        const struct zk_op *set = &r->ops[i];
+        ops[j++] = *set;
+        if (set->type != ZK_OP_SET || set->version != VERSION_BEFORE_ANY)
+            continue;
+        struct zk_op *again = &ops[j];
+        *again = *set;
+        again->version = -1;
+        again->path = strdup(set->path);
+        if (set->data) {
+            char *d = malloc(set->datalen + 1);
+            if (d)
+                memcpy(d, set->data, set->datalen + 1);
+            again->data = d;
+        }
+        if (!again->path || (set->data && !again->data))
+            abort();
+        r->extra[j++] = 1;
+    }
+    free(r->ops);
+    r->ops = ops;
+    r->nops = n;
+    r->kind = ZK_OP_MULTI;
+}
+
+/* r's answer as asked, before wrap_sets: each added set's result folded
+ * into the set before it (its stat, the one after both), and a set asked
+ * alone answered as a set. */
+static void unwrap_sets(struct zk_req *r)
+{
+    struct zk_result *res = &r->res;
+    if (!r->extra)
+        return;
+    int j = 0;
+    for (int i = 0; i < res->nmulti; i++) {
+        struct zk_result *m = &res->multi[i];
+        if (r->extra[i] && j > 0) {
+            struct zk_result *set = &res->multi[j - 1];
+            if (m->has_stat) {
+                set->stat = m->stat;
+                set->has_stat = 1;
+            }
+            if (set->rc == ZOK && m->rc != ZOK &&
+                m->rc != ZRUNTIMEINCONSISTENCY)
+                set->rc = m->rc;
+            free(m->path);
+            continue;
+        }
+        res->multi[j++] = *m;
+    }
+    res->nmulti = j;
+    if (res->type == ZK_OP_MULTI)
+        return;
+    if (res->rc == ZOK && j > 0 && res->multi[0].has_stat) {
+        res->stat = res->multi[0].stat;
+        res->has_stat = 1;
+    }
+    free(res->multi);
+    res->multi = NULL;
+    res->nmulti = 0;
+}
+
 void zk_deliver(struct zk *z, struct zk_req *r)
 {
     zk_list_remove(&z->all, r);
@@ -311,6 +404,7 @@ void zk_deliver(struct zk *z, struct zk_req *r)
         r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
         z->last_contact = r->sent_at;
     note_access(z, r);
+    unwrap_sets(r);
     if (r->cb && !r->abandoned)
         r->cb(&r->res, r->arg);
     zk_req_free(r);
@@ -572,16 +666,17 @@ void zk_submit(struct zk *z, enum zk_op_type type, const struct zk_op *ops,
             r->ops[i].data = d;
         }
     }
+    wrap_sets(r);
     int valid = 1;
     for (int i = 0; i < r->nops; i++)
         valid = valid &&
                 path_ok(r->ops[i].path,
                         r->ops[i].type == ZK_OP_CREATE ? r->ops[i].flags : 0);
-    if (!valid || (type == ZK_OP_MULTI && zk_build_multi(r) < 0)) {
+    if (!valid || (r->kind == ZK_OP_MULTI && zk_build_multi(r) < 0)) {
         zk_fail_later(r, ZBADARGUMENTS);
         return;
     }
-    r->bytes = zk_request_size(z, type, r->ops, r->nops);
+    r->bytes = zk_request_size(z, r->kind, r->ops, r->nops);
     if (r->bytes > zk_max_request(z)) {
         z->too_large++;
         log_debug("zk.request_too_large", "bytes=%zu max_request=%zu ops=%d",

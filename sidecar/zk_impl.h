@@ -69,6 +69,7 @@ struct zk_req {
     uint64_t conn;         /* z->connects when it was sent */
     char *ahead;           /* ZK_EV_AHEAD: the path it reads */
     struct zk_req *ahead_req; /* ZK_EV_WATCH: that read (zk_ahead.c) */
+    unsigned char *extra;     /* per op: added by wrap_sets (zk.c), or NULL */
 };
 
 /* A read-ahead asked for (zk_ahead.c): under ahead_mu. */

@@ -201,3 +201,68 @@ describe("a lock whose queue never empties, past ZooKeeper's counter wrap", func
         assert.same({}, holders(a, "hot"))
     end)
 end)
+
+-- ZooKeeper's node version is a Java int too: one write short of 2^32 a
+-- node is at -1, which a conditional write takes for "any version".  The
+-- bridge never leaves a node there (zk.c's wrap_sets: -2 goes on to 0, as
+-- the model's bridge does), and the scripts count versions the same way
+-- (Z.next_version).
+describe("a grant table rewritten past ZooKeeper's version wrap", function()
+    local function hold_of(sc, owner)
+        for _, h in pairs(sc.LK.holds) do if h.owner == owner then return h end end
+    end
+
+    it("counts versions as ZooKeeper and the bridge do: past 2^31 - 1 to -2^31, from -2 to 0", function()
+        local Z, U = S.module("zkio"), S.module("util")
+        assert.equal(6, Z.next_version(5))
+        assert.equal(-2147483648, Z.next_version(2147483647))
+        assert.equal(-2, Z.next_version(-3))
+        assert.equal(0, Z.next_version(-2))
+        assert.is_true(U.seq_before(2147483647, Z.next_version(2147483647)))
+        assert.is_true(U.seq_before(-2, Z.next_version(-2)))
+    end)
+
+    it("knows the version its own grant wrote, so a release on a table changed since writes nothing over it", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "v", "h", "PX", "600000")))
+        local lock = a.LK.lock_path("v")
+        W.nodes[lock].stat.version = -2 -- (4294967294 writes on)
+        local tx = a:start("LOCK.ACQUIRE", "v", "x", "PX", "600000", "WAIT", "60000")
+        W:advance(5)
+        local ty = a:start("LOCK.ACQUIRE", "v", "y", "PX", "600000", "WAIT", "60000")
+        W:advance(5)
+        -- h's release finds the table moved on: x grants itself, at -2
+        assert.equal(1, b:call("LOCK.RELEASE", "v", "h"))
+        W:run_until(function() return tx.done end)
+        assert.equal("integer", math.type(tx.result))
+        assert.equal(0, W.nodes[lock].stat.version) -- never -1
+        assert.equal(0, hold_of(a, "x").view.version)
+        -- another write lands; x's release may not grant y over it
+        W.nodes[lock].stat.version = 1
+        local handed = a.LK.stats.handed
+        assert.equal(1, a:call("LOCK.RELEASE", "v", "x"))
+        assert.equal(handed, a.LK.stats.handed)
+        W:run_until(function() return ty.done end)
+        assert.is_true(ty.result > tx.result)
+        assert.same({ "y" }, holders(a, "v"))
+    end)
+
+    it("orders conversions asked across the wrap by when they were asked", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "c", "A", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "c", "B", "MODE", "PR", "PX", "600000")))
+        W.nodes[a.LK.lock_path("c")].stat.version = 2147483647
+        local ta = a:start("LOCK.CONVERT", "c", "A", "MODE", "EX", "WAIT", "10000")
+        W:advance(50)
+        assert.is_falsy(ta.done)
+        -- B's ask closes a deadlock: B asked last, B's conversion ends
+        local tb = b:start("LOCK.CONVERT", "c", "B", "MODE", "EX", "WAIT", "10000")
+        W:run_until(function() return tb.done end)
+        assert.equal(null, tb.result)
+        assert.is_falsy(ta.done)
+        assert.equal(1, b:call("LOCK.RELEASE", "c", "B"))
+        W:run_until(function() return ta.done end)
+        assert.equal("integer", math.type(ta.result))
+        assert.same({ "A" }, holders(a, "c"))
+    end)
+end)

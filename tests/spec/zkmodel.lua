@@ -416,7 +416,7 @@ function World:op_set(tx, path, data, version)
     if version ~= -1 and version ~= node.stat.version then return C.BADVERSION end
     self:save(tx, path)
     node.data = data
-    node.stat.version = node.stat.version + 1
+    node.stat.version = int32(node.stat.version + 1)
     node.stat.mzxid = tx.zxid
     node.stat.mtime = tx.time
     node.stat.dataLength = data and #data or 0
@@ -429,6 +429,35 @@ function World:op_check(tx, path, version)
     if not node then return C.NONODE end
     if version ~= -1 and version ~= node.stat.version then return C.BADVERSION end
     return C.OK
+end
+
+-- The bridge's versions that wrap (zk.c's wrap_sets): a set at version -2
+-- goes with a second set of the same data at -1 in one multi, so that no
+-- node is ever read at -1 ("any version"), and answers as the one set.
+local function wrap_sets(ops)
+    local out, extra = {}, {}
+    for _, o in ipairs(ops) do
+        out[#out + 1] = o
+        if o[1] == "set" and o[4] == -2 then
+            out[#out + 1] = { "set", o[2], o[3], -1 }
+            extra[#out] = true
+        end
+    end
+    return out, extra
+end
+
+local function unwrap_sets(results, extra)
+    local out = {}
+    for i, r in ipairs(results) do
+        local set = extra[i] and out[#out]
+        if set then
+            set.stat = r.stat or set.stat
+            if set.rc == C.OK and r.rc ~= C.OK and r.rc ~= C.RUNTIMEINCONSISTENCY then set.rc = r.rc end
+        else
+            out[#out + 1] = r
+        end
+    end
+    return out
 end
 
 function World:op_multi(sid, ops)
@@ -647,7 +676,11 @@ local function make_zk(sc)
 
     function zk.set(path, data, version, grouped)
         if too_big("set", path, 8 + op_size("set", path, data)) then return C.TOOBIG end
-        return op("set", path, function()
+        return op("set", path, function(sid)
+            if version == -2 then -- (the bridge's wrap_sets)
+                local rc, results = W:op_multi(sid, wrap_sets({ { "set", path, data, version } }))
+                return rc, rc == C.OK and results[2].stat or nil
+            end
             local tx = W:begin(false)
             local res = table.pack(W:op_set(tx, path, data, version))
             W:fire(tx)
@@ -689,7 +722,9 @@ local function make_zk(sc)
         for i, o in ipairs(ops) do paths[i] = o[1] .. " " .. o[2] end
         if too_big("multi", table.concat(paths, ", "), multi_size(ops)) then return C.TOOBIG, {} end
         local rc, results = op("multi", table.concat(paths, ", "), function(sid)
-            return W:op_multi(sid, ops)
+            local wrapped, extra = wrap_sets(ops)
+            local rc, results = W:op_multi(sid, wrapped)
+            return rc, unwrap_sets(results, extra)
         end, grouped)
         return rc, results or {}
     end

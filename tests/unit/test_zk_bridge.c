@@ -124,11 +124,26 @@ int zoo_acreate2(zhandle_t *zh, const char *path, const char *value,
     return record((const void *)completion, data);
 }
 
+/* The last multi's operations and results (the bridge's, until answered). */
+static const zoo_op_t *multi_ops;
+static zoo_op_result_t *multi_res;
+static int multi_n, sets;
+
 int zoo_amulti(zhandle_t *zh, int count, const zoo_op_t *ops,
                zoo_op_result_t *results, void_completion_t completion,
                const void *data)
 {
     multis++;
+    multi_ops = ops;
+    multi_res = results;
+    multi_n = count;
+    return record((const void *)completion, data);
+}
+
+int zoo_aset(zhandle_t *zh, const char *path, const char *buffer, int buflen,
+             int version, stat_completion_t completion, const void *data)
+{
+    sets++;
     return record((const void *)completion, data);
 }
 
@@ -161,7 +176,7 @@ static struct zk *connected(void)
     log_set_level(LOG_ERROR); /* its connects and closes are the test's */
     fake_clock = 1;
     fake_ns = 1000000000000ull;
-    ncalls = multis = answers = 0;
+    ncalls = multis = sets = answers = 0;
     last_rc = 999;
     lib_client.client_id = 0x1234;
     cfg.zk = "127.0.0.1:1";
@@ -340,5 +355,132 @@ TEST(zk_bridge_answers_what_a_replaced_session_had_in_flight)
     zk_drain(z);
     ASSERT_INT_EQ(answers, 2);
     ASSERT_INT_EQ(last_rc, ZCONNECTIONLOSS);
+    finish(z);
+}
+
+/* --- versions that wrap (zk.c's wrap_sets) ------------------------------ */
+
+/* What the last answer delivered. */
+static struct zk_result got;
+static int got_stat_version[4], got_rc[4];
+
+static void on_result(const struct zk_result *res, void *arg)
+{
+    answers++;
+    got = *res;
+    for (int i = 0; i < res->nmulti && i < 4; i++) {
+        got_rc[i] = res->multi[i].rc;
+        got_stat_version[i] =
+            res->multi[i].has_stat ? res->multi[i].stat.version : -999;
+    }
+}
+
+/* The server answers the last multi: rc, and each set's version after it
+ * (from -2: -1, then 0), or each operation's code when it failed. */
+static void answer_multi(int rc, const int *errs)
+{
+    int version = -2;
+    for (int i = 0; i < multi_n; i++) {
+        multi_res[i].err = errs ? errs[i] : ZOK;
+        if (rc == ZOK && multi_ops[i].type == ZOO_SETDATA_OP)
+            multi_ops[i].set_op.stat->version = ++version;
+    }
+    void_completion_t done = (void_completion_t)calls[ncalls - 1].completion;
+    done(rc, calls[ncalls - 1].data);
+}
+
+/* A set at the version before -1 ("any") goes with a second set at -1 in
+ * one multi, so the node goes on to 0 and is never read at -1 (where the
+ * next compare-and-set would apply whatever changed); it answers as the
+ * one set asked, with the node's version after both. */
+TEST(zk_bridge_takes_a_node_past_version_minus_one)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    struct zk_op op = {.type = ZK_OP_SET,
+                       .path = "/r/t",
+                       .data = "grants",
+                       .datalen = 6,
+                       .version = -2};
+    zk_submit(z, ZK_OP_SET, &op, 1, zk_now() + 5000, 0, on_result, NULL);
+    ASSERT_INT_EQ(sets, 0);
+    ASSERT_INT_EQ(multis, 1);
+    ASSERT_INT_EQ(multi_n, 2);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_INT_EQ(multi_ops[i].type, ZOO_SETDATA_OP);
+        ASSERT_STR_EQ(multi_ops[i].set_op.path, "/r/t");
+        ASSERT_INT_EQ(multi_ops[i].set_op.datalen, 6);
+        ASSERT(memcmp(multi_ops[i].set_op.data, "grants", 6) == 0);
+    }
+    ASSERT_INT_EQ(multi_ops[0].set_op.version, -2);
+    ASSERT_INT_EQ(multi_ops[1].set_op.version, -1);
+    answer_multi(ZOK, NULL);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 1);
+    ASSERT_INT_EQ(got.type, ZK_OP_SET);
+    ASSERT_INT_EQ(got.rc, ZOK);
+    ASSERT_INT_EQ(got.nmulti, 0);
+    ASSERT(got.has_stat);
+    ASSERT_INT_EQ(got.stat.version, 0);
+
+    /* stale: the set's own code, as a set alone answers it */
+    zk_submit(z, ZK_OP_SET, &op, 1, zk_now() + 5000, 0, on_result, NULL);
+    int stale[] = {ZBADVERSION, ZRUNTIMEINCONSISTENCY};
+    answer_multi(ZBADVERSION, stale);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 2);
+    ASSERT_INT_EQ(got.type, ZK_OP_SET);
+    ASSERT_INT_EQ(got.rc, ZBADVERSION);
+    ASSERT(!got.has_stat);
+
+    /* any other version: a plain set */
+    op.version = -3;
+    zk_submit(z, ZK_OP_SET, &op, 1, zk_now() + 5000, 0, on_result, NULL);
+    op.version = -1;
+    zk_submit(z, ZK_OP_SET, &op, 1, zk_now() + 5000, 0, on_result, NULL);
+    ASSERT_INT_EQ(sets, 2);
+    ASSERT_INT_EQ(multis, 2);
+    finish(z);
+}
+
+/* Inside a multi, the added set follows its set and its result folds back:
+ * the caller sees its own operations, in its order. */
+TEST(zk_bridge_multi_answers_its_own_operations_past_version_minus_one)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    struct zk_op ops[] = {
+        {.type = ZK_OP_DELETE, .path = "/r/t/a-1", .version = 0},
+        {.type = ZK_OP_SET,
+         .path = "/r/t",
+         .data = "g",
+         .datalen = 1,
+         .version = -2},
+        {.type = ZK_OP_CHECK, .path = "/r/g", .version = 7}};
+    zk_submit(z, ZK_OP_MULTI, ops, 3, zk_now() + 5000, 0, on_result, NULL);
+    ASSERT_INT_EQ(multi_n, 4);
+    ASSERT_INT_EQ(multi_ops[0].type, ZOO_DELETE_OP);
+    ASSERT_INT_EQ(multi_ops[1].set_op.version, -2);
+    ASSERT_INT_EQ(multi_ops[2].type, ZOO_SETDATA_OP);
+    ASSERT_INT_EQ(multi_ops[2].set_op.version, -1);
+    ASSERT_INT_EQ(multi_ops[3].type, ZOO_CHECK_OP);
+    answer_multi(ZOK, NULL);
+    zk_drain(z);
+    ASSERT_INT_EQ(got.type, ZK_OP_MULTI);
+    ASSERT_INT_EQ(got.rc, ZOK);
+    ASSERT_INT_EQ(got.nmulti, 3);
+    ASSERT_INT_EQ(got_rc[1], ZOK);
+    ASSERT_INT_EQ(got_stat_version[1], 0);
+    ASSERT_INT_EQ(got_stat_version[0], -999);
+
+    /* the check fails: the set before it answers ZOK (nothing applied) */
+    zk_submit(z, ZK_OP_MULTI, ops, 3, zk_now() + 5000, 0, on_result, NULL);
+    int errs[] = {ZOK, ZOK, ZOK, ZBADVERSION};
+    answer_multi(ZBADVERSION, errs);
+    zk_drain(z);
+    ASSERT_INT_EQ(got.rc, ZBADVERSION);
+    ASSERT_INT_EQ(got.nmulti, 3);
+    ASSERT_INT_EQ(got_rc[1], ZOK);
+    ASSERT_INT_EQ(got_rc[2], ZBADVERSION);
     finish(z);
 }
