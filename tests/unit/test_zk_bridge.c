@@ -484,3 +484,47 @@ TEST(zk_bridge_multi_answers_its_own_operations_past_version_minus_one)
     ASSERT_INT_EQ(got_rc[2], ZBADVERSION);
     finish(z);
 }
+
+/* A set at -2 grouped with another command's write (group commit): its
+ * second set goes out right after it in the group's multi, and it answers
+ * as the one set asked; its own failure is its own. */
+TEST(zk_bridge_group_takes_a_node_past_version_minus_one)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    struct zk_op create_op = {.type = ZK_OP_CREATE, .path = "/r/k"};
+    struct zk_op set_op = {.type = ZK_OP_SET,
+                           .path = "/r/t",
+                           .data = "g",
+                           .datalen = 1,
+                           .version = -2};
+    zk_submit(z, ZK_OP_CREATE, &create_op, 1, zk_now() + 5000, ZK_GROUPED,
+              on_done, NULL);
+    zk_submit(z, ZK_OP_SET, &set_op, 1, zk_now() + 5000, ZK_GROUPED, on_result,
+              NULL);
+    ASSERT_INT_EQ(multis, 0);
+    zk_group_send(z);
+    ASSERT_INT_EQ(multis, 1);
+    ASSERT_INT_EQ(multi_n, 3);
+    ASSERT_INT_EQ(multi_ops[0].type, ZOO_CREATE_OP);
+    ASSERT_INT_EQ(multi_ops[1].set_op.version, -2);
+    ASSERT_INT_EQ(multi_ops[2].set_op.version, -1);
+    answer_multi(ZOK, NULL);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 2);
+    ASSERT_INT_EQ(got.type, ZK_OP_SET);
+    ASSERT_INT_EQ(got.rc, ZOK);
+    ASSERT_INT_EQ(got.stat.version, 0);
+
+    zk_submit(z, ZK_OP_CREATE, &create_op, 1, zk_now() + 5000, ZK_GROUPED,
+              on_done, NULL);
+    zk_submit(z, ZK_OP_SET, &set_op, 1, zk_now() + 5000, ZK_GROUPED, on_result,
+              NULL);
+    zk_group_send(z);
+    int stale[] = {ZOK, ZBADVERSION, ZRUNTIMEINCONSISTENCY};
+    answer_multi(ZBADVERSION, stale);
+    zk_drain(z);
+    ASSERT_INT_EQ(got.type, ZK_OP_SET);
+    ASSERT_INT_EQ(got.rc, ZBADVERSION);
+    finish(z);
+}
