@@ -10,6 +10,7 @@
 -- by the cache alone (Redis's at-most-once).
 
 local K = require "keyspace"
+local Z = require "zkio"
 local U = require "util"
 local errors = require "errors"
 local PN = require "pubsub_nodes"
@@ -102,7 +103,9 @@ local function dir_version(kind)
     if dirv[kind] then return dirv[kind] end
     for _ = 1, 3 do
         local rc, _, stat = zk.get(dir(kind), true)
-        if rc == zk.OK then
+        if rc == zk.OK and stat.version == -1 then
+            Z.past_any(dir(kind)) -- (a check at -1 would pass whatever came since)
+        elseif rc == zk.OK then
             dirv[kind] = stat.version
             return stat.version
         elseif rc == zk.NONODE then

@@ -331,6 +331,16 @@ function Z.next_version(v)
     return v + 1
 end
 
+-- A node read at version -1, to be written or checked at the version read:
+-- only a node bumped unconditionally (a session's marks and guard, a
+-- pub/sub directory) gets there, one bump short of 2^32, and there a
+-- conditional op would take any version.  Moves it on to 0 (one bump more
+-- only ever fails someone's check); the caller reads it again.
+function Z.past_any(path)
+    local rc = zk.set(path, "", -1)
+    if rc ~= zk.OK and rc ~= zk.NONODE and not Z.unknown(rc) then Z.fail(rc, "set " .. path) end
+end
+
 ---------------------------------------------------------------------------
 -- Write nonces
 

@@ -132,6 +132,12 @@ function policy.before_acquire(key, info)
     if info.exists then return true end -- still there but expired: an expiry
     local m = marker(info.path)
     local rc, data, stat = zk.get(m)
+    if rc == zk.NONODE then
+        -- our server may lag (a session moved to a follower): no marker
+        -- there is no news until it has what the leader has
+        if zk.sync(m) ~= zk.OK then return false, "lock-delay: ZooKeeper unavailable, try again" end
+        rc, data, stat = zk.get(m)
+    end
     if rc ~= zk.OK then return true end
     -- A holder that released a moment ago clears its marker in the
     -- background, right after its reply: give it that moment before

@@ -314,3 +314,38 @@ describe("lock_delay's marker", function()
         assert.same(OK, c:call("SET", "lock", "t2", "NX", "PX", "30000"))
     end)
 end)
+
+-- lock_delay's marker read through a lagging server (a session moved to a
+-- follower that has not applied the vanished holder's acquire and marker):
+-- no marker there is no news, so it syncs before it lets the next in.
+local function with_example(name) return { config = { policy = S.example(name) } } end
+
+describe("lock_delay through a lagging server", function()
+    it("holds back a key lock whose holder vanished", function()
+        local W, a, b = S.world({ with_example("lock_delay"), with_example("lock_delay") })
+        -- (one earlier acquire and release: <root>/ld exists, empty)
+        assert.same(OK, a:call("SET", "lock", "t0", "NX", "PX", "30000"))
+        W:advance(10)
+        assert.equal(1, a:call("DELIFEQ", "lock", "t0"))
+        W:advance(10)
+        S.lag(W, b, "/zkresp", true) -- b's server applies nothing more for now
+        assert.same(OK, a:call("SET", "lock", "t1", "NX", "PX", "30000"))
+        W:advance(10)
+        assert.equal(1, W:node("/zkresp/ld").stat.numChildren) -- the marker
+        a:lose({ expire_old = true }) -- the holder's session ends: the node goes
+        assert.equal(null, b:call("SET", "lock", "t2", "NX", "PX", "30000"))
+    end)
+
+    it("holds back a native lock whose holder vanished", function()
+        local W, a, b = S.world({ with_example("lock_delay"), with_example("lock_delay") })
+        assert.is_number(a:call("LOCK.ACQUIRE", "nl", "o0", "PX", "30000"))
+        W:advance(10)
+        assert.equal(1, a:call("LOCK.RELEASE", "nl", "o0"))
+        W:advance(10)
+        S.lag(W, b, "/zkresp", true)
+        assert.is_number(a:call("LOCK.ACQUIRE", "nl", "o1", "PX", "30000"))
+        W:advance(10)
+        a:lose({ expire_old = true })
+        assert.equal(null, b:call("LOCK.ACQUIRE", "nl", "o2", "WAIT", "0"))
+    end)
+end)
