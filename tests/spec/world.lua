@@ -149,6 +149,16 @@ function S.lag(W, sc, prefix, catch_up)
         if f and answered[r[1]] then return S.codes.OK, f.kids, f.stat end
         return table.unpack(r, 1, r.n)
     end
+    local exists = sc.zk.exists
+    sc.zk.exists = function(path, watch)
+        local r = table.pack(exists(path, watch))
+        if path:sub(1, #prefix) ~= prefix or not next(frozen) or not answered[r[1]] then
+            return table.unpack(r, 1, r.n)
+        end
+        local f = frozen[path]
+        if not f then return S.codes.NONODE end
+        return S.codes.OK, f.stat
+    end
 end
 
 return S
