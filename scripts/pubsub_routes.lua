@@ -124,6 +124,10 @@ function PR.entry(kind, channel)
     local g = gen
     local X = node(kind, channel)
     local rc, names, stat = zk.children(X, true)
+    if rc == zk.OK and stat.version == -1 then -- (bumped by each subscriber's arrival)
+        Z.past_any(X)
+        rc, names, stat = zk.children(X, true)
+    end
     if rc == zk.NONODE then
         e = { absent = true, dirv = d }
     elseif rc == zk.OK then
@@ -146,6 +150,10 @@ function PR.patterns()
     local rc, _, stat = zk.get(D, true)
     if rc == zk.NONODE then
         K.ensure_path(D)
+        rc, _, stat = zk.get(D, true)
+    end
+    if rc == zk.OK and stat.version == -1 then -- (bumped by each pattern's subscriber)
+        Z.past_any(D)
         rc, _, stat = zk.get(D, true)
     end
     if rc ~= zk.OK then fail(rc, "get " .. D) end

@@ -66,4 +66,17 @@ describe("a pub/sub directory past ZooKeeper's version wrap", function()
         assert.equal(0, a:call("PUBLISH", "quiet", "m"))
         assert.equal(0, W.nodes[dir].stat.version)
     end)
+
+    it("as is a channel's node and the patterns' directory, bumped by each subscriber", function()
+        local W, a, b = S.world(2)
+        local PN = a.require("pubsub_nodes")
+        b:call_as(1, "SUBSCRIBE", "busy")
+        b:call_as(1, "PSUBSCRIBE", "b*")
+        local ch, pats = PN.node("c", "busy"), PN.dir("p")
+        W.nodes[ch].stat.version = -1
+        W.nodes[pats].stat.version = -1
+        assert.equal(2, a:call("PUBLISH", "busy", "m"))
+        assert.equal(0, W.nodes[ch].stat.version)
+        assert.equal(0, W.nodes[pats].stat.version)
+    end)
 end)
