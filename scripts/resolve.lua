@@ -38,8 +38,18 @@ end
 -- still have applied, overwritten since: unless that node is the one we
 -- wrote on, as we read it or one version on (another's set landed first,
 -- so ours failed).  Running it again could apply it twice (an INCR).
+--
+-- A create or a replace makes a new node, at version p.new_version (0, or
+-- 1 or 2 for replace_ops' variants); any later write of it by anyone moves
+-- it past that version or makes another node.  So a node now carrying
+-- another nonce tells "ours did not apply" only when it is the node the
+-- replace would have deleted (its czxid), or, for a create, a node still
+-- at version 0 (made by someone else's create, never written since).
+-- Anything else may be ours, overwritten.
 local function maybe_overwritten(p, stat)
-    local n = p.kind == "set" and p.rec.node
+    local n = p.rec.node
+    if p.kind == "create" then return stat.version ~= 0 end
+    if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end
     return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version))
 end
 

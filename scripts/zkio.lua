@@ -48,13 +48,16 @@ function Z.denied(rc)
     return rc == zk.NOAUTH or rc == zk.INVALIDACL or rc == zk.AUTHFAILED
 end
 
--- Ends the command for a ZooKeeper result it cannot go on with.
+-- Ends the command for a ZooKeeper result it cannot go on with.  Inside a
+-- script these end the whole script (S.abort's `whole`): they are not a
+-- command's answer, and a redis.pcall that caught one would let the script
+-- go on and commit on a read it never made.
 function Z.fail(rc, what)
-    if rc == zk.TIMEOUT then S.abort({ err = errors.UNAVAILABLE }) end
-    if rc == zk.CLOSING then S.abort({ err = errors.CLOSING }) end
-    if rc == zk.TOOBIG then S.abort({ err = errors.request_too_large(zk.max_request()) }) end
-    if Z.denied(rc) then S.abort({ err = errors.zookeeper_denied(what) }) end
-    S.abort({ err = errors.zookeeper(rc, what) })
+    if rc == zk.TIMEOUT then S.abort({ err = errors.UNAVAILABLE }, true) end
+    if rc == zk.CLOSING then S.abort({ err = errors.CLOSING }, true) end
+    if rc == zk.TOOBIG then S.abort({ err = errors.request_too_large(zk.max_request()) }, true) end
+    if Z.denied(rc) then S.abort({ err = errors.zookeeper_denied(what) }, true) end
+    S.abort({ err = errors.zookeeper(rc, what) }, true)
 end
 local fail = Z.fail
 
@@ -209,7 +212,7 @@ local function read(what, fn, path)
         if rc == zk.OK or rc == zk.NONODE then return rc, a, b end
         if not unknown(rc) then fail(rc, what) end
     end
-    S.abort({ err = errors.UNAVAILABLE })
+    S.abort({ err = errors.UNAVAILABLE }, true)
 end
 
 function Z.get(path) return read("get", zk.get, path) end
@@ -259,7 +262,7 @@ function Z.ensure_path(path)
             if rc == zk.OK or rc == zk.NODEEXISTS then done = true break end
             if not unknown(rc) then fail(rc, "create " .. prefix) end
         end
-        if not done then S.abort({ err = errors.UNAVAILABLE }) end
+        if not done then S.abort({ err = errors.UNAVAILABLE }, true) end
     end
 end
 
@@ -294,7 +297,7 @@ function Z.refresh_clock()
             fail(rc, "set " .. Z.root())
         end
     end
-    S.abort({ err = errors.UNAVAILABLE })
+    S.abort({ err = errors.UNAVAILABLE }, true)
 end
 
 -- Learned again when older than CLOCK_REFRESH_MS (the clocks drift apart
