@@ -239,15 +239,22 @@ function K.read(key)
     return rec
 end
 
+-- A write of ours to path had an unknown outcome (O.doubt): a server
+-- reached since may not have applied it (our removal moves no guard), so
+-- reads of path go after a sync.
+local function doubted(path) return (O.owned[path] or {}).doubted == true end
+
 function K.read_once(key)
     local path = K.path(key)
-    local s = shared.serving(path)
+    local unsure = doubted(path)
+    local s = not unsure and shared.serving(path)
     if s then
         K.stats.shared_reads = K.stats.shared_reads + 1
         return read_guard(K.record(key, path, s.data, s.stat and shared.copy_stat(s.stat)), s.gv, s.gcz, s.sent)
     end
     local mine = shared.read_start(path)
     local done <close> = setmetatable({}, { __close = function() shared.read_end(path, mine) end })
+    if unsure then Z.sync(path) end
     local gv, gcz = G.now()
     local rc, data, stat = Z.get(path)
     if rc == zk.NONODE then data, stat = nil, nil end
@@ -275,6 +282,9 @@ function K.read_many(keys)
     end
     local paths, results = {}, {}
     for i, k in ipairs(uniq) do paths[i] = K.path(k) end
+    for i = 1, #paths do
+        if doubted(paths[i]) then Z.sync(paths[i]) break end -- (one serves all)
+    end
     local gv, gcz = G.now()
     local sent = shared.stamp()
     for first = 1, #uniq, K.READ_BATCH do
