@@ -44,11 +44,18 @@ end
 -- it past that version or makes another node.  So a node now carrying
 -- another nonce tells "ours did not apply" only when it is the node the
 -- replace would have deleted (its czxid), or, for a create, a node still
--- at version 0 (made by someone else's create, never written since).
+-- at version 0 (made by someone else's create, never written since) that
+-- did not replace ours: for an ephemeral node of ours, our guard (sid, gv,
+-- gcz: as the write was sent) did not move, since whoever removes a node
+-- of our session bumps it; for a persistent one that is not told apart.
 -- Anything else may be ours, overwritten.
-local function maybe_overwritten(p, stat)
+local function maybe_overwritten(p, stat, sid, gv, gcz)
     local n = p.rec.node
-    if p.kind == "create" then return stat.version ~= 0 end
+    if p.kind == "create" then
+        if stat.version ~= 0 then return true end
+        if p.lifetime ~= "ephemeral" then return false end
+        return not (gv and sid == zk.session() and G.unmoved(sid, gv, gcz))
+    end
     if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end
     return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version))
 end
@@ -57,12 +64,12 @@ end
 -- when any of their nodes carries its nonce (the first may be gone with a
 -- session that ended, or overwritten since), and then the first's stat when
 -- that one told; else whether it may have applied all the same.
-local function resolve_puts(puts)
+local function resolve_puts(puts, sid, gv, gcz)
     local unsure = false
     for i, p in ipairs(puts) do
         local applied, st = resolve_write(p.rec.path, p.nonce)
         if applied then return true, i == 1 and st or nil end
-        unsure = unsure or (st ~= nil and maybe_overwritten(p, st))
+        unsure = unsure or (st ~= nil and maybe_overwritten(p, st, sid, gv, gcz))
     end
     return false, nil, unsure
 end
@@ -200,7 +207,7 @@ function L.resolve(puts, dels, sid, gv, gcz)
     for _, p in ipairs(puts) do O.doubt(p.rec.path) end
     for _, rec in ipairs(dels) do O.doubt(rec.path) end
     if #puts > 0 then
-        local ok, applied, st, unsure = pcall(resolve_puts, puts)
+        local ok, applied, st, unsure = pcall(resolve_puts, puts, sid, gv, gcz)
         if not ok then
             for _, q in ipairs(puts) do
                 settle_later(q.rec.path, {

@@ -36,4 +36,29 @@ describe("lost commit of a create/replace overwritten before the resolve", funct
         assert.equal("7", b:call("GET", "sem")) -- 5, a's +1, the other's +1
         assert.same(UNAVAILABLE, r)
     end)
+
+    it("create of an ephemeral key replaced by another sidecar before the resolve: not applied twice", function()
+        -- (a rate limiter's INCR with a TTL: the key is a's ephemeral node)
+        local counter = "local v = redis.call('incrby', KEYS[1], 1) redis.call('pexpire', KEYS[1], 60000) return v"
+        a:fail_next({ op = "create", path = a:path("rl"), when = "after", hook = function()
+            -- b's SET: a's node replaced by b's (version 0 again), a's guard bumped
+            W:raw_delete(a:path("rl"))
+            W:raw_create(a:path("rl"), codec.encode({ type = codec.STRING, ttl = 60000,
+                nonce = string.rep("b", 16), payload = "5" }), b.sid)
+            W:raw_set(a.K.guard_path(a.sid), "")
+        end })
+        local r = a:call("EVAL", counter, "1", "rl")
+        assert.same(UNAVAILABLE, r)
+        assert.equal("5", b:call("GET", "rl"))
+    end)
+
+    it("create of an ephemeral key that lost to another's create: runs again on what is there", function()
+        local counter = "local v = redis.call('incrby', KEYS[1], 1) redis.call('pexpire', KEYS[1], 60000) return v"
+        a:fail_next({ op = "create", path = a:path("rl2"), rc = S.codes.CONNECTIONLOSS, hook = function()
+            W:raw_create(a:path("rl2"), codec.encode({ type = codec.STRING, ttl = 60000,
+                nonce = string.rep("b", 16), payload = "5" }), b.sid)
+        end })
+        assert.equal(6, a:call("EVAL", counter, "1", "rl2"))
+    end)
 end)
+
