@@ -144,10 +144,8 @@ local function learn(paths)
     end
     for i, path in ipairs(paths) do
         local rc, stat = results[i][1], results[i][2]
-        if rc ~= zk.OK and rc ~= zk.NONODE then rc, stat = Z.exists(path) end -- (with its retries)
-        if rc == zk.OK and stat.version == -1 then
-            Z.past_any(path)
-            rc, stat = Z.exists(path)
+        if rc ~= zk.OK and rc ~= zk.NONODE or rc == zk.OK and stat.version == -1 then
+            rc, stat = Z.past_any(Z.exists, path) -- (with its retries)
             if rc == zk.OK and stat.version == -1 then S.retry(0) end
         end
         got[i] = rc == zk.OK and stat.version
@@ -320,17 +318,11 @@ local function refresh()
     end
     local path = guard.path
     for _ = 1, 3 do
-        local rc, stat = zk.exists(path, true)
+        local rc, stat = Z.past_any(zk.exists, path, true) -- (bumped by others' removals)
         -- (a session given up meanwhile: a create below would go out under
         -- the next one, and make the old one look alive)
         if guard.sid ~= sid or zk.session() ~= sid then return end
-        if rc == zk.OK and stat.ephemeralOwner == sid and stat.version == -1 then
-            -- (bumped by other sidecars' removals: learned again when the
-            -- bump past it fires our watch)
-            guard.version, guard.czxid = nil, nil
-            Z.past_any(path)
-            return
-        elseif rc == zk.OK then
+        if rc == zk.OK then
             if stat.ephemeralOwner == sid then
                 guard.version, guard.czxid = stat.version, stat.czxid
             else

@@ -102,10 +102,8 @@ end
 local function dir_version(kind)
     if dirv[kind] then return dirv[kind] end
     for _ = 1, 3 do
-        local rc, _, stat = zk.get(dir(kind), true)
-        if rc == zk.OK and stat.version == -1 then
-            Z.past_any(dir(kind)) -- (a check at -1 would pass whatever came since)
-        elseif rc == zk.OK then
+        local rc, _, stat = Z.past_any(zk.get, dir(kind), true) -- (bumped by each channel made)
+        if rc == zk.OK then
             dirv[kind] = stat.version
             return stat.version
         elseif rc == zk.NONODE then
@@ -123,11 +121,7 @@ function PR.entry(kind, channel)
     local d = dir_version(kind)
     local g = gen
     local X = node(kind, channel)
-    local rc, names, stat = zk.children(X, true)
-    if rc == zk.OK and stat.version == -1 then -- (bumped by each subscriber's arrival)
-        Z.past_any(X)
-        rc, names, stat = zk.children(X, true)
-    end
+    local rc, names, stat = Z.past_any(zk.children, X, true) -- (bumped by each subscriber's arrival)
     if rc == zk.NONODE then
         e = { absent = true, dirv = d }
     elseif rc == zk.OK then
@@ -147,13 +141,9 @@ function PR.patterns()
     if patview then return patview end
     local D = dir("p")
     local g = gen
-    local rc, _, stat = zk.get(D, true)
+    local rc, _, stat = Z.past_any(zk.get, D, true) -- (bumped by each pattern's subscriber)
     if rc == zk.NONODE then
         K.ensure_path(D)
-        rc, _, stat = zk.get(D, true)
-    end
-    if rc == zk.OK and stat.version == -1 then -- (bumped by each pattern's subscriber)
-        Z.past_any(D)
         rc, _, stat = zk.get(D, true)
     end
     if rc ~= zk.OK then fail(rc, "get " .. D) end

@@ -230,13 +230,13 @@ function U.is(arg, word)
     return #arg == #word and arg:lower() == word
 end
 
--- How many entries table t holds (any keys).
 -- Whether ZooKeeper sequence number a (a sequential node's suffix) comes
 -- before b.  The counter is a signed 32-bit int that wraps (2147483647,
 -- then -2147483648) under a parent never left empty, so two live children
 -- (never 2^31 changes apart) compare by their distance modulo 2^32.
 function U.seq_before(a, b) return a ~= b and (b - a) % 4294967296 < 2147483648 end
 
+-- How many entries table t holds (any keys).
 function U.count(t)
     local n = 0
     for _ in pairs(t) do n = n + 1 end

@@ -334,14 +334,21 @@ function Z.next_version(v)
     return v + 1
 end
 
--- A node read at version -1, to be written or checked at the version read:
--- only a node bumped unconditionally (a session's marks and guard, a
--- pub/sub directory) gets there, one bump short of 2^32, and there a
--- conditional op would take any version.  Moves it on to 0 (one bump more
--- only ever fails someone's check); the caller reads it again.
-function Z.past_any(path)
+-- read(path, ...)'s answer (zk.get, zk.exists, zk.children, Z.exists: a
+-- stat its last value), for a node to be written or checked at the
+-- version read, never at -1: only a node bumped at any version (a
+-- session's marks and guard, a pub/sub directory or channel) gets there,
+-- one bump short of 2^32, and there a conditional op would take any
+-- version.  Such a node is moved on to 0 (one bump more only ever fails
+-- someone's check) and read again.
+function Z.past_any(read, path, ...)
+    local r = table.pack(read(path, ...))
+    local n = r.n
+    while n > 1 and r[n] == nil do n = n - 1 end
+    if r[1] ~= zk.OK or r[n].version ~= -1 then return table.unpack(r, 1, r.n) end
     local rc = zk.set(path, "", -1)
     if rc ~= zk.OK and rc ~= zk.NONODE and not Z.unknown(rc) then Z.fail(rc, "set " .. path) end
+    return read(path, ...)
 end
 
 ---------------------------------------------------------------------------

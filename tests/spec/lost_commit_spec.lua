@@ -8,6 +8,8 @@ describe("lost commit of a create/replace overwritten before the resolve", funct
     local W, a, b, codec
     -- Redisson's RSemaphore release (without its publish)
     local release = "return redis.call('incrby', KEYS[1], ARGV[1])"
+    -- a rate limiter's INCR with a TTL: the key is the writer's ephemeral node
+    local counter = "local v = redis.call('incrby', KEYS[1], 1) redis.call('pexpire', KEYS[1], 60000) return v"
     before_each(function()
         W, a, b = S.world(2)
         codec = a.require("codec")
@@ -38,8 +40,6 @@ describe("lost commit of a create/replace overwritten before the resolve", funct
     end)
 
     it("create of an ephemeral key replaced by another sidecar before the resolve: not applied twice", function()
-        -- (a rate limiter's INCR with a TTL: the key is a's ephemeral node)
-        local counter = "local v = redis.call('incrby', KEYS[1], 1) redis.call('pexpire', KEYS[1], 60000) return v"
         a:fail_next({ op = "create", path = a:path("rl"), when = "after", hook = function()
             -- b's SET: a's node replaced by b's (version 0 again), a's guard bumped
             W:raw_delete(a:path("rl"))
@@ -53,7 +53,6 @@ describe("lost commit of a create/replace overwritten before the resolve", funct
     end)
 
     it("create of an ephemeral key that lost to another's create: runs again on what is there", function()
-        local counter = "local v = redis.call('incrby', KEYS[1], 1) redis.call('pexpire', KEYS[1], 60000) return v"
         a:fail_next({ op = "create", path = a:path("rl2"), rc = S.codes.CONNECTIONLOSS, hook = function()
             W:raw_create(a:path("rl2"), codec.encode({ type = codec.STRING, ttl = 60000,
                 nonce = string.rep("b", 16), payload = "5" }), b.sid)

@@ -133,31 +133,26 @@ function S.lag(W, sc, prefix, catch_up)
         end
     end
     local answered = { [S.codes.OK] = true, [S.codes.NONODE] = true }
-    local get, children = sc.zk.get, sc.zk.children
-    sc.zk.get = function(path, watch)
-        local r = table.pack(get(path, watch))
-        if path:sub(1, #prefix) ~= prefix or not next(frozen) or not answered[r[1]] then
-            return table.unpack(r, 1, r.n)
+    -- read, its answer from the old tree (as(f): a node's, NONODE: none)
+    local function lagging(read, as)
+        return function(path, watch)
+            local r = table.pack(read(path, watch))
+            if path:sub(1, #prefix) ~= prefix or not next(frozen) or not answered[r[1]] then
+                return table.unpack(r, 1, r.n)
+            end
+            local f = frozen[path]
+            if not f then return S.codes.NONODE end
+            return as(f)
         end
-        local f = frozen[path]
-        if not f then return S.codes.NONODE end
-        return S.codes.OK, f.data, f.stat
     end
+    sc.zk.get = lagging(sc.zk.get, function(f) return S.codes.OK, f.data, f.stat end)
+    sc.zk.exists = lagging(sc.zk.exists, function(f) return S.codes.OK, f.stat end)
+    local children = sc.zk.children
     sc.zk.children = function(path, watch)
         local r = table.pack(children(path, watch))
         local f = frozen[path]
         if f and answered[r[1]] then return S.codes.OK, f.kids, f.stat end
         return table.unpack(r, 1, r.n)
-    end
-    local exists = sc.zk.exists
-    sc.zk.exists = function(path, watch)
-        local r = table.pack(exists(path, watch))
-        if path:sub(1, #prefix) ~= prefix or not next(frozen) or not answered[r[1]] then
-            return table.unpack(r, 1, r.n)
-        end
-        local f = frozen[path]
-        if not f then return S.codes.NONODE end
-        return S.codes.OK, f.stat
     end
 end
 
