@@ -275,7 +275,7 @@ def test_script_kill_of_a_script_that_wrote(make_zkresp, redis_ref):
     kills it and nothing is written (README, design notes)."""
     z = make_zkresp(extra=("--script-time-limit", "20000"))
     key = harness.unique("kw")
-    body = "redis.call('set', KEYS[1], 'v') local n = 0 for i = 1, 150000000 do n = n + 1 end return 'done'"
+    body = "redis.call('set', KEYS[1], 'v') local n = 0 for i = 1, 600000000 do n = n + 1 end return 'done'"
     with redis_ref.client() as r, redis_ref.client(timeout=10) as runner:
         old = r.call("CONFIG", "GET", "busy-reply-threshold")[1]
         r.call("CONFIG", "SET", "busy-reply-threshold", "100")
