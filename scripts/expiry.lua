@@ -117,6 +117,7 @@ function X.on_watch(event, path)
         host.spawn(G.refresh)
         return
     end
+    G.on_watch(path)
     local waiting = expiry_waiters[path]
     if waiting then
         expiry_waiters[path] = nil
@@ -176,6 +177,12 @@ function X.expire_one(path, e)
         O.heap_push({ at = host.now() + G.LOST_RETRY_MS, path = path, entry = e })
         return
     end
+    -- (a persistent node's delete checks its mark, as known before the look)
+    local pops = e.lifetime == "persistent" and G.pmark_removal(path)
+    if e.lifetime == "persistent" and not pops then
+        O.heap_push({ at = host.now() + 1000, path = path, entry = e })
+        return
+    end
     local rc, data, stat = zk.sync(path)
     if rc == zk.OK then rc, data, stat = zk.get(path) end
     -- (the session was given up meanwhile, which forgot the entry: its
@@ -198,13 +205,16 @@ function X.expire_one(path, e)
         return O.forget(path)
     end
     shared.touched(path)
-    if gv then
+    local ops = G.removal(path, e.version, gv, e.lifetime ~= "persistent")
+    for _, op in ipairs(pops or {}) do ops[#ops + 1] = op end
+    if #ops > 1 then
         local results
-        rc, results = zk.multi(G.removal(path, e.version, gv, e.lifetime ~= "persistent"))
+        rc, results = zk.multi(ops)
         rc = Z.first_error(rc, results)
-        if rc == zk.BADVERSION and results and results[2] and results[2].rc == zk.BADVERSION then
-            -- our guard moved since the look: look again soon
-            host.spawn(G.refresh)
+        if rc == zk.BADVERSION and results and results[1] and results[1].rc ~= zk.BADVERSION then
+            -- our guard or the node's persistent mark moved since the look: look again soon
+            G.note(ops, results)
+            if gv then host.spawn(G.refresh) end
             O.heap_push({ at = host.now() + 50, path = path, entry = e })
             return
         end

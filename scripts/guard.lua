@@ -10,6 +10,10 @@
 --                             + set(its guard), for its cache's sake
 --   a check of another session's node (a script's read)
 --                             + check(the node's mark, as read before)
+--   a versioned write or check of a persistent node
+--                             + check(its persistent mark, as known before)
+--   a removal of a persistent node
+--                             + set(its persistent mark), after that check
 --
 -- A version does not identify a node: when a node is deleted and someone
 -- creates it again, the new node starts at version 0 and may carry the
@@ -113,6 +117,96 @@ local function command_known()
     return kn
 end
 
+---------------------------------------------------------------------------
+-- Persistent nodes
+--
+-- A persistent node is no session's: no guard or session mark counts its
+-- removals, and a node made again at its path starts at version 0, maybe
+-- at the version a slow writer read (a compare-and-delete of a lock
+-- without a TTL would delete the lock taken since).  So 64 persistent
+-- marks, <root>/m/p.<n> (n as for a session's marks), count them: every
+-- removal of a persistent key's node (a delete, a replacement) bumps its
+-- mark at any version in the multi that removes it, and every versioned
+-- write, delete or check of a persistent node read from ZooKeeper checks
+-- that mark (before the bump) at a version known before the node's read
+-- was sent: a node removed since, whatever was made at its path after,
+-- has moved it.  The versions are known sidecar-wide: read with a watch,
+-- whose event forgets one, or from the answer of a bump of ours.  A
+-- command that finds one not known reads it and runs again (one round
+-- trip more, as for another session's mark); a conflict in vain (another
+-- key's removal on the same mark) runs it again.
+
+local pmarks = {} -- path of a mark -> {v = its version, at = a stamp before which it was known, sid}
+
+function G.pmark_path(path) return Z.root() .. "/m/p." .. mark_of(path) end
+
+local function is_pmark(path)
+    local prefix = Z.root() .. "/m/p."
+    return path:sub(1, #prefix) == prefix
+end
+
+-- Makes the persistent marks (every sidecar on a root shares them; they
+-- are never deleted): at start all at once (first: one multi, which fails
+-- NODEEXISTS when another sidecar made them), later those found missing.
+local pmarks_made = false
+local function make_pmarks(first)
+    local paths, results, ops = {}, {}, {}
+    for n = 0, G.MARKS - 1 do
+        paths[n + 1] = Z.root() .. "/m/p." .. n
+        ops[n + 1] = { "create", paths[n + 1], "", 0 }
+    end
+    local rc = first and zk.multi(ops)
+    if rc == zk.OK or rc == zk.NODEEXISTS then
+        pmarks_made = true
+    elseif rc == zk.NONODE or not first then
+        Z.ensure_path(Z.root() .. "/m")
+        Z.concurrently(function(p) return zk.create(p, "", 0) end, paths, 1, #paths, results)
+    end
+end
+
+-- Reads the persistent marks at paths (with a watch) into pmarks.
+local function learn_pmarks(paths)
+    table.sort(paths)
+    local results = {}
+    local function read(p) return zk.exists(p, true) end
+    for attempt = 1, 2 do
+        Z.concurrently(read, paths, 1, #paths, results)
+        local missing = false
+        for i = 1, #paths do missing = missing or results[i][1] == zk.NONODE end
+        if not missing or attempt == 2 then break end
+        make_pmarks()
+    end
+    local sid = zk.session()
+    for i, path in ipairs(paths) do
+        local rc, stat = results[i][1], results[i][2]
+        if rc == zk.OK and stat.version == -1 then rc, stat = Z.past_any(Z.exists, path) end
+        if rc == zk.OK and stat.version ~= -1 then
+            pmarks[path] = { v = stat.version, at = shared.stamp(), sid = sid }
+        elseif rc and rc ~= zk.OK and rc ~= zk.NONODE and not Z.unknown(rc) then
+            Z.fail(rc, "exists " .. path)
+        end
+    end
+end
+
+-- The ops that go with a removal of the persistent node at path read
+-- after this call, for a removal that does not go through G.ops (an
+-- expiry's delete, settling a lost write): the check of its mark at the
+-- version known (or read now) and its bump; nil when it cannot be read.
+function G.pmark_removal(path)
+    local mpath = G.pmark_path(path)
+    local k = pmarks[mpath]
+    if not (k and k.sid == zk.session()) then
+        learn_pmarks({ mpath })
+        k = pmarks[mpath]
+    end
+    if k then return { { "check", mpath, k.v, pmark_of = mpath }, { "set", mpath, "", -1, pmark_bump = mpath } } end
+end
+
+-- A watch fired on path: a persistent mark moved.
+function G.on_watch(path)
+    if pmarks[path] and is_pmark(path) then pmarks[path] = nil end
+end
+
 -- Our guard and marks, before a write that makes or removes a node of our
 -- session: no node of ours is ever there without its mark (a write to it
 -- from another sidecar checks it), so the write waits for them, and fails
@@ -153,6 +247,60 @@ local function learn(paths)
     local at = shared.stamp()
     for i, path in ipairs(paths) do kn[path] = { v = got[i], sid = sid, at = at, nonce = Z.nonce() } end
     S.retry(0)
+end
+
+-- The persistent marks that the records of recs read from ZooKeeper with a
+-- persistent node must be checked at (sorted: path, and [path] = version),
+-- nil for none, or false when some were not known before those reads
+-- (read now: the command runs again).
+local function persistent_checks(recs, sid)
+    local checks, need
+    for i = 1, #recs do
+        local rec = recs[i]
+        local node = rec.node
+        if node and (node.ephemeralOwner or 0) == 0 and not rec.cached then
+            local path = G.pmark_path(rec.path)
+            local k = pmarks[path]
+            if k and k.sid == sid and (rec.sent or 0) > k.at then
+                checks = checks or {}
+                if not checks[path] then checks[#checks + 1] = path end
+                checks[path] = k.v
+            else
+                need = need or {}
+                if not need[path] then
+                    need[path] = true
+                    need[#need + 1] = path
+                end
+            end
+        end
+    end
+    if need then
+        learn_pmarks(need)
+        return false
+    end
+    if checks then table.sort(checks) end
+    return checks
+end
+
+-- Appends the checks of persistent marks (persistent_checks'), then the
+-- bump of the mark of each persistent node of removed (one per mark:
+-- checked before it moves).
+local function persistent_ops(ops, checks, removed)
+    for _, path in ipairs(checks or {}) do
+        ops[#ops + 1] = { "check", path, checks[path], pmark_of = path }
+    end
+    local bumped
+    for i = 1, #removed do
+        local rec = removed[i]
+        if rec.node and (rec.node.ephemeralOwner or 0) == 0 then
+            local path = G.pmark_path(rec.path)
+            if not (bumped and bumped[path]) then
+                bumped = bumped or {}
+                bumped[path] = true
+                ops[#ops + 1] = { "set", path, "", -1, pmark_bump = path }
+            end
+        end
+    end
 end
 
 -- Appends to ops what guards the writes in them (recs: every record the
@@ -244,7 +392,8 @@ function G.ops(ops, recs, removed)
             end
         end
     end
-    if need then learn(need) end
+    local pchecks = persistent_checks(recs, sid)
+    if need then learn(need) elseif pchecks == false then S.retry(0) end
     if owners then
         table.sort(owners)
         for _, owner in ipairs(owners) do
@@ -253,30 +402,46 @@ function G.ops(ops, recs, removed)
             if not kn[owner] then ops[#ops + 1] = { "set", G.path(owner), "", -1, guard_of = owner } end
         end
     end
-    if not marks then return end
-    table.sort(marks)
-    for _, path in ipairs(marks) do
-        local k = kn[path]
-        if k.v and marks[path] then
-            ops[#ops + 1] = { "set", path, k.nonce, k.v, mark_of = path }
-        elseif k.v then
-            ops[#ops + 1] = { "check", path, k.v, mark_of = path }
+    if marks then
+        table.sort(marks)
+        for _, path in ipairs(marks) do
+            local k = kn[path]
+            if k.v and marks[path] then
+                ops[#ops + 1] = { "set", path, k.nonce, k.v, mark_of = path }
+            elseif k.v then
+                ops[#ops + 1] = { "check", path, k.v, mark_of = path }
+            end
         end
     end
+    persistent_ops(ops, pchecks, removed)
 end
 
 -- After a multi with guard ops applied: each mark it bumped is one version
 -- on, by our own hand (nobody else removed a node on it since the read,
 -- or the bump would have failed), with a fresh nonce for the next bump.
-function G.applied(ops)
+-- A persistent mark we bumped is known at the version the multi's answer
+-- gives (results, its stamp sent and session sid: every read sent after
+-- it is ordered after the bump).
+function G.applied(ops, results, sent, sid)
     local kn = known[coroutine.running()]
-    if not kn then return end
-    for _, op in ipairs(ops) do
-        local k = op.mark_of and op[1] == "set" and kn[op.mark_of]
+    for i, op in ipairs(ops) do
+        local k = kn and op.mark_of and op[1] == "set" and kn[op.mark_of]
         if k and k.v == op[4] then
             kn[op.mark_of] = { v = Z.next_version(k.v), sid = k.sid, at = k.at, nonce = Z.nonce() }
         end
+        local r = op.pmark_bump and results and results[i]
+        if r and r.stat and r.stat.version ~= -1 and sent and sid == zk.session() then
+            pmarks[op.pmark_bump] = { v = r.stat.version, at = sent - 1, sid = sid }
+        end
     end
+end
+
+-- Sends a multi of writes and their guard ops (grouped: zk.multi's; sent,
+-- sid: G.applied's) and notes its outcome: its first error, and results.
+function G.multi(ops, grouped, sent, sid)
+    local rc, results = zk.multi(ops, grouped)
+    if rc ~= zk.OK then G.note(ops, results) else G.applied(ops, results, sent, sid) end
+    return Z.first_error(rc, results), results
 end
 
 -- After a multi with guard ops failed: when a mark failed its op (moved,
@@ -292,6 +457,16 @@ function G.note(ops, results)
         local r = results[i]
         if op.mark_of and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then moved = true end
     end
+    local missing = false
+    for i, op in ipairs(ops) do
+        local r = results[i]
+        local pmark = op.pmark_of or op.pmark_bump
+        if pmark and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
+            pmarks[pmark] = nil
+            missing = missing or r.rc == zk.NONODE
+        end
+    end
+    if missing then make_pmarks() end
     for i, op in ipairs(ops) do
         local r = results[i]
         if op.mark_of and kn and moved then
@@ -317,6 +492,7 @@ local function refresh()
         for n = 0, G.MARKS - 1 do guard.mark_paths[n + 1] = marks_prefix(sid) .. n end
     end
     local path = guard.path
+    if not pmarks_made then make_pmarks(true) end
     for _ = 1, 3 do
         local rc, stat = Z.past_any(zk.exists, path, true) -- (bumped by others' removals)
         -- (a session given up meanwhile: a create below would go out under

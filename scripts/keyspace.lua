@@ -516,21 +516,15 @@ function K.put(rec, vtype, payload, ttl, deadline)
         if #ops == 1 then
             rc, stat = zk.set(path, data, rec.node.version, true)
         else
-            rc, results = zk.multi(ops, true)
-            if rc ~= zk.OK then G.note(ops, results) end
-            rc = Z.first_error(rc, results)
-            if rc == zk.OK and results and results[1] then stat = results[1].stat end
+            rc, results = G.multi(ops, true, sent, sid)
+            if rc == zk.OK and results[1] then stat = results[1].stat end
         end
     elseif kind == "replace" then
         local last = #ops -- a set (a version-0 node's replacement) has the stat
         G.ops(ops, { rec }, { rec })
         sent = shared.touched(path)
-        rc, results = zk.multi(ops, true)
-        if rc ~= zk.OK then G.note(ops, results) end
-        rc = Z.first_error(rc, results)
-        if rc == zk.OK and ops[last][1] == "set" and results and results[last] then
-            stat = results[last].stat
-        end
+        rc, results = G.multi(ops, true, sent, sid)
+        if rc == zk.OK and ops[last][1] == "set" and results[last] then stat = results[last].stat end
     else
         local _
         sent = shared.touched(path)
@@ -587,7 +581,7 @@ K.MULTI_MAX = 1000
 K.DELETE_RESERVE = 4096 -- bytes kept for the guard ops of a multi
 
 local function delete_some(recs, done)
-    local rc, results
+    local rc
     local ops = {}
     for i = 1, #recs do writable(recs[i]) end
     for i = 1, #recs do
@@ -601,13 +595,12 @@ local function delete_some(recs, done)
         delete_some(table.move(recs, 1, half, 1, {}), done)
         return delete_some(table.move(recs, half + 1, #recs, 1, {}), done)
     end
-    for i = 1, #recs do shared.touched(recs[i].path) end
+    local sent
+    for i = 1, #recs do sent = shared.touched(recs[i].path) end
     if #ops == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version, true)
     else
-        rc, results = zk.multi(ops, true)
-        if rc ~= zk.OK then G.note(ops, results) else G.applied(ops) end
-        rc = Z.first_error(rc, results)
+        rc = G.multi(ops, true, sent, zk.session())
     end
     if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end
     if Z.unknown(rc) then

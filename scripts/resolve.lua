@@ -160,6 +160,9 @@ local function settle_later(path, w, keep)
                 local held <close> = queue.hold({ path })
                 Z.sync(path)
                 local gv = G.ready()
+                -- (a persistent node's delete checks its mark, as known before the read)
+                local pops = w.lifetime == "persistent" and G.pmark_removal(path)
+                if w.lifetime == "persistent" and not pops then return false end
                 local rc, data, stat = Z.get(path)
                 if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
                 if keep then
@@ -181,6 +184,8 @@ local function settle_later(path, w, keep)
                     local results
                     drc, results = zk.multi(G.removal(path, stat.version, gv, true))
                     drc = Z.first_error(drc, results)
+                elseif pops and owner == 0 then
+                    drc = G.multi({ { "delete", path, stat.version }, pops[1], pops[2] })
                 else
                     drc = zk.delete(path, stat.version)
                 end

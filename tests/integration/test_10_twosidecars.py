@@ -5,6 +5,7 @@ from both, a lock taken through one refused, expired and released through
 the other, PTTL from the other, and the lifetime rule (a TTL key is an
 ephemeral node of its last writer's session)."""
 
+import contextlib
 import random
 import threading
 import time
@@ -193,6 +194,37 @@ def test_old_holder_never_releases_the_lock_that_replaced_its_own(zkresp_pair, k
         assert cb.cmd("DELIFEQ", "lk", "tok-b%d" % i) == b":1\r\n"
 
 
+@contextlib.contextmanager
+def _release_held(proxy, client, release, key, path):
+    """Sends the release of key's token t1 through client (DELIFEQ, or
+    redis-py's script), its multi on the node at path held back by proxy
+    while the body runs; gives the list its reply lands in."""
+    if release == "DELIFEQ":
+        cmd = ("DELIFEQ", key, "t1")
+    else:
+        cmd = ("EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then "
+               "return redis.call('del', KEYS[1]) else return 0 end", "1", key, "t1")
+    proxy.hold_next("multi", path)
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(client.cmd(*cmd)))
+    t.start()
+    try:
+        assert proxy.wait_held(5), "the release never sent its multi"
+        yield answer
+    finally:
+        proxy.release_hold()
+        t.join(15)
+
+
+def _mark_of(path):
+    """The mark a node's path hashes to: FNV-1a, modulo 64 (every sidecar on
+    a root must count alike)."""
+    h = 2166136261
+    for byte in path.encode():
+        h = ((h ^ byte) * 16777619) & 0xffffffff
+    return h % 64
+
+
 @pytest.mark.parametrize("release", ["DELIFEQ", "script"])
 def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
         release, make_proxy, make_zkresp, zk, kz):
@@ -211,39 +243,53 @@ def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
     ca, cb = a.client(), b.client()
     key = harness.unique("late")
     assert cb.cmd("SET", key, "t1", "NX", "PX", "800") == b"+OK\r\n"
-    proxy.hold_next("multi", keyenc.node_path(b.root, key))
-    answer = []
-    if release == "DELIFEQ":
-        cmd = ("DELIFEQ", key, "t1")
-    else:
-        cmd = ("EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then "
-               "return redis.call('del', KEYS[1]) else return 0 end", "1", key, "t1")
-    t = threading.Thread(target=lambda: answer.append(ca.cmd(*cmd)))
-    t.start()
-    try:
-        assert proxy.wait_held(5), "A's release never sent its multi"
+    with _release_held(proxy, ca, release, key, keyenc.node_path(b.root, key)) as answer:
         # B expires t1 at its TTL (its node deleted); a new client takes the
         # key through B: a new node at version 0, as t1's was
         harness.wait_for(lambda: harness.key_stat(kz, b.root, key)[1] is None,
                          5, 0.01, "B's expiry of t1")
         assert cb.cmd("SET", key, "t2", "NX", "PX", "30000") == b"+OK\r\n"
         assert harness.key_stat(kz, b.root, key)[1].version == 0
-    finally:
-        proxy.release_hold()
-        t.join(15)
     assert answer == [b":0\r\n"]
     assert cb.cmd("GET", key) == b"$2\r\nt2\r\n"
     data, stat = harness.key_stat(kz, b.root, key)
     assert stat is not None and b"t2" in data and stat.ephemeralOwner == b.session_id()
     # B's own release bumps the mark the node's path hashes to (FNV-1a,
     # 64 marks: every sidecar on a root must count alike)
-    path = keyenc.node_path(b.root, key).encode()
-    h = 2166136261
-    for byte in path:
-        h = ((h ^ byte) * 16777619) & 0xffffffff
-    mark = "%s/m/%016x.%d" % (b.root, b.session_id(), h % 64)
+    mark = "%s/m/%016x.%d" % (b.root, b.session_id(), _mark_of(keyenc.node_path(b.root, key)))
     v = kz.get(mark)[1].version
     assert cb.cmd("DELIFEQ", key, "t2") == b":1\r\n"
+    assert kz.get(mark)[1].version == v + 1
+
+
+@pytest.mark.parametrize("release", ["DELIFEQ", "script"])
+def test_late_release_of_a_lock_without_ttl_spares_the_lock_taken_since(
+        release, make_proxy, make_zkresp, zk, kz):
+    """A lock without a TTL (redis-py's Lock with no timeout) is a persistent
+    node: no session guard or mark counts its removals.  Its release
+    through A reaches ZooKeeper only after B forced it free (DEL) and a
+    client of B took it again: a new node at version 0, as the one A read.
+    B's DEL bumped the node's persistent mark, which A's multi checks at
+    the version A knew before its read, so the multi fails; A reads again
+    and answers 0, and the new holder keeps its lock (guard.lua)."""
+    b = make_zkresp()
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
+    ca, cb = a.client(), b.client()
+    key = harness.unique("nottl")
+    assert ca.cmd("SET", key, "t1", "NX") == b"+OK\r\n"
+    assert harness.key_stat(kz, b.root, key)[1].ephemeralOwner == 0
+    path = keyenc.node_path(b.root, key)
+    with _release_held(proxy, ca, release, key, path) as answer:
+        assert cb.cmd("DEL", key) == b":1\r\n"
+        assert cb.cmd("SET", key, "t2", "NX") == b"+OK\r\n"
+        assert harness.key_stat(kz, b.root, key)[1].version == 0
+    assert answer == [b":0\r\n"]
+    assert cb.cmd("GET", key) == b"$2\r\nt2\r\n"
+    # the mark B's DEL bumped, shared by every sidecar on the root
+    mark = "%s/m/p.%d" % (b.root, _mark_of(path))
+    v = kz.get(mark)[1].version
+    assert ca.cmd("DELIFEQ", key, "t2") == b":1\r\n"
     assert kz.get(mark)[1].version == v + 1
 
 

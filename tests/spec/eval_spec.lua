@@ -176,8 +176,10 @@ describe("script transactions", function()
     it("re-runs the whole script when a key read changed before the commit", function()
         a:call("SET", "c", "0")
         local body = "local v = tonumber(redis.call('get', KEYS[1])) redis.call('set', KEYS[1], v + 1) return v + 1"
-        -- b's write lands between a's read and a's commit.
-        a:fail_next({ op = "multi", pass = true, latency = 50 })
+        -- b's write lands between a's read and a's commit (a multi with the
+        -- check of c's persistent mark).
+        local commit = "set " .. a:path("c") .. ", check " .. a.require("guard").pmark_path(a:path("c"))
+        a:fail_next({ op = "multi", path = commit, pass = true, latency = 50 })
         local ta = a:start("EVAL", body, "1", "c")
         W:advance(5)
         local tb = b:start("SET", "c", "10")
@@ -317,9 +319,11 @@ describe("script transactions", function()
             local incr = "local v = tonumber(redis.call('get', KEYS[1]) or '0') " ..
                          "redis.call('set', KEYS[1], v + 1) return v + 1"
             assert.equal(11, a:call("EVAL", incr, "1", "c"))
-            assert.same({ "create", "get", "multi" }, kinds())
-            -- three round trips, no jittered sleep before the re-run
-            assert.equal(3, W.now - t1)
+            -- (a write of a persistent key read checks its mark: read
+            -- once, then known)
+            assert.same({ "create", "get", "exists", "get", "multi" }, kinds())
+            -- five round trips, no jittered sleep before the re-runs
+            assert.equal(5, W.now - t1)
             assert.equal("11", b:call("GET", "c"))
             -- a read-only script of two keys: its commit's assertions fail
             assert.same({ "1", "2" }, a:call("EVAL", "return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}",
@@ -332,6 +336,10 @@ describe("script transactions", function()
             assert.equal("5", a:call("GET", "z"))
             W.ops = {}
             assert.equal(6, a:call("EVAL", incr, "1", "z"))
+            -- (z's mark not known to a yet)
+            assert.same({ "get", "exists", "get", "multi" }, kinds())
+            W.ops = {}
+            assert.equal(7, a:call("EVAL", incr, "1", "z"))
             assert.same({ "get", "multi" }, kinds())
         end)
 

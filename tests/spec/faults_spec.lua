@@ -54,7 +54,7 @@ describe("unknown outcomes", function()
 
     it("a set that did not apply is applied once (INCR)", function()
         a:call("SET", "n", "5")
-        a:fail_next({ op = "set", when = "before" })
+        a:fail_next({ op = "multi", when = "before" }) -- (a set and its persistent mark's check)
         assert.equal(6, a:call("INCR", "n"))
         assert.equal("6", b:call("GET", "n"))
     end)
@@ -62,7 +62,7 @@ describe("unknown outcomes", function()
     it("a set that applied and was overwritten since is not applied again (INCR)", function()
         a:call("SET", "n", "5")
         local codec = a.require("codec")
-        a:fail_next({ op = "set", when = "after", hook = function()
+        a:fail_next({ op = "multi", when = "after", hook = function()
             -- another sidecar's INCR, planned on a read of ours (6 -> 7),
             -- lands before a looks
             W:raw_set(a:path("n"), codec.encode({ type = codec.STRING, ttl = 0,
@@ -83,17 +83,17 @@ describe("unknown outcomes", function()
 
     it("a delete that applied answers 1 once", function()
         a:call("SET", "k", "v")
-        a:fail_next({ op = "delete", when = "after" })
+        a:fail_next({ op = "multi", when = "after" }) -- (a persistent node's delete and its mark's check)
         assert.equal(1, a:call("DEL", "k"))
         assert.is_nil(W:node(a:path("k")))
     end)
 
     it("a delete that did not apply is retried", function()
         a:call("SET", "k", "v")
-        a:fail_next({ op = "delete", when = "before" })
+        a:fail_next({ op = "multi", when = "before" })
         local before = #W.ops
         assert.equal(1, a:call("DEL", "k"))
-        assert.equal(2, count(W, "delete", before))
+        assert.equal(2, count(W, "multi", before))
         assert.is_nil(W:node(a:path("k")))
     end)
 
@@ -505,7 +505,7 @@ describe("ZooKeeper unavailable", function()
     it("answers TRYAGAIN after too many conflicting writes", function()
         a:call("SET", "n", "1")
         local T = a.require("txn")
-        for _ = 1, T.MAX_ATTEMPTS do a:fail_next({ op = "set", rc = Z.BADVERSION }) end
+        for _ = 1, T.MAX_ATTEMPTS do a:fail_next({ op = "multi", rc = Z.BADVERSION }) end
         assert.same({ err = "TRYAGAIN too many conflicting writes, try again" }, a:call("INCR", "n"))
         assert.equal("1", a:call("GET", "n"))
     end)
