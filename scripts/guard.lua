@@ -123,8 +123,9 @@ end
 -- A persistent node is no session's: no guard or session mark counts its
 -- removals, and a node made again at its path starts at version 0, maybe
 -- at the version a slow writer read (a compare-and-delete of a lock
--- without a TTL would delete the lock taken since).  So 64 persistent
--- marks, <root>/m/p.<n> (n as for a session's marks), count them: every
+-- without a TTL would delete the lock taken since).  So G.PMARKS
+-- persistent marks, <root>/m/p.<n> (n = the path's hash modulo G.PMARKS;
+-- made when first needed, never deleted), count them: every
 -- removal of a persistent key's node (a delete, a replacement) bumps its
 -- mark at any version in the multi that removes it, and every versioned
 -- write, delete or check of a persistent node read from ZooKeeper checks
@@ -134,47 +135,46 @@ end
 -- whose event forgets one, or from the answer of a bump of ours.  A
 -- command that finds one not known reads it and runs again (one round
 -- trip more, as for another session's mark); a conflict in vain (another
--- key's removal on the same mark) runs it again.
+-- key's removal on the same mark) runs it again: many marks, so that
+-- concurrent releases of different locks seldom share one.
 
 local pmarks = {} -- path of a mark -> {v = its version, at = a stamp before which it was known, sid}
 
-function G.pmark_path(path) return Z.root() .. "/m/p." .. mark_of(path) end
+G.PMARKS = 4096
+function G.pmark_path(path) return Z.root() .. "/m/p." .. host.hash(path) % G.PMARKS end
 
 local function is_pmark(path)
     local prefix = Z.root() .. "/m/p."
     return path:sub(1, #prefix) == prefix
 end
 
--- Makes the persistent marks (every sidecar on a root shares them; they
--- are never deleted): at start all at once (first: one multi, which fails
--- NODEEXISTS when another sidecar made them), later those found missing.
-local pmarks_made = false
-local function make_pmarks(first)
-    local paths, results, ops = {}, {}, {}
-    for n = 0, G.MARKS - 1 do
-        paths[n + 1] = Z.root() .. "/m/p." .. n
-        ops[n + 1] = { "create", paths[n + 1], "", 0 }
-    end
-    local rc = first and zk.multi(ops)
-    if rc == zk.OK or rc == zk.NODEEXISTS then
-        pmarks_made = true
-    elseif rc == zk.NONODE or not first then
-        Z.ensure_path(Z.root() .. "/m")
-        Z.concurrently(function(p) return zk.create(p, "", 0) end, paths, 1, #paths, results)
+-- Makes the persistent marks at paths (NODEEXISTS: made by another).
+local function make_pmarks(paths)
+    local results = {}
+    local function make(p) return zk.create(p, "", 0) end
+    Z.concurrently(make, paths, 1, #paths, results)
+    for i = 1, #paths do
+        if results[i][1] == zk.NONODE then -- (<root>/m first)
+            Z.ensure_path(Z.root() .. "/m")
+            return Z.concurrently(make, paths, 1, #paths, results)
+        end
     end
 end
 
--- Reads the persistent marks at paths (with a watch) into pmarks.
+-- Reads the persistent marks at paths (with a watch) into pmarks, making
+-- those not there yet.
 local function learn_pmarks(paths)
     table.sort(paths)
     local results = {}
     local function read(p) return zk.exists(p, true) end
-    for attempt = 1, 2 do
+    Z.concurrently(read, paths, 1, #paths, results)
+    local missing = {}
+    for i = 1, #paths do
+        if results[i][1] == zk.NONODE then missing[#missing + 1] = paths[i] end
+    end
+    if #missing > 0 then
+        make_pmarks(missing)
         Z.concurrently(read, paths, 1, #paths, results)
-        local missing = false
-        for i = 1, #paths do missing = missing or results[i][1] == zk.NONODE end
-        if not missing or attempt == 2 then break end
-        make_pmarks()
     end
     local sid = zk.session()
     for i, path in ipairs(paths) do
@@ -289,18 +289,21 @@ local function persistent_ops(ops, checks, removed)
     for _, path in ipairs(checks or {}) do
         ops[#ops + 1] = { "check", path, checks[path], pmark_of = path }
     end
-    local bumped
+    local bumps
     for i = 1, #removed do
         local rec = removed[i]
         if rec.node and (rec.node.ephemeralOwner or 0) == 0 then
             local path = G.pmark_path(rec.path)
-            if not (bumped and bumped[path]) then
-                bumped = bumped or {}
-                bumped[path] = true
-                ops[#ops + 1] = { "set", path, "", -1, pmark_bump = path }
+            bumps = bumps or {}
+            if not bumps[path] then
+                bumps[path] = true
+                bumps[#bumps + 1] = path
             end
         end
     end
+    if not bumps then return end
+    table.sort(bumps)
+    for _, path in ipairs(bumps) do ops[#ops + 1] = { "set", path, "", -1, pmark_bump = path } end
 end
 
 -- Appends to ops what guards the writes in them (recs: every record the
@@ -457,16 +460,19 @@ function G.note(ops, results)
         local r = results[i]
         if op.mark_of and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then moved = true end
     end
-    local missing = false
+    local missing
     for i, op in ipairs(ops) do
         local r = results[i]
         local pmark = op.pmark_of or op.pmark_bump
         if pmark and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
             pmarks[pmark] = nil
-            missing = missing or r.rc == zk.NONODE
+            if r.rc == zk.NONODE then
+                missing = missing or {}
+                missing[#missing + 1] = pmark
+            end
         end
     end
-    if missing then make_pmarks() end
+    if missing then make_pmarks(missing) end
     for i, op in ipairs(ops) do
         local r = results[i]
         if op.mark_of and kn and moved then
@@ -492,7 +498,6 @@ local function refresh()
         for n = 0, G.MARKS - 1 do guard.mark_paths[n + 1] = marks_prefix(sid) .. n end
     end
     local path = guard.path
-    if not pmarks_made then make_pmarks(true) end
     for _ = 1, 3 do
         local rc, stat = Z.past_any(zk.exists, path, true) -- (bumped by others' removals)
         -- (a session given up meanwhile: a create below would go out under

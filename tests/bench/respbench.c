@@ -6,7 +6,7 @@
  * one request outstanding (no pipelining), so C is the number of concurrent
  * clients:
  *
- *   mode pair      SET <prefix><i> <tok> NX PX 30000  -> +OK  (--px)
+ *   mode pair      SET <prefix><i> <tok> NX PX 30000  -> +OK  (--px; 0: no PX)
  *                  DELIFEQ <prefix><i> <tok>           -> :1
  *   mode pair-del  the same with a plain DEL (for redis-server, which has no
  *                  DELIFEQ)
@@ -234,7 +234,8 @@ static void conn_start(struct conn *c)
              (unsigned long long)c->seq);
     const char *argv[] = {"SET", c->key, c->tok, "NX", "PX", px};
     c->state = ST_SET;
-    conn_send(c, 6, argv);
+    /* --px 0: no TTL (redis-py's Lock without a timeout) */
+    conn_send(c, strcmp(px, "0") == 0 ? 4 : 6, argv);
 }
 
 static void show_bad(const struct conn *c, const char *cmd, const redisReply *r)
@@ -503,7 +504,8 @@ static void usage(void)
             "  --seconds S     measured period (default 5)\n"
             "  --warmup S      discarded warm-up period (default 1)\n"
             "  --prefix P      key prefix (default bench:)\n"
-            "  --px MS         the lock's TTL in pair modes (default 30000)\n"
+            "  --px MS         the lock's TTL in pair modes (default 30000; 0: "
+            "none)\n"
             "  --hold-us N     hold each lock at least N us before releasing "
             "it (default 0);\n"
             "                  the hold is not counted in the latency\n"

@@ -17,8 +17,11 @@
 #   script pairs at C=1 and C=64  zkresp (respbench script modes, EVALSHA
 #                                 after SCRIPT LOAD): redis-py's SET NX PX +
 #                                 release script, Redisson's acquire + unlock
-#                                 scripts (measured in each round next to the
-#                                 plain pair), Redisson's acquire + renewal
+#                                 scripts and a lock without a TTL (SET NX +
+#                                 DELIFEQ: a persistent node, its removal
+#                                 checked and counted by a persistent mark;
+#                                 measured in each round next to the plain
+#                                 pair), Redisson's acquire + renewal
 #                                 scripts, and a read-modify-write script on
 #                                 one shared key (contention: at C=64 a second
 #                                 zkresp on the same root runs 64 more
@@ -369,6 +372,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
             --mode script-pair --prefix bench:sp:
         measure "redisson-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
             --mode redisson-pair --prefix bench:rp:
+        measure "nottl-c$c" "$r" "${zkresp_pair[@]}" --conns "$c" \
+            --px 0 --prefix bench:nt:
     done
     if [ "$pinning" = 1 ] && ! pin; then
         unpin
@@ -621,7 +626,8 @@ rss_pairs=$(stat value zkresp-c64 - zkresp_rss_kb | awk '{ print $3 }')
     for c in 1 64; do
         for row in "zkresp|SET NX PX + DELIFEQ (plain)" \
             "script|SET NX PX + release script (redis-py)" \
-            "redisson|acquire + unlock scripts (Redisson)"; do
+            "redisson|acquire + unlock scripts (Redisson)" \
+            "nottl|SET NX + DELIFEQ, no TTL (persistent)"; do
             name=${row%%|*}
             if [ "$name" = zkresp ]; then
                 q=1 lo=1 hi=1

@@ -32,8 +32,9 @@ describe("group commit", function()
         assert.same({ ok = "OK" }, b:call("SET", "k", "v2"))
         assert.equal(1, a:call("DEL", "k"))
         -- (a persistent node's: each with its mark's check, a multi, after
-        -- a read of the mark, not known yet)
-        assert.same({ { "get", false }, { "exists", false }, { "get", false }, { "multi", true } }, sent(b, from))
+        -- a read of the mark, not known yet: b makes it)
+        assert.same({ { "get", false }, { "exists", false }, { "create", false }, { "exists", false },
+                      { "get", false }, { "multi", true } }, sent(b, from))
         assert.same({ { "get", false }, { "exists", false }, { "get", false }, { "multi", true } }, sent(a, from))
     end)
 
