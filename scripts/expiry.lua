@@ -209,11 +209,10 @@ function X.expire_one(path, e)
     for _, op in ipairs(pops or {}) do ops[#ops + 1] = op end
     if #ops > 1 then
         local results
-        rc, results = zk.multi(ops)
-        rc = Z.first_error(rc, results)
-        if rc == zk.BADVERSION and results and results[1] and results[1].rc ~= zk.BADVERSION then
-            -- our guard or the node's persistent mark moved since the look: look again soon
-            G.note(ops, results)
+        rc, results = G.multi(ops)
+        if G.guard_failed(rc, results) then
+            -- our guard or the node's persistent mark moved (or went) since
+            -- the look, not the node: look again soon
             if gv then host.spawn(G.refresh) end
             O.heap_push({ at = host.now() + 50, path = path, entry = e })
             return

@@ -165,7 +165,7 @@ end
 -- those not there yet.
 local function learn_pmarks(paths)
     table.sort(paths)
-    local results = {}
+    local sid, results = zk.session(), {}
     local function read(p) return zk.exists(p, true) end
     Z.concurrently(read, paths, 1, #paths, results)
     local missing = {}
@@ -176,11 +176,14 @@ local function learn_pmarks(paths)
         make_pmarks(missing)
         Z.concurrently(read, paths, 1, #paths, results)
     end
-    local sid = zk.session()
+    if zk.session() ~= sid then return end -- (read in a session given up)
     for i, path in ipairs(paths) do
         local rc, stat = results[i][1], results[i][2]
         if rc == zk.OK and stat.version == -1 then rc, stat = Z.past_any(Z.exists, path) end
-        if rc == zk.OK and stat.version ~= -1 then
+        local k = pmarks[path]
+        if rc == zk.OK and k and k.sid == sid and k.v == stat.version then
+            -- unchanged: still known since the first read of that version
+        elseif rc == zk.OK and stat.version ~= -1 then
             pmarks[path] = { v = stat.version, at = shared.stamp(), sid = sid }
         elseif rc and rc ~= zk.OK and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "exists " .. path)
@@ -423,9 +426,10 @@ end
 -- on, by our own hand (nobody else removed a node on it since the read,
 -- or the bump would have failed), with a fresh nonce for the next bump.
 -- A persistent mark we bumped is known at the version the multi's answer
--- gives (results, its stamp sent and session sid: every read sent after
--- it is ordered after the bump).
-function G.applied(ops, results, sent, sid)
+-- gives (results; sid: the session it went in), for the reads sent from
+-- now on (not from when it was sent: the bridge may hold a grouped write
+-- back while a read sent after it is answered).
+function G.applied(ops, results, sid)
     local kn = known[coroutine.running()]
     for i, op in ipairs(ops) do
         local k = kn and op.mark_of and op[1] == "set" and kn[op.mark_of]
@@ -433,18 +437,27 @@ function G.applied(ops, results, sent, sid)
             kn[op.mark_of] = { v = Z.next_version(k.v), sid = k.sid, at = k.at, nonce = Z.nonce() }
         end
         local r = op.pmark_bump and results and results[i]
-        if r and r.stat and r.stat.version ~= -1 and sent and sid == zk.session() then
-            pmarks[op.pmark_bump] = { v = r.stat.version, at = sent - 1, sid = sid }
+        if r and r.stat and r.stat.version ~= -1 and sid == zk.session() then
+            pmarks[op.pmark_bump] = { v = r.stat.version, at = shared.stamp(), sid = sid }
         end
     end
 end
 
--- Sends a multi of writes and their guard ops (grouped: zk.multi's; sent,
--- sid: G.applied's) and notes its outcome: its first error, and results.
-function G.multi(ops, grouped, sent, sid)
+-- Sends a multi of writes and their guard ops (grouped: zk.multi's) and
+-- notes its outcome: its first error, and results.
+function G.multi(ops, grouped)
+    local sid = zk.session()
     local rc, results = zk.multi(ops, grouped)
-    if rc ~= zk.OK then G.note(ops, results) else G.applied(ops, results, sent, sid) end
+    if rc ~= zk.OK then G.note(ops, results) else G.applied(ops, results, sid) end
     return Z.first_error(rc, results), results
+end
+
+-- Whether a multi of a removal (op 1) and its guard ops failed (rc, its
+-- first error; results) by a guard op alone: our guard or a persistent
+-- mark moved or went (G.note made it again), not the node.
+function G.guard_failed(rc, results)
+    local r = results and results[1]
+    return (rc == zk.BADVERSION or rc == zk.NONODE) and r ~= nil and r.rc ~= zk.BADVERSION and r.rc ~= zk.NONODE
 end
 
 -- After a multi with guard ops failed: when a mark failed its op (moved,

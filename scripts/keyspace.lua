@@ -516,14 +516,14 @@ function K.put(rec, vtype, payload, ttl, deadline)
         if #ops == 1 then
             rc, stat = zk.set(path, data, rec.node.version, true)
         else
-            rc, results = G.multi(ops, true, sent, sid)
+            rc, results = G.multi(ops, true)
             if rc == zk.OK and results[1] then stat = results[1].stat end
         end
     elseif kind == "replace" then
         local last = #ops -- a set (a version-0 node's replacement) has the stat
         G.ops(ops, { rec }, { rec })
         sent = shared.touched(path)
-        rc, results = G.multi(ops, true, sent, sid)
+        rc, results = G.multi(ops, true)
         if rc == zk.OK and ops[last][1] == "set" and results[last] then stat = results[last].stat end
     else
         local _
@@ -595,12 +595,11 @@ local function delete_some(recs, done)
         delete_some(table.move(recs, 1, half, 1, {}), done)
         return delete_some(table.move(recs, half + 1, #recs, 1, {}), done)
     end
-    local sent
-    for i = 1, #recs do sent = shared.touched(recs[i].path) end
+    for i = 1, #recs do shared.touched(recs[i].path) end
     if #ops == 1 then
         rc = zk.delete(recs[1].path, recs[1].node.version, true)
     else
-        rc = G.multi(ops, true, sent, zk.session())
+        rc = G.multi(ops, true)
     end
     if rc == zk.NONODE or rc == zk.BADVERSION then K.retry() end
     if Z.unknown(rc) then

@@ -185,7 +185,9 @@ local function settle_later(path, w, keep)
                     drc, results = zk.multi(G.removal(path, stat.version, gv, true))
                     drc = Z.first_error(drc, results)
                 elseif pops and owner == 0 then
-                    drc = G.multi({ { "delete", path, stat.version }, pops[1], pops[2] })
+                    local results
+                    drc, results = G.multi({ { "delete", path, stat.version }, pops[1], pops[2] })
+                    if G.guard_failed(drc, results) then return false end -- (the mark, not the node: again)
                 else
                     drc = zk.delete(path, stat.version)
                 end

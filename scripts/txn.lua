@@ -376,7 +376,7 @@ local function commit_buffered(t)
         rc, results = zk.multi(ops, messages == 0)
     end
     t.commit_ops, t.commit_results = ops, results -- for the participants' done
-    if rc ~= zk.OK then G.note(ops, results) else G.applied(ops, results, sent, sid) end
+    if rc ~= zk.OK then G.note(ops, results) else G.applied(ops, results, sid) end
     local frc = Z.first_error(rc, results)
     local stats = {}
     if frc == zk.OK then
