@@ -287,7 +287,9 @@ end
 
 -- Appends the checks of persistent marks (persistent_checks'), then the
 -- bump of the mark of each persistent node of removed (one per mark:
--- checked before it moves).
+-- checked before it moves), writing a nonce that the rec keeps (pbump)
+-- for resolve.lua: a removal whose reply was lost is ours only while the
+-- mark holds it.
 local function persistent_ops(ops, checks, removed)
     for _, path in ipairs(checks or {}) do
         ops[#ops + 1] = { "check", path, checks[path], pmark_of = path }
@@ -299,14 +301,15 @@ local function persistent_ops(ops, checks, removed)
             local path = G.pmark_path(rec.path)
             bumps = bumps or {}
             if not bumps[path] then
-                bumps[path] = true
+                bumps[path] = { path = path, nonce = Z.nonce() }
                 bumps[#bumps + 1] = path
             end
+            rec.pbump = bumps[path]
         end
     end
     if not bumps then return end
     table.sort(bumps)
-    for _, path in ipairs(bumps) do ops[#ops + 1] = { "set", path, "", -1, pmark_bump = path } end
+    for _, path in ipairs(bumps) do ops[#ops + 1] = { "set", path, bumps[path].nonce, -1, pmark_bump = path } end
 end
 
 -- Appends to ops what guards the writes in them (recs: every record the
@@ -428,7 +431,9 @@ end
 -- A persistent mark we bumped is known at the version the multi's answer
 -- gives (results; sid: the session it went in), for the reads sent from
 -- now on (not from when it was sent: the bridge may hold a grouped write
--- back while a read sent after it is answered).
+-- back while a read sent after it is answered).  Its watch is spent (our
+-- bump fired it): a later bump by another sidecar is met by a failed
+-- check, which forgets the marks of that multi (G.note).
 function G.applied(ops, results, sid)
     local kn = known[coroutine.running()]
     for i, op in ipairs(ops) do
@@ -473,17 +478,22 @@ function G.note(ops, results)
         local r = results[i]
         if op.mark_of and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then moved = true end
     end
-    local missing
+    -- A persistent mark that failed its op: every mark of the multi is
+    -- read again (the others may be as stale: only the first failure
+    -- answers), one gone is made again.
+    local pmoved, missing = false, nil
     for i, op in ipairs(ops) do
         local r = results[i]
-        local pmark = op.pmark_of or op.pmark_bump
-        if pmark and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
-            pmarks[pmark] = nil
+        if (op.pmark_of or op.pmark_bump) and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
+            pmoved = true
             if r.rc == zk.NONODE then
                 missing = missing or {}
-                missing[#missing + 1] = pmark
+                missing[#missing + 1] = op.pmark_of or op.pmark_bump
             end
         end
+    end
+    for _, op in ipairs(pmoved and ops or {}) do
+        if op.pmark_of or op.pmark_bump then pmarks[op.pmark_of or op.pmark_bump] = nil end
     end
     if missing then make_pmarks(missing) end
     for i, op in ipairs(ops) do

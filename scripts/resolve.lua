@@ -123,6 +123,16 @@ local function resolve_delete(recs)
             if rc ~= zk.OK or stat.version ~= Z.next_version(b.v) or data ~= b.nonce then return false end
         end
     end
+    -- A persistent node: our multi bumped its persistent mark, writing our
+    -- nonce; a mark holding another was bumped since by a removal not
+    -- known to be ours (maybe the one that removed this node).
+    for _, rec in ipairs(recs) do
+        local b = rec.pbump
+        if b then
+            local rc, data = Z.get(b.path)
+            if rc ~= zk.OK or data ~= b.nonce then return false end
+        end
+    end
     local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do
         local owner = rec.node and rec.node.ephemeralOwner or 0
