@@ -143,10 +143,10 @@ local pmarks = {} -- path of a mark -> {v = its version, at = a stamp before whi
 G.PMARKS = 4096
 function G.pmark_path(path) return Z.root() .. "/m/p." .. host.hash(path) % G.PMARKS end
 
-local function is_pmark(path)
-    local prefix = Z.root() .. "/m/p."
-    return path:sub(1, #prefix) == prefix
-end
+-- The check of the persistent mark at path at version v, and its bump
+-- (writing nonce: resolve.lua tells a lost removal of ours by it).
+local function pmark_check(path, v) return { "check", path, v, pmark_of = path } end
+local function pmark_bump(path, nonce) return { "set", path, nonce, -1, pmark_bump = path } end
 
 -- Makes the persistent marks at paths (NODEEXISTS: made by another).
 local function make_pmarks(paths)
@@ -202,13 +202,11 @@ function G.pmark_removal(path)
         learn_pmarks({ mpath })
         k = pmarks[mpath]
     end
-    if k then return { { "check", mpath, k.v, pmark_of = mpath }, { "set", mpath, "", -1, pmark_bump = mpath } } end
+    if k then return { pmark_check(mpath, k.v), pmark_bump(mpath, Z.nonce()) } end
 end
 
 -- A watch fired on path: a persistent mark moved.
-function G.on_watch(path)
-    if pmarks[path] and is_pmark(path) then pmarks[path] = nil end
-end
+function G.on_watch(path) pmarks[path] = nil end
 
 -- Our guard and marks, before a write that makes or removes a node of our
 -- session: no node of ours is ever there without its mark (a write to it
@@ -291,9 +289,7 @@ end
 -- for resolve.lua: a removal whose reply was lost is ours only while the
 -- mark holds it.
 local function persistent_ops(ops, checks, removed)
-    for _, path in ipairs(checks or {}) do
-        ops[#ops + 1] = { "check", path, checks[path], pmark_of = path }
-    end
+    for _, path in ipairs(checks or {}) do ops[#ops + 1] = pmark_check(path, checks[path]) end
     local bumps
     for i = 1, #removed do
         local rec = removed[i]
@@ -309,7 +305,7 @@ local function persistent_ops(ops, checks, removed)
     end
     if not bumps then return end
     table.sort(bumps)
-    for _, path in ipairs(bumps) do ops[#ops + 1] = { "set", path, bumps[path].nonce, -1, pmark_bump = path } end
+    for _, path in ipairs(bumps) do ops[#ops + 1] = pmark_bump(path, bumps[path].nonce) end
 end
 
 -- Appends to ops what guards the writes in them (recs: every record the
@@ -481,20 +477,21 @@ function G.note(ops, results)
     -- A persistent mark that failed its op: every mark of the multi is
     -- read again (the others may be as stale: only the first failure
     -- answers), one gone is made again.
-    local pmoved, missing = false, nil
+    local pmoved, ppaths, missing = false, {}, nil
     for i, op in ipairs(ops) do
-        local r = results[i]
-        if (op.pmark_of or op.pmark_bump) and r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
-            pmoved = true
-            if r.rc == zk.NONODE then
-                missing = missing or {}
-                missing[#missing + 1] = op.pmark_of or op.pmark_bump
+        local r, path = results[i], op.pmark_of or op.pmark_bump
+        if path then
+            ppaths[#ppaths + 1] = path
+            if r and (r.rc == zk.NONODE or r.rc == zk.BADVERSION) then
+                pmoved = true
+                if r.rc == zk.NONODE then
+                    missing = missing or {}
+                    missing[#missing + 1] = path
+                end
             end
         end
     end
-    for _, op in ipairs(pmoved and ops or {}) do
-        if op.pmark_of or op.pmark_bump then pmarks[op.pmark_of or op.pmark_bump] = nil end
-    end
+    for _, path in ipairs(pmoved and ppaths or {}) do pmarks[path] = nil end
     if missing then make_pmarks(missing) end
     for i, op in ipairs(ops) do
         local r = results[i]

@@ -14,9 +14,7 @@ local OK = S.OK
 describe("a DEL of many persistent keys whose marks went stale unheard", function()
     it("deletes them all (nobody writes meanwhile)", function()
         local W, a, b = S.world(2)
-        a:call("SET", "warm", "x")
-        b:call("SET", "warm2", "x")
-        W:advance(100)
+        S.warm(W, a, b)
         local N = 30
         local keys = {}
         for i = 1, N do keys[i] = "k" .. i end

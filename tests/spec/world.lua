@@ -60,6 +60,13 @@ function S.world(sidecars, world_opts)
     return W, table.unpack(out, 1, #list)
 end
 
+-- Each sidecar writes a key of its own (its guard and the leader clock
+-- known), then 100 ms pass (the background upkeep that follows is done).
+function S.warm(W, ...)
+    for i, sc in ipairs({ ... }) do sc:call("SET", "warm" .. i, "x") end
+    W:advance(100)
+end
+
 -- Whether an operation recorded in W.ops is the shared script cache's own
 -- upkeep (script_cache.lua: an EVAL makes its script known to the other
 -- sidecars in the background, the first time), not a command's.
