@@ -208,6 +208,23 @@ end
 -- A watch fired on path: a persistent mark moved.
 function G.on_watch(path) pmarks[path] = nil end
 
+-- The version this sidecar knows of the persistent mark of path (read, or
+-- our own bump's answer, before this call), or nil.
+function G.pmark_known(path)
+    local k = pmarks[G.pmark_path(path)]
+    return k and k.v
+end
+
+-- Whether the persistent mark of path moved past version v (nil: ever
+-- bumped), read now: a removal of a persistent node at path since v was
+-- known bumped it (resolve.lua: a lost create's node may have gone since).
+function G.pmark_moved(path, v)
+    local rc, stat = Z.exists(G.pmark_path(path))
+    if rc == zk.NONODE then return v ~= nil end -- (never made: nothing removed)
+    if rc ~= zk.OK then Z.fail(rc, "exists " .. G.pmark_path(path)) end
+    return stat.version ~= (v or 0)
+end
+
 -- Our guard and marks, before a write that makes or removes a node of our
 -- session: no node of ours is ever there without its mark (a write to it
 -- from another sidecar checks it), so the write waits for them, and fails

@@ -47,13 +47,15 @@ end
 -- at version 0 (made by someone else's create, never written since) that
 -- did not replace ours: for an ephemeral node of ours, our guard (sid, gv,
 -- gcz: as the write was sent) did not move, since whoever removes a node
--- of our session bumps it; for a persistent one that is not told apart.
+-- of our session bumps it; for a persistent one, its persistent mark did
+-- not move past the version known as the write was planned (p.pmark_v;
+-- none known: it was never bumped), since whoever removes one bumps it.
 -- Anything else may be ours, overwritten.
 local function maybe_overwritten(p, stat, sid, gv, gcz)
     local n = p.rec.node
     if p.kind == "create" then
         if stat.version ~= 0 then return true end
-        if p.lifetime ~= "ephemeral" then return false end
+        if p.lifetime ~= "ephemeral" then return G.pmark_moved(p.rec.path, p.pmark_v) end
         return not (gv and sid == zk.session() and G.unmoved(sid, gv, gcz))
     end
     if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end

@@ -294,6 +294,39 @@ def test_late_release_of_a_lock_without_ttl_spares_the_lock_taken_since(
     assert kz.get(mark)[1].version == v + 1
 
 
+def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(make_proxy, make_zkresp, zk, kz):
+    """An INCR of a missing key without a TTL creates a persistent node.  Its
+    reply is lost (the connection cut once the create reached ZooKeeper),
+    and before A can look, B deletes the counter and sets it again: a new
+    node at version 0, as A's would be.  A finds another's nonce there, and
+    B's DEL bumped the node's persistent mark since A knew it, so A's create
+    may have applied and been removed since: A answers TRYAGAIN rather than
+    count again on B's counter (resolve.lua)."""
+    b = make_zkresp()
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
+    ca, cb = a.client(), b.client()
+    key = harness.unique("ctr")
+    assert cb.cmd("SET", key, "0") == b"+OK\r\n"
+    assert ca.cmd("DEL", key) == b":1\r\n"  # (A knows the mark: its own bump)
+    proxy.drop_next_reply(ops=("create", "create2"), hold=True)
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(ca.cmd("INCR", key)))
+    t.start()
+    try:
+        assert proxy.wait_dropped(5), "the INCR never sent its create"
+        assert cb.cmd("GET", key) == b"$1\r\n1\r\n"  # A's create applied
+        assert cb.cmd("DEL", key) == b":1\r\n"
+        assert cb.cmd("SET", key, "5") == b"+OK\r\n"
+        assert harness.key_stat(kz, b.root, key)[1].version == 0
+    finally:
+        proxy.blackhole(False)
+        t.join(15)
+    assert answer == [b"-TRYAGAIN ZooKeeper unavailable\r\n"]
+    assert cb.cmd("GET", key) == b"$1\r\n5\r\n"
+    assert ca.cmd("INCR", key) == b":6\r\n"
+
+
 def test_lock_expires_via_a_then_taken_via_b(zkresp_pair):
     a, b = zkresp_pair
     ca, cb = a.client(), b.client()
