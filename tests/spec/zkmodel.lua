@@ -289,8 +289,10 @@ end
 
 -- Watches: a one-shot watch left by zk.get/zk.exists(path, true) fires once
 -- on the next change of path, delivered to the sidecar's M.on_watch ahead
--- of anything scheduled later, as ZooKeeper delivers a watch event before
--- the replies that follow the change.
+-- of anything scheduled later, the reply of the write that made the change
+-- included (its own sidecar's too), as ZooKeeper sends a watch event before
+-- the replies that follow the change and the sidecar takes both in the
+-- order they came (sidecar/zk.c).
 -- zk.children(path, true) leaves a child watch: it fires "child" when a
 -- child is created or deleted, "deleted" when path goes.
 function World:watch(sc, path, child)
@@ -330,7 +332,7 @@ function World:fire(tx)
             if sc.held then
                 table.insert(sc.held[kind], { event, path })
             elseif sc.M and sc.M.on_watch and not sc.closing then
-                self:post(function() self:spawn(sc, sc.M.on_watch, event, path) end)
+                self:spawn(sc, sc.M.on_watch, event, path)
             end
         end
     end
@@ -761,7 +763,7 @@ function Sidecar:issue(co, kind, path, apply)
             if fault and not fault.pass then res = { fault.rc or C.CONNECTIONLOSS, n = 1 } end
         end
         if fault and fault.hook then fault.hook() end
-        W:resume(co, table.unpack(res, 1, res.n))
+        W:post(function() W:resume(co, table.unpack(res, 1, res.n)) end)
     end)
 end
 
