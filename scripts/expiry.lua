@@ -165,8 +165,8 @@ function X.expire_one(path, e)
     end
     -- Look before deleting: the node may have been replaced (an overwrite by
     -- another sidecar) or deleted and created again, and only the nonce
-    -- proves it is still the one we wrote.  The delete checks our guard as
-    -- it was before the look: whoever removes our node between the look and
+    -- proves it is still the one we wrote.  The delete checks our guard (a
+    -- persistent node's, its persistent mark) as it was before the look: whoever removes our node between the look and
     -- the delete bumps it, so the delete cannot hit a node made since at
     -- our version.  The look comes after a sync: a write of ours whose
     -- answer was lost (our delete, which others' removals do not bump the
@@ -205,7 +205,8 @@ function X.expire_one(path, e)
         return O.forget(path)
     end
     shared.touched(path)
-    local ops = G.removal(path, e.version, gv, e.lifetime ~= "persistent")
+    -- (a persistent node: its mark tells of removals, not our guard)
+    local ops = G.removal(path, e.version, not pops and gv or nil, not pops)
     for _, op in ipairs(pops or {}) do ops[#ops + 1] = op end
     if #ops > 1 then
         local results
@@ -213,7 +214,7 @@ function X.expire_one(path, e)
         if G.guard_failed(rc, results) then
             -- our guard or the node's persistent mark moved (or went) since
             -- the look, not the node: look again soon
-            if gv then host.spawn(G.refresh) end
+            if gv and not pops then host.spawn(G.refresh) end
             O.heap_push({ at = host.now() + 50, path = path, entry = e })
             return
         end

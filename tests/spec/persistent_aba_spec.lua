@@ -102,3 +102,36 @@ describe("a versioned write to a persistent key deleted and made again meanwhile
         os.remove(file)
     end)
 end)
+
+describe("an expiry of a persistent key", function()
+    -- Its node is no session's: its persistent mark, not the guard of the
+    -- sidecar that wrote it, tells of its removal.  The guard moves when
+    -- another sidecar removes a node of that sidecar's session, which must
+    -- not fail the expiry's delete.
+    it("is not failed by another sidecar's removal of an ephemeral key of its writer", function()
+        local W, b = S.world(1)
+        local file = S.policy_file([[
+            return { lifetime = function(key) return key == "pk" and "persistent" or "ephemeral" end } ]])
+        local c = W:sidecar({ config = { policy = file } })
+        S.warm(W, b, c)
+        assert.same(OK, c:call("SET", "ek", "v", "PX", "60000"))
+        assert.same(OK, c:call("SET", "pk", "v", "PX", "1000"))
+        assert.equal(0, W:node(c:path("pk")).stat.ephemeralOwner)
+        assert.is_not.equal(0, W:node(c:path("ek")).stat.ephemeralOwner)
+        c:fail_next({ op = "sync", latency = 50, pass = true }) -- (the expiry's look)
+        W.ops = {}
+        W:advance(1010) -- c's expiry looks at pk
+        assert.equal(1, b:call("DEL", "ek")) -- (bumps c's guard)
+        W:advance(300)
+        c.faults = {}
+        assert.is_nil(W:node(c:path("pk")))
+        local deletes = 0
+        for _, op in ipairs(W.ops) do
+            if op.sc == c.id and op.kind == "multi" and op.path:find("delete " .. c:path("pk"), 1, true) == 1 then
+                deletes = deletes + 1
+            end
+        end
+        assert.equal(1, deletes)
+        os.remove(file)
+    end)
+end)
