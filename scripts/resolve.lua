@@ -62,6 +62,17 @@ local function maybe_overwritten(p, stat, sid, gv, gcz)
     return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version))
 end
 
+-- Whether a write of ours (p) whose node is gone now may have applied and
+-- been removed since: whoever removes a persistent node bumps its mark
+-- (moved past the version known as p was planned, none known: ever bumped),
+-- another sidecar that removes a node of our session our guard (moved since
+-- p was sent).  An ephemeral node of a session given up since may have gone
+-- with it: the command runs again, as for one found under that session.
+local function maybe_removed(p, sid, gv, gcz)
+    if p.lifetime ~= "ephemeral" then return G.pmark_moved(p.rec.path, p.pmark_v) end
+    return gv ~= nil and sid == zk.session() and not G.unmoved(sid, gv, gcz)
+end
+
 -- The writes of one request (a multi applies whole or not at all): applied
 -- when any of their nodes carries its nonce (the first may be gone with a
 -- session that ended, or overwritten since), and then the first's stat when
@@ -71,7 +82,11 @@ local function resolve_puts(puts, sid, gv, gcz)
     for i, p in ipairs(puts) do
         local applied, st = resolve_write(p.rec.path, p.nonce)
         if applied then return true, i == 1 and st or nil end
-        unsure = unsure or (st ~= nil and maybe_overwritten(p, st, sid, gv, gcz))
+        if st then
+            unsure = unsure or maybe_overwritten(p, st, sid, gv, gcz)
+        else
+            unsure = unsure or maybe_removed(p, sid, gv, gcz)
+        end
     end
     return false, nil, unsure
 end

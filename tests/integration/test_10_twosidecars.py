@@ -195,6 +195,22 @@ def test_old_holder_never_releases_the_lock_that_replaced_its_own(zkresp_pair, k
 
 
 @contextlib.contextmanager
+def _in_flight(client, cmd, arm, wait, release):
+    """Sends cmd through client, its ZooKeeper request caught by the proxy
+    as arm() set it up (wait(timeout) tells when), and lets it go with
+    release() once the body has run; gives the list its reply lands in."""
+    arm()
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(client.cmd(*cmd)))
+    t.start()
+    try:
+        assert wait(5), "the command never sent its request"
+        yield answer
+    finally:
+        release()
+        t.join(15)
+
+
 def _release_held(proxy, client, release, key, path):
     """Sends the release of key's token t1 through client (DELIFEQ, or
     redis-py's script), its multi on the node at path held back by proxy
@@ -204,16 +220,15 @@ def _release_held(proxy, client, release, key, path):
     else:
         cmd = ("EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then "
                "return redis.call('del', KEYS[1]) else return 0 end", "1", key, "t1")
-    proxy.hold_next("multi", path)
-    answer = []
-    t = threading.Thread(target=lambda: answer.append(client.cmd(*cmd)))
-    t.start()
-    try:
-        assert proxy.wait_held(5), "the release never sent its multi"
-        yield answer
-    finally:
-        proxy.release_hold()
-        t.join(15)
+    return _in_flight(client, cmd, lambda: proxy.hold_next("multi", path), proxy.wait_held, proxy.release_hold)
+
+
+def _create_lost(proxy, client, cmd):
+    """Sends cmd through client, its create's reply lost (the connection cut
+    once the create reached ZooKeeper) and the sidecar kept from ZooKeeper
+    while the body runs; gives the list its reply lands in."""
+    return _in_flight(client, cmd, lambda: proxy.drop_next_reply(ops=("create", "create2"), hold=True),
+                      proxy.wait_dropped, lambda: proxy.blackhole(False))
 
 
 def _mark_of(path, marks=64):
@@ -294,14 +309,14 @@ def test_late_release_of_a_lock_without_ttl_spares_the_lock_taken_since(
     assert kz.get(mark)[1].version == v + 1
 
 
-def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(make_proxy, make_zkresp, zk, kz):
+@pytest.mark.parametrize("after", ["set again", "gone"])
+def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, make_proxy, make_zkresp, zk, kz):
     """An INCR of a missing key without a TTL creates a persistent node.  Its
-    reply is lost (the connection cut once the create reached ZooKeeper),
-    and before A can look, B deletes the counter and sets it again: a new
-    node at version 0, as A's would be.  A finds another's nonce there, and
-    B's DEL bumped the node's persistent mark since A knew it, so A's create
-    may have applied and been removed since: A answers TRYAGAIN rather than
-    count again on B's counter (resolve.lua)."""
+    reply is lost and, before A can look, B deletes the counter (and sets it
+    again: a new node at version 0, as A's would be).  B's DEL bumped the
+    node's persistent mark since A knew it, so A's create may have applied
+    and been removed since: A answers TRYAGAIN rather than count again
+    (resolve.lua)."""
     b = make_zkresp()
     proxy = make_proxy(zk)
     a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
@@ -309,22 +324,33 @@ def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(make_proxy, m
     key = harness.unique("ctr")
     assert cb.cmd("SET", key, "0") == b"+OK\r\n"
     assert ca.cmd("DEL", key) == b":1\r\n"  # (A knows the mark: its own bump)
-    proxy.drop_next_reply(ops=("create", "create2"), hold=True)
-    answer = []
-    t = threading.Thread(target=lambda: answer.append(ca.cmd("INCR", key)))
-    t.start()
-    try:
-        assert proxy.wait_dropped(5), "the INCR never sent its create"
+    with _create_lost(proxy, ca, ("INCR", key)) as answer:
         assert cb.cmd("GET", key) == b"$1\r\n1\r\n"  # A's create applied
         assert cb.cmd("DEL", key) == b":1\r\n"
-        assert cb.cmd("SET", key, "5") == b"+OK\r\n"
-        assert harness.key_stat(kz, b.root, key)[1].version == 0
-    finally:
-        proxy.blackhole(False)
-        t.join(15)
+        if after == "set again":
+            assert cb.cmd("SET", key, "5") == b"+OK\r\n"
+            assert harness.key_stat(kz, b.root, key)[1].version == 0
     assert answer == [b"-TRYAGAIN ZooKeeper unavailable\r\n"]
-    assert cb.cmd("GET", key) == b"$1\r\n5\r\n"
-    assert ca.cmd("INCR", key) == b":6\r\n"
+    assert cb.cmd("GET", key) == (b"$1\r\n5\r\n" if after == "set again" else b"$-1\r\n")
+
+
+def test_lost_lock_seen_and_deleted_is_not_taken_again(make_proxy, make_zkresp, zk):
+    """A's SET NX PX (an ephemeral node of A's session) applies, its reply
+    lost; B's client sees the lock and deletes it, which bumps A's session
+    guard.  A finds no node: its create may have applied and been removed,
+    so it answers TRYAGAIN rather than take the lock again behind that DEL
+    (resolve.lua)."""
+    b = make_zkresp()
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
+    ca, cb = a.client(), b.client()
+    key = harness.unique("lk")
+    assert ca.cmd("SET", "warm", "x", "PX", "60000") == b"+OK\r\n"  # (A's guard known)
+    with _create_lost(proxy, ca, ("SET", key, "t1", "NX", "PX", "60000")) as answer:
+        assert cb.cmd("GET", key) == b"$2\r\nt1\r\n"
+        assert cb.cmd("DEL", key) == b":1\r\n"
+    assert answer == [b"-TRYAGAIN ZooKeeper unavailable\r\n"]
+    assert cb.cmd("GET", key) == b"$-1\r\n"
 
 
 def test_lock_expires_via_a_then_taken_via_b(zkresp_pair):

@@ -1,0 +1,105 @@
+-- A write whose reply was lost: resolve.lua looks for its nonce.  A node
+-- carrying another's, or none at all, was taken for "did not apply" (a
+-- create beaten by another's), and the command ran again.  But the write
+-- may have applied, been seen and been removed since (and the key made
+-- again): run again, an INCR counts twice and a SET NX takes again a lock
+-- that every client saw deleted.  A removal since is told by the
+-- persistent mark of a persistent node (moved past the version known as
+-- the write was planned) and, for a node of our session, by our guard
+-- (another sidecar's removal bumps it).
+local S = require "world"
+local OK, null = S.OK, S.null
+
+describe("a lost write", function()
+    local W, a, b
+    before_each(function()
+        W, a, b = S.world(2)
+        S.warm(W, a, b)
+    end)
+
+    -- a runs its command, whose write (op) applies or not (when) and loses
+    -- its reply, its look slow; meanwhile b runs between()
+    local function lost(op, when, between, ...)
+        a:fail_next({ op = op, when = when, latency = 5 })
+        a:fail_next({ op = "sync", pass = true, latency = 50 })
+        local t = a:start(...)
+        W:advance(20) -- the write's reply lost; the look on its way
+        between()
+        W:run_until(function() return t.done end)
+        a.faults = {}
+        return t.result
+    end
+
+    -- a knows the mark of key, bumped once before (by b's DEL)
+    local function known_mark(key)
+        assert.same(OK, b:call("SET", key, "0"))
+        assert.equal(1, b:call("DEL", key))
+        a:run(function() return a.require("guard").pmark_removal(a:path(key)) end)
+        assert.is_not_nil(a:run(function() return a.require("guard").pmark_known(a:path(key)) end))
+    end
+
+    -- a's INCR of ctr applied, then b removed the counter (and set it again)
+    local function incr_removed(again)
+        local r = lost("create", "after", function()
+            assert.equal("1", b:call("GET", "ctr"))
+            assert.equal(1, b:call("DEL", "ctr")) -- (its mark bumped)
+            if again then assert.same(OK, b:call("SET", "ctr", "5")) end
+        end, "INCR", "ctr")
+        assert.same(S.UNAVAILABLE, r)
+        assert.equal(again and "5" or null, b:call("GET", "ctr"))
+    end
+
+    it("a create of a persistent key, removed and made again since, is not applied again", function()
+        known_mark("ctr")
+        incr_removed(true)
+    end)
+
+    it("the same with the key's mark not known, bumped before", function()
+        assert.same(OK, b:call("SET", "ctr", "0"))
+        assert.equal(1, b:call("DEL", "ctr")) -- (the mark bumped, a not told)
+        incr_removed(true)
+    end)
+
+    it("a create of a persistent key, removed since, is not applied again", function()
+        incr_removed(false)
+    end)
+
+    it("an in-place write of a persistent key, removed since, is not applied again", function()
+        assert.same(OK, b:call("SET", "ctr", "5"))
+        assert.equal("5", a:call("GET", "ctr"))
+        W:advance(100)
+        local r = lost("multi", "after", function()
+            assert.equal("6", b:call("GET", "ctr"))
+            assert.equal(1, b:call("DEL", "ctr"))
+        end, "INCR", "ctr")
+        assert.same(S.UNAVAILABLE, r)
+        assert.equal(null, b:call("GET", "ctr"))
+    end)
+
+    it("a create of a key with a TTL, removed by another sidecar since, is not made again", function()
+        local r = lost("create", "after", function()
+            assert.equal("v", b:call("GET", "ek"))
+            assert.equal(1, b:call("DEL", "ek")) -- (a's guard bumped)
+        end, "SET", "ek", "v", "NX", "PX", "60000")
+        assert.same(S.UNAVAILABLE, r)
+        assert.equal(null, b:call("GET", "ek"))
+    end)
+
+    it("a create that did not apply, beaten by another's, runs again (the mark did not move)", function()
+        known_mark("ctr")
+        local r = lost("create", "before", function()
+            assert.same(OK, b:call("SET", "ctr", "5"))
+        end, "INCR", "ctr")
+        assert.equal(6, r)
+        assert.equal("6", b:call("GET", "ctr"))
+    end)
+
+    it("a create that did not apply, nothing removed since, runs again", function()
+        assert.equal(1, lost("create", "before", function() end, "INCR", "fresh"))
+        assert.same(OK, lost("create", "before", function() end, "SET", "ek2", "v", "NX", "PX", "60000"))
+        assert.equal("v", b:call("GET", "ek2"))
+        assert.equal(6, lost("create", "before", function()
+            assert.same(OK, b:call("SET", "fresh2", "5"))
+        end, "INCR", "fresh2")) -- (on a mark never made)
+    end)
+end)
