@@ -166,11 +166,12 @@ function X.expire_one(path, e)
     -- Look before deleting: the node may have been replaced (an overwrite by
     -- another sidecar) or deleted and created again, and only the nonce
     -- proves it is still the one we wrote.  The delete checks our guard (a
-    -- persistent node's, its persistent mark) as it was before the look: whoever removes our node between the look and
-    -- the delete bumps it, so the delete cannot hit a node made since at
-    -- our version.  The look comes after a sync: a write of ours whose
-    -- answer was lost (our delete, which others' removals do not bump the
-    -- guard for) may not be applied yet on a server reached since.
+    -- persistent node's, its persistent mark) as it was before the look:
+    -- whoever removes our node between the look and the delete bumps it,
+    -- so the delete cannot hit a node made since at our version.  The look
+    -- comes after a sync: a write of ours whose answer was lost (our
+    -- delete, which others' removals do not bump the guard for) may not be
+    -- applied yet on a server reached since.
     local gv = G.ready()
     if not gv and e.lifetime ~= "persistent" then
         -- never a removal of ours unmarked (guard.lua): look again soon
