@@ -138,7 +138,9 @@ end
 -- key's removal on the same mark) runs it again: many marks, so that
 -- concurrent releases of different locks seldom share one.
 
-local pmarks = {} -- path of a mark -> {v = its version, at = a stamp before which it was known, sid}
+-- path of a mark -> {v = its version, at = a stamp before which it was known,
+-- sid, watched: its watch is set (read with one; our own bump spent it)}
+local pmarks = {}
 
 G.PMARKS = 4096
 function G.pmark_path(path) return Z.root() .. "/m/p." .. host.hash(path) % G.PMARKS end
@@ -182,9 +184,9 @@ local function learn_pmarks(paths)
         if rc == zk.OK and stat.version == -1 then rc, stat = Z.past_any(Z.exists, path) end
         local k = pmarks[path]
         if rc == zk.OK and k and k.sid == sid and k.v == stat.version then
-            -- unchanged: still known since the first read of that version
+            k.watched = true -- unchanged: still known since the first read of that version
         elseif rc == zk.OK and stat.version ~= -1 then
-            pmarks[path] = { v = stat.version, at = shared.stamp(), sid = sid }
+            pmarks[path] = { v = stat.version, at = shared.stamp(), sid = sid, watched = true }
         elseif rc and rc ~= zk.OK and rc ~= zk.NONODE and not Z.unknown(rc) then
             Z.fail(rc, "exists " .. path)
         end
@@ -208,21 +210,24 @@ end
 -- A watch fired on path: a persistent mark moved.
 function G.on_watch(path) pmarks[path] = nil end
 
--- The version this sidecar knows of the persistent mark of path (read, or
--- our own bump's answer, before this call), or nil.
+-- The version of the persistent mark of path as it is now, as far as this
+-- sidecar can tell (read with a watch, whose event has not come), or nil
+-- (not read, or known from our own bump only: another's since is not told).
 function G.pmark_known(path)
     local k = pmarks[G.pmark_path(path)]
-    return k and k.v
+    return k and k.watched and k.v or nil
 end
 
--- Whether the persistent mark of path moved past version v (nil: ever
--- bumped), read now: a removal of a persistent node at path since v was
--- known bumped it (resolve.lua: a lost create's node may have gone since).
+-- Whether the persistent mark of path moved past version v, read now: a
+-- removal of a persistent node at path since v was known bumped it
+-- (resolve.lua: a lost write's node may have gone since).
 function G.pmark_moved(path, v)
     local rc, stat = Z.exists(G.pmark_path(path))
-    if rc == zk.NONODE then return v ~= nil end -- (never made: nothing removed)
-    if rc ~= zk.OK then Z.fail(rc, "exists " .. G.pmark_path(path)) end
-    return stat.version ~= (v or 0)
+    if rc ~= zk.OK then
+        if rc == zk.NONODE then return true end -- (deleted by hand)
+        Z.fail(rc, "exists " .. G.pmark_path(path))
+    end
+    return stat.version ~= v
 end
 
 -- Our guard and marks, before a write that makes or removes a node of our

@@ -48,14 +48,15 @@ end
 -- did not replace ours: for an ephemeral node of ours, our guard (sid, gv,
 -- gcz: as the write was sent) did not move, since whoever removes a node
 -- of our session bumps it; for a persistent one, its persistent mark did
--- not move past the version known as the write was planned (p.pmark_v;
--- none known: it was never bumped), since whoever removes one bumps it.
--- Anything else may be ours, overwritten.
+-- not move past the version known as the write was planned (p.pmark_v),
+-- since whoever removes one bumps it (none known: not told apart, taken
+-- as "did not apply", as the recipe has it).  Anything else may be ours,
+-- overwritten.
 local function maybe_overwritten(p, stat, sid, gv, gcz)
     local n = p.rec.node
     if p.kind == "create" then
         if stat.version ~= 0 then return true end
-        if p.lifetime ~= "ephemeral" then return G.pmark_moved(p.rec.path, p.pmark_v) end
+        if p.lifetime ~= "ephemeral" then return p.pmark_v ~= nil and G.pmark_moved(p.rec.path, p.pmark_v) end
         return not (gv and sid == zk.session() and G.unmoved(sid, gv, gcz))
     end
     if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end
@@ -64,12 +65,13 @@ end
 
 -- Whether a write of ours (p) whose node is gone now may have applied and
 -- been removed since: whoever removes a persistent node bumps its mark
--- (moved past the version known as p was planned, none known: ever bumped),
--- another sidecar that removes a node of our session our guard (moved since
--- p was sent).  An ephemeral node of a session given up since may have gone
--- with it: the command runs again, as for one found under that session.
+-- (moved past the version known as p was planned; none known: not told
+-- apart, and the command runs again, as the recipe has it), another
+-- sidecar that removes a node of our session our guard (moved since p was
+-- sent).  An ephemeral node of a session given up since may have gone with
+-- it: the command runs again, as for one found under that session.
 local function maybe_removed(p, sid, gv, gcz)
-    if p.lifetime ~= "ephemeral" then return G.pmark_moved(p.rec.path, p.pmark_v) end
+    if p.lifetime ~= "ephemeral" then return p.pmark_v ~= nil and G.pmark_moved(p.rec.path, p.pmark_v) end
     return gv ~= nil and sid == zk.session() and not G.unmoved(sid, gv, gcz)
 end
 

@@ -241,6 +241,16 @@ def _mark_of(path, marks=64):
     return h % marks
 
 
+def _on_same_pmark(root, key):
+    """Another key whose node hashes to the persistent mark of key's."""
+    mark = _mark_of(keyenc.node_path(root, key), 4096)
+    for i in range(1 << 20):
+        other = "%s.%d" % (key, i)
+        if _mark_of(keyenc.node_path(root, other), 4096) == mark:
+            return other
+    raise AssertionError("no key found on the mark of " + key)
+
+
 @pytest.mark.parametrize("release", ["DELIFEQ", "script"])
 def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
         release, make_proxy, make_zkresp, zk, kz):
@@ -314,8 +324,9 @@ def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, make_p
     """An INCR of a missing key without a TTL creates a persistent node.  Its
     reply is lost and, before A can look, B deletes the counter (and sets it
     again: a new node at version 0, as A's would be).  B's DEL bumped the
-    node's persistent mark since A knew it, so A's create may have applied
-    and been removed since: A answers TRYAGAIN rather than count again
+    node's persistent mark since A read it (with a watch, for a write of
+    another key on that mark), so A's create may have applied and been
+    removed since: A answers TRYAGAIN rather than count again
     (resolve.lua)."""
     b = make_zkresp()
     proxy = make_proxy(zk)
@@ -323,7 +334,11 @@ def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, make_p
     ca, cb = a.client(), b.client()
     key = harness.unique("ctr")
     assert cb.cmd("SET", key, "0") == b"+OK\r\n"
-    assert ca.cmd("DEL", key) == b":1\r\n"  # (A knows the mark: its own bump)
+    assert cb.cmd("DEL", key) == b":1\r\n"  # (the mark bumped)
+    # A reads the mark (with a watch) for its write of a key on the same mark
+    other = _on_same_pmark(b.root, key)
+    assert cb.cmd("SET", other, "1") == b"+OK\r\n"
+    assert ca.cmd("INCR", other) == b":2\r\n"
     with _create_lost(proxy, ca, ("INCR", key)) as answer:
         assert cb.cmd("GET", key) == b"$1\r\n1\r\n"  # A's create applied
         assert cb.cmd("DEL", key) == b":1\r\n"
