@@ -211,11 +211,12 @@ end
 function G.on_watch(path) pmarks[path] = nil end
 
 -- The version of the persistent mark of path as it is now, as far as this
--- sidecar can tell (read with a watch, whose event has not come), or nil
--- (not read, or known from our own bump only: another's since is not told).
+-- sidecar can tell (read with a watch of this session, whose event has not
+-- come), or nil (not read, or known from our own bump only: another's
+-- since is not told).
 function G.pmark_known(path)
     local k = pmarks[G.pmark_path(path)]
-    return k and k.watched and k.v or nil
+    return k and k.watched and k.sid == zk.session() and k.v or nil
 end
 
 -- Whether the persistent mark of path moved past version v, read now: a
