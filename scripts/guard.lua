@@ -141,6 +141,10 @@ end
 -- path of a mark -> {v = its version, at = a stamp before which it was known,
 -- sid, watched: its watch is set (read with one; our own bump spent it)}
 local pmarks = {}
+-- How many watch events of each persistent mark came: a read whose event
+-- came before its entry was written (learn_pmarks reads many at once, or
+-- moved a mark past -1 itself) knows a version no watch vouches for.
+local pfired = {}
 
 G.PMARKS = 4096
 function G.pmark_path(path) return Z.root() .. "/m/p." .. host.hash(path) % G.PMARKS end
@@ -167,23 +171,29 @@ end
 -- those not there yet.
 local function learn_pmarks(paths)
     table.sort(paths)
-    local sid, results = zk.session(), {}
+    local sid, results, fired = zk.session(), {}, {}
     local function read(p) return zk.exists(p, true) end
-    Z.concurrently(read, paths, 1, #paths, results)
+    local function read_all() -- (the events of the reads' watches, counted from here)
+        for _, p in ipairs(paths) do fired[p] = pfired[p] or 0 end
+        Z.concurrently(read, paths, 1, #paths, results)
+    end
+    read_all()
     local missing = {}
     for i = 1, #paths do
         if results[i][1] == zk.NONODE then missing[#missing + 1] = paths[i] end
     end
     if #missing > 0 then
-        make_pmarks(missing)
-        Z.concurrently(read, paths, 1, #paths, results)
+        make_pmarks(missing) -- (its creates fire the watches just set)
+        read_all()
     end
     if zk.session() ~= sid then return end -- (read in a session given up)
     for i, path in ipairs(paths) do
         local rc, stat = results[i][1], results[i][2]
         if rc == zk.OK and stat.version == -1 then rc, stat = Z.past_any(Z.exists, path) end
         local k = pmarks[path]
-        if rc == zk.OK and k and k.sid == sid and k.v == stat.version then
+        if (pfired[path] or 0) ~= fired[path] then
+            -- its event came meanwhile (another's bump, or ours past -1): not known
+        elseif rc == zk.OK and k and k.sid == sid and k.v == stat.version then
             k.watched = true -- unchanged: still known since the first read of that version
         elseif rc == zk.OK and stat.version ~= -1 then
             pmarks[path] = { v = stat.version, at = shared.stamp(), sid = sid, watched = true }
@@ -208,7 +218,10 @@ function G.pmark_removal(path)
 end
 
 -- A watch fired on path: a persistent mark moved.
-function G.on_watch(path) pmarks[path] = nil end
+function G.on_watch(path)
+    pmarks[path] = nil
+    if path:find(Z.root() .. "/m/p.", 1, true) == 1 then pfired[path] = (pfired[path] or 0) + 1 end
+end
 
 -- The version of the persistent mark of path as it is now, as far as this
 -- sidecar can tell (read with a watch of this session, whose event has not
@@ -286,6 +299,7 @@ local function persistent_checks(recs, sid)
             local path = G.pmark_path(rec.path)
             local k = pmarks[path]
             if k and k.sid == sid and (rec.sent or 0) > k.at then
+                rec.pmark_checked = k.v -- (resolve.lua: a write that applied found it there)
                 checks = checks or {}
                 if not checks[path] then checks[#checks + 1] = path end
                 checks[path] = k.v

@@ -71,7 +71,11 @@ end
 -- sent).  An ephemeral node of a session given up since may have gone with
 -- it: the command runs again, as for one found under that session.
 local function maybe_removed(p, sid, gv, gcz)
-    if p.lifetime ~= "ephemeral" then return p.pmark_v ~= nil and G.pmark_moved(p.rec.path, p.pmark_v) end
+    if p.lifetime ~= "ephemeral" then
+        -- (a write to a node read: the version its multi checked the mark at)
+        local v = p.rec.pmark_checked or p.pmark_v
+        return v ~= nil and G.pmark_moved(p.rec.path, v)
+    end
     return gv ~= nil and sid == zk.session() and not G.unmoved(sid, gv, gcz)
 end
 
