@@ -65,10 +65,10 @@ end
 
 -- Whether a write of ours (p) whose node is gone now may have applied and
 -- been removed since: whoever removes a persistent node bumps its mark
--- (moved past the version known as p was planned; none known: not told
--- apart, and the command runs again, as the recipe has it), another
--- sidecar that removes a node of our session our guard (moved since p was
--- sent).  An ephemeral node of a session given up since may have gone with
+-- (moved past the version p's multi checked it at, or else the version
+-- known as p was planned; none known: not told apart, and the command runs
+-- again, as the recipe has it), another sidecar that removes a node of our
+-- session our guard (moved since p was sent).  An ephemeral node of a session given up since may have gone with
 -- it: the command runs again, as for one found under that session.
 local function maybe_removed(p, sid, gv, gcz)
     if p.lifetime ~= "ephemeral" then
