@@ -147,7 +147,8 @@ local pmarks = {}
 local pfired = {}
 
 G.PMARKS = 4096
-function G.pmark_path(path) return Z.root() .. "/m/p." .. host.hash(path) % G.PMARKS end
+local function pmarks_prefix() return Z.root() .. "/m/p." end
+function G.pmark_path(path) return pmarks_prefix() .. host.hash(path) % G.PMARKS end
 
 -- The check of the persistent mark at path at version v, and its bump
 -- (writing nonce: resolve.lua tells a lost removal of ours by it).
@@ -220,7 +221,7 @@ end
 -- A watch fired on path: a persistent mark moved.
 function G.on_watch(path)
     pmarks[path] = nil
-    if path:find(Z.root() .. "/m/p.", 1, true) == 1 then pfired[path] = (pfired[path] or 0) + 1 end
+    if path:find(pmarks_prefix(), 1, true) == 1 then pfired[path] = (pfired[path] or 0) + 1 end
 end
 
 -- The version of the persistent mark of path as it is now, as far as this
@@ -236,11 +237,10 @@ end
 -- removal of a persistent node at path since v was known bumped it
 -- (resolve.lua: a lost write's node may have gone since).
 function G.pmark_moved(path, v)
-    local rc, stat = Z.exists(G.pmark_path(path))
-    if rc ~= zk.OK then
-        if rc == zk.NONODE then return true end -- (deleted by hand)
-        Z.fail(rc, "exists " .. G.pmark_path(path))
-    end
+    local mpath = G.pmark_path(path)
+    local rc, stat = Z.exists(mpath)
+    if rc == zk.NONODE then return true end -- (deleted by hand)
+    if rc ~= zk.OK then Z.fail(rc, "exists " .. mpath) end
     return stat.version ~= v
 end
 

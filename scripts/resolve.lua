@@ -34,6 +34,16 @@ local function resolve_write(path, nonce)
     return true, stat
 end
 
+-- Whether a persistent node at p's path was removed since p, a write of
+-- ours, was sent: whoever removes one bumps its persistent mark, so the
+-- mark moved past the version p's multi checked it at (a write to a node
+-- read) or else the one known as p was planned (p.pmark_v).  None known:
+-- not told apart, taken as "not removed", as the recipe has it.
+local function persistent_removed(p)
+    local v = p.rec.pmark_checked or p.pmark_v
+    return v ~= nil and G.pmark_moved(p.rec.path, v)
+end
+
 -- Whether a set of ours (p) that a node now at `stat` does not carry may
 -- still have applied, overwritten since: unless that node is the one we
 -- wrote on, as we read it or one version on (another's set landed first,
@@ -47,16 +57,14 @@ end
 -- at version 0 (made by someone else's create, never written since) that
 -- did not replace ours: for an ephemeral node of ours, our guard (sid, gv,
 -- gcz: as the write was sent) did not move, since whoever removes a node
--- of our session bumps it; for a persistent one, its persistent mark did
--- not move past the version known as the write was planned (p.pmark_v),
--- since whoever removes one bumps it (none known: not told apart, taken
--- as "did not apply", as the recipe has it).  Anything else may be ours,
+-- of our session bumps it; for a persistent one, nothing removed a node
+-- at its path since (persistent_removed).  Anything else may be ours,
 -- overwritten.
 local function maybe_overwritten(p, stat, sid, gv, gcz)
     local n = p.rec.node
     if p.kind == "create" then
         if stat.version ~= 0 then return true end
-        if p.lifetime ~= "ephemeral" then return p.pmark_v ~= nil and G.pmark_moved(p.rec.path, p.pmark_v) end
+        if p.lifetime ~= "ephemeral" then return persistent_removed(p) end
         return not (gv and sid == zk.session() and G.unmoved(sid, gv, gcz))
     end
     if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end
@@ -64,18 +72,13 @@ local function maybe_overwritten(p, stat, sid, gv, gcz)
 end
 
 -- Whether a write of ours (p) whose node is gone now may have applied and
--- been removed since: whoever removes a persistent node bumps its mark
--- (moved past the version p's multi checked it at, or else the version
--- known as p was planned; none known: not told apart, and the command runs
--- again, as the recipe has it), another sidecar that removes a node of our
--- session our guard (moved since p was sent).  An ephemeral node of a session given up since may have gone with
--- it: the command runs again, as for one found under that session.
+-- been removed since: a persistent node's removal bumps its mark
+-- (persistent_removed), another sidecar's removal of a node of our session
+-- our guard (moved since p was sent).  An ephemeral node of a session given
+-- up since may have gone with it: the command runs again, as for one found
+-- under that session.
 local function maybe_removed(p, sid, gv, gcz)
-    if p.lifetime ~= "ephemeral" then
-        -- (a write to a node read: the version its multi checked the mark at)
-        local v = p.rec.pmark_checked or p.pmark_v
-        return v ~= nil and G.pmark_moved(p.rec.path, v)
-    end
+    if p.lifetime ~= "ephemeral" then return persistent_removed(p) end
     return gv ~= nil and sid == zk.session() and not G.unmoved(sid, gv, gcz)
 end
 

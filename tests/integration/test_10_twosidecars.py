@@ -194,6 +194,16 @@ def test_old_holder_never_releases_the_lock_that_replaced_its_own(zkresp_pair, k
         assert cb.cmd("DELIFEQ", "lk", "tok-b%d" % i) == b":1\r\n"
 
 
+def _behind_proxy(make_proxy, make_zkresp, zk):
+    """Sidecar B, and sidecar A on B's root reaching ZooKeeper through a
+    proxy, with long timeouts (a request the proxy holds or cuts must not be
+    given up with A's connection): B, the proxy, a client of A, one of B."""
+    b = make_zkresp()
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
+    return b, proxy, a.client(), b.client()
+
+
 @contextlib.contextmanager
 def _in_flight(client, cmd, arm, wait, release):
     """Sends cmd through client, its ZooKeeper request caught by the proxy
@@ -261,12 +271,7 @@ def test_release_landing_late_through_another_sidecar_spares_the_next_holder(
     the node and bumps it at the version read in its multi, so the multi
     fails; A reads again and answers 0, and the new holder keeps its lock
     (guard.lua)."""
-    b = make_zkresp()
-    proxy = make_proxy(zk)
-    # (long timeouts: the held multi must still reach the server on A's
-    # connection, not be dropped with it)
-    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
-    ca, cb = a.client(), b.client()
+    b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
     key = harness.unique("late")
     assert cb.cmd("SET", key, "t1", "NX", "PX", "800") == b"+OK\r\n"
     with _release_held(proxy, ca, release, key, keyenc.node_path(b.root, key)) as answer:
@@ -298,10 +303,7 @@ def test_late_release_of_a_lock_without_ttl_spares_the_lock_taken_since(
     B's DEL bumped the node's persistent mark, which A's multi checks at
     the version A knew before its read, so the multi fails; A reads again
     and answers 0, and the new holder keeps its lock (guard.lua)."""
-    b = make_zkresp()
-    proxy = make_proxy(zk)
-    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
-    ca, cb = a.client(), b.client()
+    b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
     key = harness.unique("nottl")
     assert ca.cmd("SET", key, "t1", "NX") == b"+OK\r\n"
     assert harness.key_stat(kz, b.root, key)[1].ephemeralOwner == 0
@@ -328,10 +330,7 @@ def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, make_p
     another key on that mark), so A's create may have applied and been
     removed since: A answers TRYAGAIN rather than count again
     (resolve.lua)."""
-    b = make_zkresp()
-    proxy = make_proxy(zk)
-    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
-    ca, cb = a.client(), b.client()
+    b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
     key = harness.unique("ctr")
     assert cb.cmd("SET", key, "0") == b"+OK\r\n"
     assert cb.cmd("DEL", key) == b":1\r\n"  # (the mark bumped)
@@ -355,10 +354,7 @@ def test_lost_lock_seen_and_deleted_is_not_taken_again(make_proxy, make_zkresp, 
     guard.  A finds no node: its create may have applied and been removed,
     so it answers TRYAGAIN rather than take the lock again behind that DEL
     (resolve.lua)."""
-    b = make_zkresp()
-    proxy = make_proxy(zk)
-    a = make_zkresp(zk_target=proxy, root=b.root, session_timeout=10000, request_timeout=5000)
-    ca, cb = a.client(), b.client()
+    b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
     key = harness.unique("lk")
     assert ca.cmd("SET", "warm", "x", "PX", "60000") == b"+OK\r\n"  # (A's guard known)
     with _create_lost(proxy, ca, ("SET", key, "t1", "NX", "PX", "60000")) as answer:
