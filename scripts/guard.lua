@@ -244,6 +244,18 @@ function G.pmark_moved(path, v)
     return stat.version ~= v
 end
 
+-- Whether the persistent mark of path was written after zxid, read now (a
+-- removal of a persistent node at path since then bumped it).  A mark not
+-- there was never made (a removal checks it, so makes it first; nothing
+-- deletes one): nothing at path was ever removed.
+function G.pmark_written_after(path, zxid)
+    local mpath = G.pmark_path(path)
+    local rc, stat = Z.exists(mpath)
+    if rc == zk.NONODE then return false end
+    if rc ~= zk.OK then Z.fail(rc, "exists " .. mpath) end
+    return stat.mzxid > (zxid or 0)
+end
+
 -- Our guard and marks, before a write that makes or removes a node of our
 -- session: no node of ours is ever there without its mark (a write to it
 -- from another sidecar checks it), so the write waits for them, and fails

@@ -38,10 +38,13 @@ end
 -- ours, was sent: whoever removes one bumps its persistent mark, so the
 -- mark moved past the version p's multi checked it at (a write to a node
 -- read) or else the one known as p was planned (p.pmark_v).  None known:
--- not told apart, taken as "not removed", as the recipe has it.
+-- the mark written after the newest zxid this sidecar had seen as p was
+-- planned (p.seen_zxid; p, if it applied, came after it) may have been
+-- bumped by a removal of p's node, and one written before was not.
 local function persistent_removed(p)
     local v = p.rec.pmark_checked or p.pmark_v
-    return v ~= nil and G.pmark_moved(p.rec.path, v)
+    if v == nil then return G.pmark_written_after(p.rec.path, p.seen_zxid) end
+    return G.pmark_moved(p.rec.path, v)
 end
 
 -- Whether a set of ours (p) that a node now at `stat` does not carry may

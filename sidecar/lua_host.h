@@ -103,6 +103,9 @@
  *         requests) and a grouped create answers no stat (rc, path, nil).
  *     zk.session()                   -> session_id, connected   (no yield)
  *         session_id 0: no session (connecting, or being replaced)
+ *     zk.seen_zxid()                 -> the newest zxid of any stat answered
+ *         so far, 0 before the first (no yield): every write sent after
+ *         it was answered commits at a larger zxid
  *     zk.request_size(ops)           -> bytes ZooKeeper reads for
  *                                       zk.multi(ops)            (no yield)
  *     zk.max_request()               -> the largest request sent (no yield)

@@ -364,6 +364,13 @@ static int l_zk_session(lua_State *L)
     return 2;
 }
 
+static int l_zk_seen_zxid(lua_State *L)
+{
+    struct lua_host *h = host_of(L);
+    lua_pushinteger(L, (lua_Integer)zk_seen_zxid(h->zk));
+    return 1;
+}
+
 /* --- the zk table ------------------------------------------------------- */
 
 void lua_zk_open(struct lua_host *h)
@@ -378,6 +385,7 @@ void lua_zk_open(struct lua_host *h)
                                       {"sync", l_zk_sync},
                                       {"multi", l_zk_multi},
                                       {"session", l_zk_session},
+                                      {"seen_zxid", l_zk_seen_zxid},
                                       {"request_size", l_zk_request_size},
                                       {"max_request", l_zk_max_request},
                                       {"get_acl", l_zk_get_acl},

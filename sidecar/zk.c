@@ -392,6 +392,28 @@ static void unwrap_sets(struct zk_req *r)
     res->nmulti = 0;
 }
 
+static int64_t max_zxid(int64_t seen, const struct zk_stat *s)
+{
+    int64_t m = s->mzxid > s->czxid ? s->mzxid : s->czxid;
+    m = s->pzxid > m ? s->pzxid : m;
+    return m > seen ? m : seen;
+}
+
+/* The newest zxid in r's answer, for zk_seen_zxid. */
+static void note_seen(struct zk *z, const struct zk_result *res)
+{
+    if (res->has_stat)
+        z->seen_zxid = max_zxid(z->seen_zxid, &res->stat);
+    for (int i = 0; i < res->nmulti; i++)
+        if (res->multi[i].has_stat)
+            z->seen_zxid = max_zxid(z->seen_zxid, &res->multi[i].stat);
+}
+
+int64_t zk_seen_zxid(const struct zk *z)
+{
+    return z->seen_zxid;
+}
+
 void zk_deliver(struct zk *z, struct zk_req *r)
 {
     zk_list_remove(&z->all, r);
@@ -404,6 +426,8 @@ void zk_deliver(struct zk *z, struct zk_req *r)
         r->res.rc != ZK_TIMEOUT && r->sent_at > z->last_contact)
         z->last_contact = r->sent_at;
     note_access(z, r);
+    if (!zk_is_connection_rc(r->res.rc))
+        note_seen(z, &r->res);
     unwrap_sets(r);
     if (r->cb && !r->abandoned)
         r->cb(&r->res, r->arg);

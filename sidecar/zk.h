@@ -202,6 +202,10 @@ void zk_free(struct zk *z);
 double zk_now(void);
 
 int64_t zk_session_id(const struct zk *z);
+/* The newest zxid in any stat answered so far (czxid, mzxid, pzxid), over
+ * every session: a transaction ZooKeeper committed, so every write sent
+ * after it was answered commits at a larger zxid.  0 before the first. */
+int64_t zk_seen_zxid(const struct zk *z);
 /* Counts the sessions this bridge has opened (a handle's generation): a
  * request made for one generation is never sent under another. */
 uint64_t zk_generation(const struct zk *z);

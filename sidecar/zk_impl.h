@@ -140,6 +140,7 @@ struct zk {
     struct metrics_histo waited; /* answered to taken by the loop thread */
 
     double last_contact;   /* send time of the newest answered request */
+    int64_t seen_zxid;     /* zk_seen_zxid */
     double lease_deadline; /* while disconnected */
     int lease_lost;
     double last_heartbeat;

@@ -321,23 +321,26 @@ def test_late_release_of_a_lock_without_ttl_spares_the_lock_taken_since(
     assert kz.get(mark)[1].version == v + 1
 
 
+@pytest.mark.parametrize("mark", ["known", "not known"])
 @pytest.mark.parametrize("after", ["set again", "gone"])
-def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, make_proxy, make_zkresp, zk, kz):
+def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, mark, make_proxy, make_zkresp, zk, kz):
     """An INCR of a missing key without a TTL creates a persistent node.  Its
     reply is lost and, before A can look, B deletes the counter (and sets it
     again: a new node at version 0, as A's would be).  B's DEL bumped the
     node's persistent mark since A read it (with a watch, for a write of
-    another key on that mark), so A's create may have applied and been
-    removed since: A answers TRYAGAIN rather than count again
-    (resolve.lua)."""
+    another key on that mark), or, the mark not known to A, after the
+    newest zxid A had seen as it sent the create; so A's create may have
+    applied and been removed since: A answers TRYAGAIN rather than count
+    again (resolve.lua)."""
     b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
     key = harness.unique("ctr")
-    assert cb.cmd("SET", key, "0") == b"+OK\r\n"
-    assert cb.cmd("DEL", key) == b":1\r\n"  # (the mark bumped)
-    # A reads the mark (with a watch) for its write of a key on the same mark
-    other = _on_same_pmark(b.root, key)
-    assert cb.cmd("SET", other, "1") == b"+OK\r\n"
-    assert ca.cmd("INCR", other) == b":2\r\n"
+    if mark == "known":
+        assert cb.cmd("SET", key, "0") == b"+OK\r\n"
+        assert cb.cmd("DEL", key) == b":1\r\n"  # (the mark bumped)
+        # A reads the mark (with a watch) for its write of a key on the same mark
+        other = _on_same_pmark(b.root, key)
+        assert cb.cmd("SET", other, "1") == b"+OK\r\n"
+        assert ca.cmd("INCR", other) == b":2\r\n"
     with _create_lost(proxy, ca, ("INCR", key)) as answer:
         assert cb.cmd("GET", key) == b"$1\r\n1\r\n"  # A's create applied
         assert cb.cmd("DEL", key) == b":1\r\n"
@@ -346,6 +349,26 @@ def test_lost_create_of_a_counter_without_ttl_is_not_counted_twice(after, make_p
             assert harness.key_stat(kz, b.root, key)[1].version == 0
     assert answer == [b"-TRYAGAIN ZooKeeper unavailable\r\n"]
     assert cb.cmd("GET", key) == (b"$1\r\n5\r\n" if after == "set again" else b"$-1\r\n")
+
+
+def test_lost_create_that_did_not_apply_runs_again_on_a_mark_moved_before(make_proxy, make_zkresp, zk):
+    """B bumped the persistent mark of a counter's node (a DEL), long
+    before; A never read that mark, and has written since (a create whose
+    answer carries a zxid after the bump).  A's INCR of the counter never
+    reaches ZooKeeper, the connection cut: A finds no node and a mark last
+    written before the newest zxid it had seen as it sent the create, so
+    nothing at that path was removed since, and the INCR runs again
+    (resolve.lua, zk.seen_zxid)."""
+    b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
+    key = harness.unique("ctr")
+    assert cb.cmd("SET", key, "0") == b"+OK\r\n"
+    assert cb.cmd("DEL", key) == b":1\r\n"  # (the mark bumped)
+    assert ca.cmd("SET", harness.unique("other"), "1") == b"+OK\r\n"
+    with _in_flight(ca, ("INCR", key), lambda: proxy.blackhole_at_next(("create", "create2")),
+                    proxy.wait_holed, lambda: proxy.blackhole(False)) as answer:
+        pass
+    assert answer == [b":1\r\n"]
+    assert cb.cmd("GET", key) == b"$1\r\n1\r\n"
 
 
 def test_lost_lock_seen_and_deleted_is_not_taken_again(make_proxy, make_zkresp, zk):

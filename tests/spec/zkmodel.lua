@@ -735,7 +735,28 @@ local function make_zk(sc)
         return sc.sid, sc.connected
     end
 
+    function zk.seen_zxid() return sc.seen_zxid end
+
     return zk
+end
+
+-- The newest zxid of the stats in an answer (res: its values), for
+-- zk.seen_zxid, as zk.c's note_seen.
+local function newest(seen, stat)
+    return math.max(seen, stat.czxid or 0, stat.mzxid or 0, stat.pzxid or 0)
+end
+
+function Sidecar:note_seen(res)
+    for i = 2, res.n do
+        local v = res[i]
+        if type(v) == "table" and v.mzxid then self.seen_zxid = newest(self.seen_zxid, v) end
+        if type(v) == "table" and not v.mzxid then
+            for _, r in ipairs(v) do
+                local st = type(r) == "table" and r.stat
+                if type(st) == "table" then self.seen_zxid = newest(self.seen_zxid, st) end
+            end
+        end
+    end
 end
 
 function Sidecar:issue(co, kind, path, apply)
@@ -763,7 +784,10 @@ function Sidecar:issue(co, kind, path, apply)
             if fault and not fault.pass then res = { fault.rc or C.CONNECTIONLOSS, n = 1 } end
         end
         if fault and fault.hook then fault.hook() end
-        W:post(function() W:resume(co, table.unpack(res, 1, res.n)) end)
+        W:post(function()
+            self:note_seen(res)
+            W:resume(co, table.unpack(res, 1, res.n))
+        end)
     end)
 end
 
@@ -1022,7 +1046,7 @@ function World:sidecar(opts)
         world = self, id = id, logs = {}, faults = {}, pending = {}, paused = {},
         mono_base = opts.mono_base or (id * 1000003),
         wall_base = opts.wall_base or (1800000000000 + id * 7919),
-        connected = false, grouped_create_stat = opts.grouped_create_stat or false,
+        connected = false, grouped_create_stat = opts.grouped_create_stat or false, seen_zxid = 0,
     }, Sidecar)
     self.sidecars[id] = sc
     sc.sid = self:new_session()

@@ -85,5 +85,6 @@ UNIT_TEST(zk_bridge_answers_what_a_replaced_session_had_in_flight)
 UNIT_TEST(zk_bridge_takes_a_node_past_version_minus_one)
 UNIT_TEST(zk_bridge_multi_answers_its_own_operations_past_version_minus_one)
 UNIT_TEST(zk_bridge_group_takes_a_node_past_version_minus_one)
+UNIT_TEST(zk_bridge_seen_zxid_is_the_newest_answered)
 /* sidecar/log.c */
 UNIT_TEST(log_limit_one_line_per_interval)

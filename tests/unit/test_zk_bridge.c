@@ -528,3 +528,47 @@ TEST(zk_bridge_group_takes_a_node_past_version_minus_one)
     ASSERT_INT_EQ(got.rc, ZBADVERSION);
     finish(z);
 }
+
+/* zk_seen_zxid: the newest zxid of any stat answered (a create's, a read's,
+ * a multi's operations'), never lowered by an older one or by an answer
+ * with none. */
+TEST(zk_bridge_seen_zxid_is_the_newest_answered)
+{
+    struct zk *z = connected();
+    ASSERT(z != NULL);
+    ASSERT_INT_EQ(zk_seen_zxid(z), 0);
+    create(z, "/r/a", 0);
+    struct Stat st = {.czxid = 7, .mzxid = 7, .pzxid = 7};
+    ((string_stat_completion_t)calls[0].completion)(ZOK, "/r/a", &st,
+                                                    calls[0].data);
+    zk_drain(z);
+    ASSERT_INT_EQ(zk_seen_zxid(z), 7);
+
+    struct zk_op get = {.type = ZK_OP_GET, .path = "/r/b"};
+    zk_submit(z, ZK_OP_GET, &get, 1, zk_now() + 5000, 0, on_done, NULL);
+    st = (struct Stat){.czxid = 2, .mzxid = 3, .pzxid = 9};
+    ((data_completion_t)calls[1].completion)(ZOK, "v", 1, &st, calls[1].data);
+    zk_submit(z, ZK_OP_GET, &get, 1, zk_now() + 5000, 0, on_done, NULL);
+    st = (struct Stat){.czxid = 4, .mzxid = 4, .pzxid = 4};
+    ((data_completion_t)calls[2].completion)(ZOK, "v", 1, &st, calls[2].data);
+    create(z, "/r/c", 0);
+    ((string_stat_completion_t)calls[3].completion)(ZCONNECTIONLOSS, NULL, NULL,
+                                                    calls[3].data);
+    zk_drain(z);
+    ASSERT_INT_EQ(answers, 4);
+    ASSERT_INT_EQ(zk_seen_zxid(z), 9);
+
+    struct zk_op set = {.type = ZK_OP_SET,
+                        .path = "/r/t",
+                        .data = "g",
+                        .datalen = 1,
+                        .version = -2};
+    zk_submit(z, ZK_OP_SET, &set, 1, zk_now() + 5000, 0, on_result, NULL);
+    ASSERT_INT_EQ(multi_n, 2);
+    multi_ops[0].set_op.stat->mzxid = 12;
+    multi_ops[1].set_op.stat->mzxid = 12;
+    answer_multi(ZOK, NULL);
+    zk_drain(z);
+    ASSERT_INT_EQ(zk_seen_zxid(z), 12);
+    finish(z);
+}
