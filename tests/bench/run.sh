@@ -1161,6 +1161,20 @@ fi
         "and (wait) from there to the loop thread, answers and events (round 1, whole run, us):" \
         "$(awk '$1 == "nat-44" && $2 == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^sidecar_zk_mean_us=/) {
                  v = $i; sub(/^[^=]*=/, "", v); gsub(/,/, ", ", v); gsub(/:/, " ", v); print v } }' "$tmp/results")."
+    echo "  By round, native 4+4 against the recipe, and the share of native handoffs whose next"
+    echo "  holder was on the other sidecar: $(awk '
+        function val(k, i, n) { for (i = 3; i <= NF; i++) { n = index($i, "=")
+            if (n && substr($i, 1, n - 1) == k) return substr($i, n + 1) } return "" }
+        $1 == "nat-raw" { raw[$2] = val("ops_per_sec") }
+        $1 == "nat-44" { nat[$2] = val("ops_per_sec"); x[$2] = val("xwake_n"); n[$2] = val("ops")
+            if ($2 > rounds) rounds = $2 }
+        END { for (r = 1; r <= rounds; r++) {
+            out = out (r > 1 ? ", " : "") "round " r " "
+            out = out ((raw[r] > 0) ? sprintf("%.2f", nat[r] / raw[r]) : "n/a")
+            out = out ((n[r] > 0) ? sprintf(" (%.0f%%)", 100 * x[r] / n[r]) : "") }
+            print out "." }' "$tmp/results")"
+    echo "  (The holders keep the order of the waiters' first requests, a random arrangement of 4+4:"
+    echo "  2, 4, 6 or 8 of 8 handoffs cross with probability 0.11, 0.51, 0.34, 0.03; tests/bench/NOTES.md.)"
     echo "  One sidecar (8 waiters on it, every handoff on one session) next to the"
     echo "  raw recipe on one session: the same queue without the other sidecar's read."
     echo "  Native grants (all rounds): $(ho_total "nat-44 nat-8" tokens) checked, fencing" \
