@@ -233,26 +233,19 @@ function G.pmark_known(path)
     return k and k.watched and k.sid == zk.session() and k.v or nil
 end
 
--- Whether the persistent mark of path moved past version v, read now: a
--- removal of a persistent node at path since v was known bumped it
--- (resolve.lua: a lost write's node may have gone since).
-function G.pmark_moved(path, v)
+-- Whether the persistent mark of path moved, read now, since a write of a
+-- persistent node at path was sent (a removal of one since bumped it):
+-- past version v, as known then; or, v not known, written after zxid, the
+-- newest zxid seen then (resolve.lua: a lost write's node may have gone
+-- since).  A mark not there: deleted by hand, when a version was known;
+-- else never made (a removal makes it first; nothing deletes one), so
+-- nothing at path was ever removed.
+function G.pmark_moved(path, v, zxid)
     local mpath = G.pmark_path(path)
     local rc, stat = Z.exists(mpath)
-    if rc == zk.NONODE then return true end -- (deleted by hand)
+    if rc == zk.NONODE then return v ~= nil end
     if rc ~= zk.OK then Z.fail(rc, "exists " .. mpath) end
-    return stat.version ~= v
-end
-
--- Whether the persistent mark of path was written after zxid, read now (a
--- removal of a persistent node at path since then bumped it).  A mark not
--- there was never made (a removal checks it, so makes it first; nothing
--- deletes one): nothing at path was ever removed.
-function G.pmark_written_after(path, zxid)
-    local mpath = G.pmark_path(path)
-    local rc, stat = Z.exists(mpath)
-    if rc == zk.NONODE then return false end
-    if rc ~= zk.OK then Z.fail(rc, "exists " .. mpath) end
+    if v ~= nil then return stat.version ~= v end
     return stat.mzxid > (zxid or 0)
 end
 

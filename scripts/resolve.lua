@@ -42,9 +42,7 @@ end
 -- planned (p.seen_zxid; p, if it applied, came after it) may have been
 -- bumped by a removal of p's node, and one written before was not.
 local function persistent_removed(p)
-    local v = p.rec.pmark_checked or p.pmark_v
-    if v == nil then return G.pmark_written_after(p.rec.path, p.seen_zxid) end
-    return G.pmark_moved(p.rec.path, v)
+    return G.pmark_moved(p.rec.path, p.rec.pmark_checked or p.pmark_v, p.seen_zxid)
 end
 
 -- Whether a set of ours (p) that a node now at `stat` does not carry may
