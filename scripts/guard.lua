@@ -233,6 +233,14 @@ function G.pmark_known(path)
     return k and k.watched and k.sid == zk.session() and k.v or nil
 end
 
+-- The stat of the mark at mpath, read now; nil when there is none.
+local function mark_stat(mpath)
+    local rc, stat = Z.exists(mpath)
+    if rc == zk.NONODE then return nil end
+    if rc ~= zk.OK then Z.fail(rc, "exists " .. mpath) end
+    return stat
+end
+
 -- Whether the persistent mark of path moved, read now, since a write of a
 -- persistent node at path was sent (a removal of one since bumped it):
 -- past version v, as known then; or, v not known, written after zxid, the
@@ -241,10 +249,8 @@ end
 -- else never made (a removal makes it first; nothing deletes one), so
 -- nothing at path was ever removed.
 function G.pmark_moved(path, v, zxid)
-    local mpath = G.pmark_path(path)
-    local rc, stat = Z.exists(mpath)
-    if rc == zk.NONODE then return v ~= nil end
-    if rc ~= zk.OK then Z.fail(rc, "exists " .. mpath) end
+    local stat = mark_stat(G.pmark_path(path))
+    if not stat then return v ~= nil end
     if v ~= nil then return stat.version ~= v end
     return stat.mzxid > (zxid or 0)
 end
@@ -613,6 +619,16 @@ function G.ending(deadline) return deadline ~= nil and deadline <= host.now() + 
 function G.unmoved(sid, gv, gcz)
     local rc, stat = Z.exists(G.path(sid))
     return rc == zk.OK and stat.version == gv and (gcz == nil or stat.czxid == gcz)
+end
+
+-- Whether session sid's mark of a node at path was written after zxid,
+-- read now: every removal of a node of that session, by anyone, bumps the
+-- node's mark in the multi that removes it, so a node of sid at path that
+-- a write sent after zxid was seen made or wrote was not removed since
+-- while this is false (resolve.lua).  No mark: the session is gone.
+function G.mark_moved(sid, path, zxid)
+    local stat = mark_stat(G.mark_path(sid, path))
+    return not stat or stat.mzxid > (zxid or 0)
 end
 
 function G.lasts(sid)

@@ -453,8 +453,8 @@ end
 --   w.kind         "create" (no node), "set" (in place), "replace"
 --   w.ops          the ops that write it: a create, a set(version), or replace_ops
 --   w.new_version  the node's version after it, for an answer with no stat
---   w.pmark_v      persistent: its mark's version known as planned, and
---   w.seen_zxid    the newest zxid seen then (resolve.lua)
+--   w.pmark_v      persistent: its mark's version known as planned
+--   w.seen_zxid    the newest zxid seen as planned (resolve.lua)
 -- In place only while the key lives: a key that expired is gone for Redis,
 -- and writing it again makes a new node, so that its czxid (the fencing
 -- token) grows with every acquisition.  sid: the session the write goes in
@@ -478,7 +478,8 @@ function K.plan_write(rec, vtype, payload, ttl, sid, clamped)
         w.kind = "replace"
         w.ops, w.new_version = replace_ops(rec.path, node.version, w.data, w.flags, H.has("on_acquire"))
     end
-    if w.lifetime == "persistent" then w.pmark_v, w.seen_zxid = G.pmark_known(rec.path), zk.seen_zxid() end
+    w.seen_zxid = zk.seen_zxid()
+    if w.lifetime == "persistent" then w.pmark_v = G.pmark_known(rec.path) end
     return w
 end
 

@@ -45,6 +45,15 @@ local function persistent_removed(p)
     return G.pmark_moved(p.rec.path, p.rec.pmark_checked or p.pmark_v, p.seen_zxid)
 end
 
+-- Whether a node of our session (sid, guard at gv, gcz as p was sent) at
+-- p's path may have been removed by another sidecar since p was sent:
+-- whoever removes a node of ours bumps our guard (not our own removals,
+-- which wait for p on the key's queue) and the node's mark, so both moved,
+-- the mark written after the newest zxid seen as p was planned.
+local function removed_by_another(p, sid, gv, gcz)
+    return not G.unmoved(sid, gv, gcz) and G.mark_moved(sid, p.rec.path, p.seen_zxid)
+end
+
 -- Whether a set of ours (p) that a node now at `stat` does not carry may
 -- still have applied, overwritten since: unless that node is the one we
 -- wrote on, as we read it or one version on (another's set landed first,
@@ -56,17 +65,15 @@ end
 -- another nonce tells "ours did not apply" only when it is the node the
 -- replace would have deleted (its czxid), or, for a create, a node still
 -- at version 0 (made by someone else's create, never written since) that
--- did not replace ours: for an ephemeral node of ours, our guard (sid, gv,
--- gcz: as the write was sent) did not move, since whoever removes a node
--- of our session bumps it; for a persistent one, nothing removed a node
--- at its path since (persistent_removed).  Anything else may be ours,
--- overwritten.
+-- did not replace ours: nothing removed a node at its path since (of our
+-- session: removed_by_another; persistent: persistent_removed).  Anything
+-- else may be ours, overwritten.
 local function maybe_overwritten(p, stat, sid, gv, gcz)
     local n = p.rec.node
     if p.kind == "create" then
         if stat.version ~= 0 then return true end
         if p.lifetime ~= "ephemeral" then return persistent_removed(p) end
-        return not (gv and sid == zk.session() and G.unmoved(sid, gv, gcz))
+        return not (gv and sid == zk.session()) or removed_by_another(p, sid, gv, gcz)
     end
     if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end
     return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version))
@@ -75,12 +82,12 @@ end
 -- Whether a write of ours (p) whose node is gone now may have applied and
 -- been removed since: a persistent node's removal bumps its mark
 -- (persistent_removed), another sidecar's removal of a node of our session
--- our guard (moved since p was sent).  An ephemeral node of a session given
+-- our guard and its mark (removed_by_another).  An ephemeral node of a session given
 -- up since may have gone with it: the command runs again, as for one found
 -- under that session.
 local function maybe_removed(p, sid, gv, gcz)
     if p.lifetime ~= "ephemeral" then return persistent_removed(p) end
-    return gv ~= nil and sid == zk.session() and not G.unmoved(sid, gv, gcz)
+    return gv ~= nil and sid == zk.session() and removed_by_another(p, sid, gv, gcz)
 end
 
 -- The writes of one request (a multi applies whole or not at all): applied

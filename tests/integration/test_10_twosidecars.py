@@ -387,6 +387,31 @@ def test_lost_lock_seen_and_deleted_is_not_taken_again(make_proxy, make_zkresp, 
     assert cb.cmd("GET", key) == b"$-1\r\n"
 
 
+def test_lost_lock_that_did_not_apply_is_taken_after_a_removal_of_another_key(make_proxy, make_zkresp, zk, kz):
+    """A's SET NX PX never reaches ZooKeeper (the connection cut); meanwhile
+    B deletes another lock of A's, which bumps A's session guard and the
+    mark of that lock's node, not the mark of this one's.  A finds no node
+    and this node's mark last written before the newest zxid A had seen as
+    it sent the create: nothing of A's at that path was removed since, so
+    the SET runs again and takes the lock (resolve.lua, guard.lua's
+    mark_moved), where the guard alone answered TRYAGAIN."""
+    b, proxy, ca, cb = _behind_proxy(make_proxy, make_zkresp, zk)
+    key = harness.unique("lk")
+    mark = _mark_of(keyenc.node_path(b.root, key))
+    other = next(o for o in ("%s.%d" % (key, i) for i in range(1000))
+                 if _mark_of(keyenc.node_path(b.root, o)) != mark)
+    assert ca.cmd("SET", other, "t0", "PX", "60000") == b"+OK\r\n"
+    guard = "%s/g/%016x" % (b.root, harness.key_stat(kz, b.root, other)[1].ephemeralOwner)
+    v = kz.get(guard)[1].version
+    with _in_flight(ca, ("SET", key, "t1", "NX", "PX", "60000"),
+                    lambda: proxy.blackhole_at_next(("create", "create2")),
+                    proxy.wait_holed, lambda: proxy.blackhole(False)) as answer:
+        assert cb.cmd("DEL", other) == b":1\r\n"
+        assert kz.get(guard)[1].version == v + 1
+    assert answer == [b"+OK\r\n"]
+    assert cb.cmd("GET", key) == b"$2\r\nt1\r\n"
+
+
 def test_lock_expires_via_a_then_taken_via_b(zkresp_pair):
     a, b = zkresp_pair
     ca, cb = a.client(), b.client()

@@ -41,11 +41,13 @@ describe("lost commit of a create/replace overwritten before the resolve", funct
 
     it("create of an ephemeral key replaced by another sidecar before the resolve: not applied twice", function()
         a:fail_next({ op = "create", path = a:path("rl"), when = "after", hook = function()
-            -- b's SET: a's node replaced by b's (version 0 again), a's guard bumped
+            -- b's SET: a's node replaced by b's (version 0 again), a's guard
+            -- and the node's mark bumped
             W:raw_delete(a:path("rl"))
             W:raw_create(a:path("rl"), codec.encode({ type = codec.STRING, ttl = 60000,
                 nonce = string.rep("b", 16), payload = "5" }), b.sid)
             W:raw_set(a.K.guard_path(a.sid), "")
+            W:raw_set(a.K.mark_path(a.sid, a:path("rl")), "")
         end })
         local r = a:call("EVAL", counter, "1", "rl")
         assert.same(UNAVAILABLE, r)

@@ -157,6 +157,44 @@ describe("a lost write", function()
         assert.equal(1, a:call("INCR", "ctr"))
     end)
 
+    -- A key with a TTL is a node of a's session: another sidecar's removal
+    -- of one bumps a's guard and the node's mark (one of G.MARKS).
+
+    -- a key of a's on another mark than key's, or on the same one
+    local function other_key(key, same)
+        for i = 1, 2000 do
+            local o = "o" .. i
+            if (a.K.mark_path(a.sid, a:path(o)) == a.K.mark_path(a.sid, a:path(key))) == same then return o end
+        end
+    end
+
+    it("a create of a key with a TTL that did not apply runs again after a removal of another key of a's", function()
+        local o = other_key("ek3", false)
+        assert.same(OK, a:call("SET", o, "v", "PX", "60000"))
+        assert.same(OK, lost("create", "before", function()
+            assert.equal(1, b:call("DEL", o)) -- (a's guard bumped, not ek3's mark)
+        end, "SET", "ek3", "mine", "NX", "PX", "60000"))
+        assert.equal("mine", b:call("GET", "ek3"))
+        -- beaten by b's, made after that removal: runs again on it
+        assert.same(OK, a:call("SET", o, "v", "PX", "60000"))
+        assert.equal(null, lost("create", "before", function()
+            assert.equal(1, b:call("DEL", o))
+            assert.same(OK, b:call("SET", "ek4", "b's", "NX", "PX", "60000"))
+        end, "SET", "ek4", "mine", "NX", "PX", "60000"))
+        assert.equal("b's", b:call("GET", "ek4"))
+    end)
+
+    -- The price: a removal of another key of a's on the same mark since is
+    -- not told from one of ek5's node.
+    it("a create of a key with a TTL that did not apply answers TRYAGAIN after a removal on its mark", function()
+        local o = other_key("ek5", true)
+        assert.same(OK, a:call("SET", o, "v", "PX", "60000"))
+        assert.same(S.UNAVAILABLE, lost("create", "before", function()
+            assert.equal(1, b:call("DEL", o))
+        end, "SET", "ek5", "mine", "NX", "PX", "60000"))
+        assert.equal(null, b:call("GET", "ek5"))
+    end)
+
     it("a create that did not apply, nothing removed since, runs again", function()
         assert.equal(1, lost("create", "before", function() end, "INCR", "fresh"))
         assert.same(OK, lost("create", "before", function() end, "SET", "ek2", "v", "NX", "PX", "60000"))
