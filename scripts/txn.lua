@@ -120,7 +120,7 @@ local function hold_keys(keys, script)
     local paths = {}
     for i = 1, #keys do paths[i] = K.path(keys[i]) end
     if script and K.owns(paths) then host.lease_wait() end
-    return queue.hold(paths)
+    return queue.hold(paths), paths
 end
 
 -- After attempt number `attempt` failed with `res` (from handler): true and
@@ -453,10 +453,29 @@ local function after_commit(t, ok)
     for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
+-- The keys a script's run t read or wrote whose queues it does not hold
+-- (held: path -> true), nil when none.  Redis lets a script name keys it
+-- did not declare (outside a cluster): T.script takes their queues too
+-- and runs it again, so that no other command of this sidecar on them
+-- runs in between (a connection's pipelined commands keep their order;
+-- resolve.lua tells a lost write from a removal of ours by it).
+local function unheld(t, held)
+    local more
+    for key, rec in pairs(t.base) do
+        if not held[rec.path] then
+            more = more or {}
+            more[#more + 1] = key
+        end
+    end
+    return more
+end
+
 -- (`uncounted`: a command's transaction, not a script's, for T.stats.)
 function T.script(keys, fn, uncounted)
     local co = coroutine.running()
-    local held <close> = hold_keys(keys, true)
+    local ticket, paths = hold_keys(keys, true)
+    local held <close> = setmetatable({}, { __close = function() ticket:release() end })
+    for _, path in ipairs(paths) do held[path] = true end
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
     local seed -- records read by the failed attempt for the next one
@@ -467,6 +486,18 @@ function T.script(keys, fn, uncounted)
         current[co] = t
         local ok, res, commit = xpcall(fn, handler, t)
         current[co] = nil
+        local more = ok and unheld(t, held)
+        if more then
+            -- run again, reading them anew, their queues held too
+            ticket:release()
+            keys = table.move(keys, 1, #keys, 1, {})
+            table.move(more, 1, #more, #keys + 1, keys)
+            ticket, paths = hold_keys(keys, true)
+            for _, path in ipairs(paths) do held[path] = true end
+            if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
+            K.arrived()
+            goto again
+        end
         if ok and commit == false then
             -- a failed script commits nothing, but may have failed on a
             -- key presumed absent
@@ -487,8 +518,11 @@ function T.script(keys, fn, uncounted)
             if not uncounted then T.stats.retries = T.stats.retries + 1 end
             seed = res.recs
         end
-        local done, reply = after_failure(res, attempt)
-        if done then return reply end
+        do
+            local done, reply = after_failure(res, attempt)
+            if done then return reply end
+        end
+        ::again::
     end
 end
 

@@ -157,6 +157,20 @@ seq("eval_shebang_numkeys_replies", [
 ])
 
 
+# Keys a script names in ARGV, not KEYS (Redis allows it outside a
+# cluster): the script runs again with their queues held (txn.lua).
+seq("eval_undeclared_keys", [
+    ["SET", "@lk", "mine", "PX", "60000"],
+    [E, "if redis.call('GET', ARGV[1]) == ARGV[2] then return redis.call('DEL', ARGV[1]) end return 0",
+     "0", "@lk", "mine"],
+    ["EXISTS", "@lk"],
+    [E, "redis.call('SET', ARGV[1], ARGV[2]) return redis.call('INCR', ARGV[1])", "0", "@ctr", "5"],
+    ["SET", "@lk2", "x"],
+    [E, "return redis.call('GET', KEYS[1]) .. redis.call('GET', ARGV[1])", "1", "@ctr", "@lk2"],
+    ["GET", "@ctr"],
+])
+
+
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("name", sorted(SEQUENCES))
 def test_same_as_redis(name, proto, zkr, redis_ref):

@@ -195,6 +195,24 @@ describe("a lost write", function()
         assert.equal(null, b:call("GET", "ek5"))
     end)
 
+    -- (a helper's review: a script naming a key it did not declare held no
+    -- queue of it, so its DEL of the lock, a removal of a's own that moves
+    -- no guard, ran while the lost SET was resolved, and the SET ran again)
+    it("a script's removal of a key it did not declare waits for a lost write of that key", function()
+        local release = "if redis.call('GET', ARGV[1]) == ARGV[2] then return redis.call('DEL', ARGV[1]) end return 0"
+        a:fail_next({ op = "create", when = "after", latency = 5 })
+        a:fail_next({ op = "sync", pass = true, latency = 50 })
+        local set = a:start("SET", "lk", "mine", "NX", "PX", "60000")
+        W:advance(20) -- applied, its reply lost; the look on its way
+        assert.equal("mine", b:call("GET", "lk"))
+        local del = a:start("EVAL", release, "0", "lk", "mine")
+        W:run_until(function() return set.done and del.done end)
+        a.faults = {}
+        assert.same(OK, set.result)
+        assert.equal(1, del.result)
+        assert.equal(null, b:call("GET", "lk"))
+    end)
+
     it("a create that did not apply, nothing removed since, runs again", function()
         assert.equal(1, lost("create", "before", function() end, "INCR", "fresh"))
         assert.same(OK, lost("create", "before", function() end, "SET", "ek2", "v", "NX", "PX", "60000"))
