@@ -94,6 +94,15 @@ function Q.hold(paths)
     return ticket
 end
 
+-- Takes the queues of paths now when nobody holds or waits for any of
+-- them; nil otherwise (nothing taken, no wait).
+function Q.try_hold(paths)
+    for i = 1, #paths do
+        if queues[paths[i]] then return nil end
+    end
+    return Q.hold(paths)
+end
+
 -- Number of keys with a queue (for INFO and the specs).
 function Q.busy()
     local n = 0

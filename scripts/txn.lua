@@ -453,21 +453,23 @@ local function after_commit(t, ok)
     for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
--- The keys a script's run t read or wrote whose queues it does not hold
--- (held: path -> true), nil when none.  Redis lets a script name keys it
--- did not declare (outside a cluster): T.script takes their queues too
--- and runs it again, so that no other command of this sidecar on them
--- runs in between (a connection's pipelined commands keep their order;
--- resolve.lua tells a lost write from a removal of ours by it).
-local function unheld(t, held)
-    local more
-    for key, rec in pairs(t.base) do
-        if not held[rec.path] then
-            more = more or {}
-            more[#more + 1] = key
+-- The keys a script's run t writes whose queues it does not hold (held:
+-- path -> true), and a ticket taking those queues now: nil when there are
+-- none, the keys and false when one is busy.  Redis lets a script name
+-- keys it did not declare (outside a cluster); its write of one commits
+-- only while no other command of this sidecar holds the key, as any
+-- command's (resolve.lua's judgement of a lost write rests on it).
+local function hold_written(t, held)
+    local keys, paths
+    for key in pairs(t.writes) do
+        local path = t.base[key].path
+        if not held[path] then
+            keys, paths = keys or {}, paths or {}
+            keys[#keys + 1], paths[#paths + 1] = key, path
         end
     end
-    return more
+    if not keys then return nil end
+    return keys, queue.try_hold(paths) or false
 end
 
 -- (`uncounted`: a command's transaction, not a script's, for T.stats.)
@@ -486,18 +488,6 @@ function T.script(keys, fn, uncounted)
         current[co] = t
         local ok, res, commit = xpcall(fn, handler, t)
         current[co] = nil
-        local more = ok and unheld(t, held)
-        if more then
-            -- run again, reading them anew, their queues held too
-            ticket:release()
-            keys = table.move(keys, 1, #keys, 1, {})
-            table.move(more, 1, #more, #keys + 1, keys)
-            ticket, paths = hold_keys(keys, true)
-            for _, path in ipairs(paths) do held[path] = true end
-            if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
-            K.arrived()
-            goto again
-        end
         if ok and commit == false then
             -- a failed script commits nothing, but may have failed on a
             -- key presumed absent
@@ -505,6 +495,18 @@ function T.script(keys, fn, uncounted)
             if cok then return res end
             res = cres
         elseif ok then
+            local more, also <close> = hold_written(t, held)
+            if also == false then
+                -- busy: wait for them too, all at once, and run again
+                if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
+                ticket:release()
+                keys = table.move(keys, 1, #keys, 1, {})
+                table.move(more, 1, #more, #keys + 1, keys)
+                ticket, paths = hold_keys(keys, true)
+                for _, path in ipairs(paths) do held[path] = true end
+                K.arrived()
+                goto again
+            end
             local cok, cres = xpcall(commit_buffered, handler, t)
             after_commit(t, cok)
             if cok then
