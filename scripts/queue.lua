@@ -7,9 +7,12 @@
 --
 -- A command enqueues a ticket on all of its keys at once (no yield in
 -- between) and runs when its ticket is first in every one of those queues.
--- Since every queue is ordered by the same arrival order, the earliest
--- waiting ticket is first everywhere it waits: no deadlock, whatever the key
--- order.
+-- A ticket waits only for tickets that were there before it, so no ticket
+-- waits, even through others, for itself: no deadlock, whatever the key
+-- order.  A script adds the keys it did not declare once it ran
+-- (Q.extend); it joins their queues only where that keeps no ticket
+-- waiting for itself, and otherwise gives up its queues and takes them
+-- all again.
 --
 -- Use it with a to-be-closed variable, so that the queues are released on
 -- every exit: a return, an error, or the host closing the coroutine:
@@ -65,6 +68,18 @@ local function unique(paths)
     return list
 end
 
+-- Puts ticket at the tail of path's queue (it needs one more release
+-- when someone is ahead).
+local function join(ticket, path)
+    local q = queues[path]
+    if not q then
+        q = {}
+        queues[path] = q
+    end
+    q[#q + 1] = ticket
+    if #q > 1 then ticket.need = ticket.need + 1 end
+end
+
 -- Takes the queues of `paths` (a list; duplicates allowed; kept by the
 -- ticket, not to be changed) for the running coroutine, waiting for earlier
 -- holders.  Returns the ticket, to be held in a <close> variable (or
@@ -72,16 +87,7 @@ end
 function Q.hold(paths)
     local list = unique(paths)
     local ticket = setmetatable({ co = coroutine.running(), paths = list, need = 0 }, Ticket)
-    for i = 1, #list do
-        local p = list[i]
-        local q = queues[p]
-        if not q then
-            q = {}
-            queues[p] = q
-        end
-        q[#q + 1] = ticket
-        if #q > 1 then ticket.need = ticket.need + 1 end
-    end
+    for i = 1, #list do join(ticket, list[i]) end
     -- If the coroutine is closed while it waits here, the caller's <close>
     -- variable does not exist yet, so the wait guards itself: the ticket
     -- leaves the queues and the keys it already heads pass to the next.
@@ -94,13 +100,57 @@ function Q.hold(paths)
     return ticket
 end
 
--- Takes the queues of paths now when nobody holds or waits for any of
--- them; nil otherwise (nothing taken, no wait).
-function Q.try_hold(paths)
-    for i = 1, #paths do
-        if queues[paths[i]] then return nil end
+-- Whether ticket t waits, directly or through others, for ticket target:
+-- a ticket waits for every ticket ahead of it in each of its queues.
+local function waits_for(t, target, seen)
+    if t == target then return true end
+    if seen[t] then return false end
+    seen[t] = true
+    local paths = t.paths
+    for j = 1, #paths do
+        local q = queues[paths[j]] or {}
+        for i = 1, #q do
+            local u = q[i]
+            if u == t then break end
+            if waits_for(u, target, seen) then return true end
+        end
     end
-    return Q.hold(paths)
+    return false
+end
+
+-- Adds paths to the queues a held ticket holds (a script's undeclared
+-- keys, known only once it ran), at their tails, and waits until it holds
+-- them too.  Returns false, adding nothing, when a ticket already there
+-- waits, directly or through others, for this one (waiting would never
+-- end: the caller gives its queues up and takes them all again), else
+-- true and whether it waited.  A ticket added at a tail waits for those
+-- ahead of it there, as a new one does; nobody waits for it there, so no
+-- cycle can form unless one already leads back to it.  If the coroutine
+-- is closed while it waits, the caller's <close> variable releases the
+-- whole ticket.
+function Q.extend(ticket, paths)
+    local have = {}
+    for _, p in ipairs(ticket.paths) do have[p] = true end
+    local new, seen = {}, {}
+    for _, p in ipairs(paths) do
+        if not have[p] then
+            have[p] = true
+            new[#new + 1] = p
+            local q = queues[p] or {}
+            for i = 1, #q do
+                if waits_for(q[i], ticket, seen) then return false end
+            end
+        end
+    end
+    local list = table.move(ticket.paths, 1, #ticket.paths, 1, {})
+    for _, p in ipairs(new) do
+        list[#list + 1] = p
+        join(ticket, p)
+    end
+    ticket.paths = list
+    local waited = ticket.need > 0
+    while ticket.need > 0 do host.suspend() end
+    return true, waited
 end
 
 -- Number of keys with a queue (for INFO and the specs).

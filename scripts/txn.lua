@@ -120,7 +120,7 @@ local function hold_keys(keys, script)
     local paths = {}
     for i = 1, #keys do paths[i] = K.path(keys[i]) end
     if script and K.owns(paths) then host.lease_wait() end
-    return queue.hold(paths), paths
+    return queue.hold(paths)
 end
 
 -- After attempt number `attempt` failed with `res` (from handler): true and
@@ -453,13 +453,15 @@ local function after_commit(t, ok)
     for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
--- The keys a script's run t writes whose queues it does not hold (held:
--- path -> true), and a ticket taking those queues now: nil when there are
--- none, the keys and false when one is busy.  Redis lets a script name
--- keys it did not declare (outside a cluster); its write of one commits
--- only while no other command of this sidecar holds the key, as any
--- command's (resolve.lua's judgement of a lost write rests on it).
-local function hold_written(t, held)
+-- The keys a script's run t writes whose queues its ticket does not hold
+-- and their paths, or nil when none.  Redis lets a script name keys it
+-- did not declare (outside a cluster); its write of one commits only once
+-- no other command of this sidecar holds the key, as any command's
+-- (resolve.lua's judgement of a lost write rests on it).
+local function unheld_writes(t, ticket)
+    if next(t.writes) == nil then return nil end
+    local held = {}
+    for _, path in ipairs(ticket.paths) do held[path] = true end
     local keys, paths
     for key in pairs(t.writes) do
         local path = t.base[key].path
@@ -468,16 +470,14 @@ local function hold_written(t, held)
             keys[#keys + 1], paths[#paths + 1] = key, path
         end
     end
-    if not keys then return nil end
-    return keys, queue.try_hold(paths) or false
+    return keys, paths
 end
 
 -- (`uncounted`: a command's transaction, not a script's, for T.stats.)
 function T.script(keys, fn, uncounted)
     local co = coroutine.running()
-    local ticket, paths = hold_keys(keys, true)
+    local ticket = hold_keys(keys, true)
     local held <close> = setmetatable({}, { __close = function() ticket:release() end })
-    for _, path in ipairs(paths) do held[path] = true end
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
     local seed -- records read by the failed attempt for the next one
@@ -495,17 +495,24 @@ function T.script(keys, fn, uncounted)
             if cok then return res end
             res = cres
         elseif ok then
-            local more, also <close> = hold_written(t, held)
-            if also == false then
-                -- busy: wait for them too, all at once, and run again
-                if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
-                ticket:release()
+            local more, more_paths = unheld_writes(t, ticket)
+            if more then
+                -- their queues too, kept to the script's end; after a wait
+                -- (another command of this sidecar on one came first), or
+                -- when waiting could never end (one waits for ours: give
+                -- every queue up and take them all again), run again
                 keys = table.move(keys, 1, #keys, 1, {})
                 table.move(more, 1, #more, #keys + 1, keys)
-                ticket, paths = hold_keys(keys, true)
-                for _, path in ipairs(paths) do held[path] = true end
-                K.arrived()
-                goto again
+                local added, waited = queue.extend(ticket, more_paths)
+                if not added then
+                    ticket:release()
+                    ticket = hold_keys(keys, true)
+                end
+                if waited or not added then
+                    if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
+                    K.arrived()
+                    goto again
+                end
             end
             local cok, cres = xpcall(commit_buffered, handler, t)
             after_commit(t, cok)
