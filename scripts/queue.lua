@@ -88,31 +88,55 @@ function Q.hold(paths)
     local list = unique(paths)
     local ticket = setmetatable({ co = coroutine.running(), paths = list, need = 0 }, Ticket)
     for i = 1, #list do join(ticket, list[i]) end
-    -- If the coroutine is closed while it waits here, the caller's <close>
-    -- variable does not exist yet, so the wait guards itself: the ticket
-    -- leaves the queues and the keys it already heads pass to the next.
+    -- If the coroutine is closed while it waits here (or once woken, before
+    -- it runs), the caller's <close> variable does not exist yet, so the
+    -- wait guards itself: the ticket leaves the queues and the keys it
+    -- already heads pass to the next.
     if ticket.need > 0 then
+        local taken = false
         local waiter <close> = setmetatable({}, { __close = function()
-            if ticket.need > 0 then release(ticket) end
+            if not taken then release(ticket) end
         end })
         while ticket.need > 0 do host.suspend() end
+        taken = true
     end
     return ticket
 end
 
--- Whether ticket t waits, directly or through others, for ticket target:
--- a ticket waits for every ticket ahead of it in each of its queues.
-local function waits_for(t, target, seen)
-    if t == target then return true end
-    if seen[t] then return false end
-    seen[t] = true
-    local paths = t.paths
-    for j = 1, #paths do
-        local q = queues[paths[j]] or {}
-        for i = 1, #q do
-            local u = q[i]
-            if u == t then break end
-            if waits_for(u, target, seen) then return true end
+-- How many steps the look for a cycle takes before it answers yes.
+local CYCLE_LOOK_MAX = 10000
+
+-- Whether a ticket joining the tails of paths would wait, even through
+-- others, for ticket (or the look went past CYCLE_LOOK_MAX steps: yes).
+-- A ticket waits for the one just ahead of it in each of its queues, and
+-- through it for all those further ahead, so the look follows those only;
+-- each entry carries where its ticket stands in the queue it came by.
+local function would_wait_for(paths, ticket)
+    local seen, stack, steps = {}, {}, 0
+    for _, path in ipairs(paths) do
+        local q = queues[path]
+        if q then stack[#stack + 1] = { q[#q], path, #q } end
+    end
+    while #stack > 0 do
+        local e = table.remove(stack)
+        local t = e[1]
+        if t == ticket then return true end
+        if not seen[t] then
+            seen[t] = true
+            for _, path in ipairs(t.paths) do
+                local q = queues[path] or {}
+                local i = e[3]
+                if path ~= e[2] then
+                    i = #q
+                    while i > 0 and q[i] ~= t do
+                        i = i - 1
+                        steps = steps + 1
+                    end
+                end
+                if i > 1 then stack[#stack + 1] = { q[i - 1], path, i - 1 } end
+            end
+            steps = steps + 1
+            if steps > CYCLE_LOOK_MAX then return true end
         end
     end
     return false
@@ -121,8 +145,8 @@ end
 -- Adds paths to the queues a held ticket holds (a script's undeclared
 -- keys, known only once it ran), at their tails, and waits until it holds
 -- them too.  Returns false, adding nothing, when a ticket already there
--- waits, directly or through others, for this one (waiting would never
--- end: the caller gives its queues up and takes them all again), else
+-- waits, directly or through others, for this one, or may (waiting would
+-- never end: the caller gives its queues up and takes them all again), else
 -- true and whether it waited.  A ticket added at a tail waits for those
 -- ahead of it there, as a new one does; nobody waits for it there, so no
 -- cycle can form unless one already leads back to it.  If the coroutine
@@ -131,17 +155,14 @@ end
 function Q.extend(ticket, paths)
     local have = {}
     for _, p in ipairs(ticket.paths) do have[p] = true end
-    local new, seen = {}, {}
+    local new = {}
     for _, p in ipairs(paths) do
         if not have[p] then
             have[p] = true
             new[#new + 1] = p
-            local q = queues[p] or {}
-            for i = 1, #q do
-                if waits_for(q[i], ticket, seen) then return false end
-            end
         end
     end
+    if would_wait_for(new, ticket) then return false end
     local list = table.move(ticket.paths, 1, #ticket.paths, 1, {})
     for _, p in ipairs(new) do
         list[#list + 1] = p

@@ -90,6 +90,48 @@ describe("per-key queues", function()
         assert.equal(0, a.require("queue").busy())
     end)
 
+    -- (a helper's review: the wait's guard released only while the
+    -- ticket still needed a release, not once woken, before it ran)
+    it("gives the key up when a command is closed between its wake and its run", function()
+        local queue, k = a.require("queue"), a:path("k")
+        local waiter
+        local holder = W:spawn(a, function()
+            local t = queue.hold({ k })
+            a.host.sleep(10)
+            t:release() -- (the waiter's wake is posted)
+            W:abort(waiter)
+        end)
+        W:advance(1)
+        waiter = W:spawn(a, function() local h <close> = queue.hold({ k }) end)
+        W:advance(1)
+        local late = W:spawn(a, function() local h <close> = queue.hold({ k }) end)
+        W:run_until(function() return holder.done and late.done end, 1000)
+        assert.equal(0, queue.busy())
+    end)
+
+    -- A script adding a key a herd waits on (queue.extend) looks at each
+    -- waiter once: it joins the tail, where a look of more steps than
+    -- waiters would have given up and taken every queue again.
+    it("adds a key with 8000 commands waiting on it to a held ticket", function()
+        local queue = a.require("queue")
+        for _ = 1, 8000 do
+            W:spawn(a, function()
+                local h <close> = queue.hold({ a:path("B") })
+                a.host.sleep(10)
+            end)
+        end
+        W:advance(1)
+        local added
+        W:spawn(a, function()
+            local t <close> = queue.hold({ a:path("A") })
+            added = queue.extend(t, { a:path("B") })
+        end)
+        W:advance(1)
+        assert.is_true(added == nil) -- (waiting at B's tail)
+        W:run_until(function() return added ~= nil end, 100000)
+        assert.is_true(added)
+    end)
+
     it("keeps INCR exact across sidecars racing on one key", function()
         local c = W:sidecar()
         local tasks = {}
