@@ -81,10 +81,10 @@ end
 
 -- Whether a write of ours (p) whose node is gone now may have applied and
 -- been removed since: a persistent node's removal bumps its mark
--- (persistent_removed), another sidecar's removal of a node of our session
--- our guard and its mark (removed_by_another).  An ephemeral node of a session given
--- up since may have gone with it: the command runs again, as for one found
--- under that session.
+-- (persistent_removed), another sidecar's removal of a node of our
+-- session our guard and its mark (removed_by_another).  An ephemeral node
+-- of a session given up since may have gone with it: the command runs
+-- again, as for one found under that session.
 local function maybe_removed(p, sid, gv, gcz)
     if p.lifetime ~= "ephemeral" then return persistent_removed(p) end
     return gv ~= nil and sid == zk.session() and removed_by_another(p, sid, gv, gcz)
