@@ -478,6 +478,25 @@ function T.script(keys, fn, uncounted)
     local co = coroutine.running()
     local ticket = hold_keys(keys, true)
     local held <close> = setmetatable({}, { __close = function() ticket:release() end })
+    -- The commit of run t, after the queues of the undeclared keys it
+    -- writes, kept to the script's end: after a wait for them (another
+    -- command of this sidecar on one came first), or when waiting could
+    -- never end (one waits for ours: every queue given up and all taken
+    -- again), the script runs again instead.
+    local function commit_run(t)
+        local more, paths = unheld_writes(t, ticket)
+        if more then
+            keys = table.move(keys, 1, #keys, 1, {})
+            table.move(more, 1, #more, #keys + 1, keys)
+            local added, waited = queue.extend(ticket, paths)
+            if not added then
+                ticket:release()
+                ticket = hold_keys(keys, true)
+            end
+            if waited or not added then K.retry(0) end
+        end
+        return commit_buffered(t)
+    end
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
     local seed -- records read by the failed attempt for the next one
@@ -495,26 +514,7 @@ function T.script(keys, fn, uncounted)
             if cok then return res end
             res = cres
         elseif ok then
-            local more, more_paths = unheld_writes(t, ticket)
-            if more then
-                -- their queues too, kept to the script's end; after a wait
-                -- (another command of this sidecar on one came first), or
-                -- when waiting could never end (one waits for ours: give
-                -- every queue up and take them all again), run again
-                keys = table.move(keys, 1, #keys, 1, {})
-                table.move(more, 1, #more, #keys + 1, keys)
-                local added, waited = queue.extend(ticket, more_paths)
-                if not added then
-                    ticket:release()
-                    ticket = hold_keys(keys, true)
-                end
-                if waited or not added then
-                    if attempt >= T.MAX_ATTEMPTS then return { err = errors.CONTENDED } end
-                    K.arrived()
-                    goto again
-                end
-            end
-            local cok, cres = xpcall(commit_buffered, handler, t)
+            local cok, cres = xpcall(commit_run, handler, t)
             after_commit(t, cok)
             if cok then
                 if not uncounted then T.stats.committed = T.stats.committed + 1 end
@@ -527,11 +527,8 @@ function T.script(keys, fn, uncounted)
             if not uncounted then T.stats.retries = T.stats.retries + 1 end
             seed = res.recs
         end
-        do
-            local done, reply = after_failure(res, attempt)
-            if done then return reply end
-        end
-        ::again::
+        local done, reply = after_failure(res, attempt)
+        if done then return reply end
     end
 end
 
