@@ -7,9 +7,9 @@
 --
 -- A command enqueues a ticket on all of its keys at once (no yield in
 -- between) and runs when its ticket is first in every one of those queues.
--- A ticket waits only for tickets that were there before it, so no ticket
--- waits, even through others, for itself: no deadlock, whatever the key
--- order.  A script adds the keys it did not declare once it ran
+-- A new ticket waits only for tickets that were there before it, so no
+-- ticket waits, even through others, for itself: no deadlock, whatever
+-- the key order.  A script adds the keys it did not declare once it ran
 -- (Q.extend); it joins their queues only where that keeps no ticket
 -- waiting for itself, and otherwise gives up its queues and takes them
 -- all again.

@@ -158,7 +158,8 @@ seq("eval_shebang_numkeys_replies", [
 
 
 # Keys a script names in ARGV, not KEYS (Redis allows it outside a
-# cluster): the script runs again with their queues held (txn.lua).
+# cluster): the queues of those it writes are taken at its commit
+# (txn.lua, queue.extend).
 seq("eval_undeclared_keys", [
     ["SET", "@lk", "mine", "PX", "60000"],
     [E, "if redis.call('GET', ARGV[1]) == ARGV[2] then return redis.call('DEL', ARGV[1]) end return 0",
