@@ -54,10 +54,12 @@ local Ticket = { __close = function(t) release(t) end }
 Ticket.__index = Ticket
 Ticket.release = release
 
--- paths without its duplicates (paths itself when it has one).
-local function unique(paths)
-    if #paths <= 1 then return paths end
-    local seen, list = {}, {}
+-- paths without its duplicates (paths itself when it has one), nor, with
+-- `seen` (path -> true), those in it, which it gains.
+local function unique(paths, seen)
+    if #paths <= 1 and not seen then return paths end
+    local list = {}
+    seen = seen or {}
     for i = 1, #paths do
         local p = paths[i]
         if not seen[p] then
@@ -144,7 +146,7 @@ end
 
 -- Adds paths to the queues a held ticket holds (a script's undeclared
 -- keys, known only once it ran), at their tails, and waits until it holds
--- them too.  Returns false, adding nothing, when a ticket already there
+-- them too (those it holds already: nothing to do).  Returns false, adding nothing, when a ticket already there
 -- waits, directly or through others, for this one, or may (waiting would
 -- never end: the caller gives its queues up and takes them all again), else
 -- true and whether it waited.  A ticket added at a tail waits for those
@@ -155,13 +157,8 @@ end
 function Q.extend(ticket, paths)
     local have = {}
     for _, p in ipairs(ticket.paths) do have[p] = true end
-    local new = {}
-    for _, p in ipairs(paths) do
-        if not have[p] then
-            have[p] = true
-            new[#new + 1] = p
-        end
-    end
+    local new = unique(paths, have)
+    if #new == 0 then return true, false end
     if would_wait_for(new, ticket) then return false end
     local list = table.move(ticket.paths, 1, #ticket.paths, 1, {})
     for _, p in ipairs(new) do

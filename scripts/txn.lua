@@ -116,11 +116,15 @@ end
 -- variable.  A script on a key this session owns (a renewal, a release)
 -- may wait for a reconnect as long as the session may still be alive
 -- (write commands: zkresp.lua's dispatch).
+local function hold_paths(paths, script)
+    if script and K.owns(paths) then host.lease_wait() end
+    return queue.hold(paths)
+end
+
 local function hold_keys(keys, script)
     local paths = {}
     for i = 1, #keys do paths[i] = K.path(keys[i]) end
-    if script and K.owns(paths) then host.lease_wait() end
-    return queue.hold(paths)
+    return hold_paths(paths, script)
 end
 
 -- After attempt number `attempt` failed with `res` (from handler): true and
@@ -453,24 +457,16 @@ local function after_commit(t, ok)
     for _, p in ipairs(t.participants or {}) do p.done(t, ok, t.commit_ops, t.commit_results) end
 end
 
--- The keys a script's run t writes whose queues its ticket does not hold
--- and their paths, or nil when none.  Redis lets a script name keys it
--- did not declare (outside a cluster); its write of one commits only once
--- no other command of this sidecar holds the key, as any command's
--- (resolve.lua's judgement of a lost write rests on it).
-local function unheld_writes(t, ticket)
+-- The paths of the keys a script's run t writes, nil when none.  Redis
+-- lets a script name keys it did not declare (outside a cluster); its
+-- write of one commits only once no other command of this sidecar holds
+-- the key, as any command's (resolve.lua's judgement of a lost write rests
+-- on it).
+local function written_paths(t)
     if next(t.writes) == nil then return nil end
-    local held = {}
-    for _, path in ipairs(ticket.paths) do held[path] = true end
-    local keys, paths
-    for key in pairs(t.writes) do
-        local path = t.base[key].path
-        if not held[path] then
-            keys, paths = keys or {}, paths or {}
-            keys[#keys + 1], paths[#paths + 1] = key, path
-        end
-    end
-    return keys, paths
+    local paths = {}
+    for key in pairs(t.writes) do paths[#paths + 1] = t.base[key].path end
+    return paths
 end
 
 -- (`uncounted`: a command's transaction, not a script's, for T.stats.)
@@ -478,20 +474,20 @@ function T.script(keys, fn, uncounted)
     local co = coroutine.running()
     local ticket = hold_keys(keys, true)
     local held <close> = setmetatable({}, { __close = function() ticket:release() end })
-    -- The commit of run t, after the queues of the undeclared keys it
-    -- writes, kept to the script's end: after a wait for them (another
-    -- command of this sidecar on one came first), or when waiting could
-    -- never end (one waits for ours: every queue given up and all taken
-    -- again), the script runs again instead.
+    -- The commit of run t, after the queues of the keys it writes (its
+    -- undeclared ones added, kept to the script's end): after a wait for
+    -- them (another command of this sidecar on one came first), or when
+    -- waiting could never end (one waits for ours: every queue given up
+    -- and all taken again), the script runs again instead.
     local function commit_run(t)
-        local more, paths = unheld_writes(t, ticket)
-        if more then
-            keys = table.move(keys, 1, #keys, 1, {})
-            table.move(more, 1, #more, #keys + 1, keys)
+        local paths = written_paths(t)
+        if paths then
             local added, waited = queue.extend(ticket, paths)
             if not added then
+                local all = table.move(ticket.paths, 1, #ticket.paths, 1, {})
+                table.move(paths, 1, #paths, #all + 1, all)
                 ticket:release()
-                ticket = hold_keys(keys, true)
+                ticket = hold_paths(all, true)
             end
             if waited or not added then K.retry(0) end
         end
