@@ -638,6 +638,30 @@ static int shape_ok(const struct cshape *sh, const struct proto_req *pr)
     return 0;
 }
 
+static void no_visit(void *arg, const struct lua_host_cmd *cmd)
+{
+    (void)arg;
+    (void)cmd;
+}
+
+/* The metrics label of a command Lua answers: the built-in ones were
+ * registered at start; one a policy added later (SIGHUP, POLICY RELOAD) is
+ * registered the first time it is asked; any other name counts as
+ * "unknown". */
+static int lua_metric(struct lua_host *lua, const struct proto_arg *name)
+{
+    int idx = metrics_cmd_find(name->ptr, name->len);
+    char lname[129];
+    if (idx > 0 || name->len >= sizeof lname)
+        return idx;
+    for (size_t i = 0; i < name->len; i++)
+        lname[i] = (char)tolower((unsigned char)name->ptr[i]);
+    lname[name->len] = 0;
+    if (!lua_host_command(lua, lname, no_visit, NULL))
+        return 0;
+    return metrics_cmd_register(lname, name->len);
+}
+
 void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
 {
     const struct proto_arg *name = &pr->argv[0];
@@ -658,10 +682,8 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
     const struct ccmd *cc = ci >= 0 ? &ccmds[ci] : NULL;
     const struct cshape *sh = ci >= 0 ? &shapes[ci] : NULL;
     c->last_cmd = cc ? cc->name : "lua";
-    /* Metrics label: C commands are a fixed table, Lua's were registered at
-     * start; any other name counts as "unknown". */
     r->metric_cmd = cc ? metrics_cmd_register(cc->name, strlen(cc->name))
-                       : metrics_cmd_find(name->ptr, name->len);
+                       : lua_metric(c->srv->lua, name);
     if (!c->authed && !(sh && sh->noauth)) {
         reply_error(&r->reply, "NOAUTH Authentication required.");
         r->done = 1;

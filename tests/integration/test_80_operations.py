@@ -157,6 +157,50 @@ def test_metrics_valid_and_move_with_traffic(make_zkresp):
         assert val(during, "zkresp_connected_clients") >= 2
 
 
+POLICY_COMMAND = """
+return {
+    commands = {
+        ["policy.echo"] = { arity = 2, first_key = 0, last_key = 0, step = 0, flags = "fast",
+            fn = function(args) return args[2] end },
+    },
+}
+"""
+
+
+def test_command_added_by_a_policy_reload_has_its_own_label(make_zkresp, tmp_path):
+    """A command a reloaded policy adds is counted under its name, not as
+    "unknown" (names were registered only at start); once a label, it
+    stays one after a reload drops the command (a counter does not vanish),
+    and a name no policy defines never becomes a label."""
+    policy = tmp_path / "policy.lua"
+    policy.write_text("return {}")
+    z = with_metrics(make_zkresp, extra=["--policy", str(policy)])
+    with z.client() as c:
+        assert c.cmd("POLICY.ECHO", "x").startswith(b"-ERR unknown command")
+        policy.write_text(POLICY_COMMAND)
+        assert c.cmd("POLICY", "RELOAD") == b"+OK\r\n"
+        before = parse(scrape(z.mport))
+        assert c.cmd("POLICY.ECHO", "hi") == b"$2\r\nhi\r\n"
+        assert c.cmd("policy.echo", "ho") == b"$2\r\nho\r\n"
+        assert c.cmd("POLICY.ECHO").startswith(b"-ERR wrong number of arguments")
+        assert c.cmd("POLICY.NOPE", "x").startswith(b"-ERR unknown command")
+        after = parse(scrape(z.mport))
+        policy.write_text("return {}")
+        assert c.cmd("POLICY", "RELOAD") == b"+OK\r\n"
+        assert c.cmd("POLICY.ECHO", "x").startswith(b"-ERR unknown command")
+        last = parse(scrape(z.mport))
+
+    def delta(a, b, **labels):
+        return val(b, "zkresp_commands_total", **labels) - val(a, "zkresp_commands_total", **labels)
+
+    assert delta(before, after, command="policy.echo", result="ok") == 2
+    assert delta(before, after, command="policy.echo", result="error") == 1
+    assert delta(before, after, command="unknown", result="error") == 1
+    assert delta(after, last, command="policy.echo", result="error") == 1
+    assert delta(after, last, command="unknown", result="error") == 0
+    assert all("policy.nope" not in dict(k[1]).get("command", "") for k in last)
+
+
 ZK_OPS = ("get", "exists", "children", "create", "set", "delete", "sync", "multi", "get_acl")
 
 
