@@ -615,13 +615,16 @@ static int arity_ok(int arity, int max_args, int n)
     return n >= -arity && (max_args == 0 || n <= max_args);
 }
 
-/* MEMORY USAGE is the one subcommand of a C command that Lua answers (it
- * reads a key: scripts/cmd_server.lua; its shape is in the registry's
- * MEMORY entry like PURGE's). */
+/* The subcommands of C commands that Lua answers (scripts/cmd_server.lua;
+ * their shapes are in the registry's entries beside the C ones): MEMORY
+ * USAGE, which reads a key, and HELP, whose text is kept with the
+ * registry's. */
 static int answered_in_lua(const struct ccmd *cc, const struct proto_req *pr)
 {
-    return pr->argc >= 2 && strcmp(cc->name, "memory") == 0 &&
-           arg_is(&pr->argv[1], "USAGE");
+    if (pr->argc < 2)
+        return 0;
+    return arg_is(&pr->argv[1], "HELP") ||
+           (strcmp(cc->name, "memory") == 0 && arg_is(&pr->argv[1], "USAGE"));
 }
 
 /* Whether pr has the shape of sh: its arity and, for a command with

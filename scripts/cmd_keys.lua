@@ -275,7 +275,6 @@ local function encoding(t, rec)
 end
 
 local OBJECT_HELP = {
-    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "ENCODING <key>",
     "    Return the kind of internal representation used in order to store the value",
     "    associated with a <key>.",
@@ -288,8 +287,6 @@ local OBJECT_HELP = {
     "REFCOUNT <key>",
     "    Return the number of references of the value associated with the specified",
     "    <key>.",
-    "HELP",
-    "    Prints this help.",
 }
 
 C.object = { arity = -2, flags = "", first_key = 0, last_key = 0, step = 0,
@@ -297,11 +294,7 @@ C.object = { arity = -2, flags = "", first_key = 0, last_key = 0, step = 0,
              subcommands = { encoding = 3, freq = 3, idletime = 3, refcount = 3, help = 2 },
              fn = function(args)
     local sub = args[2]:lower()
-    if sub == "help" then
-        local out = {}
-        for i, line in ipairs(OBJECT_HELP) do out[i] = { ok = line } end
-        return out
-    end
+    if sub == "help" then return E.help("object", OBJECT_HELP) end
     local key = args[3]
     return T.run({ key }, function(t)
         local rec = t:read(key)

@@ -9,18 +9,16 @@
 -- A policy's authorize hook sees it as command "policy" with no keys, so a
 -- policy can keep it for an admin user.  Same table shape as cmd_string.lua.
 
+local E = require "errors"
 local H = require "hooks"
 
 local C = {}
 
 local HELP = {
-    "POLICY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "RELOAD",
     "    Load the policy file again; on failure the running policy stays.",
     "STATUS",
     "    The policy file, when it was loaded, the last reload's outcome.",
-    "HELP",
-    "    Print this help.",
 }
 
 local function policy(args)
@@ -38,9 +36,7 @@ local function policy(args)
         end
         return { map = flat }
     elseif sub == "help" and #args == 2 then
-        local out = {}
-        for i, l in ipairs(HELP) do out[i] = { ok = l } end
-        return out
+        return E.help("policy", HELP)
     elseif sub == "reload" or sub == "status" or sub == "help" then
         return { err = "ERR wrong number of arguments for 'policy|" .. sub .. "' command" }
     end

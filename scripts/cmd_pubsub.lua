@@ -197,8 +197,7 @@ local function pubsub(args)
         end
         return n
     elseif sub == "help" then
-        return {
-            "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        return errors.help("pubsub", {
             "CHANNELS [<pattern>]",
             "    Return the currently active channels matching a <pattern> (default: '*').",
             "NUMPAT",
@@ -210,9 +209,7 @@ local function pubsub(args)
             "    Return the currently active shard level channels matching a <pattern> (default: '*').",
             "SHARDNUMSUB [<shardchannel> ...]",
             "    Return the number of subscribers for the specified shard level channel(s)",
-            "HELP",
-            "    Prints this help.",
-        }
+        })
     end
     return { err = string.format("ERR unknown subcommand '%s'. Try PUBSUB HELP.", args[2]:sub(1, 128)) }
 end

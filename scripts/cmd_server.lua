@@ -152,10 +152,23 @@ local function config_get(args)
     return { map = out }
 end
 
+local CONFIG_HELP = {
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Refused: zkresp's settings are its command-line flags.",
+    "RESETSTAT",
+    "    Refused, as SET.",
+    "REWRITE",
+    "    Refused, as SET.",
+}
+
 C.config = { arity = -2, flags = "admin noscript loading stale", first_key = 0, last_key = 0, step = 0,
-             subcommands = { get = -3, set = -4, resetstat = 2, rewrite = 2 },
+             subcommands = { get = -3, set = -4, resetstat = 2, rewrite = 2, help = 2 },
              fn = function(args)
-    if args[2]:lower() == "get" then return config_get(args) end
+    local sub = args[2]:lower()
+    if sub == "get" then return config_get(args) end
+    if sub == "help" then return E.help("config", CONFIG_HELP) end
     return err(E.CONFIG_READONLY)
 end }
 
@@ -167,9 +180,17 @@ end }
 C.debug = { arity = -2, flags = "admin noscript loading stale", first_key = 0, last_key = 0, step = 0,
             fn = function(args)
     local sub = args[2]
-    if sub:lower() ~= "sleep" then return err(E.debug_unsupported(sub)) end
-    if #args ~= 3 then
+    local lsub = sub:lower()
+    if lsub ~= "sleep" and lsub ~= "help" then return err(E.debug_unsupported(sub)) end
+    if #args ~= (lsub == "sleep" and 3 or 2) then
         return err("ERR unknown subcommand or wrong number of arguments for '" .. sub .. "'. Try DEBUG HELP.")
+    end
+    if lsub == "help" then
+        return E.help("debug", {
+            "SLEEP <seconds>",
+            "    Delay this client's reply by <seconds> (decimals allowed); the sidecar",
+            "    serves the other clients meanwhile.",
+        })
     end
     local s = tonumber((args[3]:match("^%s*([%+%-]?[%d%.]+[eE]?[%+%-]?%d*)"))) or 0
     if s > 0 then host.sleep(s * 1000) end
@@ -185,9 +206,18 @@ end }
 
 local NODE_BYTES = 120
 
+local MEMORY_HELP = {
+    "PURGE",
+    "    Collect the Lua VM and give free memory back to the system.",
+    "USAGE <key> [SAMPLES <count>]",
+    "    Return the bytes of <key>'s znode (its data, its path and ZooKeeper's",
+    "    bookkeeping).",
+}
+
 C.memory = { part_of_c = true, arity = -2, flags = "readonly", first_key = 2, last_key = 2, step = 1,
-             subcommands = { usage = -3 },
+             subcommands = { usage = -3, help = 2 },
              fn = function(args)
+    if args[2]:lower() == "help" then return E.help("memory", MEMORY_HELP) end
     for i = 4, #args, 2 do
         if args[i]:lower() ~= "samples" or not args[i + 1] then return err(E.SYNTAX) end
         local n = U.to_int(args[i + 1])
@@ -202,5 +232,54 @@ C.memory = { part_of_c = true, arity = -2, flags = "readonly", first_key = 2, la
         return data + #rec.path + NODE_BYTES
     end)
 end }
+
+---------------------------------------------------------------------------
+-- CLIENT HELP and COMMAND HELP: the gateway answers the rest of these two
+-- in C (gateway/conncmd.c, dispatch.c) and passes HELP on, as MEMORY's.
+
+local CLIENT_HELP = {
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "KILL <ip:port>",
+    "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]",
+    "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>,",
+    "    TYPE (NORMAL|PUBSUB), USER <username>, SKIPME (YES|NO).",
+    "LIST [TYPE NORMAL|PUBSUB] [ID <id> [<id> ...]]",
+    "    Return information about client connections.",
+    "NO-EVICT (ON|OFF)",
+    "    Accepted; nothing is evicted.",
+    "NO-TOUCH (ON|OFF)",
+    "    Accepted; nothing is touched.",
+    "REPLY (ON|OFF|SKIP)",
+    "    Control the replies sent to the current connection.",
+    "SETINFO <LIB-NAME|LIB-VER> <value>",
+    "    Set the client's library name or version, shown by CLIENT LIST and CLIENT INFO.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+}
+
+local COMMAND_HELP = {
+    "(no subcommand)",
+    "    Return details about all commands.",
+    "COUNT",
+    "    Return the total number of commands.",
+    "DOCS [<command-name> ...]",
+    "    Return documentary information about commands; all of them without names.",
+    "INFO [<command-name> ...]",
+    "    Return details about the named commands; all of them without names.",
+}
+
+C.client = { part_of_c = true, arity = -2, flags = "noscript loading stale", first_key = 0, last_key = 0,
+             step = 0, subcommands = { help = 2 },
+             fn = function() return E.help("client", CLIENT_HELP) end }
+
+C.command = { part_of_c = true, arity = -1, flags = "loading stale", first_key = 0, last_key = 0, step = 0,
+              subcommands = { help = 2 },
+              fn = function() return E.help("command", COMMAND_HELP) end }
 
 return C

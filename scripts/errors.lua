@@ -165,4 +165,15 @@ end
 -- Reply helpers: command code returns these tables as replies.
 function E.reply(text) return { err = text } end
 
+-- <NAME> HELP, Redis's way (addReplyHelp): status lines, a header naming
+-- the command, `lines` (each subcommand, then its description indented),
+-- and HELP itself last.
+function E.help(name, lines)
+    local out = { { ok = name:upper() .. " <subcommand> [<arg> [value] [opt] ...]. Subcommands are:" } }
+    for _, l in ipairs(lines) do out[#out + 1] = { ok = l } end
+    out[#out + 1] = { ok = "HELP" }
+    out[#out + 1] = { ok = "    Prints this help." }
+    return out
+end
+
 return E

@@ -555,8 +555,20 @@ end
 ---------------------------------------------------------------------------
 -- SCRIPT
 
+local SCRIPT_HELP = {
+    "EXISTS <sha1> [<sha1> ...]",
+    "    Return information about the existence of the scripts in the script cache.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Flush the Lua scripts cache, on every sidecar.",
+    "KILL",
+    "    Kill the currently executing Lua scripts.",
+    "LOAD <script>",
+    "    Load a script into the scripts cache without executing it.",
+}
+
 local function script(args)
     local sub = args[2]:lower()
+    if sub == "help" then return E.help("script", SCRIPT_HELP) end
     if sub == "load" then
         local body = args[3]
         local known, sha = SC.lookup_body(body)
@@ -577,7 +589,7 @@ local function script(args)
         end
         SC.flush()
         return { ok = "OK" }
-    else -- "kill" (the registry admits only the four subcommands, each with its arity)
+    else -- "kill" (the registry admits only the five subcommands, each with its arity)
         -- Every script paused between slices (sandbox.lua): Redis has one
         -- at most.  Nothing a script wrote is committed before it ends, so
         -- there is no UNKILLABLE case.
@@ -594,5 +606,5 @@ return {
     eval_ro = { fn = eval(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
     evalsha_ro = { fn = evalsha(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
     script = { fn = script, arity = -2, flags = "noscript", first_key = 0, last_key = 0, step = 0,
-               subcommands = { load = 3, exists = -3, flush = -2, kill = 2 } },
+               subcommands = { load = 3, exists = -3, flush = -2, kill = 2, help = 2 } },
 }

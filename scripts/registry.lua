@@ -24,7 +24,8 @@
 -- in_c: answered by gateway/dispatch.c, which binds the name to a C
 -- function and reads the spec at start (lua_host_commands); these specs
 -- have no fn.  A built-in spec with part_of_c answers some subcommands of
--- a C command in Lua (MEMORY USAGE: the gateway passes it on); its
+-- a C command in Lua (MEMORY USAGE, and HELP of CLIENT, COMMAND and
+-- MEMORY: the gateway passes them on); its
 -- subcommands are among the C entry's.  A request for one of them reaches Lua only when C found it
 -- refused (wrong shape, or not allowed while subscribed): R.refusal
 -- then gives the error, so that every refusal text is written here and in
@@ -51,12 +52,12 @@ R.in_c = {
     client = { arity = -2, flags = "noscript loading stale",
                subcommands = { setname = 3, getname = 2, id = 2, setinfo = 4, info = 2,
                                list = -2, kill = -3, ["no-evict"] = 3, ["no-touch"] = 3,
-                               reply = 3 } },
+                               reply = 3, help = 2 } },
     info = { arity = -1, flags = "loading stale" },
     command = { arity = -1, flags = "loading stale",
-                subcommands = { count = 2, docs = -2, info = -2 } },
+                subcommands = { count = 2, docs = -2, info = -2, help = 2 } },
     time = { arity = 1, flags = "loading stale fast" },
-    memory = { arity = -2, flags = "loading stale", subcommands = { purge = 2, usage = -3 } },
+    memory = { arity = -2, flags = "loading stale", subcommands = { purge = 2, usage = -3, help = 2 } },
     wait = { arity = 3, flags = "noscript" },
     waitaof = { arity = 4, flags = "noscript" },
     readonly = { arity = 1, flags = "loading stale fast" },

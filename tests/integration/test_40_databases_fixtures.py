@@ -310,3 +310,67 @@ def test_database_directories_carry_the_acl(make_zk, make_zkresp):
         acls, _ = insider.get_acls(p)
         assert [(a.perms, a.id.scheme, a.id.id) for a in acls] == [(31, "digest", expected)], p
     insider.stop()
+
+
+# The subcommands each container command's HELP names, as the registry
+# lists them (scripts/registry.lua and the commands' own tables).
+HELP_SUBCOMMANDS = {
+    "CLIENT": ["GETNAME", "ID", "INFO", "KILL", "LIST", "NO-EVICT", "NO-TOUCH", "REPLY", "SETINFO", "SETNAME"],
+    "COMMAND": ["COUNT", "DOCS", "INFO"],
+    "MEMORY": ["PURGE", "USAGE"],
+    "SCRIPT": ["EXISTS", "FLUSH", "KILL", "LOAD"],
+    "CONFIG": ["GET", "SET", "RESETSTAT", "REWRITE"],
+    "DEBUG": ["SLEEP"],
+    "OBJECT": ["ENCODING", "FREQ", "IDLETIME", "REFCOUNT"],
+    "PUBSUB": ["CHANNELS", "NUMPAT", "NUMSUB", "SHARDCHANNELS", "SHARDNUMSUB"],
+    "POLICY": ["RELOAD", "STATUS"],
+}
+
+
+def help_lines(raw):
+    """The lines of a HELP reply, which must be an array of status lines."""
+    parts = raw.split(b"\r\n")
+    assert parts[0].startswith(b"*") and parts[-1] == b"", raw[:200]
+    lines = parts[1:-1]
+    assert len(lines) == int(parts[0][1:]), raw[:200]
+    assert all(line.startswith(b"+") for line in lines), raw[:200]
+    return [line[1:].decode() for line in lines]
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+def test_help_of_every_container_command(ref16, z16, proto):
+    """`<CMD> HELP` answers what Redis's does for every command whose
+    unknown-subcommand error says "Try <CMD> HELP.": status lines, a header
+    naming the command, each subcommand zkresp takes, HELP last (CLIENT,
+    COMMAND, MEMORY, SCRIPT, CONFIG and DEBUG answered that error before).
+    Redis's lines are compared by shape only: its subcommands are more."""
+    with RawClient(z16.port) as c, RawClient(ref16.port) as ref:
+        if proto == 3:
+            c.call("HELLO", "3")
+            ref.call("HELLO", "3")
+        for cmd, subs in HELP_SUBCOMMANDS.items():
+            lines = help_lines(c.cmd(cmd, "help"))
+            assert lines[0] == cmd + " <subcommand> [<arg> [value] [opt] ...]. Subcommands are:", lines
+            assert lines[-2:] == ["HELP", "    Prints this help."], (cmd, lines)
+            named = {line.split(" ")[0] for line in lines[1:-2]
+                     if not line.startswith((" ", "(no subcommand)"))}
+            assert named == set(subs), (cmd, named)
+            # each subcommand followed by its description, indented
+            body = lines[1:-2]
+            assert all(body[i + 1].startswith("    ") for i, line in enumerate(body)
+                       if not line.startswith(" ")), (cmd, lines)
+            wrong = c.cmd(cmd, "HELP", "x")
+            if cmd == "DEBUG":
+                assert wrong == b"-ERR unknown subcommand or wrong number of arguments for 'HELP'. " \
+                                b"Try DEBUG HELP.\r\n"
+            else:
+                assert wrong == ("-ERR wrong number of arguments for '%s|help' command\r\n"
+                                 % cmd.lower()).encode(), (cmd, wrong)
+            if cmd != "POLICY":
+                theirs = help_lines(ref.cmd(cmd, "HELP"))
+                assert theirs[0] == lines[0] and theirs[-2:] == lines[-2:], (cmd, theirs[:3])
+        # Redis's own text where zkresp takes every subcommand Redis has.
+        for cmd in ("OBJECT", "PUBSUB"):
+            assert help_lines(c.cmd(cmd, "HELP")) == help_lines(ref.cmd(cmd, "HELP")), cmd
+        # The refusal still names HELP, which now answers.
+        assert c.cmd("CLIENT", "NOPE") == b"-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n"
