@@ -122,6 +122,7 @@ static void on_terminate(uv_signal_t *h, int signum)
     log_info("shutdown.begin", "signal=%d inflight=%zu grace_ms=%d", signum,
              lua_host_running(app.lua), app.cfg.shutdown_grace);
     server_stop_accepting(&app.srv);
+    lua_host_shutdown(app.lua);
     app.shutdown_deadline = zk_now() + app.cfg.shutdown_grace;
     uv_timer_start(&app.drain, on_drain, 0, 10);
 }

@@ -325,6 +325,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
         if view == "lost" then return { err = E.LOST_SESSION } end
+        if view == "closing" then return { err = E.CLOSING } end
         return nil
     end
     remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view, listing = listing })
@@ -519,6 +520,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
     local granted, gone = give_up(lock, asked, mode)
     if granted then return granted end
     if why == "lost" or gone then return { err = E.LOST_SESSION } end
+    if why == "closing" then return { err = E.CLOSING } end
     return nil
 end
 
@@ -555,6 +557,10 @@ function L.on_session(event)
         end
     end
 end
+
+-- The sidecar is shutting down: its waiters leave their queues, answered
+-- -TRYAGAIN (a grant already written is still answered).
+function L.on_shutdown() LW.close() end
 
 function L.count() return U.count(L.holds) end
 L.wait_stats, L.wait_own_grace_ms, L.on_watch = LW.stats, LW.OWN_GRACE_MS, LW.on_watch

@@ -4,7 +4,7 @@
 --   LW.target(queue, me, grants) -> entry|nil, poll
 --                                              what to watch (grants:
 --                                              Q.grantable(queue), if known)
---   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone",
+--   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone" | "closing",
 --                                              and whether a watch event woke it
 --   LW.on_watch(path)                          a watch of ours fired
 --   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
@@ -16,6 +16,7 @@
 --   LW.take_back(lock, owner, sent, before, done) / LW.await_settled(lock, owner)
 --                                              a hold count write taken back
 --   LW.session_changed()                       they are ours no more
+--   LW.close()                                 shutting down: no more waits
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
 --   LW.await(p) / LW.finish(p)                 wait for / end p in flight
@@ -306,13 +307,27 @@ end
 -- their waiters wake and find out, and so does every other waiter (its
 -- watch went with the old handle, its own request with the old session:
 -- it would sleep to the end of its WAIT and answer null).
+local function fire_all()
+    local paths = {}
+    for path in pairs(watching) do paths[#paths + 1] = path end
+    for _, path in ipairs(paths) do fire(path, false) end
+end
+
 function LW.session_changed()
     local was = own
     own = {}
     for path in pairs(was) do fire(path, false) end
-    local paths = {}
-    for path in pairs(watching) do paths[#paths + 1] = path end
-    for _, path in ipairs(paths) do fire(path, false) end
+    fire_all()
+end
+
+-- SIGTERM's grace period: every wait ends ("changed": the waiter looks at
+-- the lock once more, a grant written meanwhile is still its), and every
+-- wait from now on ends at once ("closing").
+LW.closing = false
+
+function LW.close()
+    LW.closing = true
+    fire_all()
 end
 
 -- Waits until the node at `path` changes (or the lock node's table, when
@@ -335,6 +350,7 @@ end
 -- once it has read the table again: one look per write, never a loop of
 -- them (a renewal writes the node and not the table).
 function LW.wait(path, lock, until_ms, since, older)
+    if LW.closing then return "closing" end
     local watch = path or lock
     local rec = { co = coroutine.running() }
     local set = watching[watch]

@@ -245,6 +245,12 @@ function M.on_reload()
     M.reload_policy()
 end
 
+-- SIGTERM: the grace period lets running commands finish; a native lock's
+-- waiter would only wait it out, so it leaves its queue now.
+function M.on_shutdown()
+    LK.on_shutdown()
+end
+
 function M.on_session(event, session_id)
     host.log("info", string.format("session %s 0x%x", tostring(event),
                                    math.tointeger(session_id) or 0))

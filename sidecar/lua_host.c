@@ -238,6 +238,13 @@ void lua_host_reload(struct lua_host *h)
         lua_co_resume(c, 0);
 }
 
+void lua_host_shutdown(struct lua_host *h)
+{
+    struct co *c = hook_co(h, "on_shutdown");
+    if (c)
+        lua_co_resume(c, 0);
+}
+
 void lua_host_watch_event(struct lua_host *h, const char *event,
                           const char *path)
 {

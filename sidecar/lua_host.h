@@ -340,6 +340,10 @@ void lua_host_session_event(struct lua_host *h, const char *event,
 /* SIGHUP: M.on_reload() reloads the policy. */
 void lua_host_reload(struct lua_host *h);
 
+/* SIGTERM's grace period begins: M.on_shutdown() ends the waits that
+ * would outlast it (native locks' queued requests). */
+void lua_host_shutdown(struct lua_host *h);
+
 /* One entry of the command registry (scripts/registry.lua, M.commands) as
  * lua_host_commands shows it.  Its strings live until the callback
  * returns. */

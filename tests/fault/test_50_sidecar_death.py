@@ -23,6 +23,7 @@ import pytest
 
 import harness
 from harness import Proc, RawClient
+import nativeload
 import redisson_scripts as redisson
 from lockload import LUA_EXTEND, LUA_RELEASE
 
@@ -208,6 +209,33 @@ def test_sigterm_releases_at_once(make_proxy, make_zkresp, zk, kz):
     for k in ("newconn", "existing"):
         assert _owner(kz, a.root, k) is None, "%s was created during shutdown" % k
     assert b.client().cmd("SET", "held", "tb", "NX", "PX", "60000") == b"+OK\r\n"
+
+
+def test_sigterm_answers_native_lock_waiters_at_once(make_zkresp):
+    """A LOCK.ACQUIRE or LOCK.CONVERT waiting in its queue when SIGTERM comes
+    would only wait out the grace period (60 s here) and then lose its
+    connection unanswered: it leaves its queue and answers -TRYAGAIN zkresp
+    is shutting down, the sidecar exits 0 without waiting for it, and the
+    locks' holders through the other sidecar are untouched."""
+    a = make_zkresp(extra=["--shutdown-grace", "60000"])
+    b = make_zkresp(root=a.root)
+    rb = b.redis()
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", "sd", "h", "PX", "120000"), int)
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", "cv", "r2", "MODE", "PR", "PX", "120000"), int)
+    ca = a.client()
+    assert ca.cmd("LOCK.ACQUIRE", "cv", "r1", "MODE", "PR", "PX", "120000").startswith(b":")
+    waiter, converter = a.client(), a.client()
+    waiter.send_cmd("LOCK.ACQUIRE", "sd", "w", "PX", "120000", "WAIT", "100000")
+    converter.send_cmd("LOCK.CONVERT", "cv", "r1", "MODE", "EX", "WAIT", "100000")
+    harness.wait_for(lambda: nativeload.waiting(rb, "sd") == [("w", "EX", "new")]
+                     and nativeload.waiting(rb, "cv") == [("r1", "EX", "conversion")],
+                     10.0, 0.05, "the two requests to be queued")
+    a.proc.signal(signal.SIGTERM)
+    assert waiter.read_reply(timeout=30) == b"-TRYAGAIN zkresp is shutting down\r\n"
+    assert converter.read_reply(timeout=30) == b"-TRYAGAIN zkresp is shutting down\r\n"
+    assert a.wait(30) == 0
+    assert nativeload.holders(rb, "sd") == [("h", "EX")] and nativeload.waiting(rb, "sd") == []
+    assert nativeload.holders(rb, "cv") == [("r2", "PR")] and nativeload.waiting(rb, "cv") == []
 
 
 APP = r"""

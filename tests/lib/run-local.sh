@@ -26,7 +26,8 @@ if [ -z "${ZKRESP_ZK:-}" ]; then
     zk_start "$dir" "$port"
     export ZKRESP_ZK="127.0.0.1:$port"
 fi
-echo "run: zkresp on ${ZKRESP_BIND:-127.0.0.1}:${ZKRESP_PORT:-6379}, ZooKeeper $ZKRESP_ZK — try: redis-cli SET lock:order-42 tok-1 NX PX 30000"
+echo "run: zkresp on ${ZKRESP_BIND:-127.0.0.1}:${ZKRESP_PORT:-6379}, ZooKeeper $ZKRESP_ZK — try:" \
+    "redis-cli -h ${ZKRESP_BIND:-127.0.0.1} -p ${ZKRESP_PORT:-6379} SET lock:order-42 tok-1 NX PX 30000"
 "$root/build/zkresp" "$@" &
 ZRPID=$!
 wait "$ZRPID"
