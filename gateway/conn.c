@@ -451,7 +451,7 @@ void conn_close(struct conn *c, const char *why)
     for (struct req *r = c->head; r; r = r->next)
         if (!r->done)
             lua_host_abandon(c->srv->lua, &r->task);
-    if (c->nsub + c->npsub + c->nssub > 0)
+    if (c->nsub + c->npsub + c->nssub > 0 || c->multi)
         lua_host_client_gone(c->srv->lua, c->id, 1);
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);

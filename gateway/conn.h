@@ -62,6 +62,12 @@ struct conn {
      * patterns, shard channels.  A RESP2 client with any is in subscribed
      * mode (only the subscribe family, PING, QUIT and RESET). */
     int nsub, npsub, nssub;
+    /* In MULTI: set when a well-formed MULTI is dispatched outside one,
+     * cleared by a well-formed EXEC or DISCARD and by RESET, all in
+     * dispatch order (pipelined commands run concurrently).  Meanwhile
+     * every command but QUIT and RESET goes to Lua to be queued
+     * (LUA_TASK_MULTI), which keeps the queue per client id. */
+    int multi;
     struct req *pushing; /* between conn_push_begin and conn_push_end */
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];

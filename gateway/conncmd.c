@@ -269,9 +269,11 @@ void cmd_hello(struct cmd_ctx *x)
 void cmd_reset(struct cmd_ctx *x)
 {
     struct conn *c = x->c;
-    if (c->nsub + c->npsub + c->nssub > 0) {
+    /* Subscriptions and a MULTI queue go (RESET leaves MULTI). */
+    if (c->nsub + c->npsub + c->nssub > 0 || c->multi) {
         lua_host_client_gone(c->srv->lua, c->id, 0);
         c->nsub = c->npsub = c->nssub = 0;
+        c->multi = 0;
     }
     c->resp = 2;
     c->db = 0;

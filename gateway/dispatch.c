@@ -665,6 +665,35 @@ static int lua_metric(struct lua_host *lua, const struct proto_arg *name)
     return metrics_cmd_register(lname, name->len);
 }
 
+/* MULTI's state (scripts/cmd_multi.lua), changed here in dispatch order,
+ * as pipelined commands run concurrently: a well-formed MULTI outside one
+ * enters it (LUA_TASK_MULTI_BEGIN: Lua opens the client's queue); inside,
+ * every command but QUIT and a well-formed RESET goes to Lua to be queued
+ * (LUA_TASK_MULTI), C commands too (Lua refuses them), and EXEC or a
+ * well-formed DISCARD leaves it (Lua runs or drops the queue).  Returns the
+ * task flags; 0: the command is dispatched as outside MULTI. */
+static int multi_step(struct conn *c, const struct ccmd *cc,
+                      const struct cshape *sh, const struct proto_req *pr)
+{
+    const struct proto_arg *name = &pr->argv[0];
+    if (!c->multi) {
+        if (pr->argc == 1 && arg_is(name, "MULTI") &&
+            !conn_subscribed_resp2(c)) {
+            c->multi = 1;
+            return LUA_TASK_MULTI_BEGIN;
+        }
+        return 0;
+    }
+    if (cc && (strcmp(cc->name, "quit") == 0 ||
+               (strcmp(cc->name, "reset") == 0 && shape_ok(sh, pr))))
+        return 0;
+    /* (an EXEC of the wrong arity ends the transaction too, as Redis's
+     * execCommandAbort) */
+    if (arg_is(name, "EXEC") || (pr->argc == 1 && arg_is(name, "DISCARD")))
+        c->multi = 0;
+    return LUA_TASK_MULTI;
+}
+
 void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
 {
     const struct proto_arg *name = &pr->argv[0];
@@ -692,7 +721,8 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         r->done = 1;
         return;
     }
-    if (cc && shape_ok(sh, pr) && !answered_in_lua(cc, pr) &&
+    int mflags = multi_step(c, cc, sh, pr);
+    if (!mflags && cc && shape_ok(sh, pr) && !answered_in_lua(cc, pr) &&
         (sh->subscribed_ok || !conn_subscribed_resp2(c))) {
         cc->fn(&x);
         if (!r->c_pending)
@@ -702,7 +732,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
     /* Lua answers the rest, and the refusal of a C command too (a wrong
      * arity or subcommand, not while subscribed): the registry has every
      * refusal's text. */
-    if (!cc && c->srv->stopping) {
+    if (!mflags && !cc && c->srv->stopping) {
         reply_error(&r->reply, "TRYAGAIN zkresp is shutting down");
         r->done = 1;
         return;
@@ -728,7 +758,8 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         lens[i] = pr->argv[i].len;
     }
     r->task.proto = c->resp;
-    r->task.flags = conn_subscribed_resp2(c) ? LUA_TASK_SUBSCRIBED : 0;
+    r->task.flags =
+        (conn_subscribed_resp2(c) ? LUA_TASK_SUBSCRIBED : 0) | mflags;
     r->task.db = c->db;
     lua_host_run(c->srv->lua, &r->task, pr->argc, argv, lens);
     if (argv != sv) {

@@ -63,6 +63,34 @@ E.CONFIG_READONLY = "ERR zkresp's settings are its command-line flags (zkresp --
                     "CONFIG SET, REWRITE and RESETSTAT are not supported"
 E.OTHER_DB = "ERR zkresp copies keys only within the selected database"
 
+-- MULTI/EXEC/DISCARD (cmd_multi.lua): Redis's texts, and zkresp's for
+-- what it cannot queue and for its caps.
+E.MULTI_NESTED = "ERR MULTI calls can not be nested"
+E.EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
+E.DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
+E.EXECABORT = "EXECABORT Transaction discarded because of previous errors."
+
+-- EXEC itself refused (its arity, -BUSY): Redis's execCommandAbort, with
+-- the refusal's text (an ERR code left out).
+function E.exec_abort(text)
+    return "EXECABORT Transaction discarded because of: " .. text:gsub("^ERR ", "")
+end
+
+-- A command that cannot run inside a transaction: one the gateway
+-- answers, one flagged noscript in the registry (EVAL, the subscribe
+-- family, LOCK.*, SCRIPT, POLICY, FLUSHDB...).
+function E.not_queueable(name)
+    return "ERR '" .. name .. "' cannot be queued in MULTI by zkresp"
+end
+
+function E.multi_too_many(max)
+    return "ERR too many commands queued in MULTI (the limit is " .. max .. ")"
+end
+
+function E.multi_too_large(max)
+    return "ERR the commands queued in MULTI are too large (the limit is " .. max .. " bytes)"
+end
+
 -- Failures a client should retry (Redis clients treat TRYAGAIN as
 -- retryable).
 E.UNAVAILABLE = "TRYAGAIN ZooKeeper unavailable"

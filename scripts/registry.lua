@@ -9,7 +9,9 @@
 --                          policy's (which win over built-ins answered in
 --                          Lua, never over those answered in C)
 --   R.refusal(args, subscribed)  nil, spec, full name when the request may
---                          run; else nil plus the error reply
+--                          run; else the error reply
+--   R.check(args)          the part of R.refusal that C commands share:
+--                          known, and in its shape (MULTI's queue)
 --   R.has_flag(spec, flag) whether the spec's flags name it ("write")
 --
 -- A spec: { fn, arity, max_args, first_key, last_key, step, flags,
@@ -113,14 +115,23 @@ local function check_shape(spec, args)
     return full
 end
 
--- Whether a request may run, as Redis decides before a command body:
--- known, the right shape, allowed in RESP2 subscribed mode.  Returns nil,
--- the spec and the command's full name; or the error reply.
-function R.refusal(args, subscribed)
+-- Whether a request names a known command in its shape (arity,
+-- subcommand), C ones included.  Returns nil, the spec and the command's
+-- full name; or the error reply.
+function R.check(args)
     local spec = R.commands[args[1]:lower()]
     if not spec then return E.reply(E.unknown_command(args)) end
     local full, bad = check_shape(spec, args)
     if not full then return bad end
+    return nil, spec, full
+end
+
+-- Whether a request may run, as Redis decides before a command body:
+-- known, the right shape, allowed in RESP2 subscribed mode.  Returns nil,
+-- the spec and the command's full name; or the error reply.
+function R.refusal(args, subscribed)
+    local bad, spec, full = R.check(args)
+    if bad then return bad end
     if subscribed and not spec.subscribed_ok then
         return E.reply(E.not_while_subscribed(full))
     end

@@ -1,7 +1,11 @@
 -- zkresp.lua — the system layer's entry point (see sidecar/lua_host.h).
 --
---   M.dispatch(args, subscribed, db)  one Redis command -> its reply value,
---                                run in database db (zkio.lua's Z.use_db)
+--   M.dispatch(args, subscribed, db, multi)  one Redis command -> its
+--                                reply value, run in database db (zkio.lua's
+--                                Z.use_db); multi: "begin" for the MULTI
+--                                that opens a transaction, "queued" for a
+--                                command of a connection in MULTI
+--                                (cmd_multi.lua), else nil
 --   M.on_session(event, id)      ZooKeeper session events
 --   M.on_reload()                SIGHUP: load the policy again; if it
 --                                fails the old policy stays
@@ -34,6 +38,8 @@ for _, mod in ipairs({ "cmd_string", "cmd_keys", "cmd_hash", "cmd_list", "cmd_se
                        "cmd_policy", "cmd_lock", "cmd_server" }) do
     for name, spec in pairs(require(mod)) do builtin[name] = spec end
 end
+local MX = require "cmd_multi"
+for name, spec in pairs(MX.commands) do builtin[name] = spec end
 M.builtin = builtin
 
 -- The registry: built-in commands and the policy's (registry.lua).
@@ -156,10 +162,15 @@ local function policy_abort(e)
     return e
 end
 
-function M.dispatch(args, subscribed, db)
+function M.dispatch(args, subscribed, db, multi)
     local co = coroutine.running()
     U.new_command(co)
     K.use_db(db or 0, co)
+    if multi then
+        K.arrived(co)
+        local client = host.client()
+        return MX.dispatch(args, client and client.id or 0, multi)
+    end
     local refused, spec = R.refusal(args, subscribed)
     if refused then return refused end
     local e = check_keys(spec, args)
@@ -221,6 +232,9 @@ function M.stats()
         lock_handed_total = LK.stats.handed,
         lock_waits_total = LK.wait_stats.waits,
         lock_wakeups_total = LK.wait_stats.woken,
+        multi_queues = MX.count(),
+        multi_execs_total = MX.stats.execs,
+        multi_execaborts_total = MX.stats.aborted,
     }
 end
 
@@ -236,8 +250,9 @@ function M.on_watch(event, path)
     K.on_watch(event, path)
 end
 
--- A client with subscriptions closed or was RESET.
+-- A client with subscriptions, or in MULTI, closed or was RESET.
 function M.on_client_gone(id)
+    MX.client_gone(id)
     PS.client_gone(id)
 end
 

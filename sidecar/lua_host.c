@@ -161,7 +161,13 @@ void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
     }
     lua_pushboolean(L, (t->flags & LUA_TASK_SUBSCRIBED) != 0);
     lua_pushinteger(L, t->db);
-    lua_co_resume(c, 3);
+    if (t->flags & LUA_TASK_MULTI_BEGIN)
+        lua_pushliteral(L, "begin");
+    else if (t->flags & LUA_TASK_MULTI)
+        lua_pushliteral(L, "queued");
+    else
+        lua_pushnil(L);
+    lua_co_resume(c, 4);
 }
 
 void lua_host_abandon(struct lua_host *h, struct lua_task *t)

@@ -12,13 +12,15 @@
  *   System entry: scripts/zkresp.lua, run once at start with `zk` and `host`
  *   as globals and package.path set to the scripts directory.  It returns a
  *   table M with:
- *     M.dispatch(args, subscribed, db)
+ *     M.dispatch(args, subscribed, db, multi)
  *                           runs in a fresh coroutine per command; args[1] is
  *                           the command name as sent, args[2..] its arguments
  *                           (Lua strings); subscribed: the client is in RESP2
  *                           subscribed mode; db: the database selected
- *                           when the command arrived (SELECT).  Returns the
- *                           reply value.
+ *                           when the command arrived (SELECT); multi:
+ *                           "begin" (LUA_TASK_MULTI_BEGIN), "queued"
+ *                           (LUA_TASK_MULTI) or nil.  Returns the reply
+ *                           value.
  *     M.on_session(event, session_id)
  *                           runs in a fresh coroutine on every session event:
  *                           "connected" (first connection, or back after a
@@ -29,8 +31,9 @@
  *                           disconnected: every owned ephemeral key is lost;
  *                           the bridge then opens a new session).
  *     M.on_reload()         SIGHUP: reload the policy (a fresh coroutine).
- *     M.on_client_gone(id)  a client that had subscriptions closed or was
- *                           RESET (see lua_host_client_gone)
+ *     M.on_client_gone(id)  a client that had subscriptions or was in
+ *                           MULTI closed or was RESET (see
+ *                           lua_host_client_gone)
  *     M.on_watch(event, path)
  *                           runs in a fresh coroutine when a watch fires:
  *                           "created", "deleted", "changed", "child".
@@ -245,6 +248,13 @@ struct lua_task {
 /* The requester is a RESP2 client in subscribed mode: M.dispatch gets
  * `true` as its second argument and refuses all but the subscribe family. */
 #define LUA_TASK_SUBSCRIBED 1
+/* The requester's connection is in MULTI (the gateway's conn.multi, set and
+ * cleared in dispatch order): M.dispatch gets "queued" as its fourth
+ * argument and queues the command, or runs EXEC / DISCARD on the queue
+ * (scripts/cmd_multi.lua). */
+#define LUA_TASK_MULTI 2
+/* The MULTI that puts the connection in MULTI: M.dispatch gets "begin". */
+#define LUA_TASK_MULTI_BEGIN 4
 
 /* What host.client() tells a command about its connection. */
 struct lua_client {
@@ -309,8 +319,8 @@ void lua_host_set_client_ops(struct lua_host *h,
                              const struct lua_client_ops *ops);
 
 /* Client id closed (or was RESET): M.on_client_gone(id) drops what it held,
- * its subscriptions.  With deferred, on the next loop turn (a close may
- * happen inside Lua code); else at once. */
+ * its subscriptions and its MULTI queue.  With deferred, on the next loop turn
+ * (a close may happen inside Lua code); else at once. */
 void lua_host_client_gone(struct lua_host *h, unsigned long long id,
                           int deferred);
 

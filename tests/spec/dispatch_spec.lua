@@ -138,14 +138,14 @@ describe("dispatch", function()
         end
         table.sort(names)
         assert.same({ "append", "auth", "client", "command", "config", "copy", "dbsize", "debug", "decr",
-                      "decrby", "del", "delex", "delifeq", "echo", "eval", "eval_ro", "evalsha",
-                      "evalsha_ro", "exists", "expire", "expireat", "expiretime", "flushall", "flushdb",
+                      "decrby", "del", "delex", "delifeq", "discard", "echo", "eval", "eval_ro", "evalsha",
+                      "evalsha_ro", "exec", "exists", "expire", "expireat", "expiretime", "flushall", "flushdb",
                       "get", "getdel", "getex", "getrange", "getset", "hdel", "hello", "hexists", "hget",
                       "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset", "hrandfield",
                       "hscan", "hset", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "info",
                       "keys", "lindex", "linsert", "llen", "lmove", "lock.acquire", "lock.convert",
                       "lock.info", "lock.release", "lock.renew", "lpop", "lpos", "lpush", "lrange", "lrem",
-                      "lset", "ltrim", "memory", "mget", "move", "mset", "msetnx", "object", "persist",
+                      "lset", "ltrim", "memory", "mget", "move", "mset", "msetnx", "multi", "object", "persist",
                       "pexpire", "pexpireat", "pexpiretime", "ping", "policy", "psetex", "psubscribe",
                       "pttl", "publish", "pubsub", "punsubscribe", "quit", "randomkey", "readonly",
                       "readwrite", "rename", "renamenx", "reset", "rpop", "rpoplpush", "rpush", "sadd",
