@@ -269,6 +269,11 @@ def fuzz_request(rng, table, names):
     return [word] + (args[:argc] if rng.random() < 0.5 else args)
 
 
+# PING inside MULTI (a fuzzed MULTI leaves a lane in one until a fuzzed
+# EXEC, DISCARD or RESET, or the lane's next setup).
+NOT_QUEUED_PING = b"-ERR 'ping' cannot be queued in MULTI by zkresp\r\n"
+
+
 class Lane:
     """One connection with a starting state (protocol, subscribed, authed)
     that random commands then change; setup() brings it back."""
@@ -294,7 +299,9 @@ class Lane:
 
     def roundtrip(self, reqs, marker):
         """Sends reqs, then PING <marker>; reads until the PING's reply (or
-        the NOAUTH that answers it before AUTH).  Returns the replies."""
+        the NOAUTH that answers it before AUTH, or the refusal that answers
+        it inside MULTI: there every request has one reply).  Returns the
+        replies."""
         self.n += 1
         self.c.send(b"".join(reqs) + encode("PING", marker))
         out = []
@@ -304,7 +311,7 @@ class Lane:
             out.append(r)
             if mk in r:
                 return out
-            if len(out) > len(reqs) and r.startswith(b"-NOAUTH"):
+            if len(out) > len(reqs) and (r.startswith(b"-NOAUTH") or r == NOT_QUEUED_PING):
                 return out
 
 
@@ -329,6 +336,7 @@ def test_command_surface_random_shapes(make_zkresp):
     for lane in lanes:
         lane.setup()
     internal = []
+    queued = execs = 0   # commands queued in a fuzzed MULTI, EXECs run
     weights = [30, 30, 12, 12, 16]
     deadline = time.monotonic() + FUZZ_SECONDS
     step = -1
@@ -354,9 +362,19 @@ def test_command_surface_random_shapes(make_zkresp):
         for r in replies:
             if b"internal error" in r:
                 internal.append((where, r[:300]))
+            queued += r == b"+QUEUED\r\n"
+            execs += r.startswith(b"*") and req[0].lower() == "exec"
         if b"+RESET\r\n" in replies and lane.authed:
             lane.setup()   # back to its mode: RESET left it unauthenticated
     assert z.alive(), "zkresp died (seed %d)" % seed
+    # No lane is wedged: a DISCARD (an error outside MULTI) and every lane
+    # answers its PING again.
+    multis = 0
+    for i, lane in enumerate(lanes):
+        replies = lane.roundtrip([encode("DISCARD")], "gwf-end-%d" % i)
+        multis += replies[0] == b"+OK\r\n"
+        assert b"gwf-end-%d" % i in replies[-1] or replies[-1].startswith(b"-NOAUTH"), (i, replies)
+    print("queued in MULTI: %d, EXECs run: %d, lanes left in MULTI at the end: %d" % (queued, execs, multis))
     with z.admin() as c:
         assert c.cmd("PING") == b"+PONG\r\n"
     assert not internal, "internal errors (a command body met arguments it did not expect):\n" + \
