@@ -670,15 +670,17 @@ static int lua_metric(struct lua_host *lua, const struct proto_arg *name)
  * enters it (LUA_TASK_MULTI_BEGIN: Lua opens the client's queue); inside,
  * every command but QUIT and a well-formed RESET goes to Lua to be queued
  * (LUA_TASK_MULTI), C commands too (Lua refuses them), and EXEC or a
- * well-formed DISCARD leaves it (Lua runs or drops the queue).  Returns the
- * task flags; 0: the command is dispatched as outside MULTI. */
+ * well-formed DISCARD leaves it (Lua runs or drops the queue).  Once
+ * SIGTERM came, a MULTI does not enter it and an EXEC drops the queue:
+ * both are then refused as every new key command is (-TRYAGAIN).  Returns
+ * the task flags; 0: the command is dispatched as outside MULTI. */
 static int multi_step(struct conn *c, const struct ccmd *cc,
                       const struct cshape *sh, const struct proto_req *pr)
 {
     const struct proto_arg *name = &pr->argv[0];
     if (!c->multi) {
         if (pr->argc == 1 && arg_is(name, "MULTI") &&
-            !conn_subscribed_resp2(c)) {
+            !conn_subscribed_resp2(c) && !c->srv->stopping) {
             c->multi = 1;
             return LUA_TASK_MULTI_BEGIN;
         }
@@ -687,6 +689,11 @@ static int multi_step(struct conn *c, const struct ccmd *cc,
     if (cc && (strcmp(cc->name, "quit") == 0 ||
                (strcmp(cc->name, "reset") == 0 && shape_ok(sh, pr))))
         return 0;
+    if (arg_is(name, "EXEC") && c->srv->stopping) {
+        c->multi = 0;
+        lua_host_client_gone(c->srv->lua, c->id, 0);
+        return 0;
+    }
     /* (an EXEC of the wrong arity ends the transaction too, as Redis's
      * execCommandAbort) */
     if (arg_is(name, "EXEC") || (pr->argc == 1 && arg_is(name, "DISCARD")))

@@ -157,7 +157,8 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
             local since = t.mzxid
             if target and target.path == looked_path then since = math.max(since, looked_mzxid) end
             local how, seen
-            how, event, seen = LW.wait(target and target.path, lock, wait_until, since, older)
+            how, event, seen = LW.wait(target and target.path, lock, wait_until, since, older,
+                                       converting and path)
             waited = true
             if seen then looked_path, looked_mzxid = target.path, seen end
             if how == "gone" or how == "closing" or (how == "timeout" and host.now() >= until_ms) then

@@ -519,6 +519,9 @@ local function convert(lock, owner, mode, wait_ms, pending)
     end
     local granted, gone = give_up(lock, asked, mode)
     if granted then return granted end
+    -- the hold ended while it waited: released (through another sidecar)
+    -- or its lease, its session lasting; else with its session
+    if gone and G.lasts(sid) then return { err = E.HOLD_ENDED } end
     if why == "lost" or gone then return { err = E.LOST_SESSION } end
     if why == "closing" then return { err = E.CLOSING } end
     return nil

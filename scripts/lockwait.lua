@@ -4,7 +4,8 @@
 --   LW.target(queue, me, grants) -> entry|nil, poll
 --                                              what to watch (grants:
 --                                              Q.grantable(queue), if known)
---   LW.wait(path, lock, until_ms, since) -> "changed" | "timeout" | "gone" | "closing",
+--   LW.wait(path, lock, until_ms, since, older, mine)
+--                                           -> "changed" | "timeout" | "gone" | "closing",
 --                                              and whether a watch event woke it
 --   LW.on_watch(path)                          a watch of ours fired
 --   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
@@ -348,14 +349,29 @@ end
 -- Answers how, the watch event, and the node's mzxid as the watch found
 -- it (nil when it set none), which the waiter passes as `since` next time
 -- once it has read the table again: one look per write, never a loop of
--- them (a renewal writes the node and not the table).
-function LW.wait(path, lock, until_ms, since, older)
+-- them (a renewal writes the node and not the table).  mine: a
+-- conversion's own hold, watched as well: its end (a release through
+-- another sidecar, its lease) ends the wait, which nothing else of the
+-- lock may tell before WAIT runs out.
+function LW.wait(path, lock, until_ms, since, older, mine)
     if LW.closing then return "closing" end
     local watch = path or lock
     local rec = { co = coroutine.running() }
     local set = watching[watch]
     if not set then set = {} watching[watch] = set end
     set[rec] = true
+    if mine == watch then mine = nil end
+    local mset
+    if mine then
+        mset = watching[mine]
+        if not mset then mset = {} watching[mine] = mset end
+        mset[rec] = true
+    end
+    local function done(...)
+        unwatch(watch, set, rec)
+        if mset then unwatch(mine, mset, rec) end
+        return ...
+    end
     local rc, stat, grace = zk.OK, nil, nil
     if path and own[path] == true and not older then
         grace = host.now() + LW.OWN_GRACE_MS
@@ -366,16 +382,18 @@ function LW.wait(path, lock, until_ms, since, older)
         rc, _, stat = zk.get(watch, true)
         if rc == zk.NONODE then own[watch] = nil end
     end
+    if mine and rc == zk.OK and not rec.fired then
+        rc = zk.get(mine, true)
+        if rc == zk.NONODE then own[mine] = nil end
+    end
     local left = math.min(until_ms, grace or until_ms) - host.now()
     local seen = path and stat and stat.mzxid
     local moved = since and seen and seen > since and seen > stat.czxid
     if rc ~= zk.OK or rec.fired or moved or left <= 0 then
-        unwatch(watch, set, rec)
-        return (rc ~= zk.OK or rec.fired or moved) and "changed" or "timeout", nil, seen
+        return done((rc ~= zk.OK or rec.fired or moved) and "changed" or "timeout", nil, seen)
     end
     if host.client() == nil then -- it left while we read: no wait for nobody
-        unwatch(watch, set, rec)
-        return "gone"
+        return done("gone")
     end
     local timer = host.timer(function() wake(rec, "timeout") end)
     timer:start(left)
@@ -384,7 +402,7 @@ function LW.wait(path, lock, until_ms, since, older)
     host.suspend(true)
     rec.waiting = false
     timer:stop()
-    unwatch(watch, set, rec)
+    done()
     if host.client() == nil and not rec.fired then return "gone" end
     if rec.fired then return "changed", rec.event, seen end
     if grace and host.now() >= grace and host.now() < until_ms then

@@ -666,6 +666,29 @@ def test_conversion_wait_timeout_keeps_old_mode(sc, conn):
         assert release(r, key, o) == 1, o
 
 
+@pytest.mark.parametrize("how", ["released through another sidecar", "lease ended"])
+def test_conversion_whose_hold_ends_while_it_waits_is_answered_at_once(sc, conn, waiters, how):
+    """o1 and o2 hold PR; o1's conversion to EX waits (WAIT 60 s) for o2.
+    When o1's own hold ends meanwhile (released through another sidecar,
+    or its lease not renewed), the conversion is answered then, not at the
+    end of its WAIT, with an error (null would say the old mode was kept:
+    o1 holds nothing); o2 holds on alone and nothing is queued."""
+    a, b = conn(0), conn(1)
+    key = unique("cvend")
+    assert is_token(acquire(a, key, "o1", mode="PR", px=(3000 if how == "lease ended" else 60000)))
+    assert is_token(acquire(b, key, "o2", mode="PR", px=60000))
+    conv = Waiter(sc[0], key, "o1", "EX", wait=60000, convert_conn=conn(0, timeout=90)).start(waiters)
+    wait_queued(b, key, [("o1", "EX", "conversion")])
+    if how == "released through another sidecar":
+        assert release(b, key, "o1") == 1
+    if not conv.done.wait(30):
+        raise AssertionError("the conversion was not answered within 30 s of its hold's end (WAIT 60 s)")
+    assert isinstance(conv.error, redis.ResponseError), (conv.result, conv.error)
+    assert str(conv.error) == "owner's hold of this lock ended while its conversion waited"
+    assert holders(b, key) == [("o2", "PR")] and waiting(b, key) == []
+    assert release(b, key, "o2") == 1
+
+
 def test_conversion_deadlock(sc, conn, waiters):
     """Two PR holders both converting to EX wait for each other (each for
     the other's PR hold, the second also behind the first in the conversion

@@ -676,17 +676,36 @@ describe("native locks", function()
         integer(c:call("LOCK.ACQUIRE", "rn", "x"))
     end)
 
-    it("answers -TRYAGAIN, not null, a conversion whose hold's lease ended while it waited", function()
+    it("answers at once, an error, not null, a conversion whose hold's lease ended while it waited", function()
         a:call("LOCK.ACQUIRE", "cl", "o", "MODE", "PR", "PX", "1000")
         c:call("LOCK.ACQUIRE", "cl", "r", "MODE", "PR", "PX", "60000")
         local cv = start(b, "LOCK.CONVERT", "cl", "o", "MODE", "EX", "WAIT", "3000")
         assert.is_falsy(cv.done)
         W:advance(1500) -- o's lease ends on a
         assert.equal(1, #a:call("LOCK.INFO", "cl").map[2])
-        W:run_until(function() return cv.done end)
-        -- null would say the old mode was kept: o holds nothing
-        assert.matches("^TRYAGAIN", cv.result.err)
+        run()
+        -- before its WAIT (it watched r's hold, which did not move: its
+        -- own hold's end woke it); null would say the old mode was kept
+        assert.is_true(cv.done)
+        assert.equal("ERR owner's hold of this lock ended while its conversion waited", cv.result.err)
     end)
+
+    for _, via in ipairs({ "a", "c" }) do
+        it("answers at once a conversion whose hold was released through " ..
+           (via == "a" and "its own sidecar" or "another sidecar") .. " while it waited", function()
+            local s = { a = a, c = c }
+            a:call("LOCK.ACQUIRE", "cr" .. via, "o", "MODE", "PR", "PX", "60000")
+            c:call("LOCK.ACQUIRE", "cr" .. via, "r", "MODE", "PR", "PX", "60000")
+            local cv = start(a, "LOCK.CONVERT", "cr" .. via, "o", "MODE", "EX", "WAIT", "3000")
+            run()
+            assert.is_falsy(cv.done)
+            assert.equal(1, s[via]:call("LOCK.RELEASE", "cr" .. via, "o"))
+            run()
+            assert.is_true(cv.done)
+            assert.equal("ERR owner's hold of this lock ended while its conversion waited", cv.result.err)
+            assert.equal(1, #c:call("LOCK.INFO", "cr" .. via).map[2]) -- r alone
+        end)
+    end
 
     it("answers -TRYAGAIN, not null, a conversion through another sidecar whose hold's session ended", function()
         a:call("LOCK.ACQUIRE", "cs", "o", "MODE", "PR")
