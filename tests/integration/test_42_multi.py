@@ -10,6 +10,7 @@ across two sidecars, what zkresp refuses to queue, a client closed inside
 MULTI, and the caps.
 """
 
+import signal
 import threading
 
 import pytest
@@ -337,3 +338,24 @@ def test_byte_cap(zm):
             b"-ERR the commands queued in MULTI are too large (the limit is 4194304 bytes)\r\n"
         assert c.cmd("EXEC") == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
         assert c.cmd("EXISTS", k) == b":0\r\n"
+
+
+def test_sigterm_refuses_exec_and_multi(make_zkresp):
+    """Once SIGTERM came, an EXEC is refused as every new key command is
+    (-TRYAGAIN zkresp is shutting down) and applies nothing, and a MULTI
+    does not start a transaction; a DEBUG SLEEP in flight keeps the grace
+    period open meanwhile."""
+    z = make_zkresp(extra=["--shutdown-grace", "60000"])
+    other = make_zkresp(root=z.root)
+    with RawClient(z.port) as c, RawClient(z.port) as late, RawClient(z.port) as sleeper:
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("SET", "sigterm:k", "v") == b"+QUEUED\r\n"
+        sleeper.send_cmd("DEBUG", "SLEEP", "20")
+        z.proc.signal(signal.SIGTERM)
+        harness.wait_for(lambda: late.cmd("SET", "sigterm:probe", "v").startswith(b"-TRYAGAIN"),
+                         10.0, 0.05, "the sidecar to refuse new commands")
+        assert c.cmd("EXEC") == b"-TRYAGAIN zkresp is shutting down\r\n"
+        assert late.cmd("MULTI") == b"-TRYAGAIN zkresp is shutting down\r\n"
+        assert late.cmd("SET", "sigterm:k", "w") == b"-TRYAGAIN zkresp is shutting down\r\n"
+        assert late.cmd("EXEC") == b"-TRYAGAIN zkresp is shutting down\r\n"
+    assert other.redis().get("sigterm:k") is None
