@@ -203,16 +203,21 @@ static void info_write(struct server *s, unsigned sections,
     gettimeofday(&tv, NULL);
     double now = (double)tv.tv_sec * 1000 + tv.tv_usec / 1000.0;
     long long up = (long long)((now - s->started_ms) / 1000);
-    if (sections & INFO_SERVER)
+    if (sections & INFO_SERVER) {
+        char inst[LUA_HOST_INSTANCE_HEX] = "";
+        if (s->lua)
+            lua_host_instance_hex(s->lua, inst);
         buf_printf(&b,
                    "# Server\r\nredis_version:%s\r\nzkresp_version:%s\r\n"
                    "redis_mode:standalone\r\nos:Linux\r\narch_bits:%d\r\n"
                    "multiplexing_api:epoll\r\nprocess_id:%d\r\nrun_id:%s\r\n"
+                   "zkresp_instance:%s\r\n"
                    "tcp_port:%d\r\nuptime_in_seconds:%lld\r\n"
                    "uptime_in_days:%lld\r\nexecutable:zkresp\r\n\r\n",
                    REDIS_COMPAT_VERSION, ZKRESP_VERSION,
-                   (int)(sizeof(void *) * 8), (int)getpid(), s->run_id,
+                   (int)(sizeof(void *) * 8), (int)getpid(), s->run_id, inst,
                    s->tcp_port, up, up / 86400);
+    }
     if (sections & INFO_CLIENTS)
         buf_printf(&b,
                    "# Clients\r\nconnected_clients:%zu\r\nmaxclients:%d\r\n"

@@ -376,6 +376,12 @@ int lua_host_command(struct lua_host *h, const char *name, lua_host_cmd_cb cb,
     return found;
 }
 
+void lua_host_instance_hex(const struct lua_host *h, char *out)
+{
+    for (size_t i = 0; i < sizeof h->instance; i++)
+        snprintf(out + 2 * i, 3, "%02x", (unsigned char)h->instance[i]);
+}
+
 size_t lua_host_running(const struct lua_host *h)
 {
     return h->running;

@@ -392,6 +392,12 @@ void lua_host_watch_event(struct lua_host *h, const char *event,
 /* Number of commands running. */
 size_t lua_host_running(const struct lua_host *h);
 
+/* This process's instance id (host.instance: random, new at each start) in
+ * hex, as LOCK.INFO's `sidecar` and the pub/sub inbox name it; out has room
+ * for LUA_HOST_INSTANCE_HEX bytes. */
+#define LUA_HOST_INSTANCE_HEX 33
+void lua_host_instance_hex(const struct lua_host *h, char *out);
+
 /* Coroutines of commands still running, those whose requester left
  * included (lua_host_running leaves them out). */
 size_t lua_host_commands_alive(const struct lua_host *h);

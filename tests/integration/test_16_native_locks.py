@@ -1185,8 +1185,9 @@ def test_info_shape_resp2(sc, conn, waiters):
     waiters; each holder a flat field-value array with exactly owner, mode,
     token, count, lease_left_ms, sidecar, client; each waiter with exactly
     owner, mode, waited_ms, kind.  Holders on different sidecars have
-    different `sidecar` values, on one sidecar the same.  A lock nobody
-    holds: both empty."""
+    different `sidecar` values, on one sidecar the same: the
+    `zkresp_instance` of that sidecar's INFO server.  A lock nobody holds:
+    both empty."""
     a, b = conn(0), conn(1)
     key = unique("info2")
     empty = a.execute_command("LOCK.INFO", key)
@@ -1211,6 +1212,9 @@ def test_info_shape_resp2(sc, conn, waiters):
         assert isinstance(h["lease_left_ms"], int) and 25000 <= h["lease_left_ms"] <= 30000 + LEASE_SLACK_MS, h
     assert hs[0]["sidecar"] != hs[1]["sidecar"], hs
     assert hs[0]["sidecar"] == hs[2]["sidecar"], hs
+    # ... and each is the zkresp_instance its sidecar's INFO server shows
+    for h, r in ((hs[0], a), (hs[1], b)):
+        assert h["sidecar"] == r.info("server")["zkresp_instance"], (h, r.info("server"))
     assert hs[0]["client"] != hs[2]["client"], hs
     ws = top["waiters"]
     assert len(ws) == 1
