@@ -204,8 +204,17 @@ local function execute(...)
     end
     local spec = R.commands[args[1]:lower()]
     if args[1]:lower() == "select" then return err(E.SELECT_IN_SCRIPT) end
-    if not spec or spec.in_c then return err("ERR Unknown Redis command called from script") end
+    -- As Redis's scriptCall: a container's subcommand is the command looked
+    -- up (unknown, or its own arity); then noscript.  The gateway's own
+    -- commands cannot run here: unknown, but for those Redis keeps from
+    -- scripts anyway.
+    if spec and spec.in_c and not R.has_flag(spec, "noscript") then spec = nil end
+    if not spec then return err("ERR Unknown Redis command called from script") end
     local arity = spec.arity
+    if spec.subcommands and n >= 2 then
+        arity = spec.subcommands[args[2]:lower()]
+        if math.type(arity) ~= "integer" then return err("ERR Unknown Redis command called from script") end
+    end
     if (arity > 0 and n ~= arity) or (arity < 0 and n < -arity) then
         return err("ERR Wrong number of args calling Redis command from script")
     end

@@ -89,6 +89,12 @@ seq("eval_errors", [
     [E, "local ok, e = pcall(redis.call, 'nosuch') return e", "0"],
     [E, "return redis.pcall('get')", "0"],
     [E, "return redis.call('eval', 'return 1', 0)", "0"],
+    # a container's subcommand is the command looked up, as in Redis
+    [E, "return redis.pcall('object', 'nope', 'int')", "0"], [E, "return redis.pcall('OBJECT', 'ENCODING')", "0"],
+    [E, "return redis.pcall('object')", "0"], [E, "return redis.pcall('config', 'nope')", "0"],
+    [E, "return redis.pcall('script', 'nope')", "0"], [E, "return redis.pcall('script', 'load')", "0"],
+    [E, "return redis.pcall('wait', '0', '0')", "0"], [E, "return redis.pcall('multi')", "0"],
+    [E, "return redis.pcall('client', 'nope')", "0"], [E, "return redis.pcall('client', 'id')", "0"],
     [E, "return redis.setresp(5)", "0"], [E, "return redis.log(99, 'x')", "0"],
     [E, "return redis.log(1)", "0"], [E, "return redis.sha1hex()", "0"],
     [E, "return io", "0"], [E, "return require", "0"], [E, "return debug", "0"],
