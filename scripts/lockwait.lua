@@ -156,7 +156,11 @@ function LW.create(lock, prefix, d)
         if rc == zk.OK then LW.created(created) return created, zk.session() end
         if rc == zk.NONODE then
             local crc = zk.create(lock, "", zk.CONTAINER)
-            if crc == zk.NONODE then Z.ensure_path(LS.dir()) end
+            if crc == zk.NONODE then
+                Z.ensure_path(LS.dir())
+            elseif crc ~= zk.OK and crc ~= zk.NODEEXISTS and not Z.unknown(crc) then
+                Z.fail(crc, "create " .. lock) -- refused (<root>/l's ACL): say so
+            end
         elseif Z.unknown(rc) then
             Z.sync(lock)
             for _, name in ipairs(Z.children(lock)) do

@@ -153,6 +153,23 @@ end
 ---------------------------------------------------------------------------
 -- Start-up
 
+-- The identities ZooKeeper knows this sidecar by ("digest:user:hash"),
+-- as the creator ACL of a node it makes and deletes at once shows them;
+-- nil when that failed.
+function Z.own_identities()
+    local probe = Z.root() .. "/acl-probe-" .. (host.instance or ""):gsub(".", function(c)
+        return string.format("%02x", c:byte())
+    end)
+    local rc = zk.create(probe, "", zk.EPHEMERAL)
+    if rc ~= zk.OK and rc ~= zk.NODEEXISTS then return nil end
+    local arc, acl = zk.get_acl(probe)
+    zk.delete(probe, -1)
+    if arc ~= zk.OK or #acl == 0 then return nil end
+    local ids = {}
+    for _, a in ipairs(acl) do ids[a.scheme .. ":" .. a.id] = true end
+    return ids
+end
+
 -- Makes sure <root> and <root>/k exist and that this sidecar may write
 -- the root (setting it teaches us the leader clock, Z.refresh_clock), and,
 -- when zkresp keeps its nodes to itself (--zk-acl creator), warns of a root
@@ -186,12 +203,17 @@ function Z.init()
     end
     Z.learn_offset(stat)
     if host.config and host.config.zk_acl == "creator" then
+        -- an entry that lets another identity than ours change the root
+        -- (world:anyone, an ip, another digest user...)
         local arc, acl = zk.get_acl(Z.root())
         local writes = zk.PERM_WRITE | zk.PERM_CREATE | zk.PERM_DELETE | zk.PERM_ADMIN
+        local mine = Z.own_identities()
         for _, a in ipairs(arc == zk.OK and acl or {}) do
-            if a.scheme == "world" and a.id == "anyone" and a.perms & writes ~= 0 then
-                host.log("warn", "the root " .. Z.root() .. " lets anyone change it " ..
-                         "(ACL world:anyone): zkresp's locks there are not private; " ..
+            local ours = mine and mine[a.scheme .. ":" .. a.id]
+            if a.perms & writes ~= 0 and not ours and (mine or a.scheme == "world") then
+                local who = a.scheme == "world" and a.id == "anyone" and "anyone" or "others"
+                host.log("warn", "the root " .. Z.root() .. " lets " .. who .. " change it " ..
+                         "(ACL " .. a.scheme .. ":" .. a.id .. "): zkresp's locks there are not private; " ..
                          "give it an ACL of zkresp's credentials only")
                 break
             end

@@ -277,12 +277,18 @@ static void note_access(struct zk *z, const struct zk_req *r)
     int write = r->kind == ZK_OP_CREATE || r->kind == ZK_OP_SET ||
                 r->kind == ZK_OP_DELETE || r->kind == ZK_OP_MULTI;
     if (r->res.rc == ZNOAUTH || r->res.rc == ZINVALIDACL) {
+        /* Logged when it starts (then /readyz says it), not per command. */
+        if (!z->denied)
+            log_warn("zk.access_denied", "rc=%s path=\"%s\"",
+                     r->res.rc == ZNOAUTH ? "NOAUTH" : "INVALIDACL",
+                     r->nops > 0 ? r->ops[0].path : "");
         z->denied = r->res.rc;
         snprintf(z->denied_path, sizeof z->denied_path, "%s",
                  r->nops > 0 ? r->ops[0].path : "");
     } else if (z->denied && write && r->res.rc == ZOK) {
         for (int i = 0; i < r->nops; i++)
             if (in_refused_area(r->ops[i].path, z->denied_path)) {
+                log_info("zk.access_restored", "path=\"%s\"", z->denied_path);
                 z->denied = 0;
                 break;
             }

@@ -17,6 +17,7 @@ issue asks; ZooKeeper also loads it by default) and its own root.
 import time
 
 import pytest
+import redis
 
 import harness
 from harness import free_port
@@ -129,11 +130,34 @@ def test_refused_at_run_time_fails_closed_and_readyz_says_why(zk_auth, make_zkre
     status, body = _http(mport, "/readyz")
     assert status == 503 and "zookeeper denies access" in body and "NOAUTH" in body, (status, body)
     assert _http(mport, "/healthz")[0] == 200
+    # The log says why, once (not per refused command).
+    assert c.cmd("SET", "after2", "v", "NX", "PX", "60000").startswith(b"-ERR ZooKeeper denies")
+    denied = [ln for ln in a.log().splitlines() if b"event=zk.access_denied" in ln]
+    assert len(denied) == 1 and b"rc=NOAUTH" in denied[0] and (a.root + "/k").encode() in denied[0], denied
     # Given back: the next write works and the sidecar is ready again.
     other = harness.kazoo_client(zk_auth, auth=OTHER)
     other.set_acls(a.root + "/k", [make_acl("digest", _digest_id(CREDS), all=True)])
     assert c.cmd("SET", "after", "v", "NX", "PX", "60000") == b"+OK\r\n"
     assert _http(mport, "/readyz") == (200, "ok\n")
+    assert b"event=zk.access_restored" in a.log()
+
+
+def test_refused_native_lock_directory_says_so(zk_auth, make_zkresp):
+    """<root>/l given to somebody else at run time: LOCK.ACQUIRE of a new
+    lock fails closed with the refusal's own error (it answered -TRYAGAIN
+    ZooKeeper unavailable after its tries), and works again once given back."""
+    from kazoo.security import make_acl
+    a = _sidecar(make_zkresp, zk_auth)
+    r = a.redis()
+    assert isinstance(r.execute_command("LOCK.ACQUIRE", "nl1", "me", "PX", "60000"), int)
+    admin = harness.kazoo_client(zk_auth, auth=CREDS)
+    admin.set_acls(a.root + "/l", [make_acl("digest", _digest_id(OTHER), all=True)])
+    with pytest.raises(redis.ResponseError) as e:
+        r.execute_command("LOCK.ACQUIRE", "nl2", "me", "PX", "60000")
+    assert str(e.value).startswith("ZooKeeper denies zkresp access"), e.value
+    other = harness.kazoo_client(zk_auth, auth=OTHER)
+    other.set_acls(a.root + "/l", [make_acl("digest", _digest_id(CREDS), all=True)])
+    assert isinstance(r.execute_command("LOCK.ACQUIRE", "nl2", "me", "PX", "60000"), int)
 
 
 def test_a_root_others_may_write_is_a_warning(zk_auth, make_zkresp):
@@ -143,6 +167,26 @@ def test_a_root_others_may_write_is_a_warning(zk_auth, make_zkresp):
     a = _sidecar(make_zkresp, zk_auth, root=root)
     assert a.client().cmd("SET", "lk", "t", "NX", "PX", "60000") == b"+OK\r\n"
     harness.wait_for(lambda: b"lets anyone change it" in a.log(), 5, 0.05, "the open root's warning")
+
+
+def test_a_root_another_identity_may_write_is_a_warning(zk_auth, make_zkresp):
+    """Not only world:anyone: a root whose ACL lets another digest user (or
+    an ip) change it is named in a warning; one of our credentials alone
+    is not."""
+    from kazoo.security import make_acl
+    admin = harness.kazoo_client(zk_auth, auth=CREDS)
+    shared = "/" + harness.unique("shared")
+    admin.create(shared, b"", acl=[make_acl("digest", _digest_id(CREDS), all=True),
+                                   make_acl("digest", _digest_id(OTHER), all=True)])
+    a = _sidecar(make_zkresp, zk_auth, root=shared)
+    assert a.client().cmd("SET", "lk", "t", "NX", "PX", "60000") == b"+OK\r\n"
+    harness.wait_for(lambda: b"lets others change it (ACL digest:" + _digest_id(OTHER).encode() in a.log(),
+                     5, 0.05, "the shared root's warning")
+    private = "/" + harness.unique("private")
+    admin.create(private, b"", acl=[make_acl("digest", _digest_id(CREDS), all=True)])
+    b = _sidecar(make_zkresp, zk_auth, root=private)
+    assert b.client().cmd("SET", "lk", "t", "NX", "PX", "60000") == b"+OK\r\n"
+    assert b"change it" not in b.log()
 
 
 def test_credentials_never_shown(zk_auth, make_zkresp, tmp_path):
