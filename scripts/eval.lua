@@ -316,7 +316,7 @@ api.debug = function() end
 local env
 local function environment()
     if not env then
-        env = SB.env(api, CJSON.new(), require "compat_bit")
+        env = SB.env(api, CJSON.new(), require "compat_bit", require "compat_struct")
     end
     return env
 end

@@ -17,7 +17,7 @@
 -- What scripts see is Redis's Lua 5.1 API under Lua 5.4: the base functions
 -- (with error, pcall, xpcall, tostring, setmetatable, getmetatable, rawset,
 -- load and collectgarbage wrapped), `unpack`, string (no dump), table,
--- math (max/min take numeric strings), os.clock, bit, cjson, redis.  No io,
+-- math (max/min take numeric strings), os.clock, bit, struct, cjson, redis.  No io,
 -- os beyond clock, package, require, debug, coroutine, dofile, loadfile,
 -- string.dump; load takes text only.  Globals are read-only, and so are the
 -- library tables and the string metatable: scripts share them with each
@@ -252,7 +252,7 @@ function SB.busy_reply(name, args)
     return { err = SB.BUSY }
 end
 
-function SB.env(redis_api, cjson_lib, bit_lib)
+function SB.env(redis_api, cjson_lib, bit_lib, struct_lib)
     local env = {}
     local rawpcall, rawxpcall, rawerror = pcall, xpcall, error
 
@@ -402,6 +402,7 @@ function SB.env(redis_api, cjson_lib, bit_lib)
 
     env.os = readonly({ clock = os.clock })
     env.bit = readonly(bit_lib)
+    env.struct = struct_lib and readonly(struct_lib)
     env.cjson = readonly(cjson_lib)
     env.redis = readonly(redis_api)
 

@@ -105,6 +105,26 @@ seq("eval_errors", [
     "SET @ro v", ["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "@ro"],
 ])
 
+seq("eval_struct", [
+    # Redisson's RRateLimiter packs a value as Bc0I
+    [E, "return struct.pack('Bc0I', 5, 'hello', 1234)", "0"],
+    [E, "return {struct.unpack('Bc0I', struct.pack('Bc0I', 5, 'hello', 1234))}", "0"],
+    [E, "local v = struct.pack('Bc0I', string.len(ARGV[1]), ARGV[1], 77) "
+        "local _, s, r = struct.unpack('Bc0I', v) return {s, r}", "0", "12.5"],
+    [E, "return struct.pack('>i2<i2!4bi', -2, 3, 1, 7)", "0"], [E, "return struct.size('>i2<i2!4bi')", "0"],
+    [E, "return struct.pack('bBhHlLTiI', -1, 255, -300, 65535, -5, 5, 9, -70000, 70000)", "0"],
+    [E, "return {struct.unpack('bBhHlLTiI', struct.pack('bBhHlLTiI', -1, 255, -300, 65535, -5, 5, 9, "
+        "-70000, 70000))}", "0"],
+    [E, "return {struct.unpack('>I3 <i3 x c2 s', struct.pack('>I3 <i3 x c2 s', 70000, -2, 'abz', 'tail'))}", "0"],
+    [E, "return struct.pack('i1 I2 i8', 300, 70000, -1)", "0"],
+    [E, "return struct.pack('!8 b d', 1, 2.25)", "0"], [E, "return {struct.unpack('d', struct.pack('d', 2.25))}", "0"],
+    [E, "return {struct.unpack('b', 'xyz', 2)}", "0"], [E, "return struct.size('!8 b d i2')", "0"],
+    [E, "return type(struct)", "0"], [E, "return struct.pack('c3', 'abcdef')", "0"],
+    [E, "return struct.pack('c3', 'ab')", "0"], [E, "return struct.unpack('c0', 'abc')", "0"],
+    [E, "return struct.pack('z', 1)", "0"], [E, "return struct.unpack('i4', 'ab')", "0"],
+    [E, "return struct.size('s')", "0"], [E, "return struct.pack('i', 'x')", "0"],
+])
+
 seq("eval_resp3", [
     "HSET @h f v", "SADD @s m", "ZADD @z 1.5 m",
     [E, "return {map={a=1}}", "0"], [E, "return {set={a=true}}", "0"], [E, "return {double=3.5}", "0"],
