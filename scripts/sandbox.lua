@@ -100,15 +100,31 @@ local function number_arg(fname)
     return function(...)
         local n = select("#", ...)
         local args = { ... }
+        if n == 0 then error("bad argument #1 to '" .. fname .. "' (number expected, got no value)", 2) end
         for i = 1, n do
             local v = tonumber(args[i])
             if v == nil then
                 error(string.format("bad argument #%d to '%s' (number expected, got %s)",
-                                    i, fname, type(args[i]) == "nil" and "no value" or type(args[i])), 2)
+                                    i, fname, type(args[i])), 2)
             end
             args[i] = v
         end
         return math[fname](table.unpack(args, 1, n))
+    end
+end
+
+-- A function of Lua 5.1 whose first argument must be a table (ipairs,
+-- pairs, unpack, table.insert...): its error for anything else, in 5.1's
+-- words (Lua 5.4's ipairs takes any value and fails later, indexing it;
+-- its pairs names 'for iterator'; its unpack fails on the length).
+local function table_arg(fname, f)
+    return function(...)
+        local t = ...
+        if type(t) ~= "table" then
+            error(string.format("bad argument #1 to '%s' (table expected, got %s)", fname,
+                                select("#", ...) == 0 and "no value" or type(t)), 2)
+        end
+        return f(...)
     end
 end
 
@@ -257,20 +273,22 @@ function SB.env(redis_api, cjson_lib, bit_lib, struct_lib)
     local rawpcall, rawxpcall, rawerror = pcall, xpcall, error
 
     env.assert = assert
-    env.ipairs = ipairs
+    env.ipairs = table_arg("ipairs", ipairs)
     env.next = next
-    env.pairs = pairs
+    env.pairs = table_arg("pairs", pairs)
     env.rawequal = rawequal
     env.rawget = rawget
     env.rawlen = rawlen
     env.select = select
     env.tonumber = tonumber
     env.type = type
-    env.unpack = table.unpack
+    env.unpack = table_arg("unpack", table.unpack)
     env._VERSION = "Lua 5.1"
 
     -- tostring of a float as 5.1; other values as 5.4.
-    env.tostring = function(v)
+    env.tostring = function(...)
+        local v = ...
+        if select("#", ...) == 0 then error("bad argument #1 to 'tostring' (value expected)", 2) end
         if math.type(v) == "float" then return num2str(v) end
         return tostring(v)
     end
@@ -381,7 +399,7 @@ function SB.env(redis_api, cjson_lib, bit_lib, struct_lib)
     tbl.move = nil
     for _, name in ipairs({ "insert", "remove" }) do
         local f = table[name]
-        tbl[name] = function(t, ...)
+        tbl[name] = table_arg(name, function(t, ...)
             local mt = type(t) == "table" and getmetatable(t)
             local len = type(mt) == "table" and rawget(mt, "__len")
             if not len then return f(t, ...) end
@@ -390,7 +408,7 @@ function SB.env(redis_api, cjson_lib, bit_lib, struct_lib)
             rawset(mt, "__len", len)
             if not r[1] then rawerror(r[2], 0) end
             return table.unpack(r, 2, r.n)
-        end
+        end)
     end
     env.table = readonly(tbl)
 

@@ -105,6 +105,16 @@ seq("eval_errors", [
     "SET @ro v", ["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "@ro"],
 ])
 
+seq("eval_lua51_library_errors", [
+    [E, "for i, v in ipairs(redis.call('get', 'nokey')) do end", "0"],
+    [E, "return ipairs(nil)", "0"], [E, "return ipairs()", "0"], [E, "for k in pairs(false) do end", "0"],
+    [E, "return unpack(nil)", "0"], [E, "return math.max(nil, 1)", "0"], [E, "return math.max()", "0"],
+    [E, "return math.min(1, 'x')", "0"], [E, "return table.remove(nil)", "0"],
+    [E, "table.insert(nil, 1)", "0"], [E, "return tostring()", "0"],
+    [E, "local n = 0 for i, v in ipairs({1, 2}) do n = n + v end for k in pairs({a = 1}) do n = n + 1 end "
+        "return {n, unpack({4, 5})}", "0"],
+])
+
 seq("eval_struct", [
     # Redisson's RRateLimiter packs a value as Bc0I
     [E, "return struct.pack('Bc0I', 5, 'hello', 1234)", "0"],
