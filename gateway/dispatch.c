@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -132,12 +133,20 @@ enum info_section {
     INFO_ZOOKEEPER = 1 << 6,
     INFO_POLICY = 1 << 7,
     INFO_MEMORY = 1 << 8,
-    INFO_ALL = (1 << 9) - 1,
+    INFO_CPU = 1 << 9,
+    INFO_CLUSTER = 1 << 10,
+    INFO_MODULES = 1 << 11,
+    INFO_ERRORSTATS = 1 << 12,
+    INFO_COMMANDSTATS = 1 << 13,
+    /* INFO, INFO default: all but commandstats, as Redis's */
+    INFO_DEFAULT = (1 << 13) - 1,
+    INFO_ALL = (1 << 14) - 1,
 };
 
 static const char *const info_names[] = {
-    "server",   "clients",   "persistence", "stats",  "replication",
-    "keyspace", "zookeeper", "policy",      "memory",
+    "server",   "clients",   "persistence", "stats",        "replication",
+    "keyspace", "zookeeper", "policy",      "memory",       "cpu",
+    "cluster",  "modules",   "errorstats",  "commandstats",
 };
 
 /* One "name:value" line of INFO's # Policy section (lua_host_policy_info);
@@ -157,12 +166,13 @@ static void info_policy_line(void *arg, const char *name, const char *value)
 static unsigned info_parse(struct cmd_ctx *x)
 {
     if (x->argc < 2)
-        return INFO_ALL;
+        return INFO_DEFAULT;
     unsigned m = 0;
     for (int i = 1; i < x->argc; i++) {
-        if (arg_is(&x->argv[i], "all") || arg_is(&x->argv[i], "everything") ||
-            arg_is(&x->argv[i], "default"))
+        if (arg_is(&x->argv[i], "all") || arg_is(&x->argv[i], "everything"))
             m |= INFO_ALL;
+        if (arg_is(&x->argv[i], "default"))
+            m |= INFO_DEFAULT;
         for (unsigned k = 0; k < sizeof info_names / sizeof info_names[0]; k++)
             if (arg_is(&x->argv[i], info_names[k]))
                 m |= 1u << k;
@@ -190,6 +200,22 @@ static int info_db_cmp(const void *a, const void *b)
 {
     const struct info_db *x = a, *y = b;
     return (x->db > y->db) - (x->db < y->db);
+}
+
+static double tv_seconds(struct timeval tv)
+{
+    return (double)tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+/* One line of INFO commandstats, in Redis's form. */
+static void info_cmdstat(void *arg, const char *name, uint64_t calls,
+                         uint64_t failed, double usec)
+{
+    buf_printf(arg,
+               "cmdstat_%s:calls=%llu,usec=%llu,usec_per_call=%.2f,"
+               "rejected_calls=0,failed_calls=%llu\r\n",
+               name, (unsigned long long)calls, (unsigned long long)usec,
+               calls ? usec / (double)calls : 0.0, (unsigned long long)failed);
 }
 
 /* Writes the INFO text for `sections`; ik NULL: the key counts are
@@ -299,6 +325,29 @@ static void info_write(struct server *s, unsigned sections,
     if (sections & INFO_POLICY) {
         buf_printf(&b, "# Policy\r\n");
         lua_host_policy_info(s->lua, info_policy_line, &b);
+        buf_printf(&b, "\r\n");
+    }
+    if (sections & INFO_CPU) {
+        struct rusage self, children;
+        getrusage(RUSAGE_SELF, &self);
+        getrusage(RUSAGE_CHILDREN, &children);
+        buf_printf(&b,
+                   "# CPU\r\nused_cpu_sys:%.6f\r\nused_cpu_user:%.6f\r\n"
+                   "used_cpu_sys_children:%.6f\r\n"
+                   "used_cpu_user_children:%.6f\r\n\r\n",
+                   tv_seconds(self.ru_stime), tv_seconds(self.ru_utime),
+                   tv_seconds(children.ru_stime),
+                   tv_seconds(children.ru_utime));
+    }
+    if (sections & INFO_MODULES)
+        buf_printf(&b, "# Modules\r\n\r\n");
+    if (sections & INFO_ERRORSTATS)
+        buf_printf(&b, "# Errorstats\r\n\r\n");
+    if (sections & INFO_CLUSTER)
+        buf_printf(&b, "# Cluster\r\ncluster_enabled:0\r\n\r\n");
+    if (sections & INFO_COMMANDSTATS) {
+        buf_printf(&b, "# Commandstats\r\n");
+        metrics_cmd_each(info_cmdstat, &b);
         buf_printf(&b, "\r\n");
     }
     if (b.len >= 2)

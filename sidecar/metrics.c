@@ -124,6 +124,16 @@ void metrics_histo_add(struct metrics_histo *h, double seconds)
         }
 }
 
+void metrics_cmd_each(void (*cb)(void *arg, const char *name, uint64_t calls,
+                                 uint64_t failed, double usec),
+                      void *arg)
+{
+    for (int i = 1; i < m.ncmds; i++)
+        if (m.cmds[i].ok + m.cmds[i].err > 0)
+            cb(arg, m.cmds[i].name, m.cmds[i].ok + m.cmds[i].err, m.cmds[i].err,
+               m.cmds[i].time.sum * 1e6);
+}
+
 void metrics_cmd_done(int idx, int error, uint64_t ns)
 {
     if (idx < 0 || idx >= m.ncmds)

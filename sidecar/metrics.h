@@ -67,6 +67,13 @@ int metrics_cmd_find(const char *name, size_t len);
  * long it took from being read to its reply being ready, in nanoseconds. */
 void metrics_cmd_done(int idx, int error, uint64_t ns);
 
+/* Calls cb for each known command that ran (INFO commandstats): its name,
+ * how many times, how many answered an error, and their total time in
+ * microseconds. */
+void metrics_cmd_each(void (*cb)(void *arg, const char *name, uint64_t calls,
+                                 uint64_t failed, double usec),
+                      void *arg);
+
 /* Session events from the bridge ("connected", "new", ...): the session age
  * gauge counts from the first event naming a new session id. */
 void metrics_session_event(const char *event, int64_t session_id);

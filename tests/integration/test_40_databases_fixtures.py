@@ -374,3 +374,30 @@ def test_help_of_every_container_command(ref16, z16, proto):
             assert help_lines(c.cmd(cmd, "HELP")) == help_lines(ref.cmd(cmd, "HELP")), cmd
         # The refusal still names HELP, which now answers.
         assert c.cmd("CLIENT", "NOPE") == b"-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n"
+
+
+def test_info_sections_of_redis(ref16, z16):
+    """The sections Redis's INFO has that clients and fixtures read: cluster
+    (its bytes), cpu, modules and errorstats in the default INFO,
+    commandstats only when asked (or with all/everything), each counting
+    calls, time and failed calls per command as Redis's lines do."""
+    def section(port, *names):
+        with RawClient(port) as c:
+            return c.call("INFO", *names)
+    assert section(z16.port, "cluster") == section(ref16.port, "cluster") == b"# Cluster\r\ncluster_enabled:0\r\n"
+    with RawClient(z16.port) as c:
+        assert c.cmd("SET", "cmdstat:k", "v") == b"+OK\r\n"
+        assert c.cmd("INCR", "cmdstat:k").startswith(b"-ERR")
+        cpu = c.call("INFO", "cpu").decode()
+        default, everything = c.call("INFO").decode(), c.call("INFO", "everything").decode()
+        stats = c.call("INFO", "commandstats").decode()
+    assert cpu.startswith("# CPU\r\n") and "used_cpu_user:" in cpu and "used_cpu_sys:" in cpu, cpu
+    for name in ("# CPU", "# Modules", "# Errorstats", "# Cluster", "# Server", "# Keyspace"):
+        assert name in default and name in everything, name
+    assert "# Commandstats" not in default and "# Commandstats" in everything
+    lines = dict(line.split(":", 1) for line in stats.splitlines()[1:] if line)
+    incr = dict(kv.split("=") for kv in lines["cmdstat_incr"].split(","))
+    assert int(incr["calls"]) >= 1 and int(incr["failed_calls"]) >= 1 and incr["rejected_calls"] == "0", incr
+    assert set(incr) == {"calls", "usec", "usec_per_call", "rejected_calls", "failed_calls"}
+    ref_line = section(ref16.port, "commandstats").decode().splitlines()[1]
+    assert set(kv.split("=")[0] for kv in ref_line.split(":", 1)[1].split(",")) == set(incr), ref_line
