@@ -161,6 +161,35 @@ local function rep(...)
     return r
 end
 
+-- string.format as Lua 5.1's while client code runs: a float given to %s
+-- is written as 5.1 writes it (%.14g: 3, not 3.0) and one given to an
+-- integer conversion (%d %i %c %o %u %x %X) is cut toward 0, as 5.1's cast
+-- does (5.4 refuses a float with a fraction there).  The system layer (the
+-- string metatable is shared) gets the stock function.
+stock.format = string.format
+local function format(fmt, ...)
+    local c = ctx()
+    if not (c and c.user) or type(fmt) ~= "string" then return stock.format(fmt, ...) end
+    local args, i = nil, 0
+    for conv in fmt:gmatch("%%[-+ #0]*%d*%.?%d*(.)") do
+        if conv ~= "%" then
+            i = i + 1
+            local v = select(i, ...)
+            if math.type(v) == "float" and v == v and v ~= math.huge and v ~= -math.huge then
+                if conv == "s" then
+                    args = args or table.pack(...)
+                    args[i] = num2str(v)
+                elseif conv:match("[dicouxX]") then
+                    args = args or table.pack(...)
+                    args[i] = math.tointeger(v >= 0 and math.floor(v) or math.ceil(v)) or v
+                end
+            end
+        end
+    end
+    if not args then return stock.format(fmt, ...) end
+    return stock.format(fmt, table.unpack(args, 1, args.n))
+end
+
 -- Pattern matching: the C host's Lua 5.1 find/match/gmatch/gsub
 -- (sidecar/lua_pattern.h), bounded by a step budget while client code runs
 -- and the stock functions otherwise (the specs' model has none: there the
@@ -178,6 +207,7 @@ local function string_functions()
     for k, v in pairs(patterns) do t[k] = v end
     t.dump = nil
     t.rep = rep
+    t.format = format
     return t
 end
 

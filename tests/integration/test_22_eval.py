@@ -115,6 +115,13 @@ seq("eval_lua51_library_errors", [
         "return {n, unpack({4, 5})}", "0"],
 ])
 
+seq("eval_lua51_format", [
+    [E, "return string.format('%s', 6/2)", "0"], [E, "return string.format('%s|%s', 2.5, 1e15)", "0"],
+    [E, "return string.format('%d', 7/2)", "0"], [E, "return string.format('%5.1f|%x|%d%%', 2.25, 255.9, -3.7)", "0"],
+    [E, "return ('%s-%d'):format(10/2, 9/2)", "0"], [E, "return string.format('%s %s', 'a', 3)", "0"],
+    [E, "return string.format('%d', 'x')", "0"],
+])
+
 seq("eval_struct", [
     # Redisson's RRateLimiter packs a value as Bc0I
     [E, "return struct.pack('Bc0I', 5, 'hello', 1234)", "0"],
