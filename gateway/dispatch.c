@@ -673,9 +673,10 @@ static int arity_ok(int arity, int max_args, int n)
  * their shapes are in the registry's entries beside the C ones): MEMORY
  * USAGE, which reads a key, and HELP, whose text is kept with the
  * registry's. */
-static int answered_in_lua(const struct ccmd *cc, const struct proto_req *pr)
+static int answered_in_lua(const struct ccmd *cc, const struct cshape *sh,
+                           const struct proto_req *pr)
 {
-    if (pr->argc < 2)
+    if (pr->argc < 2 || sh->nsubs == 0) /* ECHO HELP is ECHO's */
         return 0;
     return arg_is(&pr->argv[1], "HELP") ||
            (strcmp(cc->name, "memory") == 0 && arg_is(&pr->argv[1], "USAGE"));
@@ -783,7 +784,7 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         return;
     }
     int mflags = multi_step(c, cc, sh, pr);
-    if (!mflags && cc && shape_ok(sh, pr) && !answered_in_lua(cc, pr) &&
+    if (!mflags && cc && shape_ok(sh, pr) && !answered_in_lua(cc, sh, pr) &&
         (sh->subscribed_ok || !conn_subscribed_resp2(c))) {
         cc->fn(&x);
         if (!r->c_pending)

@@ -312,16 +312,27 @@ C.object = { arity = -2, flags = "", first_key = 0, last_key = 0, step = 0,
 end }
 
 ---------------------------------------------------------------------------
+-- The commands that list the keyspace read ZooKeeper's committed listing:
+-- after a write of the same script or MULTI, not yet committed, they would
+-- answer a keyspace without it, so they refuse (the write's transaction
+-- goes on, as after any command's error).
+local function listing(fn)
+    return function(args)
+        if T.has_writes() then return err(E.LISTING_AFTER_WRITE) end
+        return fn(args)
+    end
+end
+
 -- DBSIZE: the children of <root>/k (expired nodes not yet deleted count).
 
 C.dbsize = { arity = 1, flags = "readonly fast", first_key = 0, last_key = 0, step = 0,
-             fn = function()
+             fn = listing(function()
     return T.run({}, function()
         local rc, stat = K.stat(K.keys_dir())
         if rc == zk.NONODE then return 0 end
         return stat.numChildren
     end)
-end }
+end) }
 
 -- The most keys KEYS answers and SCAN reads in one call.
 local KEYS_LIMIT = 10000
@@ -343,7 +354,7 @@ end
 -- refused beyond KEYS_LIMIT matches (policy.keys_limit).
 
 C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
-           fn = function(args)
+           fn = listing(function(args)
     local pattern = args[2]
     local all = pattern == "*"
     return T.run({}, function()
@@ -357,13 +368,13 @@ C.keys = { arity = 2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
         end
         return live_keys(keys)
     end)
-end }
+end) }
 
 -- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] (scan.lua says
 -- how the cursor walks the keyspace).  A COUNT beyond KEYS_LIMIT reads
 -- KEYS_LIMIT keys (COUNT is a hint in Redis too).
 C.scan = { arity = -2, flags = "readonly", first_key = 0, last_key = 0, step = 0,
-           fn = function(args)
+           fn = listing(function(args)
     local cursor = N.cursor(args[2])
     if not cursor then return err(E.INVALID_CURSOR) end
     local o, e = N.options(args, 3, true)
@@ -377,11 +388,11 @@ C.scan = { arity = -2, flags = "readonly", first_key = 0, last_key = 0, step = 0
         end
         return { tostring(next_cursor), live_keys(keys, o.type and o.type:lower()) }
     end)
-end }
+end) }
 
 -- RANDOMKEY: a live key picked at random, nil when there is none.
 C.randomkey = { arity = 1, flags = "readonly", first_key = 0, last_key = 0, step = 0,
-                fn = function()
+                fn = listing(function()
     return T.run({}, function()
         local names = K.key_names()
         for _, i in ipairs(U.random_picks(#names, #names)) do
@@ -390,6 +401,6 @@ C.randomkey = { arity = 1, flags = "readonly", first_key = 0, last_key = 0, step
         end
         return host.null
     end)
-end }
+end) }
 
 return C

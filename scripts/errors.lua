@@ -62,6 +62,10 @@ E.SELECT_IN_SCRIPT = "ERR SELECT is not supported in scripts by zkresp: a script
 E.CONFIG_READONLY = "ERR zkresp's settings are its command-line flags (zkresp --help): " ..
                     "CONFIG SET, REWRITE and RESETSTAT are not supported"
 E.OTHER_DB = "ERR zkresp copies keys only within the selected database"
+-- KEYS, SCAN, RANDOMKEY or DBSIZE after a write of the same script or MULTI
+-- (cmd_keys.lua): they read the committed keyspace, which lacks that write.
+E.LISTING_AFTER_WRITE = "ERR zkresp lists committed keys only: KEYS, SCAN, RANDOMKEY and DBSIZE " ..
+                        "cannot follow a write in the same script or MULTI"
 
 -- MULTI/EXEC/DISCARD (cmd_multi.lua): Redis's texts, and zkresp's for
 -- what it cannot queue and for its caps.

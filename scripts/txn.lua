@@ -528,6 +528,14 @@ function T.script(keys, fn, uncounted)
     end
 end
 
+-- Whether the running script's (or EXEC's) transaction holds a write not
+-- committed yet: what lists the keyspace (KEYS, SCAN, RANDOMKEY, DBSIZE)
+-- reads ZooKeeper's listing, which does not show it.
+function T.has_writes()
+    local t = current[coroutine.running()]
+    return t ~= nil and t.writes ~= nil and next(t.writes) ~= nil
+end
+
 -- Scripts committed and re-run (for INFO and the bench).
 T.stats = { committed = 0, retries = 0 }
 

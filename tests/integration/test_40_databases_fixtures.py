@@ -374,6 +374,11 @@ def test_help_of_every_container_command(ref16, z16, proto):
             assert help_lines(c.cmd(cmd, "HELP")) == help_lines(ref.cmd(cmd, "HELP")), cmd
         # The refusal still names HELP, which now answers.
         assert c.cmd("CLIENT", "NOPE") == b"-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n"
+        # ... and "help" as an argument of a command without subcommands is
+        # that command's argument (a review found ECHO HELP refused)
+        for args in (("ECHO", "HELP"), ("ECHO", "help"), ("PING", "help"), ("SELECT", "help"),
+                     ("WAIT", "help", "0")):
+            assert c.cmd(*args) == ref.cmd(*args), args
 
 
 def test_info_sections_of_redis(ref16, z16):

@@ -18,7 +18,7 @@ import redis
 
 import harness
 from differential import assert_same
-from resp import RawClient, encode
+from resp import Err, RawClient, encode
 
 SEQUENCES = {}
 
@@ -359,3 +359,27 @@ def test_sigterm_refuses_exec_and_multi(make_zkresp):
         assert late.cmd("SET", "sigterm:k", "w") == b"-TRYAGAIN zkresp is shutting down\r\n"
         assert late.cmd("EXEC") == b"-TRYAGAIN zkresp is shutting down\r\n"
     assert other.redis().get("sigterm:k") is None
+
+
+def test_keyspace_listing_after_a_write_is_refused_not_stale(zkr):
+    """KEYS, SCAN, RANDOMKEY and DBSIZE read ZooKeeper's committed listing:
+    after a write of the same MULTI (or script), not committed yet, they
+    would answer a keyspace without it (a review saw KEYS list the key the
+    transaction had just deleted), so they answer an error in their place;
+    before any write they answer as usual, and the writes still commit."""
+    k = harness.unique("lst")
+    with RawClient(zkr().port) as c:
+        assert c.cmd("SET", k + ":old", "1") == b"+OK\r\n"
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        for args in (("KEYS", k + ":*"), ("SET", k + ":new", "1"), ("DEL", k + ":old"), ("KEYS", k + ":*"),
+                     ("SCAN", "0"), ("RANDOMKEY",), ("DBSIZE",), ("EXISTS", k + ":new", k + ":old")):
+            assert c.cmd(*args) == b"+QUEUED\r\n", args
+        r = c.call("EXEC")
+        assert r[0] == [(k + ":old").encode()] and r[1] == b"OK" and r[2] == 1, r
+        for i in (3, 4, 5, 6):
+            assert isinstance(r[i], Err) and "cannot follow a write in the same script or MULTI" in r[i], r
+        assert r[7] == 1, r
+        assert c.call("KEYS", k + ":*") == [(k + ":new").encode()]
+        e = c.cmd("EVAL", "redis.call('set', KEYS[1], 'v') return redis.call('dbsize')", "1", k + ":ev")
+        assert e.startswith(b"-ERR zkresp lists committed keys only"), e
+        assert c.cmd("EXISTS", k + ":ev") == b":0\r\n"  # the failed script committed nothing
