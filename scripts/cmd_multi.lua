@@ -82,23 +82,6 @@ function X.count() return nqueues end
 -- Client id closed or RESET: its queue goes.
 function X.client_gone(id) drop(id) end
 
--- The declared key arguments of a queued command (Redis's first_key,
--- last_key, step; indexes from the name, 0).
-local function each_key(spec, args, f)
-    local first = spec.first_key or 0
-    if first <= 0 then return end
-    local last = spec.last_key or first
-    if last < 0 then last = #args + last end
-    local step = spec.step and spec.step > 0 and spec.step or 1
-    for i = first, last, step do
-        local key = args[i + 1]
-        if key then
-            local r = f(key)
-            if r then return r end
-        end
-    end
-end
-
 -- Why args cannot be queued (the error text), or nil and its spec.
 local function check(args)
     local bad, spec = R.check(args)
@@ -106,7 +89,7 @@ local function check(args)
     if spec.in_c or R.has_flag(spec, "noscript") then
         return E.not_queueable(spec.name)
     end
-    local e = each_key(spec, args, K.key_error)
+    local e = R.each_key(spec, args, K.key_error)
     if e then return e end
     e = H.authorize(spec.name, spec, args)
     if e then return e end
@@ -127,7 +110,7 @@ local function exec(q)
     if busy then return err(E.exec_abort(busy.err)) end
     local keys, seen, writes = {}, {}, false
     for _, c in ipairs(cmds) do
-        each_key(c.spec, c.args, function(key)
+        R.each_key(c.spec, c.args, function(key)
             if not seen[key] then
                 seen[key] = true
                 keys[#keys + 1] = key

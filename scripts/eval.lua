@@ -225,16 +225,8 @@ local function execute(...)
     if c and c.ro and R.has_flag(spec, "write") then
         return err("ERR Write commands are not allowed from read-only scripts.")
     end
-    local first = spec.first_key or 0
-    if first > 0 then
-        local last = spec.last_key or first
-        if last < 0 then last = n + last end
-        local step = spec.step and spec.step > 0 and spec.step or 1
-        for i = first, last, step do
-            local e = args[i + 1] and K.key_error(args[i + 1])
-            if e then return err(e) end
-        end
-    end
+    local e = R.each_key(spec, args, K.key_error)
+    if e then return err(e) end
     -- The policy's authorize sees what a script runs too, as Redis's ACLs do.
     local denied = require("hooks").authorize(spec.name, spec, args)
     if denied then return err(denied) end

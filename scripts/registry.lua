@@ -13,6 +13,7 @@
 --   R.check(args)          the part of R.refusal that C commands share:
 --                          known, and in its shape (MULTI's queue)
 --   R.has_flag(spec, flag) whether the spec's flags name it ("write")
+--   R.each_key(spec, args, f)  f over the request's key arguments
 --
 -- A spec: { fn, arity, max_args, first_key, last_key, step, flags,
 -- subcommands, subscribed_ok, group, in_c, lock_names }.  lock_names: its
@@ -142,6 +143,25 @@ function R.refusal(args, subscribed)
         return E.reply("ERR " .. spec.name .. " is answered by zkresp's gateway, not its scripts")
     end
     return nil, spec, full
+end
+
+-- Calls f(key) for each key argument of args, as the spec's first_key,
+-- last_key and step say (Redis's indexes, from the name, 0; a negative
+-- last_key counts from the end); returns f's first truthy answer.
+function R.each_key(spec, args, f)
+    local first = spec.first_key or 0
+    if first <= 0 then return nil end
+    local last = spec.last_key or first
+    if last < 0 then last = #args + last end
+    local step = spec.step and spec.step > 0 and spec.step or 1
+    for i = first, last, step do
+        local key = args[i + 1]
+        if key then
+            local r = f(key)
+            if r then return r end
+        end
+    end
+    return nil
 end
 
 -- Whether spec's flags (its space-separated `flags`) name `flag`: a set

@@ -116,21 +116,10 @@ function M.command(name)
     return M.commands[name]
 end
 
--- The key arguments of a command, as Redis's first_key/last_key/step say
--- (Redis's indexes count from the name, 0).
+-- A key argument too long (or otherwise refused), as the registry names
+-- the command's keys.
 local function check_keys(spec, args)
-    local first = spec.first_key or 0
-    if first <= 0 then return nil end
-    local last = spec.last_key or first
-    if last < 0 then last = #args + last end
-    local step = spec.step and spec.step > 0 and spec.step or 1
-    for i = first, last, step do
-        local key = args[i + 1]
-        if key then
-            local e = K.key_error(key)
-            if e then return e end
-        end
-    end
+    return R.each_key(spec, args, K.key_error)
 end
 
 -- A write command on a key this session owns (a renewal, a release) may
