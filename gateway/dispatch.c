@@ -696,12 +696,6 @@ static int shape_ok(const struct cshape *sh, const struct proto_req *pr)
     return 0;
 }
 
-static void no_visit(void *arg, const struct lua_host_cmd *cmd)
-{
-    (void)arg;
-    (void)cmd;
-}
-
 /* The metrics label of a command Lua answers: the built-in ones were
  * registered at start; one a policy added later (SIGHUP, POLICY RELOAD) is
  * registered the first time it is asked; any other name counts as
@@ -709,15 +703,10 @@ static void no_visit(void *arg, const struct lua_host_cmd *cmd)
 static int lua_metric(struct lua_host *lua, const struct proto_arg *name)
 {
     int idx = metrics_cmd_find(name->ptr, name->len);
-    char lname[129];
-    if (idx > 0 || name->len >= sizeof lname)
+    struct cmd_list l = {0}; /* no output: only whether it is known */
+    if (idx > 0 || !list_named(lua, name, &l))
         return idx;
-    for (size_t i = 0; i < name->len; i++)
-        lname[i] = (char)tolower((unsigned char)name->ptr[i]);
-    lname[name->len] = 0;
-    if (!lua_host_command(lua, lname, no_visit, NULL))
-        return 0;
-    return metrics_cmd_register(lname, name->len);
+    return metrics_cmd_register(name->ptr, name->len); /* lowercases */
 }
 
 /* MULTI's state (scripts/cmd_multi.lua), changed here in dispatch order,

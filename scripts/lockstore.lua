@@ -86,10 +86,7 @@ function LS.sidecar_id()
     return id
 end
 
-local HEX = {}
-for b = 0, 255 do HEX[string.char(b)] = string.format("%02x", b) end
-
-function LS.hex(s) return (s:gsub(".", HEX)) end
+LS.hex = U.hex
 
 -- A request's name: "<MODE>.<owner hash>.<lease ms>.<nonce>-<seq>": what
 -- another sidecar needs to grant it without reading its node.

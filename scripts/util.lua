@@ -284,4 +284,10 @@ function U.key_command(fn, arity, flags)
     return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1 }
 end
 
+-- A string's bytes in lower-case hex (nonces, instance ids).
+local HEX = {}
+for b = 0, 255 do HEX[string.char(b)] = string.format("%02x", b) end
+
+function U.hex(s) return (s:gsub(".", HEX)) end
+
 return U

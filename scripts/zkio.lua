@@ -157,9 +157,7 @@ end
 -- as the creator ACL of a node it makes and deletes at once shows them;
 -- nil when that failed.
 function Z.own_identities()
-    local probe = Z.root() .. "/acl-probe-" .. (host.instance or ""):gsub(".", function(c)
-        return string.format("%02x", c:byte())
-    end)
+    local probe = Z.root() .. "/acl-probe-" .. U.hex(host.instance or "")
     local rc = zk.create(probe, "", zk.EPHEMERAL)
     if rc ~= zk.OK and rc ~= zk.NODEEXISTS then return nil end
     local arc, acl = zk.get_acl(probe)
