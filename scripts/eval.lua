@@ -601,11 +601,16 @@ end
 
 local FLAGS = "noscript skip_monitor may_replicate no_mandatory_keys stale movablekeys"
 
+-- (numkeys: where the count of keys is, registry.lua's R.names_keys)
+local function spec(fn, flags)
+    return { fn = fn, arity = -3, flags = flags, first_key = 0, last_key = 0, step = 0, numkeys = 2 }
+end
+
 return {
-    eval = { fn = eval(false), arity = -3, flags = FLAGS, first_key = 0, last_key = 0, step = 0 },
-    evalsha = { fn = evalsha(false), arity = -3, flags = FLAGS, first_key = 0, last_key = 0, step = 0 },
-    eval_ro = { fn = eval(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
-    evalsha_ro = { fn = evalsha(true), arity = -3, flags = "readonly " .. FLAGS, first_key = 0, last_key = 0, step = 0 },
+    eval = spec(eval(false), FLAGS),
+    evalsha = spec(evalsha(false), FLAGS),
+    eval_ro = spec(eval(true), "readonly " .. FLAGS),
+    evalsha_ro = spec(evalsha(true), "readonly " .. FLAGS),
     script = { fn = script, arity = -2, flags = "noscript", first_key = 0, last_key = 0, step = 0,
                subcommands = { load = 3, exists = -3, flush = -2, kill = 2, help = 2 } },
 }

@@ -1,4 +1,6 @@
--- queue.lua — per-key FIFO queues inside one sidecar.
+-- queue.lua — per-key FIFO queues inside one sidecar, and a connection's
+-- order (Q.turn, at the end: a command without keys runs alone in its
+-- connection's pipeline).
 --
 -- A command that touches keys holds every key's queue from before its first
 -- read until it is done, so the commands of this sidecar on one key run one
@@ -169,6 +171,87 @@ function Q.extend(ticket, paths)
     local waited = ticket.need > 0
     while ticket.need > 0 do host.suspend() end
     return true, waited
+end
+
+---------------------------------------------------------------------------
+-- A connection's order
+--
+-- A connection's pipelined commands run side by side, in arrival order on
+-- each key (the queues above).  A command without keys (KEYS, SCAN,
+-- DBSIZE, FLUSHDB, PUBLISH, SCRIPT, a script with no KEYS, EXEC) runs
+-- alone: once every earlier command of its connection is done,
+-- and before any later one starts, as Redis runs a pipeline one command
+-- after another.  A command waits for its turn only behind commands of
+-- its own connection, which never wait for a later one: no deadlock.
+--
+--   local turn <close> = Q.turn(id, alone)
+--
+-- nil when the connection went while the command waited (it does not run).
+
+local conns = {}   -- client id -> {running, alone, w (waiting turns), h, t}
+
+-- Starts the waiting turns at c's head that may run: one alone once
+-- nothing runs, else every other up to the next alone one.
+local function advance(c, id)
+    while c.h <= c.t do
+        local t = c.w[c.h]
+        if t.state == "wait" then
+            if c.alone or (t.alone and c.running > 0) then break end
+            t.state = "run"
+            c.running, c.alone = c.running + 1, t.alone
+            host.wake(t.co)
+        end
+        c.w[c.h], c.h = nil, c.h + 1
+    end
+    if c.running == 0 and c.h > c.t then conns[id] = nil end
+end
+
+local function finish(t)
+    local c = t.c
+    if t.state == "run" then
+        c.running = c.running - 1
+        if t.alone then c.alone = false end
+    end
+    t.state = "done" -- (a waiting one: advance passes over it)
+    advance(c, t.id)
+end
+
+local Turn = { __close = finish }
+
+function Q.turn(id, alone)
+    local c = conns[id]
+    if not c then
+        c = { running = 0, alone = false, w = {}, h = 1, t = 0 }
+        conns[id] = c
+    end
+    local t = setmetatable({ c = c, id = id, alone = alone, state = "run" }, Turn)
+    if c.h > c.t and not c.alone and not (alone and c.running > 0) then
+        c.running, c.alone = c.running + 1, alone
+        return t
+    end
+    t.state, t.co, t.waited = "wait", coroutine.running(), true
+    c.t = c.t + 1
+    c.w[c.t] = t
+    -- closed while it waits (or once started, before it runs): the caller's
+    -- <close> variable does not exist yet, so the wait gives the turn back
+    local taken = false
+    local waiter <close> = setmetatable({}, { __close = function()
+        if not taken then finish(t) end
+    end })
+    -- (suspend(true): its time waiting is not ZooKeeper's, and the
+    -- connection's close ends it)
+    while t.state == "wait" and host.client_id() do host.suspend(true) end
+    taken = true
+    if host.client_id() then return t end
+    finish(t)
+    return nil
+end
+
+-- Number of connections with commands in Q.turn (for the specs).
+function Q.connections()
+    local n = 0
+    for _ in pairs(conns) do n = n + 1 end
+    return n
 end
 
 -- Number of keys with a queue (for INFO and the specs).

@@ -14,10 +14,12 @@
 --                          known, and in its shape (MULTI's queue)
 --   R.has_flag(spec, flag) whether the spec's flags name it ("write")
 --   R.each_key(spec, args, f)  f over the request's key arguments
+--   R.names_keys(spec, args)   whether the request names any key
 --
 -- A spec: { fn, arity, max_args, first_key, last_key, step, flags,
--- subcommands, subscribed_ok, group, in_c, lock_names }.  lock_names: its
--- keys name native locks (LOCK.*), not keys of the keyspace.  arity counts the command's
+-- subcommands, subscribed_ok, group, in_c, lock_names, numkeys }.  lock_names: its
+-- keys name native locks (LOCK.*), not keys of the keyspace.  numkeys: where
+-- a command whose keys move (a script) gives their count.  arity counts the command's
 -- name; a negative arity -n means at least n, and max_args, when given,
 -- is the most (PING [message]).  subcommands maps each lower-case
 -- subcommand to its arity, counted the same way ("client setname x": 3).
@@ -162,6 +164,16 @@ function R.each_key(spec, args, f)
         end
     end
     return nil
+end
+
+-- Whether a request names a key, for a connection's order (queue.lua's
+-- Q.turn): a key position of the spec's, else, where the keys move
+-- (movablekeys), a count of them at spec.numkeys (a script's) above 0.
+function R.names_keys(spec, args)
+    local first = spec.first_key or 0
+    if first > 0 then return args[first + 1] ~= nil end
+    if spec.numkeys then return (math.tointeger(tonumber(args[spec.numkeys + 1])) or 0) > 0 end
+    return R.has_flag(spec, "movablekeys")
 end
 
 -- Whether spec's flags (its space-separated `flags`) name `flag`: a set

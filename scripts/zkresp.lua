@@ -24,6 +24,7 @@ local K = require "keyspace"
 local U = require "util"
 local SB = require "sandbox"
 local R = require "registry"
+local queue = require "queue"
 
 local M = {}
 
@@ -151,12 +152,26 @@ local function policy_abort(e)
     return e
 end
 
+-- The connection's turn (queue.lua's Q.turn) for a command that names
+-- keys or not (alone); false: none (no client); nil: the client left
+-- while it waited.  A command that waited reads as if it arrived now.
+local function take_turn(co, alone)
+    local id = host.client_id()
+    if not id then return false end
+    local turn = queue.turn(id, alone)
+    if turn and turn.waited then K.arrived(co) end
+    return turn
+end
+
 function M.dispatch(args, subscribed, db, multi)
     local co = coroutine.running()
     U.new_command(co)
     K.use_db(db or 0, co)
     if multi then
         K.arrived(co)
+        -- (EXEC runs every queued command, keys or not: alone)
+        local turn <close> = take_turn(co, multi == "queued" and args[1]:lower() == "exec")
+        if turn == nil then return nil end
         local client = host.client()
         return MX.dispatch(args, client and client.id or 0, multi)
     end
@@ -170,6 +185,10 @@ function M.dispatch(args, subscribed, db, multi)
     -- Another client's script is running in slices: Redis's -BUSY.
     local busy = SB.busy_reply(spec.name, args)
     if busy then return busy end
+    -- (the subscribe family changes the connection's subscriptions at
+    -- once, as the gateway reads them for the commands after it: no turn)
+    local turn <close> = not spec.subscribed_ok and take_turn(co, not R.names_keys(spec, args))
+    if turn == nil then return nil end
     -- A policy hook that fails outside the command's transaction (its
     -- key_path, while the keys' queues are taken) ends it the same way.
     local ok, r = xpcall(lease_wait, policy_abort, spec, args)

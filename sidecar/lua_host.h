@@ -175,6 +175,7 @@
  *     host.null              the null sentinel for replies
  *     host.client()          the running command's connection: {id, addr,
  *                            laddr, name, user, lib_name, resp}, or nil
+ *     host.client_id()       its id alone, or nil
  *     host.push(id, value)   encodes value (a reply value, usually {push =
  *                            {...}}) for client id and queues it after the
  *                            replies it is still owed; false if it is gone

@@ -356,6 +356,22 @@ static int l_host_client(lua_State *L)
     return 1;
 }
 
+/* The running command's client id alone (nil outside a command, or once
+ * its client has gone): asked for every command (queue.lua's Q.turn), so
+ * no table is made. */
+static int l_host_client_id(lua_State *L)
+{
+    struct lua_host *h = host_of(L);
+    struct co *c = co_of(L);
+    struct lua_client cl = {0};
+    if (!c || !c->task || !h->client_ops.describe ||
+        h->client_ops.describe(h->client_ops.arg, c->task, &cl) < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, (lua_Integer)cl.id);
+    return 1;
+}
+
 static int l_host_push(lua_State *L)
 {
     struct lua_host *h = host_of(L);
@@ -433,6 +449,7 @@ void lua_hostlib_open(struct lua_host *h)
         {"key_decode", l_host_key_decode},
         {"hash", l_host_hash},
         {"client", l_host_client},
+        {"client_id", l_host_client_id},
         {"push", l_host_push},
         {"subscriptions", l_host_subscriptions},
         {NULL, NULL}};

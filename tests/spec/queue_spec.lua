@@ -174,3 +174,110 @@ describe("per-key queues", function()
         assert.equal(1, wins)
     end)
 end)
+
+-- A connection's order (queue.lua's Q.turn): a connection's pipelined
+-- commands run side by side, in order per key, but one without keys runs
+-- alone, after every earlier command of its connection and before every
+-- later one, as Redis runs a pipeline.
+describe("a connection's order", function()
+    local W, a
+    before_each(function()
+        W, a = S.world(1)
+    end)
+
+    -- Starts each command (a list of words) as client id's, in order.
+    local function pipeline(id, cmds)
+        local tasks = {}
+        for i, words in ipairs(cmds) do
+            tasks[i] = a:start(table.unpack(words))
+            tasks[i].client = id
+        end
+        return tasks
+    end
+
+    local function run(tasks)
+        W:run_until(function()
+            for _, t in ipairs(tasks) do if not t.done then return false end end
+            return true
+        end, 10000)
+        for _, t in ipairs(tasks) do assert.is_true(t.done) end
+    end
+
+    it("runs a command without keys after the writes pipelined before it", function()
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        local tasks = pipeline(7, { { "SET", "k1", "v" }, { "SET", "k2", "v" }, { "DBSIZE" },
+                                    { "KEYS", "*" } })
+        run(tasks)
+        assert.equal(2, tasks[3].result)
+        local keys = tasks[4].result
+        table.sort(keys)
+        assert.same({ "k1", "k2" }, keys)
+        assert.equal(0, a.require("queue").connections())
+    end)
+
+    it("leaves other connections' commands side by side", function()
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        local set = pipeline(7, { { "SET", "k1", "v" } })
+        local size = pipeline(8, { { "DBSIZE" } })
+        W:run_until(function() return size[1].done end, 10000)
+        assert.equal(0, size[1].result) -- (the write was still on its way)
+        assert.is_nil(set[1].done)
+        run(set)
+    end)
+
+    it("runs the commands pipelined after it once it is done", function()
+        a:call("SET", "a", "0")
+        a:fail_next({ op = "delete", pass = true, latency = 50 })
+        local tasks = pipeline(7, { { "FLUSHDB" }, { "SET", "a", "1" }, { "GET", "a" } })
+        run(tasks)
+        assert.same(OK, tasks[1].result)
+        assert.equal("1", tasks[3].result)
+        assert.equal("1", a:call("GET", "a"))
+    end)
+
+    it("runs a script with no KEYS alone, one with KEYS side by side", function()
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        local tasks = pipeline(7, { { "SET", "k", "v" },
+                                    { "EVAL", "return redis.call('get', 'k')", "0" } })
+        run(tasks)
+        assert.equal("v", tasks[2].result)
+        -- with a key of its own, it does not wait for the other key's write
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        tasks = pipeline(7, { { "SET", "j", "v" },
+                              { "EVAL", "return redis.call('get', KEYS[1])", "1", "other" } })
+        W:run_until(function() return tasks[2].done end, 10000)
+        assert.is_nil(tasks[1].done)
+        run(tasks)
+    end)
+
+    it("keeps commands with keys side by side", function()
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        local tasks = pipeline(7, { { "SET", "x", "1" }, { "SET", "y", "2" } })
+        W:run_until(function() return tasks[2].done end, 10000)
+        assert.is_nil(tasks[1].done)
+        run(tasks)
+    end)
+
+    it("does not run a command whose client left while it waited", function()
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        local tasks = pipeline(7, { { "SET", "k", "v" }, { "FLUSHDB" }, { "SET", "after", "1" } })
+        W:advance(5)
+        a:abandon(tasks[2])
+        a:abandon(tasks[3])
+        run(tasks)
+        assert.equal("v", a:call("GET", "k"))
+        assert.equal(null, a:call("GET", "after"))
+        assert.equal(0, a.require("queue").connections())
+    end)
+
+    it("gives the turn back when a waiting command is closed", function()
+        a:fail_next({ op = "create", pass = true, latency = 50 })
+        local tasks = pipeline(7, { { "SET", "k", "v" }, { "DBSIZE" }, { "GET", "k" } })
+        W:advance(5)
+        W:abort(tasks[2])
+        run({ tasks[1], tasks[3] })
+        assert.equal("v", tasks[3].result)
+        assert.equal(0, a.require("queue").connections())
+    end)
+end)
+

@@ -978,6 +978,14 @@ local function make_host(sc, opts)
         local id = t and t.client or 1
         return { id = id, resp = 2, user = "default", addr = "127.0.0.1:" .. (40000 + id) }
     end
+    -- A connection's order (queue.lua's Q.turn): a task given a client runs
+    -- as that connection's; any other is a connection of its own, so that
+    -- tasks started side by side run side by side, as from many clients.
+    function host.client_id()
+        local t = W.tasks[coroutine.running()]
+        if not t or t.gone then return nil end
+        return t.client or t
+    end
     function host.push(id, value)
         sc.pushed[id] = sc.pushed[id] or {}
         table.insert(sc.pushed[id], value)
