@@ -266,10 +266,9 @@ static struct req *req_append(struct conn *c)
     return r;
 }
 
-/* Whether pr is of the subscribe family, whose confirmations Redis sends
- * as pushes, even under CLIENT REPLY OFF or SKIP (an arity error is no
- * confirmation: SUBSCRIBE with no channel). */
-static int confirms_subscription(const struct proto_req *pr)
+/* Which of the subscribe family pr is: 1-3 the unsubscribes, 4-6 the
+ * subscribes; 0: none. */
+static int subscribe_family(const struct proto_req *pr)
 {
     static const char *const names[] = {"unsubscribe",  "punsubscribe",
                                         "sunsubscribe", "subscribe",
@@ -278,8 +277,44 @@ static int confirms_subscription(const struct proto_req *pr)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (a->len == strlen(names[i]) &&
             strncasecmp(a->ptr, names[i], a->len) == 0)
-            return i < 3 || pr->argc >= 2;
+            return (int)i + 1;
     return 0;
+}
+
+/* Whether pr is of the subscribe family, whose confirmations Redis sends
+ * as pushes, even under CLIENT REPLY OFF or SKIP (an arity error is no
+ * confirmation: SUBSCRIBE with no channel). */
+static int confirms_subscription(const struct proto_req *pr)
+{
+    int f = subscribe_family(pr);
+    return f > 0 && (f <= 3 || pr->argc >= 2);
+}
+
+/* The next request to dispatch, as proto_next.  A command of the
+ * subscribe family waits until nothing else of its connection is in
+ * flight (c->held_back meanwhile): it changes the subscriptions at once,
+ * which decide how the commands after it are read (RESP2's subscribed
+ * mode), so it cannot wait for its turn in Lua as the commands without
+ * keys do (scripts/queue.lua, Q.turn), yet a PUBLISH pipelined before it
+ * must run first, as in Redis. */
+static enum proto_status next_request(struct conn *c, struct proto_req *pr)
+{
+    if (c->held_back) {
+        if (c->inflight > 0)
+            return PROTO_NEED_MORE;
+        *pr = *c->held_back;
+        free(c->held_back);
+        c->held_back = NULL;
+        return PROTO_REQUEST;
+    }
+    enum proto_status st = proto_next(c->proto, pr);
+    if (st != PROTO_REQUEST || c->inflight == 0 || !subscribe_family(pr))
+        return st;
+    c->held_back = malloc(sizeof *c->held_back);
+    if (!c->held_back)
+        return st; /* (dispatched now: the order is lost, not the request) */
+    *c->held_back = *pr;
+    return PROTO_NEED_MORE;
 }
 
 /* Parses and dispatches buffered requests while the limits allow, then
@@ -303,7 +338,7 @@ static void process(struct conn *c)
                 !under_limits(c))
                 break;
             struct proto_req pr;
-            enum proto_status st = proto_next(c->proto, &pr);
+            enum proto_status st = next_request(c, &pr);
             if (st == PROTO_NEED_MORE)
                 break;
             struct req *r = req_append(c);
@@ -369,7 +404,7 @@ static void process(struct conn *c)
         }
         return;
     }
-    int want = under_limits(c) && !c->last_request;
+    int want = under_limits(c) && !c->last_request && !c->held_back;
     if (want && !c->reading) {
         /* Resume reading.  libuv refuses a NULL read callback, so this must
          * be the same pair conn_accept started with. */
@@ -432,6 +467,10 @@ static void on_closed(uv_handle_t *h)
         c->next->prev = c->prev;
     s->nconns--;
     server_index_remove(s, c);
+    if (c->held_back) {
+        proto_req_free(c->held_back);
+        free(c->held_back);
+    }
     proto_free(c->proto);
     buf_free(&c->out);
     free(c->name);

@@ -19,6 +19,7 @@
 
 struct server;
 struct proto;
+struct proto_req;
 
 /* One request in the FIFO.  Its task is handed to the Lua host; if the
  * connection closes first the task is abandoned (the host drops the reply). */
@@ -87,6 +88,9 @@ struct conn {
     uint64_t created_ms, last_io_ms, last_cmd_ms;
     const char *last_cmd;
     uint64_t commands;
+    /* A request of the subscribe family read while others of the
+     * connection were in flight: dispatched once none is (see process). */
+    struct proto_req *held_back;
     int in_process; /* inside process(): completions only mark work */
     int again;      /* a completion arrived during process() */
 };

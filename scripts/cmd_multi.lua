@@ -133,9 +133,13 @@ local function exec(q)
     end, true)
 end
 
+local function no_turn() return false end
+
 -- A command of client id, arriving while the connection is in MULTI
--- (mode "queued"), or the MULTI that opens one ("begin").
-function X.dispatch(args, id, mode)
+-- (mode "queued"), or the MULTI that opens one ("begin").  EXEC takes its
+-- connection's turn (zkresp.lua: turn(), to be closed; nil: the client
+-- left meanwhile) once its queue is taken.
+function X.dispatch(args, id, mode, turn)
     if mode == "begin" then
         open(id)
         return OK
@@ -151,6 +155,8 @@ function X.dispatch(args, id, mode)
         end
         if name == "exec" then
             drop(id)
+            local t <close> = (turn or no_turn)()
+            if t == nil then return nil end
             return exec(q)
         end
     elseif name == "exec" then

@@ -188,17 +188,19 @@ end
 --
 -- nil when the connection went while the command waited (it does not run).
 
-local conns = {}   -- client id -> {running, alone, w (waiting turns), h, t}
+local conns = {}   -- client id -> {running, alone, starting, w (waiting turns), h, t}
 
 -- Starts the waiting turns at c's head that may run: one alone once
--- nothing runs, else every other up to the next alone one.
+-- nothing runs, else every other up to the next alone one.  A started
+-- turn counts as starting until its command resumes: meanwhile no later
+-- command may start (it would join its keys' queues first).
 local function advance(c, id)
     while c.h <= c.t do
         local t = c.w[c.h]
         if t.state == "wait" then
             if c.alone or (t.alone and c.running > 0) then break end
-            t.state = "run"
-            c.running, c.alone = c.running + 1, t.alone
+            t.state, t.starting = "run", true
+            c.running, c.alone, c.starting = c.running + 1, t.alone, c.starting + 1
             host.wake(t.co)
         end
         c.w[c.h], c.h = nil, c.h + 1
@@ -206,8 +208,16 @@ local function advance(c, id)
     if c.running == 0 and c.h > c.t then conns[id] = nil end
 end
 
+local function started(t)
+    if t.starting then
+        t.starting = false
+        t.c.starting = t.c.starting - 1
+    end
+end
+
 local function finish(t)
     local c = t.c
+    started(t)
     if t.state == "run" then
         c.running = c.running - 1
         if t.alone then c.alone = false end
@@ -218,14 +228,16 @@ end
 
 local Turn = { __close = finish }
 
-function Q.turn(id, alone)
+-- before_wait(), when given, is called once the command is to wait (what
+-- it must read of its connection as it is now: hooks.lua's H.client).
+function Q.turn(id, alone, before_wait)
     local c = conns[id]
     if not c then
-        c = { running = 0, alone = false, w = {}, h = 1, t = 0 }
+        c = { running = 0, alone = false, starting = 0, w = {}, h = 1, t = 0 }
         conns[id] = c
     end
     local t = setmetatable({ c = c, id = id, alone = alone, state = "run" }, Turn)
-    if c.h > c.t and not c.alone and not (alone and c.running > 0) then
+    if c.h > c.t and c.starting == 0 and not c.alone and not (alone and c.running > 0) then
         c.running, c.alone = c.running + 1, alone
         return t
     end
@@ -238,10 +250,15 @@ function Q.turn(id, alone)
     local waiter <close> = setmetatable({}, { __close = function()
         if not taken then finish(t) end
     end })
+    if before_wait then before_wait() end
     -- (suspend(true): its time waiting is not ZooKeeper's, and the
     -- connection's close ends it)
     while t.state == "wait" and host.client_id() do host.suspend(true) end
     taken = true
+    if t.starting then
+        started(t)
+        advance(c, id) -- (the later ones, after this one: in arrival order)
+    end
     if host.client_id() then return t end
     finish(t)
     return nil

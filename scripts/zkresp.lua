@@ -158,9 +158,22 @@ end
 local function take_turn(co, alone)
     local id = host.client_id()
     if not id then return false end
-    local turn = queue.turn(id, alone)
+    -- (waiting, it keeps its client as it is now: a RESET or AUTH read
+    -- after it changes the connection, not this command)
+    local turn = queue.turn(id, alone, H.client)
     if turn and turn.waited then K.arrived(co) end
     return turn
+end
+
+-- Every command takes a turn but the subscribe family, which the gateway
+-- dispatches once nothing else of its connection runs (it changes the
+-- subscriptions, which decide at once how the gateway reads the commands
+-- after it), SCRIPT KILL, which must not wait behind what it kills, and
+-- DEBUG, whose SLEEP stands in for a blocking LOCK.ACQUIRE in the fault
+-- tests (that one takes its turn with its key: what follows runs).
+local function takes_turn(spec, args)
+    if spec.subscribed_ok or spec.name == "debug" then return false end
+    return not (spec.name == "script" and args[2]:lower() == "kill")
 end
 
 function M.dispatch(args, subscribed, db, multi)
@@ -169,11 +182,10 @@ function M.dispatch(args, subscribed, db, multi)
     K.use_db(db or 0, co)
     if multi then
         K.arrived(co)
-        -- (EXEC runs every queued command, keys or not: alone)
-        local turn <close> = take_turn(co, multi == "queued" and args[1]:lower() == "exec")
-        if turn == nil then return nil end
+        -- (MULTI's queue changes as the gateway reads: no turn; EXEC, which
+        -- runs every queued command, keys or not, takes its turn alone)
         local client = host.client()
-        return MX.dispatch(args, client and client.id or 0, multi)
+        return MX.dispatch(args, client and client.id or 0, multi, function() return take_turn(co, true) end)
     end
     local refused, spec = R.refusal(args, subscribed)
     if refused then return refused end
@@ -185,9 +197,7 @@ function M.dispatch(args, subscribed, db, multi)
     -- Another client's script is running in slices: Redis's -BUSY.
     local busy = SB.busy_reply(spec.name, args)
     if busy then return busy end
-    -- (the subscribe family changes the connection's subscriptions at
-    -- once, as the gateway reads them for the commands after it: no turn)
-    local turn <close> = not spec.subscribed_ok and take_turn(co, not R.names_keys(spec, args))
+    local turn <close> = takes_turn(spec, args) and take_turn(co, not R.names_keys(spec, args))
     if turn == nil then return nil end
     -- A policy hook that fails outside the command's transaction (its
     -- key_path, while the keys' queues are taken) ends it the same way.

@@ -147,3 +147,156 @@ def test_not_run_once_its_client_left(zkr):
         time.sleep(0.3)  # (time for a FLUSHDB that would wrongly run)
         probe.send_cmd("GET", mark)
         assert probe.read_reply() == b"$1\r\nv\r\n"
+
+
+# ------------------------------------------- found by a review of the first version
+
+
+def test_key_order_kept_when_a_woken_turn_is_overtaken(zkr, redis_ref):
+    """DBSIZE runs alone; SET k 1 and 30 keyed commands wait for their
+    turn.  DBSIZE's end wakes them (they resume on the next loop turn) and
+    its reply widens the client's window, so SET k 2 is read meanwhile: it
+    must not start before the woken ones (a review found k ending as 1)."""
+    for round_ in range(3):
+        k = harness.unique("ovt%d" % round_)
+        cmds = ([["DBSIZE"], ["SET", k, "1"]] +
+                [["GET", "%s:f%d" % (k, i)] for i in range(30)] +
+                [["SET", k, "2"], ["GET", k]])
+        for port in (redis_ref.port, zkr().port):
+            pipelined(port, cmds)
+        with RawClient(redis_ref.port) as r, RawClient(zkr().port) as z:
+            r.send_cmd("GET", k)
+            z.send_cmd("GET", k)
+            assert z.read_reply() == r.read_reply() == b"$1\r\n2\r\n", "round %d" % round_
+
+
+def test_multi_queue_not_lost_when_a_woken_turn_is_overtaken(zkr, redis_ref):
+    """The same inside MULTI: a MULTI queues as it is read (no turn), so a
+    command queued after it is never lost to it (EXEC answered 30 replies
+    for 31 QUEUEDs)."""
+    k = harness.unique("ovtm")
+    cmds = ([["DBSIZE"], ["MULTI"]] +
+            [["GET", "%s:f%d" % (k, i)] for i in range(30)] +
+            [["SET", k, "2"], ["EXEC"], ["GET", k]])
+    ref = pipelined(redis_ref.port, cmds)
+    got = pipelined(zkr().port, cmds)
+    assert got[1:] == ref[1:]
+
+
+def read_all(c, until=b"+PONG\r\n", limit=20):
+    out = []
+    while len(out) < limit:
+        r = c.read_reply(timeout=5)
+        out.append(r)
+        if r == until:
+            break
+    return out
+
+
+def test_unsubscribe_after_publish_to_self_resp3(zkr, redis_ref):
+    """RESP3, subscribed to ch: SET; PUBLISH ch; UNSUBSCRIBE ch; PING.
+    Redis runs PUBLISH first (the message reaches this client): the
+    gateway holds UNSUBSCRIBE back until the PUBLISH, which waits for the
+    SET, is done."""
+    def run(port, ch):
+        with RawClient(port) as c:
+            c.send_cmd("HELLO", "3")
+            c.read_reply()
+            c.send_cmd("SUBSCRIBE", ch)
+            c.read_reply()
+            c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
+                   encode("UNSUBSCRIBE", ch) + encode("PING"))
+            return read_all(c)
+    ch = harness.unique("unsub-ch")
+    assert run(zkr().port, ch) == run(redis_ref.port, ch)
+
+
+def test_subscribe_after_publish_resp2(zkr, redis_ref):
+    """SET; PUBLISH ch; SUBSCRIBE ch; PING: Redis publishes to nobody (:0)
+    before the subscription."""
+    def run(port, ch):
+        with RawClient(port) as c:
+            c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
+                   encode("SUBSCRIBE", ch) + encode("PING"))
+            return read_all(c, until=b"*2\r\n$4\r\npong\r\n$0\r\n\r\n")
+    ch = harness.unique("sub-ch")
+    assert run(zkr().port, ch) == run(redis_ref.port, ch)
+
+
+def lua_metric(z, name):
+    status, text = harness.http_get(z.metrics_port, "/metrics")
+    assert status == 200, status
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no %s in /metrics" % name)
+
+
+def test_reset_after_a_waiting_multi_leaves_no_queue(make_zkresp):
+    """DBSIZE; MULTI; SET; RESET: the gateway drops the MULTI queue at
+    RESET (read time); a MULTI that waited for its turn behind DBSIZE
+    would open it afterwards, for good (zkresp_lua_multi_queues 1)."""
+    port = harness.free_port()
+    z = make_zkresp(extra=["--metrics-port", port])
+    z.metrics_port = port
+    k = harness.unique("rst")
+    with RawClient(z.port) as c:
+        c.send(encode("DBSIZE") + encode("MULTI") + encode("SET", k, "v") + encode("RESET"))
+        got = [c.read_reply() for _ in range(4)]
+        assert got[1:] == [b"+OK\r\n", b"+QUEUED\r\n", b"+RESET\r\n"]
+    time.sleep(0.5)
+    assert lua_metric(z, "zkresp_lua_multi_queues") == 0
+
+
+POLICY = r'''
+local policy = {}
+function policy.authenticate(user, password) return password == user .. "-pw" end
+-- (README's key_path example, from scripts/policy.lua)
+function policy.key_path(key, client)
+    if client and client.user ~= "default" then
+        return host.config.root .. "/t/" .. client.user .. "/" .. host.key_encode(key)
+    end
+end
+return policy
+'''
+
+
+def test_delayed_command_keeps_its_user(make_zkresp, tmp_path):
+    """As alice: DBSIZE; SET k v; RESET.  Redis runs SET as alice; here SET
+    waits for its turn behind DBSIZE, and keeps the client it was read
+    under (the policy's key_path sees alice, not the default user RESET
+    made the connection)."""
+    pol = tmp_path / "pol.lua"
+    pol.write_text(POLICY)
+    z = make_zkresp(extra=["--policy", str(pol)])
+    k = harness.unique("who")
+    with RawClient(z.port) as c:
+        assert c.cmd("AUTH", "alice", "alice-pw") == b"+OK\r\n"
+        c.send(encode("DBSIZE") + encode("SET", k, "v") + encode("RESET"))
+        assert [c.read_reply() for _ in range(3)][1:] == [b"+OK\r\n", b"+RESET\r\n"]
+        assert c.cmd("GET", k) == b"$-1\r\n"  # (default's keyspace: untouched)
+        assert c.cmd("AUTH", "alice", "alice-pw") == b"+OK\r\n"
+        assert c.cmd("GET", k) == b"$1\r\nv\r\n"
+
+
+def test_closed_with_a_subscribe_held_back(zkr):
+    """A SUBSCRIBE read while a command of its connection runs waits in the
+    gateway; a connection closed meanwhile frees it (the ASan pass checks)
+    and the sidecar serves on."""
+    z = zkr()
+    lock = harness.unique("held-lock")
+    hold_lock(z, lock)
+    for i in range(20):
+        c = RawClient(z.port)
+        c.send(encode("LOCK.ACQUIRE", lock, "w%d" % i, "WAIT", "200") +
+               encode("SUBSCRIBE", lock + ":ch") + encode("PING"))
+        c.close()
+    with RawClient(z.port) as c:
+        c.send(encode("LOCK.ACQUIRE", lock, "w", "WAIT", "50") + encode("SUBSCRIBE", lock + ":ch") +
+               encode("PING"))
+        assert c.read_reply() == b"$-1\r\n"
+        assert c.read_reply().startswith(b"*3\r\n$9\r\nsubscribe\r\n")
+        assert c.read_reply() == b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+    with RawClient(z.port) as c:
+        c.send_cmd("LOCK.RELEASE", lock, "holder")
+        assert c.read_reply() == b":1\r\n"
