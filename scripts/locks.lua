@@ -47,7 +47,9 @@
 --
 -- Leases: the sidecar whose session created a hold ends it at its lease end
 -- (a timer; it reads the node first: a renewal through another sidecar may
--- have moved it); no other sidecar ends a hold by its clock.
+-- have moved it), and a sidecar that shortened another's hold by a renewal
+-- ends it at the lease it wrote (a delete at that version); no sidecar
+-- treats a hold as ended by its clock without that write.
 
 local Q = require "lockq"
 local LS = require "lockstore"
@@ -140,6 +142,52 @@ local function lease_due(path)
         h.expiring = h.expiring or Z.unknown(drc)
         h.timer:start(200)
     end
+end
+
+-- Leases of other sidecars' holds shortened by a renewal through this
+-- one: path -> {timer, version}.  The holder's sidecar ends a hold at the
+-- lease it knew (a renewal elsewhere does not move its timer earlier), so
+-- the sidecar that wrote the shorter lease ends the hold then itself: a
+-- delete at the version it wrote (a later renewal, through any sidecar,
+-- changes it and keeps the hold), which bumps the holder session's guard
+-- (LW.delete).  A write, seen by every decision as the holder's own
+-- delete would be: the token rule needs no clock of ours.
+local shortened = {}
+
+local function shortened_due(path, hold)
+    local s = shortened[path]
+    if not s then return end
+    local rc, data, stat = zk.get(path)
+    if rc == zk.NONODE or (rc == zk.OK and stat.version ~= s.version) then
+        shortened[path] = nil
+        return
+    end
+    local d = rc == zk.OK and LS.decode_req(data)
+    if not d then s.timer:start(200) return end
+    local left = Z.local_time(d.lease_end) - host.now()
+    if left > 0 then s.timer:start(math.ceil(left)) return end
+    local drc = LW.delete(path, s.version, hold.sid)
+    if drc == zk.OK or drc == zk.NONODE or drc == zk.BADVERSION then
+        shortened[path] = nil
+        if drc == zk.OK then
+            L.stats.expired = L.stats.expired + 1
+            notify("on_expire", hold)
+        end
+    else
+        s.timer:start(200)
+    end
+end
+
+-- A renewal through this sidecar wrote a lease ending before the one in
+-- force, px from now, on hold `hold` of another sidecar's session (its
+-- node now at `version`).
+local function end_shortened(hold, px, version)
+    local s = shortened[hold.path]
+    if s then s.timer:stop() end
+    s = { version = version }
+    s.timer = host.timer(function() shortened_due(hold.path, hold) end)
+    shortened[hold.path] = s
+    s.timer:start(px)
 end
 
 -- Records (or updates) a hold of ours: its lease starts now.
@@ -413,12 +461,19 @@ function L.renew(key, owner, px)
         if not mine or not mine.granted or LS.from_lost_session(mine, d) then return 0 end
         local h = L.holds[mine.path]
         if h and host.now() > LS.hold_end(h.deadline, h.version, d, mine.version) then return 0 end
-        d.lease_end = LS.renewed_end(mine, d, px, h)
+        -- the lease starts again, px from now, shorter too: through the
+        -- holder's sidecar its timer moves; through another, that one ends
+        -- a shorter lease itself (end_shortened)
+        local was = LS.lease_end(mine, d)
+        d.lease_end = LS.end_after(LS.leader_now(), px)
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if rc == zk.OK then
             if h then
                 h.px, h.deadline, h.data, h.version = px, host.now() + px, d, stat.version
                 h.timer:start(px)
+            elseif d.lease_end < was then
+                end_shortened({ key = key, path = mine.path, sid = mine.owner_sid, owner = owner,
+                                mode = mine.granted, token = mine.token, px = px }, px, stat.version)
             end
             return 1
         end

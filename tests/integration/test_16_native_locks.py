@@ -856,30 +856,32 @@ def test_a_shorter_renewal_shortens_the_lease(sc, conn, waiters):
     gives, shorter too: a PX 20000 hold renewed with PX 1000 shows
     lease_left_ms at most 1000 in LOCK.INFO on every sidecar, and a waiter
     on another sidecar gets the lock about a second later, not 20 s.
-    Through another sidecar a renewal only lengthens the lease (the
-    holder's sidecar ends it by its own timer): PX 25000 shows everywhere,
-    PX 1000 then leaves it as it was."""
+    Through another sidecar too: PX 25000 shows everywhere, then PX 1000
+    (that sidecar ends the hold at the shorter lease: the holder's own
+    timer still runs to the longer one) -- and the hold ends then."""
     a = conn(0)
-    key = unique("shorter")
 
-    def lease_left():
+    def lease_left(key):
         """lease_left_ms of the hold, as each of the three sidecars shows it."""
         return [lock_info(conn(i), key)["holders"][0]["lease_left_ms"] for i in range(3)]
-    assert is_token(acquire(a, key, "o", mode="EX", px=20000))
-    assert renew(conn(2), key, "o", 25000) == 1
-    left = lease_left()
-    assert all(22000 <= x <= 25000 + LEASE_SLACK_MS for x in left), left
-    assert renew(conn(2), key, "o", 1000) == 1
-    left = lease_left()
-    assert all(21000 <= x <= 25000 + LEASE_SLACK_MS for x in left), left
-    t_renew = time.monotonic()
-    assert renew(a, key, "o", 1000) == 1
-    left = lease_left()
-    assert all(0 <= x <= 1000 + LEASE_SLACK_MS for x in left), left
-    w = Waiter(sc[1], key, "w", "EX", wait=8000).start(waiters)
-    assert is_token(w.outcome(10)), "the renewed hold did not end"
-    assert t_renew + 1.0 - 0.02 <= w.t_reply <= t_renew + 2.5, \
-        "a PX 1000 renewal ended the hold %.0f ms after it" % ((w.t_reply - t_renew) * 1000)
+
+    for via in (0, 2):
+        key = unique("shorter%d" % via)
+        assert is_token(acquire(a, key, "o", mode="EX", px=20000))
+        assert renew(conn(2), key, "o", 25000) == 1
+        left = lease_left(key)
+        assert all(22000 <= x <= 25000 + LEASE_SLACK_MS for x in left), left
+        t_renew = time.monotonic()
+        assert renew(conn(via), key, "o", 1000) == 1
+        left = lease_left(key)
+        assert all(0 <= x <= 1000 + LEASE_SLACK_MS for x in left), (via, left)
+        w = Waiter(sc[1], key, "w", "EX", wait=8000).start(waiters)
+        assert is_token(w.outcome(10)), "the renewed hold did not end (renewed through sidecar %d)" % via
+        assert t_renew + 1.0 - 0.02 <= w.t_reply <= t_renew + 2.5, \
+            "a PX 1000 renewal through sidecar %d ended the hold %.0f ms after it" % (
+                via, (w.t_reply - t_renew) * 1000)
+        assert renew(conn(via), key, "o", 1000) == 0
+        assert release(conn(1), key, "w") == 1
 
 
 def test_default_lease_and_hold_outlives_connection(sc, conn):
