@@ -290,13 +290,31 @@ static int confirms_subscription(const struct proto_req *pr)
     return f > 0 && (f <= 3 || pr->argc >= 2);
 }
 
-/* The next request to dispatch, as proto_next.  A command of the
- * subscribe family waits until nothing else of its connection is in
- * flight (c->held_back meanwhile): it changes the subscriptions at once,
- * which decide how the commands after it are read (RESP2's subscribed
- * mode), so it cannot wait for its turn in Lua as the commands without
- * keys do (scripts/queue.lua, Q.turn), yet a PUBLISH pipelined before it
- * must run first, as in Redis. */
+/* Whether pr waits for every earlier command of its connection before it
+ * is dispatched: the subscribe family, RESET and HELLO, which change at
+ * once what the connection is (its subscriptions, decisive for how the
+ * commands after it are read in RESP2; its protocol, which encodes the
+ * messages an earlier PUBLISH sends it), and INFO, which reads the
+ * keyspace as it is read.  A command answered in Lua waits for its turn
+ * there (scripts/queue.lua, Q.turn); these are answered, or change the
+ * connection, as they are dispatched. */
+static int waits_for_pipeline(const struct proto_req *pr)
+{
+    static const char *const names[] = {"reset", "hello", "info"};
+    if (subscribe_family(pr))
+        return 1;
+    const struct proto_arg *a = &pr->argv[0];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (a->len == strlen(names[i]) &&
+            strncasecmp(a->ptr, names[i], a->len) == 0)
+            return 1;
+    return 0;
+}
+
+/* The next request to dispatch, as proto_next.  One that waits for the
+ * pipeline (waits_for_pipeline) while others of its connection are in
+ * flight is held back (c->held_back, reading stopped) until none is, as
+ * Redis runs a pipeline one command after another. */
 static enum proto_status next_request(struct conn *c, struct proto_req *pr)
 {
     if (c->held_back) {
@@ -308,7 +326,7 @@ static enum proto_status next_request(struct conn *c, struct proto_req *pr)
         return PROTO_REQUEST;
     }
     enum proto_status st = proto_next(c->proto, pr);
-    if (st != PROTO_REQUEST || c->inflight == 0 || !subscribe_family(pr))
+    if (st != PROTO_REQUEST || c->inflight == 0 || !waits_for_pipeline(pr))
         return st;
     c->held_back = malloc(sizeof *c->held_back);
     if (!c->held_back)

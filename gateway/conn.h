@@ -88,8 +88,9 @@ struct conn {
     uint64_t created_ms, last_io_ms, last_cmd_ms;
     const char *last_cmd;
     uint64_t commands;
-    /* A request of the subscribe family read while others of the
-     * connection were in flight: dispatched once none is (see process). */
+    /* A request that waits for the pipeline (the subscribe family, RESET,
+     * HELLO, INFO) read while others of the connection were in flight:
+     * dispatched once none is (conn.c, next_request). */
     struct proto_req *held_back;
     int in_process; /* inside process(): completions only mark work */
     int again;      /* a completion arrived during process() */

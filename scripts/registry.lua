@@ -169,7 +169,9 @@ end
 -- Whether a request names a key, for a connection's order (queue.lua's
 -- Q.turn): a key position of the spec's, else, where the keys move
 -- (movablekeys), a count of them at spec.numkeys (a script's) above 0.
+-- A pub/sub command's keys are channels (SPUBLISH's): none of the keyspace.
 function R.names_keys(spec, args)
+    if R.has_flag(spec, "pubsub") then return false end
     local first = spec.first_key or 0
     if first > 0 then return args[first + 1] ~= nil end
     if spec.numkeys then return (math.tointeger(tonumber(args[spec.numkeys + 1])) or 0) > 0 end

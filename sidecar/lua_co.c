@@ -148,6 +148,11 @@ static void co_deliver(struct co *c, int status, int nres)
             c->h->client_ops.encode_error(t->out, line);
         }
         c->reusable = 0;
+        /* An error that ended the coroutine left its to-be-closed
+         * variables open (only a pcall on the way closes them): close them
+         * now, so that what they hold (a connection's turn, a key's queue)
+         * passes on. */
+        lua_resetthread(L);
     } else if (t && t->done) {
         c->h->client_ops.encode(L, nres >= 1 ? lua_absindex(L, -nres) : 0,
                                 t->out, t->proto);

@@ -300,3 +300,122 @@ def test_closed_with_a_subscribe_held_back(zkr):
     with RawClient(z.port) as c:
         c.send_cmd("LOCK.RELEASE", lock, "holder")
         assert c.read_reply() == b":1\r\n"
+
+
+# ------------------------------------------------ found by a second review
+def test_reset_after_publish_to_self_resp3(zkr, redis_ref):
+    """RESP3, subscribed to ch: SET; PUBLISH ch m; RESET; PING.  Redis runs
+    PUBLISH before RESET: the message reaches this client and PUBLISH
+    counts it (:1).  RESET is answered in C as it is read, while PUBLISH
+    would wait for its turn behind SET: the gateway holds RESET back
+    until nothing else of its connection runs."""
+    def run(port, ch):
+        with RawClient(port) as c:
+            c.send_cmd("HELLO", "3")
+            c.read_reply()
+            c.send_cmd("SUBSCRIBE", ch)
+            c.read_reply()
+            c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
+                   encode("RESET") + encode("PING"))
+            return read_all(c)
+    ch = harness.unique("rst-ch")
+    assert run(zkr().port, ch) == run(redis_ref.port, ch)
+
+
+def test_hello2_after_publish_to_self_resp3(zkr, redis_ref):
+    """RESP3, subscribed to ch: SET; PUBLISH ch m; HELLO 2; PING.  Redis
+    delivers the message as a RESP3 push, before HELLO switches (held
+    back by the gateway, as RESET)."""
+    def run(port, ch):
+        with RawClient(port) as c:
+            c.send_cmd("HELLO", "3")
+            c.read_reply()
+            c.send_cmd("SUBSCRIBE", ch)
+            c.read_reply()
+            c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
+                   encode("HELLO", "2") + encode("PING"))
+            out = read_all(c, until=b"*2\r\n$4\r\npong\r\n$0\r\n\r\n")
+            return [r for r in out if not r.startswith((b"%", b"*14"))]
+    ch = harness.unique("hello-ch")
+    assert run(zkr().port, ch) == run(redis_ref.port, ch)
+
+
+@pytest.mark.parametrize("script", [
+    "local i = 0 while true do i = i + 1 end",                     # time limit
+    "local t = {} for i = 1, 1e8 do t[i] = ('x'):rep(100) .. i end",  # memory limit
+    "return redis.call('nosuchcommand')",
+    "error('boom')",
+    "return {err = 'x'}" ,
+])
+def test_connection_serves_after_a_failing_script(make_zkresp, script):
+    """EVAL without KEYS (alone), DBSIZE, then later commands on the same
+    connection: every one is answered."""
+    z = make_zkresp(extra=["--script-time-limit", "300", "--script-memory-limit", "8388608"])
+    with RawClient(z.port, timeout=15) as c:
+        c.send(encode("EVAL", script, "0") + encode("DBSIZE") + encode("PING"))
+        c.read_reply(timeout=15)
+        assert c.read_reply(timeout=5).startswith(b":")
+        assert c.read_reply(timeout=5) == b"+PONG\r\n"
+        assert c.cmd("DBSIZE", timeout=5).startswith(b":")
+
+
+RAISING_POLICY = r'''
+local policy = {}
+policy.commands = {
+    boom = { fn = function(args) error("boom: a bug in a policy command") end, arity = 1 },
+    boomk = { fn = function(args) error("boom: a bug in a policy command") end, arity = 2,
+              first_key = 1, last_key = 1, step = 1 },
+}
+return policy
+'''
+
+
+@pytest.mark.parametrize("cmd", [["BOOM"], ["BOOMK", "k"]])
+def test_connection_serves_after_an_internal_error(make_zkresp, tmp_path, cmd):
+    """A command whose body raises (here a policy command's bug) is
+    answered -ERR internal error; the connection's later commands, DBSIZE
+    (alone) included, are still answered: the turn, a <close> variable of
+    M.dispatch outside its xpcall, is closed when the error ends the
+    coroutine (Lua 5.4 closes a dead coroutine's to-be-closed variables
+    only when the host resets the thread)."""
+    pol = tmp_path / "pol.lua"
+    pol.write_text(RAISING_POLICY)
+    z = make_zkresp(extra=["--policy", str(pol)])
+    with RawClient(z.port, timeout=10) as c:
+        assert c.cmd(*cmd).startswith(b"-ERR internal error")
+        assert c.cmd("DBSIZE", timeout=5).startswith(b":")
+        assert c.cmd("SET", harness.unique("after-boom"), "v", timeout=5) == b"+OK\r\n"
+
+
+def test_info_keyspace_after_flush_and_sets(make_zkresp):
+    """INFO keyspace, answered in C, waits for the FLUSHALL and SETs
+    pipelined ahead of it (held back by the gateway)."""
+    z = make_zkresp()
+    p = harness.unique("ik")
+    with RawClient(z.port) as c:
+        c.send(encode("FLUSHALL") + b"".join(encode("SET", "%s%d" % (p, i), "v") for i in range(30)) +
+               encode("INFO", "keyspace"))
+        got = [c.read_reply() for _ in range(32)]
+    assert b"db0:keys=30," in got[-1], got[-1]
+
+
+def test_spublish_keeps_the_order_of_a_script_that_spublishes(zkr):
+    """SPUBLISH's channel is a key for cluster routing, not of the keyspace:
+    it runs alone in its pipeline, as PUBLISH does, after a script that
+    publishes to the same shard channel."""
+    z = zkr()
+    ch = harness.unique("ord-sch")
+    rounds = 20
+    with RawClient(z.port) as sub, RawClient(z.port) as pub:
+        sub.send_cmd("SSUBSCRIBE", ch)
+        assert sub.read_reply().startswith(b"*3\r\n$10\r\nssubscribe\r\n")
+        batch = b"".join(
+            encode("EVAL", "redis.call('set', KEYS[1], ARGV[2]) "
+                   "return redis.call('spublish', ARGV[1], ARGV[2])",
+                   "1", ch + ":k", ch, "s%d" % i) + encode("SPUBLISH", ch, "p%d" % i)
+            for i in range(rounds))
+        pub.send(batch)
+        for _ in range(2 * rounds):
+            assert pub.read_reply() == b":1\r\n"
+        got = [sub.read_reply().rsplit(b"\r\n", 2)[-2].decode() for _ in range(2 * rounds)]
+        assert got == [m for i in range(rounds) for m in ("s%d" % i, "p%d" % i)]
