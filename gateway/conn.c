@@ -266,6 +266,17 @@ static struct req *req_append(struct conn *c)
     return r;
 }
 
+/* Which of the n names pr's command is (any case): its index + 1, or 0. */
+static int named(const struct proto_req *pr, const char *const *names, size_t n)
+{
+    const struct proto_arg *a = &pr->argv[0];
+    for (size_t i = 0; i < n; i++)
+        if (a->len == strlen(names[i]) &&
+            strncasecmp(a->ptr, names[i], a->len) == 0)
+            return (int)i + 1;
+    return 0;
+}
+
 /* Which of the subscribe family pr is: 1-3 the unsubscribes, 4-6 the
  * subscribes; 0: none. */
 static int subscribe_family(const struct proto_req *pr)
@@ -273,12 +284,7 @@ static int subscribe_family(const struct proto_req *pr)
     static const char *const names[] = {"unsubscribe",  "punsubscribe",
                                         "sunsubscribe", "subscribe",
                                         "psubscribe",   "ssubscribe"};
-    const struct proto_arg *a = &pr->argv[0];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (a->len == strlen(names[i]) &&
-            strncasecmp(a->ptr, names[i], a->len) == 0)
-            return (int)i + 1;
-    return 0;
+    return named(pr, names, sizeof names / sizeof names[0]);
 }
 
 /* Whether pr is of the subscribe family, whose confirmations Redis sends
@@ -301,14 +307,8 @@ static int confirms_subscription(const struct proto_req *pr)
 static int waits_for_pipeline(const struct proto_req *pr)
 {
     static const char *const names[] = {"reset", "hello", "info"};
-    if (subscribe_family(pr))
-        return 1;
-    const struct proto_arg *a = &pr->argv[0];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (a->len == strlen(names[i]) &&
-            strncasecmp(a->ptr, names[i], a->len) == 0)
-            return 1;
-    return 0;
+    return subscribe_family(pr) ||
+           named(pr, names, sizeof names / sizeof names[0]);
 }
 
 /* The next request to dispatch, as proto_next.  One that waits for the

@@ -179,12 +179,12 @@ end
 -- A connection's pipelined commands run side by side, in arrival order on
 -- each key (the queues above).  A command without keys (KEYS, SCAN,
 -- DBSIZE, FLUSHDB, PUBLISH, SCRIPT, a script with no KEYS, EXEC) runs
--- alone: once every earlier command of its connection is done,
--- and before any later one starts, as Redis runs a pipeline one command
--- after another.  A command waits for its turn only behind commands of
--- its own connection, which never wait for a later one: no deadlock.
+-- alone: once every earlier command of its connection is done, and before
+-- any later one starts, as Redis runs a pipeline one command after
+-- another.  A command waits for its turn only behind commands of its own
+-- connection, which never wait for a later one: no deadlock.
 --
---   local turn <close> = Q.turn(id, alone)
+--   local turn <close> = Q.turn(id, alone, before_wait)
 --
 -- nil when the connection went while the command waited (it does not run).
 
@@ -216,6 +216,7 @@ local function started(t)
 end
 
 local function finish(t)
+    if t.state == "done" then return end
     local c = t.c
     started(t)
     if t.state == "run" then

@@ -256,15 +256,6 @@ def test_atomic_across_two_sidecars(zkresp_pair):
 
 # ------------------------------------------ leaving MULTI, and the caps
 
-def lua_metric(z, name):
-    status, text = harness.http_get(z.metrics_port, "/metrics")
-    assert status == 200, status
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no %s in /metrics" % name)
-
-
 @pytest.fixture
 def zm(make_zkresp):
     port = harness.free_port()
@@ -278,9 +269,9 @@ def test_closed_inside_multi_leaves_nothing(zm):
     c = zm.client()
     assert c.cmd("MULTI") == b"+OK\r\n"
     assert c.cmd("SET", k, "v") == b"+QUEUED\r\n"
-    assert lua_metric(zm, "zkresp_lua_multi_queues") == 1
+    assert harness.metric_value(zm, "zkresp_lua_multi_queues") == 1
     c.close()
-    harness.wait_for(lambda: lua_metric(zm, "zkresp_lua_multi_queues") == 0, 10,
+    harness.wait_for(lambda: harness.metric_value(zm, "zkresp_lua_multi_queues") == 0, 10,
                      what="the closed client's queue to go")
     with zm.client() as c2:
         assert c2.cmd("GET", k) == b"$-1\r\n"
@@ -293,18 +284,18 @@ def test_reset_inside_multi_leaves_it(zm):
     with zm.client() as c:
         assert c.cmd("MULTI") == b"+OK\r\n"
         assert c.cmd("SET", k, "v") == b"+QUEUED\r\n"
-        assert lua_metric(zm, "zkresp_lua_multi_queues") == 1
+        assert harness.metric_value(zm, "zkresp_lua_multi_queues") == 1
         assert c.cmd("RESET") == b"+RESET\r\n"
-        assert lua_metric(zm, "zkresp_lua_multi_queues") == 0
+        assert harness.metric_value(zm, "zkresp_lua_multi_queues") == 0
         assert c.cmd("GET", k) == b"$-1\r\n"
         assert c.cmd("EXEC") == b"-ERR EXEC without MULTI\r\n"
         # and EXEC / DISCARD leave it too
         assert c.cmd("MULTI") == b"+OK\r\n"
-        assert lua_metric(zm, "zkresp_lua_multi_queues") == 1
+        assert harness.metric_value(zm, "zkresp_lua_multi_queues") == 1
         assert c.cmd("EXEC") == b"*0\r\n"
         assert c.cmd("MULTI") == b"+OK\r\n"
         assert c.cmd("DISCARD") == b"+OK\r\n"
-        assert lua_metric(zm, "zkresp_lua_multi_queues") == 0
+        assert harness.metric_value(zm, "zkresp_lua_multi_queues") == 0
 
 
 def test_command_cap(zm):
@@ -324,7 +315,7 @@ def test_command_cap(zm):
             assert c.read_reply() == b"+QUEUED\r\n", i
         r = c.read_value()
         assert len(r) == 10000 and r[-1] == 10000
-    assert lua_metric(zm, "zkresp_lua_multi_queues") == 0
+    assert harness.metric_value(zm, "zkresp_lua_multi_queues") == 0
 
 
 def test_byte_cap(zm):

@@ -63,27 +63,27 @@ def test_same_as_redis(name, proto, zkr, redis_ref):
         assert not bad, "round %d:\n%s" % (round_, "\n".join(bad))
 
 
-def test_publish_keeps_the_order_of_a_script_that_publishes(zkr):
+@pytest.mark.parametrize("sub,pub", [("SUBSCRIBE", "PUBLISH"), ("SSUBSCRIBE", "SPUBLISH")])
+def test_publish_keeps_the_order_of_a_script_that_publishes(zkr, sub, pub):
     """A PUBLISH pipelined behind a script that publishes is delivered
-    after the script's message (the README said they might swap)."""
+    after the script's message (the README said they might swap); so is an
+    SPUBLISH (its channel is a key for cluster routing, not of the
+    keyspace: it runs alone in its pipeline, as PUBLISH does)."""
     z = zkr()
     ch = harness.unique("ord-ch")
     rounds = 30
-    with RawClient(z.port) as sub, RawClient(z.port) as pub:
-        sub.send_cmd("SUBSCRIBE", ch)
-        assert sub.read_reply().startswith(b"*3\r\n$9\r\nsubscribe\r\n")
+    with RawClient(z.port) as s, RawClient(z.port) as p:
+        s.send_cmd(sub, ch)
+        assert s.read_reply().startswith(b"*3\r\n$%d\r\n%s\r\n" % (len(sub), sub.lower().encode()))
         batch = b"".join(
             encode("EVAL", "redis.call('set', KEYS[1], ARGV[2]) "
-                   "return redis.call('publish', ARGV[1], ARGV[2])",
-                   "1", ch + ":k", ch, "s%d" % i) + encode("PUBLISH", ch, "p%d" % i)
+                   "return redis.call(ARGV[3], ARGV[1], ARGV[2])",
+                   "1", ch + ":k", ch, "s%d" % i, pub.lower()) + encode(pub, ch, "p%d" % i)
             for i in range(rounds))
-        pub.send(batch)
+        p.send(batch)
         for _ in range(2 * rounds):
-            assert pub.read_reply() == b":1\r\n"
-        got = []
-        for _ in range(2 * rounds):
-            msg = sub.read_reply()
-            got.append(msg.rsplit(b"\r\n", 2)[-2].decode())
+            assert p.read_reply() == b":1\r\n"
+        got = [s.read_reply().rsplit(b"\r\n", 2)[-2].decode() for _ in range(2 * rounds)]
         assert got == [m for i in range(rounds) for m in ("s%d" % i, "p%d" % i)]
 
 
@@ -193,11 +193,16 @@ def read_all(c, until=b"+PONG\r\n", limit=20):
     return out
 
 
-def test_unsubscribe_after_publish_to_self_resp3(zkr, redis_ref):
-    """RESP3, subscribed to ch: SET; PUBLISH ch; UNSUBSCRIBE ch; PING.
-    Redis runs PUBLISH first (the message reaches this client): the
-    gateway holds UNSUBSCRIBE back until the PUBLISH, which waits for the
-    SET, is done."""
+@pytest.mark.parametrize("after", [["UNSUBSCRIBE", "@"], ["RESET"], ["HELLO", "2"]])
+def test_after_publish_to_self_resp3(zkr, redis_ref, after):
+    """RESP3, subscribed to ch: SET; PUBLISH ch m; then UNSUBSCRIBE ch,
+    RESET or HELLO 2; PING.  Redis runs PUBLISH first: the message reaches
+    this client, as a RESP3 push, and PUBLISH counts it (:1).  Here PUBLISH
+    waits for its turn behind SET, and the gateway holds the next command
+    back until nothing else of its connection runs (a first version lost
+    the message, or sent it in RESP2 after HELLO 2)."""
+    pong2 = b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+
     def run(port, ch):
         with RawClient(port) as c:
             c.send_cmd("HELLO", "3")
@@ -205,9 +210,10 @@ def test_unsubscribe_after_publish_to_self_resp3(zkr, redis_ref):
             c.send_cmd("SUBSCRIBE", ch)
             c.read_reply()
             c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
-                   encode("UNSUBSCRIBE", ch) + encode("PING"))
-            return read_all(c)
-    ch = harness.unique("unsub-ch")
+                   encode(*[ch if a == "@" else a for a in after]) + encode("PING"))
+            out = read_all(c, until=pong2 if after[0] == "HELLO" else b"+PONG\r\n")
+            return [r for r in out if not r.startswith((b"%", b"*14"))]  # (HELLO's map)
+    ch = harness.unique("self-ch")
     assert run(zkr().port, ch) == run(redis_ref.port, ch)
 
 
@@ -223,15 +229,6 @@ def test_subscribe_after_publish_resp2(zkr, redis_ref):
     assert run(zkr().port, ch) == run(redis_ref.port, ch)
 
 
-def lua_metric(z, name):
-    status, text = harness.http_get(z.metrics_port, "/metrics")
-    assert status == 200, status
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no %s in /metrics" % name)
-
-
 def test_reset_after_a_waiting_multi_leaves_no_queue(make_zkresp):
     """DBSIZE; MULTI; SET; RESET: the gateway drops the MULTI queue at
     RESET (read time); a MULTI that waited for its turn behind DBSIZE
@@ -245,7 +242,7 @@ def test_reset_after_a_waiting_multi_leaves_no_queue(make_zkresp):
         got = [c.read_reply() for _ in range(4)]
         assert got[1:] == [b"+OK\r\n", b"+QUEUED\r\n", b"+RESET\r\n"]
     time.sleep(0.5)
-    assert lua_metric(z, "zkresp_lua_multi_queues") == 0
+    assert harness.metric_value(z, "zkresp_lua_multi_queues") == 0
 
 
 POLICY = r'''
@@ -303,43 +300,6 @@ def test_closed_with_a_subscribe_held_back(zkr):
 
 
 # ------------------------------------------------ found by a second review
-def test_reset_after_publish_to_self_resp3(zkr, redis_ref):
-    """RESP3, subscribed to ch: SET; PUBLISH ch m; RESET; PING.  Redis runs
-    PUBLISH before RESET: the message reaches this client and PUBLISH
-    counts it (:1).  RESET is answered in C as it is read, while PUBLISH
-    would wait for its turn behind SET: the gateway holds RESET back
-    until nothing else of its connection runs."""
-    def run(port, ch):
-        with RawClient(port) as c:
-            c.send_cmd("HELLO", "3")
-            c.read_reply()
-            c.send_cmd("SUBSCRIBE", ch)
-            c.read_reply()
-            c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
-                   encode("RESET") + encode("PING"))
-            return read_all(c)
-    ch = harness.unique("rst-ch")
-    assert run(zkr().port, ch) == run(redis_ref.port, ch)
-
-
-def test_hello2_after_publish_to_self_resp3(zkr, redis_ref):
-    """RESP3, subscribed to ch: SET; PUBLISH ch m; HELLO 2; PING.  Redis
-    delivers the message as a RESP3 push, before HELLO switches (held
-    back by the gateway, as RESET)."""
-    def run(port, ch):
-        with RawClient(port) as c:
-            c.send_cmd("HELLO", "3")
-            c.read_reply()
-            c.send_cmd("SUBSCRIBE", ch)
-            c.read_reply()
-            c.send(encode("SET", ch + ":k", "v") + encode("PUBLISH", ch, "m") +
-                   encode("HELLO", "2") + encode("PING"))
-            out = read_all(c, until=b"*2\r\n$4\r\npong\r\n$0\r\n\r\n")
-            return [r for r in out if not r.startswith((b"%", b"*14"))]
-    ch = harness.unique("hello-ch")
-    assert run(zkr().port, ch) == run(redis_ref.port, ch)
-
-
 @pytest.mark.parametrize("script", [
     "local i = 0 while true do i = i + 1 end",                     # time limit
     "local t = {} for i = 1, 1e8 do t[i] = ('x'):rep(100) .. i end",  # memory limit
@@ -397,25 +357,3 @@ def test_info_keyspace_after_flush_and_sets(make_zkresp):
                encode("INFO", "keyspace"))
         got = [c.read_reply() for _ in range(32)]
     assert b"db0:keys=30," in got[-1], got[-1]
-
-
-def test_spublish_keeps_the_order_of_a_script_that_spublishes(zkr):
-    """SPUBLISH's channel is a key for cluster routing, not of the keyspace:
-    it runs alone in its pipeline, as PUBLISH does, after a script that
-    publishes to the same shard channel."""
-    z = zkr()
-    ch = harness.unique("ord-sch")
-    rounds = 20
-    with RawClient(z.port) as sub, RawClient(z.port) as pub:
-        sub.send_cmd("SSUBSCRIBE", ch)
-        assert sub.read_reply().startswith(b"*3\r\n$10\r\nssubscribe\r\n")
-        batch = b"".join(
-            encode("EVAL", "redis.call('set', KEYS[1], ARGV[2]) "
-                   "return redis.call('spublish', ARGV[1], ARGV[2])",
-                   "1", ch + ":k", ch, "s%d" % i) + encode("SPUBLISH", ch, "p%d" % i)
-            for i in range(rounds))
-        pub.send(batch)
-        for _ in range(2 * rounds):
-            assert pub.read_reply() == b":1\r\n"
-        got = [sub.read_reply().rsplit(b"\r\n", 2)[-2].decode() for _ in range(2 * rounds)]
-        assert got == [m for i in range(rounds) for m in ("s%d" % i, "p%d" % i)]

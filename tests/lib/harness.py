@@ -925,3 +925,14 @@ def faketime_env(stamp_file, monotonic=False):
 
 def log(msg):
     sys.stderr.write("[harness %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+
+
+def metric_value(z, name):
+    """The value of the unlabelled metric `name` on z's /metrics (z started
+    with --metrics-port, its port in z.metrics_port)."""
+    status, text = http_get(z.metrics_port, "/metrics")
+    assert status == 200, status
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no %s in /metrics" % name)
