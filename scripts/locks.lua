@@ -145,12 +145,14 @@ local function lease_due(path)
 end
 
 -- Leases of other sidecars' holds shortened by a renewal through this
--- one: path -> {timer, version}.  The holder's sidecar ends a hold at the
--- lease it knew (a renewal elsewhere does not move its timer earlier), so
--- the sidecar that wrote the shorter lease ends the hold then itself: a
--- delete at the version it wrote (a later renewal, through any sidecar,
--- changes it and keeps the hold), which bumps the holder session's guard
--- (LW.delete).  A write, seen by every decision as the holder's own
+-- one: path -> {timer, version, holder_end}.  The holder's sidecar ends a
+-- hold at the lease it knew (holder_end, leader ms: a renewal elsewhere
+-- does not move its timer earlier), so the sidecar that wrote a shorter
+-- lease ends the hold at the lease the node holds while that is before
+-- holder_end, whoever wrote the node since (a renewal through a third
+-- sidecar, a count changed, a reentrant acquire): a delete at the version
+-- it read, once that lease has passed, which bumps the holder session's
+-- guard (LW.delete).  A write, seen by every decision as the holder's own
 -- delete would be: the token rule needs no clock of ours.
 local shortened = {}
 
@@ -158,33 +160,34 @@ local function shortened_due(path, hold)
     local s = shortened[path]
     if not s then return end
     local rc, data, stat = zk.get(path)
-    if rc == zk.NONODE or (rc == zk.OK and stat.version ~= s.version) then
-        shortened[path] = nil
+    if rc ~= zk.OK and rc ~= zk.NONODE then s.timer:start(200) return end
+    local d = rc == zk.OK and LS.decode_req(data)
+    if not d or d.lease_end <= 0 or d.lease_end >= s.holder_end then
+        shortened[path] = nil -- (gone, or the holder's own timer ends it)
         return
     end
-    local d = rc == zk.OK and LS.decode_req(data)
-    if not d then s.timer:start(200) return end
+    s.version = stat.version
     local left = Z.local_time(d.lease_end) - host.now()
     if left > 0 then s.timer:start(math.ceil(left)) return end
     local drc = LW.delete(path, s.version, hold.sid)
-    if drc == zk.OK or drc == zk.NONODE or drc == zk.BADVERSION then
+    if drc == zk.OK or drc == zk.NONODE then
         shortened[path] = nil
         if drc == zk.OK then
             L.stats.expired = L.stats.expired + 1
             notify("on_expire", hold)
         end
     else
-        s.timer:start(200)
+        s.timer:start(drc == zk.BADVERSION and 0 or 200) -- (written since: read it again)
     end
 end
 
--- A renewal through this sidecar wrote a lease ending before the one in
--- force, px from now, on hold `hold` of another sidecar's session (its
--- node now at `version`).
-local function end_shortened(hold, px, version)
+-- A renewal through this sidecar wrote a lease px from now on hold `hold`
+-- of another sidecar's session, before `holder_end` (leader ms), the
+-- lease in force when this sidecar first shortened it.
+local function end_shortened(hold, px, holder_end)
     local s = shortened[hold.path]
     if s then s.timer:stop() end
-    s = { version = version }
+    s = { holder_end = s and s.holder_end or holder_end }
     s.timer = host.timer(function() shortened_due(hold.path, hold) end)
     shortened[hold.path] = s
     s.timer:start(px)
@@ -471,9 +474,9 @@ function L.renew(key, owner, px)
             if h then
                 h.px, h.deadline, h.data, h.version = px, host.now() + px, d, stat.version
                 h.timer:start(px)
-            elseif d.lease_end < was then
+            elseif d.lease_end < was or shortened[mine.path] then
                 end_shortened({ key = key, path = mine.path, sid = mine.owner_sid, owner = owner,
-                                mode = mine.granted, token = mine.token, px = px }, px, stat.version)
+                                mode = mine.granted, token = mine.token, px = px }, px, was)
             end
             return 1
         end
