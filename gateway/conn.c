@@ -672,9 +672,28 @@ void conn_cron(struct conn *c, uint64_t now)
     }
 }
 
+int conn_blocked(const struct conn *c)
+{
+    for (const struct req *r = c->head; r; r = r->next)
+        if (!r->done && r->task.blocked)
+            return 1;
+    return 0;
+}
+
 void conn_describe(const struct conn *c, struct buf *out)
 {
     uint64_t now = uv_now(c->srv->loop);
+    /* Redis's letters, in its order: P subscribed, x in MULTI, b blocked. */
+    char flags[4], *f = flags;
+    if (c->nsub + c->npsub + c->nssub > 0)
+        *f++ = 'P';
+    if (c->multi)
+        *f++ = 'x';
+    if (conn_blocked(c))
+        *f++ = 'b';
+    if (f == flags)
+        *f++ = 'N';
+    *f = '\0';
     buf_printf(
         out,
         "id=%llu addr=%s laddr=%s fd=-1 name=%s age=%llu idle=%llu "
@@ -684,11 +703,11 @@ void conn_describe(const struct conn *c, struct buf *out)
         "lib-name=%s lib-ver=%s\n",
         (unsigned long long)c->id, c->addr, c->laddr, c->name ? c->name : "",
         (unsigned long long)((now - c->created_ms) / 1000),
-        (unsigned long long)((now - c->last_cmd_ms) / 1000),
-        c->nsub + c->npsub + c->nssub > 0 ? "P" : "N", c->db, c->nsub, c->npsub,
-        c->nssub, proto_pending(c->proto), c->inflight, c->out.len + c->writing,
-        c->last_cmd ? c->last_cmd : "NULL", c->user ? c->user : "default",
-        c->resp, c->lib_name ? c->lib_name : "", c->lib_ver ? c->lib_ver : "");
+        (unsigned long long)((now - c->last_cmd_ms) / 1000), flags, c->db,
+        c->nsub, c->npsub, c->nssub, proto_pending(c->proto), c->inflight,
+        c->out.len + c->writing, c->last_cmd ? c->last_cmd : "NULL",
+        c->user ? c->user : "default", c->resp, c->lib_name ? c->lib_name : "",
+        c->lib_ver ? c->lib_ver : "");
 }
 
 int conn_subscribed_resp2(const struct conn *c)

@@ -438,6 +438,40 @@ static void client_kill(struct cmd_ctx *x)
     reply_int(x->out, killed);
 }
 
+/* CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 when a command of client id was
+ * blocked (LOCK.ACQUIRE / LOCK.CONVERT waiting with WAIT), which then ends
+ * as its WAIT running out would, or with -UNBLOCKED; else 0.  Redis checks
+ * the reason before the id. */
+static void client_unblock(struct cmd_ctx *x)
+{
+    int how = LUA_UNBLOCK_TIMEOUT;
+    if (x->argc > 4) {
+        reply_error(x->out, "ERR unknown subcommand or wrong number of "
+                            "arguments for 'UNBLOCK'. Try CLIENT HELP.");
+        return;
+    }
+    if (x->argc == 4) {
+        if (arg_is(&x->argv[3], "ERROR")) {
+            how = LUA_UNBLOCK_ERROR;
+        } else if (!arg_is(&x->argv[3], "TIMEOUT")) {
+            reply_error(x->out,
+                        "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
+            return;
+        }
+    }
+    long long id;
+    if (arg_ll(&x->argv[2], &id) < 0) {
+        reply_error(x->out, "ERR value is not an integer or out of range");
+        return;
+    }
+    struct conn *o = id > 0 ? server_conn_by_id(x->c->srv, (uint64_t)id) : NULL;
+    int done = 0;
+    if (o && !o->closing)
+        for (struct req *r = o->head; r && !done; r = r->next)
+            done = !r->done && lua_host_unblock(o->srv->lua, &r->task, how);
+    reply_int(x->out, done);
+}
+
 /* CLIENT <subcommand> ...: dispatch() has checked the subcommand's arity
  * (client_subs), so each branch reads only what that arity guarantees. */
 void cmd_client(struct cmd_ctx *x)
@@ -497,6 +531,8 @@ void cmd_client(struct cmd_ctx *x)
         client_list(x);
     } else if (arg_is(sub, "KILL")) {
         client_kill(x);
+    } else if (arg_is(sub, "UNBLOCK")) {
+        client_unblock(x);
     } else if (arg_is(sub, "REPLY")) {
         /* ON answers +OK (after OFF too); OFF and SKIP answer nothing,
          * and SKIP leaves the next command unanswered (conn.c). */

@@ -247,8 +247,8 @@ static void info_write(struct server *s, unsigned sections,
     if (sections & INFO_CLIENTS)
         buf_printf(&b,
                    "# Clients\r\nconnected_clients:%zu\r\nmaxclients:%d\r\n"
-                   "blocked_clients:0\r\n\r\n",
-                   s->nconns, s->cfg->maxclients);
+                   "blocked_clients:%zu\r\n\r\n",
+                   s->nconns, s->cfg->maxclients, server_blocked_clients(s));
     if (sections & INFO_MEMORY) {
         /* used_memory: what malloc has handed out plus the Lua pool's
          * pages; used_memory_lua: what the VM holds, garbage included

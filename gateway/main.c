@@ -59,6 +59,7 @@ static void metrics_clients(void *arg, struct metrics_clients *out)
 {
     const struct server *s = arg;
     out->connected = s->nconns;
+    out->blocked = server_blocked_clients(s);
     out->connections_received = s->stats.connections_received;
     out->rejected_connections = s->stats.rejected_connections;
     out->protocol_errors = s->stats.protocol_errors;

@@ -239,6 +239,14 @@ void server_index_remove(struct server *s, struct conn *c)
     }
 }
 
+size_t server_blocked_clients(const struct server *s)
+{
+    size_t n = 0;
+    for (const struct conn *c = s->conns; c; c = c->next)
+        n += !c->closing && conn_blocked(c);
+    return n;
+}
+
 struct conn *server_conn_by_id(const struct server *s, uint64_t id)
 {
     if (!s->by_id_cap)

@@ -74,4 +74,8 @@ void server_index_add(struct server *s, struct conn *c);
 void server_index_remove(struct server *s, struct conn *c);
 struct conn *server_conn_by_id(const struct server *s, uint64_t id);
 
+/* Clients blocked in a blocking wait (conn_blocked): INFO's
+ * blocked_clients, /metrics' zkresp_blocked_clients. */
+size_t server_blocked_clients(const struct server *s);
+
 #endif

@@ -261,6 +261,8 @@ local CLIENT_HELP = {
     "    Set the client's library name or version, shown by CLIENT LIST and CLIENT INFO.",
     "SETNAME <name>",
     "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client.",
 }
 
 local COMMAND_HELP = {

@@ -60,7 +60,8 @@ end
 -- lack the requests its release will grant (it lists none after ours, or
 -- it is our listing from before the wait: the table carried no queue), a
 -- listing begun for the next view; or nil, why ("timeout", "gone",
--- "closing": the sidecar is shutting down, "deadlock", "lost": the node
+-- "closing": the sidecar is shutting down, "unblocked": CLIENT UNBLOCK,
+-- "deadlock", "lost": the node
 -- went, the conversion was given up, or the
 -- session `sid` that created it is no longer ours).  After a wake-up the
 -- table alone is read: a release that granted us wrote it (one round trip,
@@ -161,7 +162,8 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
                                        converting and path)
             waited = true
             if seen then looked_path, looked_mzxid = target.path, seen end
-            if how == "gone" or how == "closing" or (how == "timeout" and host.now() >= until_ms) then
+            if how == "gone" or how == "closing" or how == "unblocked" or
+               (how == "timeout" and host.now() >= until_ms) then
                 return nil, how
             end
         end

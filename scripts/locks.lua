@@ -297,6 +297,13 @@ end
 -- or an error reply table.  before_acquire: the policy's hook, or nil.
 -- The lock is read before the create only for a try-once, the hook, or
 -- `full`: the owner's request found there (reentrancy) after the create.
+-- The answer of a wait that ended without a grant: null, as WAIT's end,
+-- or CLIENT UNBLOCK ... ERROR's error.
+local function unblocked()
+    if host.unblocked() == "error" then return { err = E.UNBLOCKED } end
+    return nil
+end
+
 function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local lock = LS.lock_path(key)
     LW.await_settled(lock, owner)
@@ -372,12 +379,14 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     -- client went (nobody takes the reply): a hold of nobody's, let go
     if token and zk.session() ~= sid then token, view = nil, "lost" end
     if token and not host.client() then token = nil end
+    -- granted as a CLIENT UNBLOCK came, which answered 1: let go
+    if token and host.unblocked() then token, view = nil, "unblocked" end
     if not token then
         LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
         if view == "lost" then return { err = E.LOST_SESSION } end
         if view == "closing" then return { err = E.CLOSING } end
-        return nil
+        return unblocked()
     end
     remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view, listing = listing })
     L.stats.granted = L.stats.granted + 1
@@ -582,7 +591,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
     if gone and G.lasts(sid) then return { err = E.HOLD_ENDED } end
     if why == "lost" or gone then return { err = E.LOST_SESSION } end
     if why == "closing" then return { err = E.CLOSING } end
-    return nil
+    return unblocked()
 end
 
 -- LOCK.CONVERT: a token, nil (WAIT over, old mode kept) or an error reply.  One

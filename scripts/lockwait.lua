@@ -5,7 +5,8 @@
 --                                              what to watch (grants:
 --                                              Q.grantable(queue), if known)
 --   LW.wait(path, lock, until_ms, since, older, mine)
---                                           -> "changed" | "timeout" | "gone" | "closing",
+--                                           -> "changed" | "timeout" | "gone" | "closing"
+--                                              | "unblocked",
 --                                              and whether a watch event woke it
 --   LW.on_watch(path)                          a watch of ours fired
 --   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
@@ -356,9 +357,12 @@ end
 -- them (a renewal writes the node and not the table).  mine: a
 -- conversion's own hold, watched as well: its end (a release through
 -- another sidecar, its lease) ends the wait, which nothing else of the
--- lock may tell before WAIT runs out.
+-- lock may tell before WAIT runs out.  While suspended the command is
+-- blocked (host.block: CLIENT LIST, INFO, CLIENT UNBLOCK), and stays so
+-- until it ends; a CLIENT UNBLOCK ends the wait ("unblocked").
 function LW.wait(path, lock, until_ms, since, older, mine)
     if LW.closing then return "closing" end
+    if host.unblocked() then return "unblocked" end
     local watch = path or lock
     local rec = { co = coroutine.running() }
     local set = watching[watch]
@@ -403,11 +407,13 @@ function LW.wait(path, lock, until_ms, since, older, mine)
     timer:start(left)
     rec.waiting = true
     LW.stats.waits = LW.stats.waits + 1
-    host.suspend(true)
+    host.block()
+    host.suspend("blocked")
     rec.waiting = false
     timer:stop()
     done()
     if host.client() == nil and not rec.fired then return "gone" end
+    if host.unblocked() then return "unblocked" end
     if rec.fired then return "changed", rec.event, seen end
     if grace and host.now() >= grace and host.now() < until_ms then
         if own[path] then own[path] = "watch" end

@@ -56,7 +56,7 @@ R.in_c = {
               subscribed_ok = true },
     client = { arity = -2, flags = "noscript loading stale",
                subcommands = { setname = 3, getname = 2, id = 2, setinfo = 4, info = 2,
-                               list = -2, kill = -3, ["no-evict"] = 3, ["no-touch"] = 3,
+                               list = -2, kill = -3, unblock = -3, ["no-evict"] = 3, ["no-touch"] = 3,
                                reply = 3, help = 2 } },
     info = { arity = -1, flags = "loading stale" },
     command = { arity = -1, flags = "loading stale",

@@ -182,6 +182,18 @@ void lua_host_abandon(struct lua_host *h, struct lua_task *t)
         lua_co_ready(h, c, 0); /* host.suspend(true) returns nothing */
 }
 
+int lua_host_unblock(struct lua_host *h, struct lua_task *t, int how)
+{
+    struct co *c = t->priv;
+    if (h->stopped || !c || !t->blocked)
+        return 0;
+    t->blocked = 0;
+    t->unblock = how;
+    if (c->wait == WAIT_WAKE && c->queued == 2)
+        lua_co_ready(h, c, 0); /* host.suspend("blocked") returns nothing */
+    return 1;
+}
+
 /* A background coroutine with M[fn] on its stack, or NULL when M has no fn. */
 static struct co *hook_co(struct lua_host *h, const char *fn)
 {

@@ -147,7 +147,17 @@
  *                            nothing, when the command's client goes away
  *                            (host.client() is nil from then on), and the
  *                            time suspended does not count against the
- *                            command's deadline (host.deadline)
+ *                            command's deadline (host.deadline).
+ *                            queued = "blocked": as true, and it also ends,
+ *                            returning nothing, at a CLIENT UNBLOCK of the
+ *                            command (host.unblocked() says how)
+ *     host.block()           the running command is blocked (a blocking
+ *                            wait, as BLPOP's): until it ends, CLIENT LIST
+ *                            shows flag b, INFO counts it in
+ *                            blocked_clients, CLIENT UNBLOCK may end it;
+ *                            not after it was unblocked once
+ *     host.unblocked()       nil, or "timeout" / "error": how a CLIENT
+ *                            UNBLOCK of the running command asked it to end
  *     host.wake(co, ...)     schedules a suspended coroutine to resume (on the
  *                            loop, after the caller yields or returns)
  *     host.pass()            yields to the coroutines already scheduled to
@@ -239,7 +249,16 @@ struct lua_task {
     /* Set with the reply: the generation of the ZooKeeper session whose
      * answers it rests on (0: none); see lua_host_reply_deadline. */
     uint64_t zk_gen;
+    /* A blocking command (LOCK.ACQUIRE / LOCK.CONVERT with WAIT) waiting
+     * in its queue: set by host.block(), for CLIENT LIST's flag b, INFO's
+     * blocked_clients and CLIENT UNBLOCK (lua_host_unblock), which clears
+     * it and sets unblock to how the wait is to end. */
+    int blocked;
+    int unblock; /* 0, or LUA_UNBLOCK_TIMEOUT / LUA_UNBLOCK_ERROR */
 };
+
+#define LUA_UNBLOCK_TIMEOUT 1
+#define LUA_UNBLOCK_ERROR 2
 
 /* What goes instead of a reply whose answers may speak for a session over
  * since (scripts/errors.lua's E.STALLED). */
@@ -333,6 +352,11 @@ void lua_host_run(struct lua_host *h, struct lua_task *t, int argc,
 /* The requester of t went away: the command finishes without a reply (one
  * waiting in host.suspend(true) is resumed at once to leave its queue). */
 void lua_host_abandon(struct lua_host *h, struct lua_task *t);
+
+/* CLIENT UNBLOCK of t's command, how: LUA_UNBLOCK_TIMEOUT (it ends as if
+ * its WAIT ran out) or LUA_UNBLOCK_ERROR (-UNBLOCKED).  1 when it was
+ * blocked (t->blocked), its wait then resumed at once; else 0. */
+int lua_host_unblock(struct lua_host *h, struct lua_task *t, int how);
 
 /* Until when t's reply, done, may be sent: the end of the local lease of
  * the session whose answers it rests on (0: it rests on none, or no lease

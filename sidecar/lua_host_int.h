@@ -72,7 +72,8 @@ struct co {
     int reusable; /* a command's thread, to keep if it returns normally */
     int command;  /* runs a command (its requester may have left) */
     int sliced;   /* paused between slices: the VM is busy (host.caps) */
-    int queued;   /* host.suspend(true): wakes when its client goes */
+    int queued;   /* host.suspend(true): wakes when its client goes (1);
+                     host.suspend("blocked"): and at CLIENT UNBLOCK (2) */
     int yielded;  /* it has yielded: its reply may rest on ZooKeeper */
     int outlives_session; /* host.outlives_session: its reply does not */
     struct co *busy_prev, *busy_next; /* h->busy, while sliced */

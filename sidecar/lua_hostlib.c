@@ -98,8 +98,29 @@ static int l_host_suspend(lua_State *L)
 {
     struct co *c = lua_co_check(L, "host.suspend");
     c->wait = WAIT_WAKE;
-    c->queued = lua_toboolean(L, 1);
+    c->queued = lua_type(L, 1) == LUA_TSTRING ? 2 : lua_toboolean(L, 1);
     return lua_yield(L, 0);
+}
+
+static int l_host_block(lua_State *L)
+{
+    struct co *c = co_of(L);
+    if (c && c->task && !c->task->unblock)
+        c->task->blocked = 1;
+    return 0;
+}
+
+static int l_host_unblocked(lua_State *L)
+{
+    struct co *c = co_of(L);
+    int how = c && c->task ? c->task->unblock : 0;
+    if (how == LUA_UNBLOCK_TIMEOUT)
+        lua_pushliteral(L, "timeout");
+    else if (how == LUA_UNBLOCK_ERROR)
+        lua_pushliteral(L, "error");
+    else
+        lua_pushnil(L);
+    return 1;
 }
 
 static int l_host_pass(lua_State *L)
@@ -435,6 +456,8 @@ void lua_hostlib_open(struct lua_host *h)
         {"wall", l_host_wall},
         {"sleep", l_host_sleep},
         {"suspend", l_host_suspend},
+        {"block", l_host_block},
+        {"unblocked", l_host_unblocked},
         {"pass", l_host_pass},
         {"wake", l_host_wake},
         {"spawn", l_host_spawn},

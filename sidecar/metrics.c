@@ -386,6 +386,10 @@ void metrics_render(struct buf *out)
         m.src.clients(m.src.clients_arg, &st);
     gauge(out, "zkresp_connected_clients", "Client connections open.",
           (double)st.connected);
+    gauge(out, "zkresp_blocked_clients",
+          "Clients blocked in a wait (LOCK.ACQUIRE / LOCK.CONVERT with "
+          "WAIT), as INFO's blocked_clients.",
+          (double)st.blocked);
     counter(out, "zkresp_connections_total", "Client connections accepted.",
             st.connections_received);
     counter(out, "zkresp_rejected_connections_total",

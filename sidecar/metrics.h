@@ -24,6 +24,7 @@ struct lua_host;
 /* What the client side (the gateway's server) reports for a scrape. */
 struct metrics_clients {
     uint64_t connected; /* connections open */
+    uint64_t blocked;   /* clients blocked (LOCK.ACQUIRE ... WAIT) */
     uint64_t connections_received;
     uint64_t rejected_connections;
     uint64_t protocol_errors;

@@ -73,6 +73,12 @@ SEQUENCES = {
         "DEBUG SLEEP 0", "DEBUG SLEEP abc", "DEBUG SLEEP -1", "DEBUG sleep 0.01", "DEBUG SLEEP",
         "DEBUG SLEEP 1 2", "DEBUG",
     ],
+    "client_unblock": [
+        "CLIENT UNBLOCK abc", "CLIENT UNBLOCK 1 foo", "CLIENT UNBLOCK abc foo", "CLIENT UNBLOCK 99999999",
+        "CLIENT UNBLOCK 1 TIMEOUT extra", "CLIENT UNBLOCK", "CLIENT UNBLOCK -1", "CLIENT UNBLOCK 0 ERROR",
+        "client unblock 99999999 Error", "CLIENT UNBLOCK 1 timeout", "CLIENT UNBLOCK 1.5",
+        "CLIENT UNBLOCK 99999999999999999999", "CLIENT UNBLOCK '' TIMEOUT",
+    ],
     "memory_usage": [
         "MEMORY USAGE @none", "MEMORY USAGE @none SAMPLES 5", "MEMORY USAGE @k SAMPLES x",
         "MEMORY USAGE @k SAMPLES -1", "MEMORY USAGE @k FOO", "MEMORY USAGE @k SAMPLES", "MEMORY USAGE",
@@ -315,7 +321,8 @@ def test_database_directories_carry_the_acl(make_zk, make_zkresp):
 # The subcommands each container command's HELP names, as the registry
 # lists them (scripts/registry.lua and the commands' own tables).
 HELP_SUBCOMMANDS = {
-    "CLIENT": ["GETNAME", "ID", "INFO", "KILL", "LIST", "NO-EVICT", "NO-TOUCH", "REPLY", "SETINFO", "SETNAME"],
+    "CLIENT": ["GETNAME", "ID", "INFO", "KILL", "LIST", "NO-EVICT", "NO-TOUCH", "REPLY", "SETINFO", "SETNAME",
+               "UNBLOCK"],
     "COMMAND": ["COUNT", "DOCS", "INFO"],
     "MEMORY": ["PURGE", "USAGE"],
     "SCRIPT": ["EXISTS", "FLUSH", "KILL", "LOAD"],

@@ -902,6 +902,7 @@ local function make_host(sc, opts)
     -- queued (a command waiting its turn, lua_host.h): it also ends when
     -- the command's client goes (Sidecar:abandon), and the time suspended
     -- does not count against the deadline.
+    -- queued = "blocked": it also ends at Sidecar:unblock (CLIENT UNBLOCK).
     function host.suspend(queued)
         local t = task()
         t.waiting, t.queued = "suspend", queued
@@ -963,6 +964,16 @@ local function make_host(sc, opts)
     function host.lease_wait()
         local t = task()
         t.deadline = math.max(t.deadline, W.now + sc.config.session_timeout * 0.9)
+    end
+
+    -- A blocking wait (lua_host.h): Sidecar:unblock ends it.
+    function host.block()
+        local t = W.tasks[coroutine.running()]
+        if t and not t.unblock then t.blocked = true end
+    end
+    function host.unblocked()
+        local t = W.tasks[coroutine.running()]
+        return t and t.unblock or nil
     end
 
     -- (the model sends every reply: no session check to exempt it from)
@@ -1109,6 +1120,17 @@ function Sidecar:abandon(task)
     if task.waiting == "suspend" and task.queued then
         self.world:post(function() self.world:resume(task.co) end)
     end
+end
+
+-- CLIENT UNBLOCK of a started command (lua_host_unblock), how: "timeout"
+-- or "error".  1 when it was blocked (host.block), its wait ended now.
+function Sidecar:unblock(task, how)
+    if task.done or not task.blocked then return 0 end
+    task.blocked, task.unblock = nil, how or "timeout"
+    if task.waiting == "suspend" and task.queued == "blocked" then
+        self.world:post(function() self.world:resume(task.co) end)
+    end
+    return 1
 end
 
 -- Runs a command of client id to completion and returns its reply.
