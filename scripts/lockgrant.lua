@@ -133,6 +133,8 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
         if converting and not me.convert then return nil, "lost" end
         local grants = Q.grantable(snap.queue) -- (for the watch target too)
         local g = not older and LG.grants_me(snap.queue, me, grants)
+        -- (a CLIENT UNBLOCK that came meanwhile answered 1: no grant after it)
+        if g and host.unblocked() then return nil, "unblocked" end
         local held = g and waited and held_back and held_back(snap, me)
         if g and not held then
             me.granted, me.convert, me.token = g.mode, nil, snap.token

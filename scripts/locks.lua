@@ -374,6 +374,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local settled, token, view, listing = pcall(LG.settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return LS.owner_there(s, me, owner)
     end, mode, first_listing, held_back)
+    host.block(false) -- (waited: CLIENT UNBLOCK answers 0 from here)
     if not settled then LW.leave(path) error(token, 0) end
     -- granted as our session ended (its node goes with it), or as the
     -- client went (nobody takes the reply): a hold of nobody's, let go
@@ -385,7 +386,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
         if view == "lost" then return { err = E.LOST_SESSION } end
-        if view == "closing" then return { err = E.CLOSING } end
+        if view == "closing" and not host.unblocked() then return { err = E.CLOSING } end
         return unblocked()
     end
     remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view, listing = listing })
@@ -580,6 +581,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
         end
     end
     local token, why = LG.settle(lock, asked, sid, until_ms, mode)
+    host.block(false)
     if token then
         converted(asked, mode, token, why)
         return held(token, sid)
@@ -590,7 +592,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
     -- or its lease, its session lasting; else with its session
     if gone and G.lasts(sid) then return { err = E.HOLD_ENDED } end
     if why == "lost" or gone then return { err = E.LOST_SESSION } end
-    if why == "closing" then return { err = E.CLOSING } end
+    if why == "closing" and not host.unblocked() then return { err = E.CLOSING } end
     return unblocked()
 end
 

@@ -357,9 +357,10 @@ end
 -- them (a renewal writes the node and not the table).  mine: a
 -- conversion's own hold, watched as well: its end (a release through
 -- another sidecar, its lease) ends the wait, which nothing else of the
--- lock may tell before WAIT runs out.  While suspended the command is
--- blocked (host.block: CLIENT LIST, INFO, CLIENT UNBLOCK), and stays so
--- until it ends; a CLIENT UNBLOCK ends the wait ("unblocked").
+-- lock may tell before WAIT runs out.  From its first suspend the
+-- command is blocked (host.block: CLIENT LIST, INFO, CLIENT UNBLOCK) until
+-- its wait is over (locks.lua, host.block(false)); a CLIENT UNBLOCK ends
+-- the wait ("unblocked"), whenever it comes.
 function LW.wait(path, lock, until_ms, since, older, mine)
     if LW.closing then return "closing" end
     if host.unblocked() then return "unblocked" end
@@ -403,6 +404,7 @@ function LW.wait(path, lock, until_ms, since, older, mine)
     if host.client() == nil then -- it left while we read: no wait for nobody
         return done("gone")
     end
+    if host.unblocked() then return done("unblocked") end -- (came while we read)
     local timer = host.timer(function() wake(rec, "timeout") end)
     timer:start(left)
     rec.waiting = true

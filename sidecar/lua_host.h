@@ -151,11 +151,11 @@
  *                            queued = "blocked": as true, and it also ends,
  *                            returning nothing, at a CLIENT UNBLOCK of the
  *                            command (host.unblocked() says how)
- *     host.block()           the running command is blocked (a blocking
- *                            wait, as BLPOP's): until it ends, CLIENT LIST
- *                            shows flag b, INFO counts it in
- *                            blocked_clients, CLIENT UNBLOCK may end it;
- *                            not after it was unblocked once
+ *     host.block([false])    the running command is blocked (a blocking
+ *                            wait, as BLPOP's): until host.block(false) or
+ *                            its end, CLIENT LIST shows flag b, INFO counts
+ *                            it in blocked_clients, CLIENT UNBLOCK may end
+ *                            it; not after it was unblocked once
  *     host.unblocked()       nil, or "timeout" / "error": how a CLIENT
  *                            UNBLOCK of the running command asked it to end
  *     host.wake(co, ...)     schedules a suspended coroutine to resume (on the

@@ -105,7 +105,9 @@ static int l_host_suspend(lua_State *L)
 static int l_host_block(lua_State *L)
 {
     struct co *c = co_of(L);
-    if (c && c->task && !c->task->unblock)
+    if (c && c->task && lua_isboolean(L, 1) && !lua_toboolean(L, 1))
+        c->task->blocked = 0; /* host.block(false): its wait is over */
+    else if (c && c->task && !c->task->unblock)
         c->task->blocked = 1;
     return 0;
 }

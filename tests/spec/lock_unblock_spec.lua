@@ -115,4 +115,53 @@ describe("CLIENT UNBLOCK of a native lock's waiter", function()
         assert.equal(null, w.result)
         assert.equal(0, #waiters(a, "u5"))
     end)
+
+    -- x's up-conversion waits for y's PR.  y is released through another
+    -- sidecar (a plain delete: a release grants no pending conversion), the
+    -- conversion wakes and reads the table; CLIENT UNBLOCK comes during that
+    -- read and answers 1: the conversion, which may now grant itself, does
+    -- not (a write after the unblock answered): null, PR kept.
+    it("does not let an unblocked conversion grant itself afterwards", function()
+        local t = a:call("LOCK.ACQUIRE", "r1", "x", "MODE", "PR", "PX", "600000")
+        b:call("LOCK.ACQUIRE", "r1", "y", "MODE", "PR", "PX", "600000")
+        local up = a:start("LOCK.CONVERT", "r1", "x", "MODE", "EX", "WAIT", "600000")
+        run()
+        assert.equal("conversion", waiters(c, "r1")[1].kind)
+        local answered
+        a:fail_next({ op = "get", path = a.LK.lock_path("r1"), pass = true,
+                      hook = function() answered = a:unblock(up, "timeout") end })
+        assert.equal(1, c:call("LOCK.RELEASE", "r1", "y"))
+        W:advance(1000)
+        assert.equal(1, answered)           -- CLIENT UNBLOCK said: it was blocked
+        assert.is_true(up.done)
+        assert.equal(null, up.result)
+        local hs = holders(c, "r1")
+        assert.equal(1, #hs)
+        assert.equal("PR", hs[1].mode)
+        assert.equal(t, hs[1].token)
+    end)
+
+    -- w waits behind h, a request of its own sidecar: its first wait sets
+    -- no watch and looks again after LW.OWN_GRACE_MS; the second wait reads
+    -- h's node with a watch (zk.get) before it suspends.  CLIENT UNBLOCK
+    -- comes while that read is out and answers 1 (the first wait's
+    -- host.block() stands): the wait ends as the read is answered, not
+    -- after its whole WAIT (600 s here).
+    it("ends a wait unblocked while the wait reads its watch", function()
+        a:call("LOCK.ACQUIRE", "r2", "h", "PX", "600000")
+        local lock = a.LK.lock_path("r2")
+        local names = W:children(lock)
+        assert.equal(1, #names)
+        local w = a:start("LOCK.ACQUIRE", "r2", "w", "PX", "600000", "WAIT", "600000")
+        run()
+        assert.is_false(w.done == true)
+        local answered
+        a:fail_next({ op = "get", path = lock .. "/" .. names[1], pass = true,
+                      hook = function() answered = a:unblock(w, "timeout") end })
+        W:advance(2000) -- past the grace: the second wait, its read, the unblock
+        assert.equal(1, answered)
+        assert.is_true(w.done == true)
+        assert.equal(null, w.result)
+        assert.equal(0, #waiters(b, "r2"))
+    end)
 end)

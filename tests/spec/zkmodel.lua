@@ -967,9 +967,10 @@ local function make_host(sc, opts)
     end
 
     -- A blocking wait (lua_host.h): Sidecar:unblock ends it.
-    function host.block()
+    function host.block(on)
         local t = W.tasks[coroutine.running()]
-        if t and not t.unblock then t.blocked = true end
+        if t and on == false then t.blocked = nil
+        elseif t and not t.unblock then t.blocked = true end
     end
     function host.unblocked()
         local t = W.tasks[coroutine.running()]
