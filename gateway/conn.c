@@ -687,9 +687,12 @@ void conn_describe(const struct conn *c, struct buf *out)
     char flags[4], *f = flags;
     if (c->nsub + c->npsub + c->nssub > 0)
         *f++ = 'P';
-    if (c->multi)
+    /* (a MULTI read behind a blocked command has not run yet, for Redis,
+     * which reads nothing of a blocked client: b alone) */
+    int blocked = conn_blocked(c);
+    if (c->multi && !blocked)
         *f++ = 'x';
-    if (conn_blocked(c))
+    if (blocked)
         *f++ = 'b';
     if (f == flags)
         *f++ = 'N';

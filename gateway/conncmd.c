@@ -446,8 +446,12 @@ static void client_unblock(struct cmd_ctx *x)
 {
     int how = LUA_UNBLOCK_TIMEOUT;
     if (x->argc > 4) {
-        reply_error(x->out, "ERR unknown subcommand or wrong number of "
-                            "arguments for 'UNBLOCK'. Try CLIENT HELP.");
+        /* (Redis names the subcommand as it was typed) */
+        const struct proto_arg *sub = &x->argv[1];
+        reply_errorf(x->out,
+                     "ERR unknown subcommand or wrong number of arguments "
+                     "for '%.*s'. Try CLIENT HELP.",
+                     (int)(sub->len > 128 ? 128 : sub->len), sub->ptr);
         return;
     }
     if (x->argc == 4) {

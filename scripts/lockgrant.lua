@@ -133,10 +133,13 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
         if converting and not me.convert then return nil, "lost" end
         local grants = Q.grantable(snap.queue) -- (for the watch target too)
         local g = not older and LG.grants_me(snap.queue, me, grants)
-        -- (a CLIENT UNBLOCK that came meanwhile answered 1: no grant after it)
-        if g and host.unblocked() then return nil, "unblocked" end
         local held = g and waited and held_back and held_back(snap, me)
+        -- (a CLIENT UNBLOCK that came meanwhile answered 1: no grant after it)
+        if g and not held and host.unblocked() then return nil, "unblocked" end
         if g and not held then
+            -- its wait is over: CLIENT UNBLOCK answers 0 while the grant's
+            -- write is out (a write that fails waits again, blocked again)
+            host.block(false)
             me.granted, me.convert, me.token = g.mode, nil, snap.token
             if not converting then me.lease_end = LS.end_after(LS.leader_now(), px) end
             local how, zxid = LW.write_table(snap, converting and me or nil)

@@ -93,3 +93,38 @@ def test_wait_that_ran_out_is_no_longer_blocked(make_proxy, make_zkresp, zk, kz)
     assert (flags, blocked, answered) == ("N", 0, 0)
     assert out["reply"] is None, out  # (its WAIT's null, not -UNBLOCKED)
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+
+
+def test_unblock_while_zookeeper_is_out_of_reach(make_proxy, make_zkresp, zk, kz):
+    """CLIENT UNBLOCK ERROR of a waiter while ZooKeeper is out of reach
+    answers 1; the waiter gets -UNBLOCKED once its leaving the queue is
+    answered or times out, and is out of the queue once ZooKeeper is back."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=10000, request_timeout=3000)
+    ra = a.redis(socket_timeout=30)
+    key = harness.unique("zo")
+    assert isinstance(ra.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
+    rw = a.redis(socket_timeout=40)
+    wid = rw.client_id()
+    out = {}
+
+    def run():
+        try:
+            out["reply"] = rw.execute_command("LOCK.ACQUIRE", key, "w", "PX", "60000", "WAIT", "30000")
+        except redis.RedisError as e:
+            out["reply"] = e
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    harness.wait_for(lambda: ra.info("clients")["blocked_clients"] == 1, 10, what="w blocked")
+    time.sleep(0.6)  # past the wait's first look (its own sidecar's request)
+    proxy.blackhole(True)
+    try:
+        answered = ra.execute_command("CLIENT", "UNBLOCK", wid, "ERROR")
+        th.join(20)
+    finally:
+        proxy.blackhole(False)
+    assert answered == 1
+    assert isinstance(out.get("reply"), redis.ResponseError) and str(out["reply"]) == \
+        "UNBLOCKED client unblocked via CLIENT UNBLOCK", out
+    harness.wait_for(lambda: waiting(ra, key) == [], 15, what="w out of the queue")
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1

@@ -7,6 +7,7 @@ ZooKeeper; the holder is on the other sidecar, so that the waiter watches
 another sidecar's request.  CLIENT UNBLOCK's bad input is checked against
 redis-server in test_40's differential sequences."""
 
+import socket
 import threading
 import time
 
@@ -221,3 +222,30 @@ def test_pipelined_commands_after_an_unblocked_wait(pair):
     assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
     for c in (r, ra, rb):
         c.close()
+
+
+def test_multi_behind_a_blocked_acquire_shows_b_alone(pair):
+    """A MULTI pipelined behind a blocked acquire has not run yet (Redis
+    reads nothing of a blocked client): CLIENT LIST shows b, not xb; once
+    unblocked, the MULTI runs and the client shows x."""
+    a, b = pair
+    key = unique("ux")
+    ra, rb = a.redis(), b.redis()
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "h"), int)
+    with socket.create_connection(("127.0.0.1", int(a.port)), timeout=10) as s:
+        s.sendall(b"CLIENT ID\r\n")
+        wid = int(s.recv(100)[1:-2])
+        s.sendall(("*5\r\n$12\r\nLOCK.ACQUIRE\r\n$%d\r\n%s\r\n$1\r\nw\r\n$4\r\nWAIT\r\n$5\r\n60000\r\n"
+                   % (len(key), key)).encode() + b"*1\r\n$5\r\nMULTI\r\n")
+        wait_for(lambda: waiting(rb, key) == [("w", "EX", "new")], 10, what="w queued")
+        wait_for(lambda: blocked_clients(ra) == 1, 5, what="w blocked")
+        assert client_flags(ra, wid) == "b"
+        assert ra.execute_command("CLIENT", "UNBLOCK", wid) == 1
+        wait_for(lambda: client_flags(ra, wid) == "x", 5, what="the MULTI run")
+        got = b""
+        while got.count(b"\r\n") < 2:
+            got += s.recv(100)
+        assert got == b"$-1\r\n+OK\r\n", got
+    assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
+    ra.close()
+    rb.close()

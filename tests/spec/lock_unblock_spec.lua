@@ -164,4 +164,39 @@ describe("CLIENT UNBLOCK of a native lock's waiter", function()
         assert.equal(null, w.result)
         assert.equal(0, #waiters(b, "r2"))
     end)
+    -- The conversion, woken by y's release, writes its own grant; CLIENT
+    -- UNBLOCK comes while that write is out: its wait is over, so the
+    -- unblock answers 0 and the conversion its token.
+    it("answers 0 for a conversion writing its own grant, which stands", function()
+        a:call("LOCK.ACQUIRE", "u9", "x", "MODE", "PR", "PX", "600000")
+        b:call("LOCK.ACQUIRE", "u9", "y", "MODE", "PR", "PX", "600000")
+        local up = a:start("LOCK.CONVERT", "u9", "x", "MODE", "EX", "WAIT", "600000")
+        run()
+        assert.equal("conversion", waiters(c, "u9")[1].kind)
+        local answered
+        a:fail_next({ op = "multi", pass = true,
+                      hook = function() answered = a:unblock(up, "error") end })
+        assert.equal(1, c:call("LOCK.RELEASE", "u9", "y"))
+        W:advance(1000)
+        assert.is_true(up.done)
+        assert.equal(0, answered)
+        assert.equal("integer", math.type(up.result))
+        assert.equal("EX", holders(c, "u9")[1].mode)
+    end)
+
+    it("answers 0 for an acquire writing its own grant, which stands", function()
+        b:call("LOCK.ACQUIRE", "u8", "h", "PX", "600000")
+        local w = a:start("LOCK.ACQUIRE", "u8", "w", "PX", "600000", "WAIT", "600000")
+        run()
+        assert.equal(1, #waiters(c, "u8"))
+        local answered
+        a:fail_next({ op = "set", path = a.LK.lock_path("u8"), pass = true,
+                      hook = function() answered = a:unblock(w, "timeout") end })
+        assert.equal(1, c:call("LOCK.RELEASE", "u8", "h"))
+        W:advance(1000)
+        assert.is_true(w.done)
+        assert.equal(0, answered)
+        assert.equal("integer", math.type(w.result))
+        assert.equal("w", holders(c, "u8")[1].owner)
+    end)
 end)
