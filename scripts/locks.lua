@@ -375,7 +375,13 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         return LS.owner_there(s, me, owner)
     end, mode, first_listing, held_back)
     host.block(false) -- (waited: CLIENT UNBLOCK answers 0 from here)
-    if not settled then LW.leave(path) error(token, 0) end
+    if not settled then
+        LW.leave(path)
+        -- (CLIENT UNBLOCK answered 1 before ZooKeeper failed the wait's
+        -- read: the unblocked reply; the request leaves in the background)
+        if host.unblocked() then return unblocked() end
+        error(token, 0)
+    end
     -- granted as our session ended (its node goes with it), or as the
     -- client went (nobody takes the reply): a hold of nobody's, let go
     if token and zk.session() ~= sid then token, view = nil, "lost" end
@@ -385,9 +391,10 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     if not token then
         LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
+        if host.unblocked() then return unblocked() end -- (answered 1: as it said)
         if view == "lost" then return { err = E.LOST_SESSION } end
-        if view == "closing" and not host.unblocked() then return { err = E.CLOSING } end
-        return unblocked()
+        if view == "closing" then return { err = E.CLOSING } end
+        return nil
     end
     remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view, listing = listing })
     L.stats.granted = L.stats.granted + 1

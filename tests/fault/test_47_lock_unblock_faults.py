@@ -128,3 +128,44 @@ def test_unblock_while_zookeeper_is_out_of_reach(make_proxy, make_zkresp, zk, kz
         "UNBLOCKED client unblocked via CLIENT UNBLOCK", out
     harness.wait_for(lambda: waiting(ra, key) == [], 15, what="w out of the queue")
     assert ra.execute_command("LOCK.RELEASE", key, "h") == 1
+
+
+def test_unblock_during_watch_read_then_zookeeper_out_of_reach(make_proxy, make_zkresp, zk, kz):
+    """CLIENT UNBLOCK ERROR answers 1 while the wait's watch read is out;
+    ZooKeeper then goes out of reach and the read fails: the waiter still
+    gets -UNBLOCKED (not -TRYAGAIN), and leaves the queue once it is back."""
+    proxy = make_proxy(zk)
+    a = make_zkresp(zk_target=proxy, session_timeout=10000, request_timeout=3000)
+    ra = a.redis(socket_timeout=30)
+    key = harness.unique("rz")
+    assert isinstance(ra.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
+    lock = "%s/l/%s" % (a.root.rstrip("/"), keyenc.encode(key))
+    (hname,) = kz.get_children(lock)
+    proxy.hold_next_watch(hname)
+    rw = a.redis(socket_timeout=40)
+    wid = rw.client_id()
+    out = {}
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            out["reply"] = rw.execute_command("LOCK.ACQUIRE", key, "w", "PX", "60000", "WAIT", "20000")
+        except redis.RedisError as e:
+            out["reply"] = e
+        out["elapsed"] = time.monotonic() - t0
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        assert proxy.wait_held(10), "w's second wait set no watch on h's node"
+        answered = ra.execute_command("CLIENT", "UNBLOCK", wid, "ERROR")
+        proxy.blackhole(True)   # the held read and all after it go nowhere
+        proxy.release_hold()
+        th.join(25)
+    finally:
+        proxy.blackhole(False)
+    assert answered == 1
+    assert "elapsed" in out
+    assert isinstance(out["reply"], redis.ResponseError) and \
+        str(out["reply"]) == "UNBLOCKED client unblocked via CLIENT UNBLOCK", out
+    harness.wait_for(lambda: waiting(ra, key) == [], 15, what="w out of the queue")
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 1

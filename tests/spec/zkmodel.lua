@@ -924,9 +924,13 @@ local function make_host(sc, opts)
 
     function host.wake(co, ...)
         local args = table.pack(...)
+        -- already made ready (Sidecar:unblock, Sidecar:abandon): void, as
+        -- C's host.wake of a coroutine no longer waiting for one
+        local t0 = W.tasks[co]
+        if t0 and t0.waiting == "ready" then return false end
         W:post(function()
             local t = W.tasks[co]
-            if not t or t.done then return end
+            if not t or t.done or t.waiting == "ready" then return end
             if t.waiting ~= "suspend" then
                 error("host.wake of a coroutine waiting on " .. tostring(t.waiting))
             end
@@ -1119,6 +1123,7 @@ end
 function Sidecar:abandon(task)
     task.gone = true
     if task.waiting == "suspend" and task.queued then
+        task.waiting = "ready"
         self.world:post(function() self.world:resume(task.co) end)
     end
 end
@@ -1126,9 +1131,10 @@ end
 -- CLIENT UNBLOCK of a started command (lua_host_unblock), how: "timeout"
 -- or "error".  1 when it was blocked (host.block), its wait ended now.
 function Sidecar:unblock(task, how)
-    if task.done or not task.blocked then return 0 end
+    if task.done or task.gone or not task.blocked then return 0 end
     task.blocked, task.unblock = nil, how or "timeout"
     if task.waiting == "suspend" and task.queued == "blocked" then
+        task.waiting = "ready" -- (as lua_co_ready: a later host.wake is void)
         self.world:post(function() self.world:resume(task.co) end)
     end
     return 1
