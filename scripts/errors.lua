@@ -104,9 +104,9 @@ E.CONTENDED = "TRYAGAIN too many conflicting writes, try again"
 -- (keyspace.lua, writable): it is free once ZooKeeper ends that session.
 E.LOST_SESSION = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again"
 -- LOCK.CONVERT whose hold was released or whose lease ended while it waited
+E.HOLD_ENDED = "ERR owner's hold of this lock ended while its conversion waited"
 -- CLIENT UNBLOCK id ERROR of a waiting LOCK.ACQUIRE / LOCK.CONVERT (Redis's)
 E.UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
-E.HOLD_ENDED = "ERR owner's hold of this lock ended while its conversion waited"
 -- A reply that rests on ZooKeeper's answers, held back because the session
 -- they came from was given up or its local lease ran out before the reply
 -- was written (the process stalled, or the reply waited behind an earlier

@@ -293,16 +293,17 @@ local function take_back(lock, owner, sent, before)
     LW.take_back(lock, owner, sent, before, function(v) if h then h.version = v end end)
 end
 
--- The reply of LOCK.ACQUIRE: a token, nil (not granted within wait_ms),
--- or an error reply table.  before_acquire: the policy's hook, or nil.
--- The lock is read before the create only for a try-once, the hook, or
--- `full`: the owner's request found there (reentrancy) after the create.
 -- The answer of a wait that ended without a grant: null, as WAIT's end,
 -- or CLIENT UNBLOCK ... ERROR's error.
 local function unblocked()
     if host.unblocked() == "error" then return { err = E.UNBLOCKED } end
     return nil
 end
+
+-- The reply of LOCK.ACQUIRE: a token, nil (not granted within wait_ms),
+-- or an error reply table.  before_acquire: the policy's hook, or nil.
+-- The lock is read before the create only for a try-once, the hook, or
+-- `full`: the owner's request found there (reentrancy) after the create.
 
 function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local lock = LS.lock_path(key)
