@@ -672,12 +672,12 @@ void conn_cron(struct conn *c, uint64_t now)
     }
 }
 
-int conn_blocked(const struct conn *c)
+struct req *conn_blocked(const struct conn *c)
 {
-    for (const struct req *r = c->head; r; r = r->next)
+    for (struct req *r = c->head; r; r = r->next)
         if (!r->done && r->task.blocked)
-            return 1;
-    return 0;
+            return r;
+    return NULL;
 }
 
 void conn_describe(const struct conn *c, struct buf *out)
@@ -689,7 +689,7 @@ void conn_describe(const struct conn *c, struct buf *out)
         *f++ = 'P';
     /* (a MULTI read behind a blocked command has not run yet, for Redis,
      * which reads nothing of a blocked client: b alone) */
-    int blocked = conn_blocked(c);
+    int blocked = conn_blocked(c) != NULL;
     if (c->multi && !blocked)
         *f++ = 'x';
     if (blocked)

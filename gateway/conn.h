@@ -122,9 +122,9 @@ void conn_auth_failed(struct conn *c);
 /* Called once a second: idle and stall timeouts. */
 void conn_cron(struct conn *c, uint64_t now_ms);
 
-/* Whether a command of c is blocked in a blocking wait (lua_task.blocked):
- * CLIENT LIST's flag b, INFO's blocked_clients. */
-int conn_blocked(const struct conn *c);
+/* c's command blocked in a blocking wait (lua_task.blocked), or NULL:
+ * CLIENT LIST's flag b, INFO's blocked_clients, CLIENT UNBLOCK. */
+struct req *conn_blocked(const struct conn *c);
 
 /* Formats the CLIENT LIST / CLIENT INFO line of c. */
 void conn_describe(const struct conn *c, struct buf *out);

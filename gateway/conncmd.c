@@ -469,11 +469,8 @@ static void client_unblock(struct cmd_ctx *x)
         return;
     }
     struct conn *o = id > 0 ? server_conn_by_id(x->c->srv, (uint64_t)id) : NULL;
-    int done = 0;
-    if (o && !o->closing)
-        for (struct req *r = o->head; r && !done; r = r->next)
-            done = !r->done && lua_host_unblock(o->srv->lua, &r->task, how);
-    reply_int(x->out, done);
+    struct req *r = o && !o->closing ? conn_blocked(o) : NULL;
+    reply_int(x->out, r && lua_host_unblock(o->srv->lua, &r->task, how));
 }
 
 /* CLIENT <subcommand> ...: dispatch() has checked the subcommand's arity

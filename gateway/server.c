@@ -243,7 +243,7 @@ size_t server_blocked_clients(const struct server *s)
 {
     size_t n = 0;
     for (const struct conn *c = s->conns; c; c = c->next)
-        n += !c->closing && conn_blocked(c);
+        n += !c->closing && conn_blocked(c) != NULL;
     return n;
 }
 

@@ -83,7 +83,7 @@ end
 -- grants itself: a reason keeps it waiting (looked at again every
 -- LW.POLL_MS) until its WAIT runs out.  A grant written by a release is
 -- not asked about.
-function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listing, held_back)
+local function settle(lock, path, sid, until_ms, converting, px, first, mode, listing, held_back)
     local seq = LS.seq_of(path)
     local t, names, pzxid, czxid, event, looked_path, looked_mzxid, waited
     -- ours lost: reads retry on a new session, our node gone, its line left
@@ -174,5 +174,15 @@ function LG.settle(lock, path, sid, until_ms, converting, px, first, mode, listi
         end
     end
 end
+
+-- Its wait is over however settle ends (a return, an error): CLIENT
+-- UNBLOCK answers 0 from here (LW.wait marked the command blocked).
+local function wait_over(ok, ...)
+    host.block(false)
+    if not ok then error((...), 0) end
+    return ...
+end
+
+function LG.settle(...) return wait_over(pcall(settle, ...)) end
 
 return LG

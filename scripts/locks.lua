@@ -304,7 +304,6 @@ end
 -- or an error reply table.  before_acquire: the policy's hook, or nil.
 -- The lock is read before the create only for a try-once, the hook, or
 -- `full`: the owner's request found there (reentrancy) after the create.
-
 function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local lock = LS.lock_path(key)
     LW.await_settled(lock, owner)
@@ -375,7 +374,6 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     local settled, token, view, listing = pcall(LG.settle, lock, path, sid, until_ms, nil, px, not snap and function(s, me)
         return LS.owner_there(s, me, owner)
     end, mode, first_listing, held_back)
-    host.block(false) -- (waited: CLIENT UNBLOCK answers 0 from here)
     if not settled then
         LW.leave(path)
         -- (CLIENT UNBLOCK answered 1 before ZooKeeper failed the wait's
@@ -388,7 +386,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
     if token and zk.session() ~= sid then token, view = nil, "lost" end
     if token and not host.client() then token = nil end
     -- granted as a CLIENT UNBLOCK came, which answered 1: let go
-    if token and host.unblocked() then token, view = nil, "unblocked" end
+    if token and host.unblocked() then token = nil end
     if not token then
         LW.leave(path)
         if view == "owner" then return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true) end
@@ -589,7 +587,6 @@ local function convert(lock, owner, mode, wait_ms, pending)
         end
     end
     local token, why = LG.settle(lock, asked, sid, until_ms, mode)
-    host.block(false)
     if token then
         converted(asked, mode, token, why)
         return held(token, sid)

@@ -359,7 +359,7 @@ end
 -- another sidecar, its lease) ends the wait, which nothing else of the
 -- lock may tell before WAIT runs out.  From its first suspend the
 -- command is blocked (host.block: CLIENT LIST, INFO, CLIENT UNBLOCK) until
--- its wait is over (locks.lua, host.block(false)); a CLIENT UNBLOCK ends
+-- its wait is over (lockgrant.lua, host.block(false)); a CLIENT UNBLOCK ends
 -- the wait ("unblocked"), whenever it comes.
 function LW.wait(path, lock, until_ms, since, older, mine)
     if LW.closing then return "closing" end

@@ -14,7 +14,7 @@ import time
 import pytest
 import redis
 
-from harness import Zkresp, free_port, metric_value, unique, wait_for
+from harness import Zkresp, client_flags, free_port, metric_value, unique, wait_for
 from nativeload import holders, lock_info, waiting
 
 UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
@@ -64,11 +64,6 @@ class Blocked:
         self.thread.join(5)
         if self.own:
             self.r.close()
-
-
-def client_flags(r, client_id):
-    (entry,) = r.client_list(client_id=[str(client_id)])
-    return entry["flags"]
 
 
 def blocked_clients(r):

@@ -282,17 +282,16 @@ def test_closed_inside_multi_leaves_nothing(zm):
 def test_client_list_flags_a_client_in_multi(zkr):
     """CLIENT LIST shows a client in MULTI with Redis's flag x, from
     another connection, until EXEC or DISCARD."""
-    def flags(other, cid):
-        line = other.cmd("CLIENT", "LIST", "ID", str(cid)).decode()
-        return dict(f.split("=", 1) for f in line.split() if "=" in f)["flags"]
     z = zkr()
-    with z.client() as c, z.client() as other:
+    other = z.redis()
+    with z.client() as c:
         cid = int(c.cmd("CLIENT", "ID")[1:-2])
-        assert flags(other, cid) == "N"
+        assert harness.client_flags(other, cid) == "N"
         assert c.cmd("MULTI") == b"+OK\r\n"
-        assert flags(other, cid) == "x"
+        assert harness.client_flags(other, cid) == "x"
         assert c.cmd("DISCARD") == b"+OK\r\n"
-        assert flags(other, cid) == "N"
+        assert harness.client_flags(other, cid) == "N"
+    other.close()
 
 
 def test_reset_inside_multi_leaves_it(zm):

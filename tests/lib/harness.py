@@ -927,6 +927,12 @@ def log(msg):
     sys.stderr.write("[harness %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
 
 
+def client_flags(r, client_id):
+    """CLIENT LIST's flags of client_id, asked through redis-py client r."""
+    (entry,) = r.client_list(client_id=[str(client_id)])
+    return entry["flags"]
+
+
 def metric_value(z, name):
     """The value of the unlabelled metric `name` on z's /metrics (z started
     with --metrics-port, its port in z.metrics_port)."""

@@ -252,24 +252,19 @@ describe("native locks", function()
         assert.equal(1, c:call("LOCK.RELEASE", "sr", "w"))
     end)
 
-    it("ends a shortened lease renewed longer through a third sidecar at its lease", function()
-        a:call("LOCK.ACQUIRE", "sl", "h", "PX", "30000")
-        assert.equal(1, b:call("LOCK.RENEW", "sl", "h", "PX", "1000"))
-        W:advance(500)
-        -- the lease in force is now 5500 from the start, earlier than a's timer (30000)
-        assert.equal(1, c:call("LOCK.RENEW", "sl", "h", "PX", "5000"))
-        W:advance(6000)
-        integer(c:call("LOCK.ACQUIRE", "sl", "x", "WAIT", "0"))
-    end)
-
-    it("ends a shortened lease renewed longer through the same other sidecar", function()
-        a:call("LOCK.ACQUIRE", "sm", "h", "PX", "30000")
-        assert.equal(1, b:call("LOCK.RENEW", "sm", "h", "PX", "1000"))
-        W:advance(500)
-        assert.equal(1, b:call("LOCK.RENEW", "sm", "h", "PX", "5000"))
-        W:advance(6000)
-        integer(c:call("LOCK.ACQUIRE", "sm", "x", "WAIT", "0"))
-    end)
+    for _, case in ipairs({ { "sl", "a third sidecar", function() return c end },
+                            { "sm", "the same other sidecar", function() return b end } }) do
+        local key, through, second = case[1], case[2], case[3]
+        it("ends a shortened lease renewed longer through " .. through .. " at its lease", function()
+            a:call("LOCK.ACQUIRE", key, "h", "PX", "30000")
+            assert.equal(1, b:call("LOCK.RENEW", key, "h", "PX", "1000"))
+            W:advance(500)
+            -- the lease in force is now 5500 from the start, earlier than a's timer (30000)
+            assert.equal(1, second():call("LOCK.RENEW", key, "h", "PX", "5000"))
+            W:advance(6000)
+            integer(c:call("LOCK.ACQUIRE", key, "x", "WAIT", "0"))
+        end)
+    end
 
     it("ends a shortened lease at its end after a count-down release through the holder's sidecar", function()
         a:call("LOCK.ACQUIRE", "sd", "h", "PX", "30000")
