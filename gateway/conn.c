@@ -508,7 +508,7 @@ void conn_close(struct conn *c, const char *why)
     for (struct req *r = c->head; r; r = r->next)
         if (!r->done)
             lua_host_abandon(c->srv->lua, &r->task);
-    if (c->nsub + c->npsub + c->nssub > 0 || c->multi)
+    if (conn_lua_state(c))
         lua_host_client_gone(c->srv->lua, c->id, 1);
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -716,6 +716,11 @@ void conn_describe(const struct conn *c, struct buf *out)
 int conn_subscribed_resp2(const struct conn *c)
 {
     return c->resp == 2 && c->nsub + c->npsub + c->nssub > 0;
+}
+
+int conn_lua_state(const struct conn *c)
+{
+    return c->nsub + c->npsub + c->nssub > 0 || c->multi || c->watched;
 }
 
 struct buf *conn_push_begin(struct server *s, uint64_t id,

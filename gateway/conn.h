@@ -69,6 +69,9 @@ struct conn {
      * every command but QUIT and RESET goes to Lua to be queued
      * (LUA_TASK_MULTI), which keeps the queue per client id. */
     int multi;
+    /* A WATCH was dispatched: Lua may keep watched keys for this client
+     * (scripts/cmd_multi.lua) until the client goes or RESETs. */
+    int watched;
     struct req *pushing; /* between conn_push_begin and conn_push_end */
     char *lib_name, *lib_ver;
     char addr[64], laddr[64];
@@ -134,6 +137,10 @@ void conn_client_ops(struct server *s);
 
 /* Whether c is in RESP2 subscribed mode. */
 int conn_subscribed_resp2(const struct conn *c);
+
+/* Whether Lua may keep state for c (subscriptions, a MULTI queue, watched
+ * keys) that its close or RESET must end (lua_host_client_gone). */
+int conn_lua_state(const struct conn *c);
 
 /* Out-of-band frames (pub/sub messages): conn_push_begin returns the buffer
  * to encode one frame into, queued after every reply not yet sent, or NULL

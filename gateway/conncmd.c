@@ -269,11 +269,13 @@ void cmd_hello(struct cmd_ctx *x)
 void cmd_reset(struct cmd_ctx *x)
 {
     struct conn *c = x->c;
-    /* Subscriptions and a MULTI queue go (RESET leaves MULTI). */
-    if (c->nsub + c->npsub + c->nssub > 0 || c->multi) {
+    /* Subscriptions, a MULTI queue and watched keys go (RESET leaves
+     * MULTI). */
+    if (conn_lua_state(c)) {
         lua_host_client_gone(c->srv->lua, c->id, 0);
         c->nsub = c->npsub = c->nssub = 0;
         c->multi = 0;
+        c->watched = 0;
     }
     c->resp = 2;
     c->db = 0;

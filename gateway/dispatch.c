@@ -773,6 +773,8 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
         return;
     }
     int mflags = multi_step(c, cc, sh, pr);
+    if (!mflags && arg_is(name, "WATCH"))
+        c->watched = 1; /* (told to Lua when the client goes) */
     if (!mflags && cc && shape_ok(sh, pr) && !answered_in_lua(cc, sh, pr) &&
         (sh->subscribed_ok || !conn_subscribed_resp2(c))) {
         cc->fn(&x);

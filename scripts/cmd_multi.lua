@@ -18,6 +18,22 @@
 --                command's error reply is its element of the array; the
 --                others still apply, as in Redis (no roll back)
 --   DISCARD      (queued) drops the queue, +OK
+--   WATCH key..  (outside MULTI) reads each key and keeps what it saw: the
+--                node's mzxid, or that the key does not exist (an expired
+--                key does not); inside MULTI Redis's error, the
+--                transaction still good
+--   UNWATCH      forgets them, as EXEC, DISCARD, RESET and a close do
+--
+-- EXEC with watched keys reads them again inside its transaction: a key
+-- that is not what WATCH saw (written since, through any sidecar, by this
+-- client too; deleted, expired, or made) makes EXEC answer a null array
+-- and run nothing, as Redis's does.  Those reads are the transaction's
+-- own, so its commit checks them (their versions, or their absence) with
+-- its writes in one multi: a write landing between them and the commit
+-- runs EXEC again, which then sees it and answers null.  A key that was
+-- made and deleted again between WATCH and EXEC reads as it did at WATCH
+-- and aborts nothing (Redis would abort: it counts touches, ZooKeeper
+-- shows states).
 --
 -- Outside MULTI, EXEC and DISCARD reach their registry entries below and
 -- answer Redis's "without MULTI" errors.  The queue is per client id and
@@ -42,6 +58,7 @@ local E = require "errors"
 local K = require "keyspace"
 local H = require "hooks"
 local T = require "txn"
+local G = require "guard"
 local SB = require "sandbox"
 
 local X = {}
@@ -50,7 +67,9 @@ X.MAX_COMMANDS = 10000
 X.MAX_BYTES = 4 * 1024 * 1024
 X.ARG_COST = 32
 
-X.stats = { execs = 0, aborted = 0, discarded = 0 }
+X.MAX_WATCHED = 10000 -- keys per client
+
+X.stats = { execs = 0, aborted = 0, discarded = 0, watch_aborted = 0 }
 
 -- client id -> { cmds = {{spec, args}, ...}, bytes = n, dirty = bool }
 local queues = {}
@@ -58,6 +77,7 @@ local nqueues = 0
 
 local OK = { ok = "OK" }
 local QUEUED = { ok = "QUEUED" }
+local NULL_ARRAY = { null_array = true }
 
 local function err(text) return { err = text } end
 
@@ -76,17 +96,45 @@ local function open(id)
     return q
 end
 
+-- client id -> { n = keys, paths = set, [i] = { key, db, path, seen } }:
+-- WATCH's keys (in the order watched) and what each was, by identity()
+local watches = {}
+local nwatching = 0
+
+local function unwatch(id)
+    if watches[id] then
+        watches[id] = nil
+        nwatching = nwatching - 1
+    end
+end
+
+-- What a key is, for WATCH: its node's last change, or false when the key
+-- does not exist (no node, or one whose deadline passed).
+local function identity(rec)
+    return rec.live and rec.node.mzxid or false
+end
+
 -- Clients in MULTI (for /metrics: a queue that outlives its client shows).
 function X.count() return nqueues end
 
--- Client id closed or RESET: its queue goes.
-function X.client_gone(id) drop(id) end
+-- Clients with watched keys (for /metrics).
+function X.watching() return nwatching end
 
--- Why args cannot be queued (the error text), or nil and its spec.
+-- Client id closed or RESET: its queue and its watches go.
+function X.client_gone(id)
+    drop(id)
+    unwatch(id)
+end
+
+-- Why args cannot be queued (the error text; harmless: it leaves the
+-- transaction good), or nil and its spec.  Redis runs WATCH at once inside
+-- MULTI, to refuse it, and queues UNWATCH (a no-op at EXEC, which has
+-- forgotten the watches).
 local function check(args)
     local bad, spec = R.check(args)
     if bad then return bad.err end
-    if spec.in_c or R.has_flag(spec, "noscript") then
+    if spec.name == "watch" then return E.WATCH_IN_MULTI, nil, true end
+    if spec.name ~= "unwatch" and (spec.in_c or R.has_flag(spec, "noscript")) then
         return E.not_queueable(spec.name)
     end
     local e = R.each_key(spec, args, K.key_error)
@@ -96,14 +144,73 @@ local function check(args)
     return nil, spec
 end
 
+-- The records of the watched keys w (by position) for EXEC's transaction
+-- t, read now (not from the cache, not presumed): those of the running
+-- command's database go into t.base, so that the commit checks them and
+-- the queued commands read them; those of another (a SELECT since WATCH)
+-- are also returned apart, for watch_checks.
+local function watched_now(t, w)
+    local db, recs, others, here = K.db(), {}, {}, {}
+    for i, x in ipairs(w) do
+        if x.db ~= db then
+            K.use_db(x.db)
+            local ok, rec = pcall(K.read, x.key)
+            K.use_db(db)
+            if not ok then error(rec, 0) end
+            recs[i] = rec
+            others[#others + 1] = rec
+        else
+            local rec = t.base[x.key]
+            if not rec or rec.cached or rec.presumed then here[#here + 1] = x.key end
+        end
+    end
+    if #here > 0 then
+        for k, rec in pairs(K.read_many(here)) do t.base[k] = rec end
+    end
+    for i, x in ipairs(w) do recs[i] = recs[i] or t.base[x.key] end
+    return recs, others
+end
+
+-- A commit participant (txn.lua) checking the watched keys of other
+-- databases at the versions read, or their absence.
+local function watch_checks(recs)
+    return {
+        plan = function(_, ops)
+            for _, rec in ipairs(recs) do
+                if rec.sid ~= zk.session() then K.writable(rec) end
+                if rec.node then
+                    ops[#ops + 1] = { "check", rec.path, rec.node.version }
+                else
+                    ops[#ops + 1] = { "create", rec.path, "", 0 }
+                    ops[#ops + 1] = { "delete", rec.path, 0 }
+                end
+            end
+            G.ops(ops, recs, {})
+            return 0
+        end,
+        done = function() end,
+    }
+end
+
+-- Whether a key of w is not what WATCH saw, read in transaction t.
+local function touched(t, w)
+    local recs, others = watched_now(t, w)
+    for i, x in ipairs(w) do
+        if identity(recs[i]) ~= x.seen then return true end
+    end
+    if #others > 0 then t:on_commit(watch_checks(others)) end
+    return false
+end
+
 -- Runs queue q's commands as one transaction; the array of their replies.
-local function exec(q)
+-- w: the client's watched keys, or nil.
+local function exec(q, w)
     if q.dirty then
         X.stats.aborted = X.stats.aborted + 1
         return err(E.EXECABORT)
     end
     local cmds = q.cmds
-    if #cmds == 0 then return {} end
+    if #cmds == 0 and not w then return {} end
     -- Another client's script paused between slices: -BUSY, as any keyed
     -- command gets, and the transaction is gone (Redis's execCommandAbort).
     local busy = SB.busy_reply("exec", { "exec" })
@@ -118,9 +225,20 @@ local function exec(q)
         end)
         writes = writes or R.has_flag(c.spec, "write")
     end
+    local db = K.db()
+    for _, x in ipairs(w or {}) do
+        if x.db == db and not seen[x.key] then
+            seen[x.key] = true
+            keys[#keys + 1] = x.key
+        end
+    end
     if writes then K.may_write() end
     X.stats.execs = X.stats.execs + 1
-    return T.script(keys, function()
+    return T.script(keys, function(t)
+        if w and touched(t, w) then
+            X.stats.watch_aborted = X.stats.watch_aborted + 1
+            return NULL_ARRAY, false
+        end
         local out = {}
         for i, c in ipairs(cmds) do
             -- A fresh copy on every attempt: a command may change its args.
@@ -135,15 +253,26 @@ end
 
 local function no_turn() return false end
 
+-- The client's watches, taken once its connection's earlier commands (a
+-- WATCH pipelined before) are done: t, its turn, nil when it left.
+local function take_watches(id, t)
+    if t == nil then return nil end
+    local w = watches[id]
+    unwatch(id)
+    return w
+end
+
 -- A command of client id, arriving while the connection is in MULTI
 -- (mode "queued"), or the MULTI that opens one ("begin").  EXEC takes its
 -- connection's turn (zkresp.lua: turn(), to be closed; nil: the client
--- left meanwhile) once its queue is taken.
+-- left meanwhile) once its queue is taken, and so does DISCARD before it
+-- forgets the watches.
 function X.dispatch(args, id, mode, turn)
     if mode == "begin" then
         open(id)
         return OK
     end
+    turn = turn or no_turn
     local q = queues[id] or open(id)
     local name = args[1]:lower()
     if #args == 1 then
@@ -151,20 +280,24 @@ function X.dispatch(args, id, mode, turn)
         if name == "discard" then
             drop(id)
             X.stats.discarded = X.stats.discarded + 1
+            local t <close> = turn()
+            take_watches(id, t)
             return OK
         end
         if name == "exec" then
             drop(id)
-            local t <close> = (turn or no_turn)()
+            local t <close> = turn()
             if t == nil then return nil end
-            return exec(q)
+            return exec(q, take_watches(id, t))
         end
     elseif name == "exec" then
         drop(id)
         X.stats.aborted = X.stats.aborted + 1
+        local t <close> = turn()
+        take_watches(id, t)
         return err(E.exec_abort(E.wrong_arity("exec")))
     end
-    local e, spec = check(args)
+    local e, spec, harmless = check(args)
     if not e and #q.cmds >= X.MAX_COMMANDS then e = E.multi_too_many(X.MAX_COMMANDS) end
     local bytes = 0
     if not e then
@@ -172,12 +305,52 @@ function X.dispatch(args, id, mode, turn)
         if q.bytes + bytes > X.MAX_BYTES then e = E.multi_too_large(X.MAX_BYTES) end
     end
     if e then
-        q.dirty = true
+        q.dirty = q.dirty or not harmless
         return err(e)
     end
     q.cmds[#q.cmds + 1] = { spec = spec, args = args }
     q.bytes = q.bytes + bytes
     return QUEUED
+end
+
+-- WATCH key [key ...]: reads the keys (queue.lua orders it with the
+-- connection's other commands) and keeps what each is, unless the key is
+-- watched already (Redis keeps the first).  Nothing is kept for a client
+-- that left while it read.
+local function watch(args)
+    local id = host.client_id()
+    local keys = table.move(args, 2, #args, 1, {})
+    local db = K.db()
+    return T.run(keys, function(t)
+        local recs = t:read_all(keys)
+        if id == nil or host.client_id() ~= id then return OK end
+        local w = watches[id] or { n = 0, paths = {} }
+        local fresh, seen = {}, {}
+        for _, key in ipairs(keys) do
+            local rec = recs[key]
+            if not w.paths[rec.path] and not seen[rec.path] then
+                seen[rec.path] = true
+                fresh[#fresh + 1] = { key = key, db = db, path = rec.path, seen = identity(rec) }
+            end
+        end
+        if w.n + #fresh > X.MAX_WATCHED then return err(E.watch_too_many(X.MAX_WATCHED)) end
+        for _, x in ipairs(fresh) do
+            w.n = w.n + 1
+            w[w.n] = x
+            w.paths[x.path] = true
+        end
+        if not watches[id] then
+            watches[id] = w
+            nwatching = nwatching + 1
+        end
+        return OK
+    end)
+end
+
+local function unwatch_cmd()
+    local id = host.client_id()
+    if id ~= nil then unwatch(id) end
+    return OK
 end
 
 -- EXEC and DISCARD outside MULTI (inside, the gateway sends them to
@@ -193,6 +366,10 @@ X.commands = {
              first_key = 0, last_key = 0, step = 0, group = "transactions" },
     discard = { fn = without(E.DISCARD_WITHOUT_MULTI), arity = 1, flags = FLAGS,
                 first_key = 0, last_key = 0, step = 0, group = "transactions" },
+    watch = { fn = watch, arity = -2, flags = FLAGS, first_key = 1, last_key = -1, step = 1,
+              group = "transactions" },
+    unwatch = { fn = unwatch_cmd, arity = 1, flags = FLAGS, first_key = 0, last_key = 0, step = 0,
+                group = "transactions" },
 }
 
 return X

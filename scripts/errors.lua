@@ -73,6 +73,7 @@ E.MULTI_NESTED = "ERR MULTI calls can not be nested"
 E.EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 E.DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 E.EXECABORT = "EXECABORT Transaction discarded because of previous errors."
+E.WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
 
 -- EXEC itself refused (its arity, -BUSY): Redis's execCommandAbort, with
 -- the refusal's text (an ERR code left out).
@@ -89,6 +90,10 @@ end
 
 function E.multi_too_many(max)
     return "ERR too many commands queued in MULTI (the limit is " .. max .. ")"
+end
+
+function E.watch_too_many(max)
+    return "ERR too many keys watched (the limit is " .. max .. ")"
 end
 
 function E.multi_too_large(max)

@@ -253,6 +253,8 @@ function M.stats()
         multi_queues = MX.count(),
         multi_execs_total = MX.stats.execs,
         multi_execaborts_total = MX.stats.aborted,
+        multi_watching_clients = MX.watching(),
+        multi_watch_aborts_total = MX.stats.watch_aborted,
     }
 end
 
@@ -268,7 +270,8 @@ function M.on_watch(event, path)
     K.on_watch(event, path)
 end
 
--- A client with subscriptions, or in MULTI, closed or was RESET.
+-- A client with subscriptions, in MULTI or that sent WATCH closed or was
+-- RESET.
 function M.on_client_gone(id)
     MX.client_gone(id)
     PS.client_gone(id)

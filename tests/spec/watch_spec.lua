@@ -1,0 +1,189 @@
+-- watch_spec.lua — WATCH and UNWATCH (cmd_multi.lua) on the model: EXEC
+-- answers a null array and runs nothing when a watched key is not what
+-- WATCH saw (written through any sidecar, by the same client too, made,
+-- deleted, expired), even when the write lands between EXEC's read and its
+-- commit; the watches go with EXEC, DISCARD, UNWATCH and the client; a key
+-- watched in another database.  (The gateway's part and the differential
+-- checks against redis-server are in tests/integration/test_48_watch.py.)
+local S = require "world"
+local null, OK, E = S.null, S.OK, S.E
+
+local QUEUED = { ok = "QUEUED" }
+local ABORTED = { null_array = true }
+
+-- Runs one command of client id in database db as the gateway sends it:
+-- mode "begin" (MULTI), "queued" (inside MULTI) or nil.
+local function send(sc, id, db, mode, ...)
+    local args = { ... }
+    local t = sc.world:spawn(sc, function() return sc.M.dispatch(args, false, db, mode) end)
+    t.client = id
+    sc.world:run_until(function() return t.done end)
+    return t.result
+end
+
+local function cmd(sc, id, ...) return send(sc, id, 0, nil, ...) end
+
+-- MULTI, the commands given, EXEC: EXEC's reply.
+local function transaction(sc, id, cmds, db)
+    assert.same(OK, send(sc, id, db or 0, "begin", "MULTI"))
+    for _, c in ipairs(cmds) do assert.same(QUEUED, send(sc, id, db or 0, "queued", table.unpack(c))) end
+    return send(sc, id, db or 0, "queued", "EXEC")
+end
+
+describe("WATCH", function()
+    it("lets EXEC run when no watched key changed, and aborts it when one did", function()
+        local _, a, b = S.world(2)
+        assert.same(OK, a:call("SET", "k", "1"))
+        assert.same(OK, cmd(a, 1, "WATCH", "k", "other"))
+        assert.same({ OK }, transaction(a, 1, { { "SET", "k", "2" } }))
+        assert.equal("2", b:call("GET", "k"))
+        -- a write through another sidecar: EXEC runs nothing
+        assert.same(OK, cmd(a, 1, "WATCH", "k"))
+        assert.same(OK, b:call("SET", "k", "3"))
+        assert.same(ABORTED, transaction(a, 1, { { "SET", "k", "4" }, { "SET", "x", "1" } }))
+        assert.equal("3", b:call("GET", "k"))
+        assert.equal(null, b:call("GET", "x"))
+        -- EXEC forgot the watch: the next transaction runs
+        assert.same({ OK }, transaction(a, 1, { { "SET", "k", "5" } }))
+        local X = a.require("cmd_multi")
+        assert.equal(0, X.watching())
+        assert.equal(1, X.stats.watch_aborted)
+    end)
+
+    it("aborts for a key made, deleted, expired or rewritten with the same value, by anyone", function()
+        local W, a, b = S.world(2)
+        local cases = {
+            { "made", function() b:call("SET", "w", "v") end },
+            { "deleted", function() b:call("DEL", "w") end, function() a:call("SET", "w", "v") end },
+            { "same value", function() b:call("SET", "w", "v") end, function() a:call("SET", "w", "v") end },
+            { "own write", function() cmd(a, 1, "SET", "w", "v") end, function() a:call("SET", "w", "v") end },
+            { "expired", function() W:advance(200) end,
+              function() b:call("SET", "w", "v", "PX", "100") end },
+            { "ttl changed", function() b:call("PEXPIRE", "w", "100000") end,
+              function() a:call("SET", "w", "v") end },
+        }
+        for _, c in ipairs(cases) do
+            a:call("DEL", "w")
+            if c[3] then c[3]() end
+            assert.same(OK, cmd(a, 1, "WATCH", "w"))
+            c[2]()
+            assert.same(ABORTED, transaction(a, 1, { { "INCR", "n" } }), c[1])
+        end
+        assert.equal(null, a:call("GET", "n"))
+    end)
+
+    it("aborts when the write lands between EXEC's read and its commit", function()
+        local W, a, b = S.world(2)
+        assert.same(OK, a:call("SET", "k", "1"))
+        assert.same(OK, cmd(a, 1, "WATCH", "k", "j"))
+        assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
+        assert.same(QUEUED, send(a, 1, 0, "queued", "SET", "j", "mine"))
+        -- k is written again (the same value: a new version) after EXEC read
+        -- it, before its commit, which checks it
+        local path = a:path("k")
+        a:fail_next({ op = "get", path = path, pass = true,
+                      hook = function() W:raw_set(path, W:node(path).data) end })
+        local t = W:spawn(a, function() return a.M.dispatch({ "EXEC" }, false, 0, "queued") end)
+        t.client = 1
+        W:run_until(function() return t.done end)
+        assert.same(ABORTED, t.result)
+        assert.equal("1", b:call("GET", "k"))
+        assert.equal(null, b:call("GET", "j"))
+    end)
+
+    it("answers an empty array or a null for a transaction with no commands", function()
+        local _, a, b = S.world(2)
+        assert.same(OK, cmd(a, 1, "WATCH", "k"))
+        assert.same({}, transaction(a, 1, {}))
+        assert.same(OK, cmd(a, 1, "WATCH", "k"))
+        b:call("SET", "k", "1")
+        assert.same(ABORTED, transaction(a, 1, {}))
+    end)
+
+    it("is forgotten by UNWATCH, DISCARD, an EXECABORT and a client gone", function()
+        local _, a, b = S.world(2)
+        local X = a.require("cmd_multi")
+        local function changed_after(id, forget)
+            assert.same(OK, cmd(a, id, "WATCH", "k"))
+            b:call("INCR", "k")
+            forget()
+            assert.same({ 1 }, transaction(a, id, { { "INCR", "other" .. id } }))
+        end
+        changed_after(1, function() assert.same(OK, cmd(a, 1, "UNWATCH")) end)
+        changed_after(2, function()
+            assert.same(OK, send(a, 2, 0, "begin", "MULTI"))
+            assert.same(OK, send(a, 2, 0, "queued", "DISCARD"))
+        end)
+        changed_after(3, function()
+            assert.same(OK, send(a, 3, 0, "begin", "MULTI"))
+            send(a, 3, 0, "queued", "NOPE")
+            assert.same(E("EXECABORT Transaction discarded because of previous errors."),
+                        send(a, 3, 0, "queued", "EXEC"))
+        end)
+        changed_after(4, function() a:run(function() a.M.on_client_gone(4) end) end)
+        assert.equal(0, X.watching())
+        -- UNWATCH queued in MULTI runs as a no-op; EXEC already took the watch
+        assert.same(OK, cmd(a, 5, "WATCH", "k"))
+        assert.same({ OK, 1 }, transaction(a, 5, { { "UNWATCH" }, { "INCR", "other5" } }))
+    end)
+
+    it("refuses WATCH inside MULTI without spoiling the transaction", function()
+        local _, a = S.world(1)
+        assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
+        assert.same(E("ERR WATCH inside MULTI is not allowed"), send(a, 1, 0, "queued", "WATCH", "k"))
+        assert.same(E("ERR wrong number of arguments for 'watch' command"), send(a, 1, 0, "queued", "WATCH"))
+        assert.same(E("EXECABORT Transaction discarded because of previous errors."),
+                    send(a, 1, 0, "queued", "EXEC"))
+        assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
+        assert.same(E("ERR WATCH inside MULTI is not allowed"), send(a, 1, 0, "queued", "WATCH", "k"))
+        assert.same(QUEUED, send(a, 1, 0, "queued", "SET", "k", "v"))
+        assert.same({ OK }, send(a, 1, 0, "queued", "EXEC"))
+        assert.equal(0, a.require("cmd_multi").watching())
+        assert.same(E("ERR This Redis command is not allowed from script"),
+                    a:call("EVAL", "return redis.pcall('watch', 'k')", "0"))
+    end)
+
+    it("keeps the first look at a key watched twice, and caps the keys", function()
+        local _, a, b = S.world(2)
+        local X = a.require("cmd_multi")
+        assert.same(OK, cmd(a, 1, "WATCH", "k"))
+        b:call("SET", "k", "1")
+        assert.same(OK, cmd(a, 1, "WATCH", "k", "k"))
+        assert.same(ABORTED, transaction(a, 1, {}))
+        X.MAX_WATCHED = 3
+        assert.same(OK, cmd(a, 1, "WATCH", "a", "b", "a"))
+        assert.same(E("ERR too many keys watched (the limit is 3)"), cmd(a, 1, "WATCH", "c", "d"))
+        assert.same(OK, cmd(a, 1, "WATCH", "c", "b"))
+        b:call("SET", "c", "1")
+        assert.same(ABORTED, transaction(a, 1, {}))
+    end)
+
+    it("watches a key of the database it was watched in, checked at the commit", function()
+        local W, a, b = S.world(2)
+        assert.same(OK, send(a, 1, 1, nil, "SET", "k", "db1"))
+        assert.same(OK, send(a, 1, 1, nil, "WATCH", "k"))
+        -- the same name in database 0 is another key
+        b:call("SET", "k", "db0")
+        assert.same({ OK }, transaction(a, 1, { { "SET", "x", "1" } }, 0))
+        assert.same(OK, send(a, 1, 1, nil, "WATCH", "k"))
+        assert.same(OK, send(b, 9, 1, nil, "SET", "k", "changed"))
+        assert.same(ABORTED, transaction(a, 1, { { "SET", "x", "2" } }, 0))
+        assert.equal("1", a:call("GET", "x"))
+        -- a write of it between EXEC's read and its commit
+        assert.same(OK, send(a, 1, 1, nil, "WATCH", "k"))
+        assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
+        assert.same(QUEUED, send(a, 1, 0, "queued", "SET", "y", "3"))
+        local path1 = a:run(function()
+            local K = a.require("keyspace")
+            K.use_db(1)
+            return K.path("k")
+        end)
+        a:fail_next({ op = "get", path = path1, pass = true,
+                      hook = function() W:raw_set(path1, W:node(path1).data) end })
+        local t = W:spawn(a, function() return a.M.dispatch({ "EXEC" }, false, 0, "queued") end)
+        t.client = 1
+        W:run_until(function() return t.done end)
+        assert.same(ABORTED, t.result)
+        assert.equal(null, a:call("GET", "y"))
+    end)
+end)
