@@ -67,7 +67,14 @@ X.MAX_COMMANDS = 10000
 X.MAX_BYTES = 4 * 1024 * 1024
 X.ARG_COST = 32
 
-X.MAX_WATCHED = 10000 -- keys per client
+-- Watched keys per client, and their paths' bytes (each plus ARG_COST) as
+-- a share of ZooKeeper's request limit: EXEC's commit checks every one in
+-- its one multi (a check, or a create and a delete for an absent key),
+-- beside the queued writes.
+X.MAX_WATCHED = 1000
+X.WATCH_SHARE = 0.25
+
+local function watch_bytes_max() return math.floor(zk.max_request() * X.WATCH_SHARE) end
 
 X.stats = { execs = 0, aborted = 0, discarded = 0, watch_aborted = 0 }
 
@@ -96,8 +103,9 @@ local function open(id)
     return q
 end
 
--- client id -> { n = keys, paths = set, [i] = { key, db, path, seen } }:
--- WATCH's keys (in the order watched) and what each was, by identity()
+-- client id -> { n = keys, bytes = n, paths = set, [i] = { key, db, path,
+-- seen } }: WATCH's keys (in the order watched) and what each was, by
+-- identity()
 local watches = {}
 local nwatching = 0
 
@@ -225,9 +233,15 @@ local function exec(q, w)
         end)
         writes = writes or R.has_flag(c.spec, "write")
     end
-    local db = K.db()
+    -- (another database's watched keys are held too: no command of this
+    -- sidecar deletes and makes one again, at the version read, before
+    -- the commit checks it)
+    local db, more = K.db(), nil
     for _, x in ipairs(w or {}) do
-        if x.db == db and not seen[x.key] then
+        if x.db ~= db then
+            more = more or {}
+            more[#more + 1] = x.path
+        elseif not seen[x.key] then
             seen[x.key] = true
             keys[#keys + 1] = x.key
         end
@@ -248,7 +262,7 @@ local function exec(q, w)
             out[i] = r
         end
         return out
-    end, true)
+    end, true, more)
 end
 
 local function no_turn() return false end
@@ -324,27 +338,39 @@ local function watch(args)
     return T.run(keys, function(t)
         local recs = t:read_all(keys)
         if id == nil or host.client_id() ~= id then return OK end
-        local w = watches[id] or { n = 0, paths = {} }
-        local fresh, seen = {}, {}
+        local w = watches[id] or { n = 0, bytes = 0, paths = {} }
+        local fresh, seen, bytes = {}, {}, 0
         for _, key in ipairs(keys) do
             local rec = recs[key]
             if not w.paths[rec.path] and not seen[rec.path] then
                 seen[rec.path] = true
                 fresh[#fresh + 1] = { key = key, db = db, path = rec.path, seen = identity(rec) }
+                bytes = bytes + #rec.path + X.ARG_COST
             end
         end
         if w.n + #fresh > X.MAX_WATCHED then return err(E.watch_too_many(X.MAX_WATCHED)) end
+        if w.bytes + bytes > watch_bytes_max() then return err(E.watch_too_large(watch_bytes_max())) end
         for _, x in ipairs(fresh) do
             w.n = w.n + 1
             w[w.n] = x
             w.paths[x.path] = true
         end
+        w.bytes = w.bytes + bytes
         if not watches[id] then
             watches[id] = w
             nwatching = nwatching + 1
         end
         return OK
     end)
+end
+
+-- EXEC refused outside MULTI (its arity, a RESP2 subscriber's):
+-- Redis's execCommandAbort, the client's watches forgotten once its
+-- earlier commands are done.  `turn` as X.dispatch's.
+function X.exec_refused(id, text, turn)
+    local t <close> = turn()
+    take_watches(id, t)
+    return err(E.exec_abort(text))
 end
 
 local function unwatch_cmd()

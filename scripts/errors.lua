@@ -96,6 +96,10 @@ function E.watch_too_many(max)
     return "ERR too many keys watched (the limit is " .. max .. ")"
 end
 
+function E.watch_too_large(max)
+    return "ERR the keys watched are too large (the limit is " .. max .. " bytes)"
+end
+
 function E.multi_too_large(max)
     return "ERR the commands queued in MULTI are too large (the limit is " .. max .. " bytes)"
 end
@@ -191,6 +195,12 @@ end
 function E.request_too_large(limit)
     return "ERR this command's ZooKeeper request exceeds ZooKeeper's request limit of " ..
            tostring(limit) .. " bytes (jute.maxbuffer, --zk-max-request); nothing was written"
+end
+
+-- The same for the number of operations in that multi (zk.MAX_OPS).
+function E.too_many_ops(max)
+    return "ERR this command's ZooKeeper request would have more than " .. tostring(max) ..
+           " operations; nothing was written"
 end
 
 function E.zookeeper(rc, what)

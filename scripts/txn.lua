@@ -121,9 +121,11 @@ local function hold_paths(paths, script)
     return queue.hold(paths)
 end
 
-local function hold_keys(keys, script)
+-- (more: paths to hold beside the keys', none of them a key's)
+local function hold_keys(keys, script, more)
     local paths = {}
     for i = 1, #keys do paths[i] = K.path(keys[i]) end
+    if more then table.move(more, 1, #more, #paths + 1, paths) end
     return hold_paths(paths, script)
 end
 
@@ -366,6 +368,7 @@ local function commit_buffered(t)
     local all = {}
     for i, key in ipairs(keys) do all[i] = t.base[key] end
     G.ops(ops, all, removed)
+    if #ops > zk.MAX_OPS then K.abort({ err = errors.too_many_ops(zk.MAX_OPS) }, true) end
     local sent
     for _, op in ipairs(ops) do sent = shared.touched(op[2]) end
     local gv, gcz = G.now()
@@ -469,10 +472,12 @@ local function written_paths(t)
     return paths
 end
 
--- (`uncounted`: a command's transaction, not a script's, for T.stats.)
-function T.script(keys, fn, uncounted)
+-- (`uncounted`: a command's transaction, not a script's, for T.stats;
+-- `more`: paths it reads that no key of its database names, held too:
+-- EXEC's watched keys of another database.)
+function T.script(keys, fn, uncounted, more)
     local co = coroutine.running()
-    local ticket = hold_keys(keys, true)
+    local ticket = hold_keys(keys, true, more)
     local held <close> = setmetatable({}, { __close = function() ticket:release() end })
     -- The commit of run t, after the queues of the keys it writes (its
     -- undeclared ones added, kept to the script's end): after a wait for

@@ -188,7 +188,13 @@ function M.dispatch(args, subscribed, db, multi)
         return MX.dispatch(args, client and client.id or 0, multi, function() return take_turn(co, true) end)
     end
     local refused, spec = R.refusal(args, subscribed)
-    if refused then return refused end
+    if refused then
+        if refused.err and args[1]:lower() == "exec" then
+            local client = host.client()
+            return MX.exec_refused(client and client.id or 0, refused.err, function() return take_turn(co, true) end)
+        end
+        return refused
+    end
     local e = check_keys(spec, args)
     if e then return { err = e } end
     K.arrived(co)

@@ -269,8 +269,9 @@ static int field_int(lua_State *L, int t, int k, int dflt)
 static int read_ops(lua_State *L, const char *fn, struct zk_op **out)
 {
     int n = (int)luaL_len(L, 1);
-    if (n < 1 || n > 10000)
-        return luaL_error(L, "%s needs 1 to 10000 operations", fn);
+    if (n < 1 || n > ZK_MULTI_MAX_OPS)
+        return luaL_error(L, "%s needs 1 to %d operations", fn,
+                          ZK_MULTI_MAX_OPS);
     struct zk_op *ops = calloc((size_t)n, sizeof *ops);
     if (!ops)
         return luaL_error(L, "out of memory");
@@ -421,6 +422,7 @@ void lua_zk_open(struct lua_host *h)
         {"TIMEOUT", ZK_TIMEOUT},
         {"CLOSING", ZK_CLOSING},
         {"TOOBIG", ZK_TOOBIG},
+        {"MAX_OPS", ZK_MULTI_MAX_OPS},
         {"EPHEMERAL", ZOO_EPHEMERAL},
         {"SEQUENCE", ZOO_SEQUENCE},
         {"CONTAINER", ZOO_CONTAINER},

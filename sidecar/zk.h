@@ -40,6 +40,9 @@ struct config;
 #define ZK_TOOBIG                                                              \
     (-1002) /* over the request limit (zk_max_request): never sent */
 
+/* The most operations one multi of the Lua host may carry (zk.MAX_OPS). */
+#define ZK_MULTI_MAX_OPS 10000
+
 enum zk_op_type {
     ZK_OP_GET,
     ZK_OP_EXISTS,

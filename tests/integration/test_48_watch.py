@@ -70,6 +70,19 @@ seq("watch_arity_and_scripts", [
 ])
 
 
+seq("watch_exec_refused", [
+    "WATCH @a", "SET @a 1", "EXEC x", "MULTI", "INCR @a", "EXEC", "GET @a",
+    "WATCH @a", "SET @a 1", "SUBSCRIBE @ch", "EXEC", "UNSUBSCRIBE @ch", "MULTI", "INCR @a", "EXEC",
+])
+
+seq("watch_touched_unchanged", [
+    "RPUSH @l a b", "WATCH @l", "LTRIM @l 0 -1", "MULTI", "LLEN @l", "EXEC",
+    "HSET @h f v", "WATCH @h", "HSET @h f v", "MULTI", "HLEN @h", "EXEC",
+    "SADD @s m", "WATCH @s", "SADD @s m", "MULTI", "SCARD @s", "EXEC",
+    "ZADD @z 1 m", "WATCH @z", "ZADD @z 1 m", "MULTI", "ZCARD @z", "EXEC",
+])
+
+
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("name", sorted(SEQUENCES))
 def test_same_as_redis(name, proto, zkr, redis_ref):
@@ -203,3 +216,27 @@ def test_watches_go_with_their_client(make_zkresp):
         assert d.cmd("EXEC") == b"*-1\r\n"
         assert harness.metric_value(z, "zkresp_lua_multi_watch_aborts_total") == 1
         assert harness.metric_value(z, "zkresp_lua_multi_watching_clients") == 0
+
+
+def test_watch_caps(zkr):
+    """At most 1000 keys, and their paths within a quarter of ZooKeeper's
+    request limit (983040 bytes): EXEC's commit checks every one of them in
+    its one multi.  A WATCH over a cap keeps nothing of its keys; under
+    them EXEC commits, however many watched keys are absent."""
+    k = harness.unique("cap")
+    with zkr().client(timeout=30) as c:
+        keys = ["%s:%d" % (k, i) for i in range(1001)]
+        assert c.cmd("WATCH", *keys) == b"-ERR too many keys watched (the limit is 1000)\r\n"
+        assert c.cmd("WATCH", *keys[:1000]) == b"+OK\r\n"
+        assert c.cmd("WATCH", keys[1000]) == b"-ERR too many keys watched (the limit is 1000)\r\n"
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("SET", k, "1") == b"+QUEUED\r\n"
+        assert c.cmd("EXEC") == b"*1\r\n+OK\r\n"
+        long = ["%s:%d:%s" % (k, i, "x" * 600) for i in range(400)]
+        assert c.cmd("WATCH", *long[:300]) == b"+OK\r\n"
+        assert c.cmd("WATCH", *long[300:]) == \
+            b"-ERR the keys watched are too large (the limit is 245760 bytes)\r\n"
+        zkr().redis().set(long[350], "not watched")
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("INCR", k) == b"+QUEUED\r\n"
+        assert c.cmd("EXEC") == b"*1\r\n:2\r\n"

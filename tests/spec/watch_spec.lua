@@ -11,12 +11,22 @@ local null, OK, E = S.null, S.OK, S.E
 local QUEUED = { ok = "QUEUED" }
 local ABORTED = { null_array = true }
 
--- Runs one command of client id in database db as the gateway sends it:
--- mode "begin" (MULTI), "queued" (inside MULTI) or nil.
-local function send(sc, id, db, mode, ...)
-    local args = { ... }
-    local t = sc.world:spawn(sc, function() return sc.M.dispatch(args, false, db, mode) end)
+-- Starts commands cmds of client id in database db, one after another, as
+-- the gateway sends them: mode "begin" (MULTI), "queued" (inside MULTI) or
+-- nil.  The task's result is the last one's reply.
+local function start(sc, id, db, mode, cmds)
+    local t = sc.world:spawn(sc, function()
+        local r
+        for _, args in ipairs(cmds) do r = sc.M.dispatch(args, false, db, mode) end
+        return r
+    end)
     t.client = id
+    return t
+end
+
+-- Runs one command of client id in database db; its reply.
+local function send(sc, id, db, mode, ...)
+    local t = start(sc, id, db, mode, { { ... } })
     sc.world:run_until(function() return t.done end)
     return t.result
 end
@@ -143,8 +153,8 @@ describe("WATCH", function()
                     a:call("EVAL", "return redis.pcall('watch', 'k')", "0"))
     end)
 
-    it("keeps the first look at a key watched twice, and caps the keys", function()
-        local _, a, b = S.world(2)
+    it("keeps the first look at a key watched twice, and caps the keys and their bytes", function()
+        local _, a, b = S.world({ { config = { max_key_len = 65536 } }, {} })
         local X = a.require("cmd_multi")
         assert.same(OK, cmd(a, 1, "WATCH", "k"))
         b:call("SET", "k", "1")
@@ -156,6 +166,23 @@ describe("WATCH", function()
         assert.same(OK, cmd(a, 1, "WATCH", "c", "b"))
         b:call("SET", "c", "1")
         assert.same(ABORTED, transaction(a, 1, {}))
+        -- a quarter of the request limit (983040 bytes in the model)
+        X.MAX_WATCHED = 1000
+        local long = string.rep("x", 60000)
+        assert.same(OK, cmd(a, 1, "WATCH", long .. "1", long .. "2", long .. "3"))
+        assert.same(E("ERR the keys watched are too large (the limit is 245760 bytes)"),
+                    cmd(a, 1, "WATCH", long .. "4", long .. "5"))
+        assert.same({ 1 }, transaction(a, 1, { { "INCR", "n" } }))
+    end)
+
+    it("answers a commit of more operations than a multi takes with an error, nothing written", function()
+        local _, a = S.world(1)
+        a.zk.MAX_OPS = 4
+        assert.same(OK, cmd(a, 1, "WATCH", "w1", "w2"))
+        assert.same(E("ERR this command's ZooKeeper request would have more than 4 operations; " ..
+                      "nothing was written"), transaction(a, 1, { { "SET", "x", "1" } }))
+        assert.equal(null, a:call("GET", "x"))
+        assert.same({ OK }, transaction(a, 1, { { "SET", "x", "1" } }))
     end)
 
     it("watches a key of the database it was watched in, checked at the commit", function()
@@ -185,5 +212,55 @@ describe("WATCH", function()
         W:run_until(function() return t.done end)
         assert.same(ABORTED, t.result)
         assert.equal(null, a:call("GET", "y"))
+    end)
+
+    -- EXEC runs while a key watched in database 1 is deleted and made again
+    -- (at version 0, as it was) by this sidecar's own commands or its
+    -- expiry and another sidecar: the commit's check of the version would
+    -- pass, so EXEC holds that key's queue too.
+    local function exec_races(change, setup, latency)
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.same(OK, b:call("SET", "slow", "s"))
+        assert.equal("s", a:call("GET", "slow"))
+        -- (a first such transaction, so that the one timed below costs no
+        -- first-use round trips)
+        assert.same({ "s", OK }, transaction(a, 1, { { "GET", "slow" }, { "SET", "x", "warm" } }))
+        assert.equal(1, a:call("DEL", "x"))
+        setup(a)
+        assert.same(OK, send(a, 1, 1, nil, "WATCH", "k"))
+        assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
+        assert.same(QUEUED, send(a, 1, 0, "queued", "GET", "slow"))
+        assert.same(QUEUED, send(a, 1, 0, "queued", "SET", "x", "mine"))
+        a:fail_next({ op = "get", path = a:path("slow"), latency = latency, pass = true })
+        local t = start(a, 1, 0, "queued", { { "EXEC" } })
+        W:advance(10)
+        assert.is_nil(t.done)
+        local d = change(W, a, b)
+        W:run_until(function() return d.done or t.done end)
+        if not t.done then -- k changed before EXEC took effect: it aborts
+            assert.equal(null, b:call("GET", "x"))
+            W:run_until(function() return t.done end)
+            assert.same(ABORTED, t.result)
+            assert.equal(null, a:call("GET", "x"))
+        elseif t.result.null_array then -- EXEC answered first, the change before its commit
+            assert.equal(null, a:call("GET", "x"))
+        else -- EXEC went first (a change through this sidecar waits for it)
+            assert.same({ "s", OK }, t.result)
+        end
+        W:run_until(function() return d.done end)
+    end
+
+    it("holds a key watched in another database, deleted and made again through this sidecar", function()
+        exec_races(function(W, a)
+            return start(a, 2, 1, nil, { { "DEL", "k" }, { "SET", "k", "v2", "PX", "100000" } })
+        end, function(a) assert.same(OK, send(a, 1, 1, nil, "SET", "k", "v1", "PX", "100000")) end, 50)
+    end)
+
+    it("holds a key watched in another database that expires and another sidecar makes again", function()
+        exec_races(function(W, _, b)
+            W:advance(30)
+            return start(b, 7, 1, nil, { { "SET", "k", "theirs", "PX", "100000" } })
+        end, function(a) assert.same(OK, send(a, 1, 1, nil, "SET", "k", "v1", "PX", "30")) end, 80)
     end)
 end)

@@ -41,6 +41,7 @@ Z.codes = {
     TIMEOUT = -1000, CLOSING = -1001, TOOBIG = -1002, -- ours (lua_host.h)
     EPHEMERAL = 1, SEQUENCE = 2, CONTAINER = 4,
     PERM_WRITE = 2, PERM_CREATE = 4, PERM_DELETE = 8, PERM_ADMIN = 16,
+    MAX_OPS = 10000,
 }
 local C = Z.codes
 
