@@ -768,7 +768,16 @@ void dispatch(struct conn *c, struct req *r, const struct proto_req *pr)
     r->metric_cmd = cc ? metrics_cmd_register(cc->name, strlen(cc->name))
                        : lua_metric(c->srv->lua, name);
     if (!c->authed && !(sh && sh->noauth)) {
-        reply_error(&r->reply, "NOAUTH Authentication required.");
+        /* (EXEC refused is Redis's execCommandAbort, its arity first) */
+        if (arg_is(name, "EXEC"))
+            reply_error(&r->reply,
+                        pr->argc == 1
+                            ? "EXECABORT Transaction discarded because of: "
+                              "NOAUTH Authentication required."
+                            : "EXECABORT Transaction discarded because of: "
+                              "wrong number of arguments for 'exec' command");
+        else
+            reply_error(&r->reply, "NOAUTH Authentication required.");
         r->done = 1;
         return;
     }

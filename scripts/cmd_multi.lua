@@ -145,6 +145,9 @@ local function check(args)
     if spec.name ~= "unwatch" and (spec.in_c or R.has_flag(spec, "noscript")) then
         return E.not_queueable(spec.name)
     end
+    -- (another client's script paused between slices: -BUSY, as outside)
+    local busy = not R.has_flag(spec, "allow_busy") and SB.busy_reply(spec.name, args)
+    if busy then return busy.err end
     local e = R.each_key(spec, args, K.key_error)
     if e then return e end
     e = H.authorize(spec.name, spec, args)
@@ -152,15 +155,21 @@ local function check(args)
     return nil, spec
 end
 
+-- Whether watched key x names, in the running command's database, a node
+-- other than its own (a key of another database: a policy's key_path may
+-- map both databases' keys to one node).
+local function elsewhere(x) return x.path ~= K.path(x.key) end
+
 -- The records of the watched keys w (by position) for EXEC's transaction
 -- t, read now (not from the cache, not presumed): those of the running
 -- command's database go into t.base, so that the commit checks them and
--- the queued commands read them; those of another (a SELECT since WATCH)
--- are also returned apart, for watch_checks.
+-- the queued commands read them; those elsewhere (another database's,
+-- after a SELECT since WATCH) are also returned apart, for watch_checks.
 local function watched_now(t, w)
-    local db, recs, others, here = K.db(), {}, {}, {}
+    local recs, others, here = {}, {}, {}
     for i, x in ipairs(w) do
-        if x.db ~= db then
+        if elsewhere(x) then
+            local db = K.db()
             K.use_db(x.db)
             local ok, rec = pcall(K.read, x.key)
             K.use_db(db)
@@ -213,16 +222,15 @@ end
 -- Runs queue q's commands as one transaction; the array of their replies.
 -- w: the client's watched keys, or nil.
 local function exec(q, w)
-    if q.dirty then
-        X.stats.aborted = X.stats.aborted + 1
-        return err(E.EXECABORT)
-    end
-    local cmds = q.cmds
-    if #cmds == 0 and not w then return {} end
     -- Another client's script paused between slices: -BUSY, as any keyed
     -- command gets, and the transaction is gone (Redis's execCommandAbort).
     local busy = SB.busy_reply("exec", { "exec" })
-    if busy then return err(E.exec_abort(busy.err)) end
+    if busy or q.dirty then
+        X.stats.aborted = X.stats.aborted + 1
+        return err(busy and E.exec_abort(busy.err) or E.EXECABORT)
+    end
+    local cmds = q.cmds
+    if #cmds == 0 and not w then return {} end
     local keys, seen, writes = {}, {}, false
     for _, c in ipairs(cmds) do
         R.each_key(c.spec, c.args, function(key)
@@ -236,9 +244,9 @@ local function exec(q, w)
     -- (another database's watched keys are held too: no command of this
     -- sidecar deletes and makes one again, at the version read, before
     -- the commit checks it)
-    local db, more = K.db(), nil
+    local more
     for _, x in ipairs(w or {}) do
-        if x.db ~= db then
+        if elsewhere(x) then
             more = more or {}
             more[#more + 1] = x.path
         elseif not seen[x.key] then
@@ -368,6 +376,7 @@ end
 -- Redis's execCommandAbort, the client's watches forgotten once its
 -- earlier commands are done.  `turn` as X.dispatch's.
 function X.exec_refused(id, text, turn)
+    X.stats.aborted = X.stats.aborted + 1
     local t <close> = turn()
     take_watches(id, t)
     return err(E.exec_abort(text))

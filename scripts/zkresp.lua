@@ -187,12 +187,14 @@ function M.dispatch(args, subscribed, db, multi)
         local client = host.client()
         return MX.dispatch(args, client and client.id or 0, multi, function() return take_turn(co, true) end)
     end
+    -- (an EXEC refused outside MULTI is Redis's execCommandAbort)
+    local function exec_refused(text)
+        local client = host.client()
+        return MX.exec_refused(client and client.id or 0, text, function() return take_turn(co, true) end)
+    end
     local refused, spec = R.refusal(args, subscribed)
     if refused then
-        if refused.err and args[1]:lower() == "exec" then
-            local client = host.client()
-            return MX.exec_refused(client and client.id or 0, refused.err, function() return take_turn(co, true) end)
-        end
+        if refused.err and args[1]:lower() == "exec" then return exec_refused(refused.err) end
         return refused
     end
     local e = check_keys(spec, args)
@@ -201,8 +203,11 @@ function M.dispatch(args, subscribed, db, multi)
     e = H.authorize(spec.name, spec, args)
     if e then return { err = e } end
     -- Another client's script is running in slices: Redis's -BUSY.
-    local busy = SB.busy_reply(spec.name, args)
-    if busy then return busy end
+    local busy = not R.has_flag(spec, "allow_busy") and SB.busy_reply(spec.name, args)
+    if busy then
+        if spec.name == "exec" then return exec_refused(busy.err) end
+        return busy
+    end
     local turn <close> = takes_turn(spec, args) and take_turn(co, not R.names_keys(spec, args))
     if turn == nil then return nil end
     -- A policy hook that fails outside the command's transaction (its

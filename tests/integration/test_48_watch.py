@@ -18,7 +18,7 @@ import redis
 
 import harness
 from differential import Sleep, assert_same
-from resp import encode
+from resp import RawClient, encode
 
 SEQUENCES = {}
 
@@ -240,3 +240,87 @@ def test_watch_caps(zkr):
         assert c.cmd("MULTI") == b"+OK\r\n"
         assert c.cmd("INCR", k) == b"+QUEUED\r\n"
         assert c.cmd("EXEC") == b"*1\r\n:2\r\n"
+
+
+# ------------------------------------------- refusals, a busy script, a policy
+
+def busy_run(port, key):
+    """WATCH, then while another client's script runs past its time: EXEC
+    outside MULTI, WATCH, UNWATCH, a command queued in MULTI and its EXEC,
+    an empty transaction; after SCRIPT KILL the key is written and a
+    transaction runs (nothing watched any more)."""
+    import time
+    out = []
+    with RawClient(port, timeout=10) as a, RawClient(port, timeout=10) as b, \
+            RawClient(port, timeout=10) as c, RawClient(port, timeout=30) as r:
+        out.append(a.cmd("SET", key, "1"))
+        out.append(a.cmd("WATCH", key))
+        r.send(encode("EVAL", "while true do end", "0"))
+        time.sleep(0.5)
+        out.append(a.cmd("EXEC"))
+        out.append(a.cmd("WATCH", key + "2"))
+        out.append(a.cmd("UNWATCH"))
+        out += [c.cmd("MULTI"), c.cmd("SET", key, "3"), c.cmd("EXEC")]
+        out += [c.cmd("MULTI"), c.cmd("EXEC")]
+        assert b.cmd("SCRIPT", "KILL") == b"+OK\r\n"
+        r.read_reply()
+        out.append(b.cmd("SET", key, "2"))
+        out += [a.cmd("MULTI"), a.cmd("GET", key), a.cmd("EXEC")]
+    return out
+
+
+def test_busy_script_as_redis(make_zkresp):
+    z = make_zkresp(extra=("--script-time-limit", "20000"))
+    ref = harness.RedisServer("--busy-reply-threshold", "100").start()
+    try:
+        k = harness.unique("busy")
+        assert busy_run(z.port, k) == busy_run(ref.port, k)
+    finally:
+        ref.close()
+
+
+def test_exec_before_auth_as_redis(make_zkresp):
+    z = make_zkresp(extra=("--requirepass", "pw"))
+    ref = harness.RedisServer("--requirepass", "pw").start()
+    try:
+        def run(port):
+            with RawClient(port, timeout=5) as c:
+                return [c.cmd("EXEC"), c.cmd("EXEC", "x"), c.cmd("DISCARD"), c.cmd("WATCH", "k")]
+        assert run(z.port) == run(ref.port)
+    finally:
+        ref.close()
+
+
+def test_refused_exec_counts_as_execabort(make_zkresp):
+    port = harness.free_port()
+    z = make_zkresp(extra=["--metrics-port", port])
+    z.metrics_port = port
+    with z.client() as c:
+        assert c.cmd("EXEC", "x").startswith(b"-EXECABORT")
+        assert c.cmd("SUBSCRIBE", "ch").startswith(b"*3")
+        assert c.cmd("EXEC").startswith(b"-EXECABORT")
+    assert harness.metric_value(z, "zkresp_lua_multi_execaborts_total") == 2
+
+
+def test_watch_in_another_database_same_node(make_zkresp):
+    """A policy whose key_path leaves the database out (examples/tenants.lua)
+    makes database 1's key and database 0's one node: an EXEC in 0 that
+    writes the key watched in 1 commits (one check of the node, not two)."""
+    import os
+    z = make_zkresp(extra=["--policy", os.path.join(harness.SCRIPTS_DIR, "examples", "tenants.lua"),
+                           "--requirepass", "default-pw"])
+    k = harness.unique("tenantdb")
+    with z.client(timeout=30) as c:
+        assert c.cmd("AUTH", "alice", "alice-secret") == b"+OK\r\n"
+        assert c.cmd("SET", k, "1") == b"+OK\r\n"
+        assert c.cmd("SELECT", "1") == b"+OK\r\n"
+        assert c.cmd("WATCH", k) == b"+OK\r\n"
+        assert c.cmd("SELECT", "0") == b"+OK\r\n"
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("SET", k, "2") == b"+QUEUED\r\n"
+        assert c.cmd("EXEC") == b"*1\r\n+OK\r\n"
+        assert c.cmd("WATCH", k) == b"+OK\r\n"
+        z.redis(username="alice", password="alice-secret").set(k, "3")
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("SET", k, "4") == b"+QUEUED\r\n"
+        assert c.cmd("EXEC") == b"*-1\r\n"
