@@ -103,9 +103,9 @@ local function open(id)
     return q
 end
 
--- client id -> { n = keys, bytes = n, paths = set, [i] = { key, db, path,
--- seen } }: WATCH's keys (in the order watched) and what each was, by
--- identity()
+-- client id -> { n = keys, bytes = n, paths = set, [i] = { key, path,
+-- seen } }: WATCH's keys (in the order watched), their nodes, and what
+-- each was, by identity()
 local watches = {}
 local nwatching = 0
 
@@ -155,9 +155,9 @@ local function check(args)
     return nil, spec
 end
 
--- Whether watched key x names, in the running command's database, a node
--- other than its own (a key of another database: a policy's key_path may
--- map both databases' keys to one node).
+-- Whether watched key x names, for the running command, a node other than
+-- the one watched (a key of another database; a policy's key_path may map
+-- both databases' keys to one node, or map a key by the client's user).
 local function elsewhere(x) return x.path ~= K.path(x.key) end
 
 -- The records of the watched keys w (by position) for EXEC's transaction
@@ -169,11 +169,7 @@ local function watched_now(t, w)
     local recs, others, here = {}, {}, {}
     for i, x in ipairs(w) do
         if elsewhere(x) then
-            local db = K.db()
-            K.use_db(x.db)
-            local ok, rec = pcall(K.read, x.key)
-            K.use_db(db)
-            if not ok then error(rec, 0) end
+            local rec = K.read(x.key, x.path)
             recs[i] = rec
             others[#others + 1] = rec
         else
@@ -342,7 +338,6 @@ end
 local function watch(args)
     local id = host.client_id()
     local keys = table.move(args, 2, #args, 1, {})
-    local db = K.db()
     return T.run(keys, function(t)
         local recs = t:read_all(keys)
         if id == nil or host.client_id() ~= id then return OK end
@@ -352,7 +347,7 @@ local function watch(args)
             local rec = recs[key]
             if not w.paths[rec.path] and not seen[rec.path] then
                 seen[rec.path] = true
-                fresh[#fresh + 1] = { key = key, db = db, path = rec.path, seen = identity(rec) }
+                fresh[#fresh + 1] = { key = key, path = rec.path, seen = identity(rec) }
                 bytes = bytes + #rec.path + X.ARG_COST
             end
         end

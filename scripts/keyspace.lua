@@ -230,11 +230,12 @@ local function read_guard(rec, gv, gcz, sent)
     return rec
 end
 
-function K.read(key)
-    local rec = K.read_once(key)
+-- (path: the key's node when known, else K.path(key))
+function K.read(key, path)
+    local rec = K.read_once(key, path)
     if X.awaited(rec) then
         K.arrived() -- the read below is sent after the wait
-        rec = K.read_once(key)
+        rec = K.read_once(key, path)
     end
     return rec
 end
@@ -244,8 +245,8 @@ end
 -- reads of path go after a sync.
 local function doubted(path) return (O.owned[path] or {}).doubted == true end
 
-function K.read_once(key)
-    local path = K.path(key)
+function K.read_once(key, path)
+    path = path or K.path(key)
     local unsure = doubted(path)
     local s = not unsure and shared.serving(path)
     if s then

@@ -302,10 +302,12 @@ def test_refused_exec_counts_as_execabort(make_zkresp):
     assert harness.metric_value(z, "zkresp_lua_multi_execaborts_total") == 2
 
 
-def test_watch_in_another_database_same_node(make_zkresp):
+def test_watch_under_a_tenant_policy(make_zkresp):
     """A policy whose key_path leaves the database out (examples/tenants.lua)
     makes database 1's key and database 0's one node: an EXEC in 0 that
-    writes the key watched in 1 commits (one check of the node, not two)."""
+    writes the key watched in 1 commits (one check of the node, not two).
+    It maps a key by the AUTH user: the key watched is the node WATCH read,
+    whoever the connection is when it runs EXEC."""
     import os
     z = make_zkresp(extra=["--policy", os.path.join(harness.SCRIPTS_DIR, "examples", "tenants.lua"),
                            "--requirepass", "default-pw"])
@@ -324,3 +326,21 @@ def test_watch_in_another_database_same_node(make_zkresp):
         assert c.cmd("MULTI") == b"+OK\r\n"
         assert c.cmd("SET", k, "4") == b"+QUEUED\r\n"
         assert c.cmd("EXEC") == b"*-1\r\n"
+        # the key watched is alice's node, whoever runs EXEC
+        bob = z.redis(username="bob", password="bob-secret")
+        bob.set(k, "bob's")
+        assert c.cmd("WATCH", k) == b"+OK\r\n"
+        assert c.cmd("AUTH", "bob", "bob-secret") == b"+OK\r\n"
+        bob.set(k, "bob's again")   # not the key watched
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("SET", k, "5") == b"+QUEUED\r\n"
+        assert c.cmd("EXEC") == b"*1\r\n+OK\r\n"
+        assert bob.get(k) == b"5"
+        assert c.cmd("AUTH", "alice", "alice-secret") == b"+OK\r\n"
+        assert c.cmd("WATCH", k) == b"+OK\r\n"
+        assert c.cmd("AUTH", "bob", "bob-secret") == b"+OK\r\n"
+        z.redis(username="alice", password="alice-secret").set(k, "alice's")
+        assert c.cmd("MULTI") == b"+OK\r\n"
+        assert c.cmd("SET", k, "6") == b"+QUEUED\r\n"
+        assert c.cmd("EXEC") == b"*-1\r\n"
+        assert bob.get(k) == b"5"
