@@ -254,6 +254,9 @@ local function exec(q, w)
     X.stats.execs = X.stats.execs + 1
     return T.script(keys, function(t)
         if w and touched(t, w) then
+            -- (an earlier attempt's commit may have applied: what changed
+            -- may be its own writes, so no null, which says nothing ran)
+            if t.doubt then return err(E.UNAVAILABLE), false end
             X.stats.watch_aborted = X.stats.watch_aborted + 1
             return NULL_ARRAY, false
         end

@@ -501,9 +501,11 @@ function T.script(keys, fn, uncounted, more)
     local attempt = 0
     local guard <close> = setmetatable({}, { __close = function() current[co] = nil end })
     local seed -- records read by the failed attempt for the next one
+    local doubt = false -- an earlier attempt's commit may have applied
     while true do
         attempt = attempt + 1
-        local t = setmetatable({ attempt = attempt, base = seed or {}, view = {}, writes = {} }, Buf)
+        local t = setmetatable({ attempt = attempt, base = seed or {}, view = {}, writes = {},
+                                 doubt = doubt }, Buf)
         seed = nil
         current[co] = t
         local ok, res, commit = xpcall(fn, handler, t)
@@ -523,6 +525,9 @@ function T.script(keys, fn, uncounted, more)
                 return res
             end
             res = cres
+            -- (a commit sent whose outcome was lost and judged not applied,
+            -- or applied under a session given up: it may stand)
+            if t.commit_ops and K.is_retry(res) and res.why == errors.UNAVAILABLE then doubt = true end
         end
         if K.is_retry(res) then
             if not uncounted then T.stats.retries = T.stats.retries + 1 end

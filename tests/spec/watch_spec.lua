@@ -263,4 +263,36 @@ describe("WATCH", function()
             return start(b, 7, 1, nil, { { "SET", "k", "theirs", "PX", "100000" } })
         end, function(a) assert.same(OK, send(a, 1, 1, nil, "SET", "k", "v1", "PX", "30")) end, 80)
     end)
+
+    -- EXEC's commit may have applied though its attempt failed (its reply
+    -- lost and judged not applied; applied under a session given up): the
+    -- next attempt sees its own writes as a change, and must not answer
+    -- the null, which says nothing ran.
+    it("answers TRYAGAIN, not null, when its lost commit of deletes applied", function()
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.same(OK, a:call("SET", "lease", "1", "PX", "5000"))
+        assert.same(OK, a:call("SET", "j", "job"))
+        W:advance(4200) -- the lease has 800 ms left: a lost delete of it is not claimed
+        assert.same(OK, cmd(a, 1, "WATCH", "lease", "j"))
+        a:fail_next({ op = "multi", when = "after" })
+        local r = transaction(a, 1, { { "DEL", "lease" }, { "DEL", "j" } })
+        assert.equal(null, b:call("GET", "j"))
+        assert.same(E("TRYAGAIN ZooKeeper unavailable"), r)
+    end)
+
+    it("answers TRYAGAIN, not null, when its commit landed under a session given up", function()
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.same(OK, cmd(a, 1, "WATCH", "k"))
+        assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
+        assert.same(QUEUED, send(a, 1, 0, "queued", "SET", "k", "mine", "PX", "30000"))
+        a:fail_next({ op = "create", path = a:path("k"), pass = true, latency = 50 })
+        local t = start(a, 1, 0, "queued", { { "EXEC" } })
+        W:advance(10)
+        a:lose() -- the server keeps the old session: its node lives on a while
+        W:run_until(function() return t.done end)
+        assert.equal("mine", b:call("GET", "k"))
+        assert.same(E("TRYAGAIN ZooKeeper unavailable"), t.result)
+    end)
 end)
