@@ -473,8 +473,8 @@ local function written_paths(t)
 end
 
 -- (`uncounted`: a command's transaction, not a script's, for T.stats;
--- `more`: paths it reads that no key of its database names, held too:
--- EXEC's watched keys of another database.)
+-- `more`: paths it reads that none of its keys names, held too: EXEC's
+-- watched keys of another database or user.)
 function T.script(keys, fn, uncounted, more)
     local co = coroutine.running()
     local ticket = hold_keys(keys, true, more)

@@ -176,6 +176,13 @@ local function takes_turn(spec, args)
     return not (spec.name == "script" and args[2]:lower() == "kill")
 end
 
+-- An EXEC refused outside MULTI (its arity, a RESP2 subscriber's, -BUSY):
+-- Redis's execCommandAbort (cmd_multi.lua).
+local function exec_refused(co, text)
+    local client = host.client()
+    return MX.exec_refused(client and client.id or 0, text, function() return take_turn(co, true) end)
+end
+
 function M.dispatch(args, subscribed, db, multi)
     local co = coroutine.running()
     U.new_command(co)
@@ -187,14 +194,9 @@ function M.dispatch(args, subscribed, db, multi)
         local client = host.client()
         return MX.dispatch(args, client and client.id or 0, multi, function() return take_turn(co, true) end)
     end
-    -- (an EXEC refused outside MULTI is Redis's execCommandAbort)
-    local function exec_refused(text)
-        local client = host.client()
-        return MX.exec_refused(client and client.id or 0, text, function() return take_turn(co, true) end)
-    end
     local refused, spec = R.refusal(args, subscribed)
     if refused then
-        if refused.err and args[1]:lower() == "exec" then return exec_refused(refused.err) end
+        if refused.err and args[1]:lower() == "exec" then return exec_refused(co, refused.err) end
         return refused
     end
     local e = check_keys(spec, args)
@@ -205,7 +207,7 @@ function M.dispatch(args, subscribed, db, multi)
     -- Another client's script is running in slices: Redis's -BUSY.
     local busy = not R.has_flag(spec, "allow_busy") and SB.busy_reply(spec.name, args)
     if busy then
-        if spec.name == "exec" then return exec_refused(busy.err) end
+        if spec.name == "exec" then return exec_refused(co, busy.err) end
         return busy
     end
     local turn <close> = takes_turn(spec, args) and take_turn(co, not R.names_keys(spec, args))
