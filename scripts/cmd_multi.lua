@@ -10,7 +10,8 @@
 --                transaction, then +QUEUED; a refusal is its own reply and
 --                makes the transaction dirty
 --   EXEC         (queued, the gateway has left MULTI) EXECABORT when
---                dirty, or of the wrong arity (Redis's execCommandAbort);
+--                dirty, of the wrong arity, or while another client's
+--                script is busy (Redis's execCommandAbort);
 --                else every queued command runs, in order, inside
 --                ONE txn.script over the union of their keys, as a script
 --                runs its redis.call's: every sidecar sees all of their
@@ -18,9 +19,9 @@
 --                command's error reply is its element of the array; the
 --                others still apply, as in Redis (no roll back)
 --   DISCARD      (queued) drops the queue, +OK
---   WATCH key..  (outside MULTI) reads each key and keeps what it saw: the
---                node's mzxid, or that the key does not exist (an expired
---                key does not); inside MULTI Redis's error, the
+--   WATCH key..  (outside MULTI) reads each key and keeps what it saw: its
+--                node's path and mzxid, or that the key does not exist (an
+--                expired key does not); inside MULTI Redis's error, the
 --                transaction still good
 --   UNWATCH      forgets them, as EXEC, DISCARD, RESET and a close do
 --
@@ -30,7 +31,10 @@
 -- and run nothing, as Redis's does.  Those reads are the transaction's
 -- own, so its commit checks them (their versions, or their absence) with
 -- its writes in one multi: a write landing between them and the commit
--- runs EXEC again, which then sees it and answers null.  A key that was
+-- runs EXEC again, which then sees it and answers null (TRYAGAIN when an
+-- earlier attempt's commit may have applied: the change may be its own).
+-- A key watched elsewhere (another database, another user's node under a
+-- policy) is read by its path, its queue held too.  A key that was
 -- made and deleted again between WATCH and EXEC reads as it did at WATCH
 -- and aborts nothing (Redis would abort: it counts touches, ZooKeeper
 -- shows states).
