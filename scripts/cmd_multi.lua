@@ -62,7 +62,6 @@ local E = require "errors"
 local K = require "keyspace"
 local H = require "hooks"
 local T = require "txn"
-local G = require "guard"
 local SB = require "sandbox"
 
 local X = {}
@@ -168,7 +167,8 @@ local function elsewhere(x) return x.path ~= K.path(x.key) end
 -- t, read now (not from the cache, not presumed): those of the running
 -- command's database go into t.base, so that the commit checks them and
 -- the queued commands read them; those elsewhere (another database's,
--- after a SELECT since WATCH) are also returned apart, for watch_checks.
+-- after a SELECT since WATCH) are also returned apart, for the commit to
+-- check (t:check_also).
 local function watched_now(t, w)
     local recs, others, here = {}, {}, {}
     for i, x in ipairs(w) do
@@ -188,34 +188,13 @@ local function watched_now(t, w)
     return recs, others
 end
 
--- A commit participant (txn.lua) checking the watched keys of other
--- databases at the versions read, or their absence.
-local function watch_checks(recs)
-    return {
-        plan = function(_, ops)
-            for _, rec in ipairs(recs) do
-                if rec.sid ~= zk.session() then K.writable(rec) end
-                if rec.node then
-                    ops[#ops + 1] = { "check", rec.path, rec.node.version }
-                else
-                    ops[#ops + 1] = { "create", rec.path, "", 0 }
-                    ops[#ops + 1] = { "delete", rec.path, 0 }
-                end
-            end
-            G.ops(ops, recs, {})
-            return 0
-        end,
-        done = function() end,
-    }
-end
-
 -- Whether a key of w is not what WATCH saw, read in transaction t.
 local function touched(t, w)
     local recs, others = watched_now(t, w)
     for i, x in ipairs(w) do
         if identity(recs[i]) ~= x.seen then return true end
     end
-    if #others > 0 then t:on_commit(watch_checks(others)) end
+    if #others > 0 then t:check_also(others) end
     return false
 end
 
@@ -317,10 +296,7 @@ function X.dispatch(args, id, mode, turn)
         end
     elseif name == "exec" then
         drop(id)
-        X.stats.aborted = X.stats.aborted + 1
-        local t <close> = turn()
-        take_watches(id, t)
-        return err(E.exec_abort(E.wrong_arity("exec")))
+        return X.exec_refused(id, E.wrong_arity("exec"), turn)
     end
     local e, spec, harmless = check(args)
     if not e and #q.cmds >= X.MAX_COMMANDS then e = E.multi_too_many(X.MAX_COMMANDS) end

@@ -248,6 +248,10 @@ function Buf:on_commit(p)
     list[#list + 1] = p
 end
 
+-- Records read that no key of the run names (EXEC's watched keys of
+-- another database or user): the commit checks them as keys read.
+function Buf:check_also(recs) self.also = recs end
+
 -- A command run inside the script: its retries are the script's.
 function Buf:nested(fn)
     local ok, res = xpcall(fn, handler, self)
@@ -306,6 +310,15 @@ local function absent_ops(ops, path, presumed)
     ops[#ops + 1] = { "delete", path, 0 }
 end
 
+-- Asserts that a record read is still what it read.
+local function check_ops(ops, rec)
+    if rec.node then
+        ops[#ops + 1] = { "check", rec.path, rec.node.version }
+    else
+        absent_ops(ops, rec.path, rec.presumed)
+    end
+end
+
 local function commit_buffered(t)
     local keys = {}
     for k in pairs(t.base) do keys[#keys + 1] = k end
@@ -323,11 +336,7 @@ local function commit_buffered(t)
         local rec, w = t.base[key], t.writes[key]
         if w or rec.sid ~= sid then K.writable(rec) end
         if not w then
-            if rec.node then
-                ops[#ops + 1] = { "check", rec.path, rec.node.version }
-            else
-                absent_ops(ops, rec.path, rec.presumed)
-            end
+            check_ops(ops, rec)
         elseif w.kind == "delete" then
             if rec.node then
                 ops[#ops + 1] = { "delete", rec.path, rec.node.version }
@@ -345,6 +354,12 @@ local function commit_buffered(t)
             puts[#puts + 1] = p
         end
     end
+    -- records read that no key of the run names (Buf:check_also)
+    local also = t.also or {}
+    for _, rec in ipairs(also) do
+        if rec.sid ~= sid then K.writable(rec) end
+        check_ops(ops, rec)
+    end
     local cached, removed = {}, {}
     for _, key in ipairs(keys) do
         if t.base[key].cached then cached[#cached + 1] = t.base[key] end
@@ -360,13 +375,14 @@ local function commit_buffered(t)
     for _, p in ipairs(t.participants or {}) do messages = messages + p.plan(t, ops) end
     -- (a participant's checks, a publish's route, need the commit even
     -- when nothing is written: a route that moved runs the script again)
-    if #puts == 0 and #dels == 0 and #keys < 2 and not from_cache and #ops == before then
+    if #puts == 0 and #dels == 0 and #keys + #also < 2 and not from_cache and #ops == before then
         return confirm_presumed(t)
     end
     -- (after that answer: the guards of another session's key read by a
     -- script that writes nothing cost nothing)
     local all = {}
     for i, key in ipairs(keys) do all[i] = t.base[key] end
+    table.move(also, 1, #also, #all + 1, all)
     G.ops(ops, all, removed)
     if #ops > zk.MAX_OPS then K.abort({ err = errors.too_many_ops(zk.MAX_OPS) }, true) end
     local sent
