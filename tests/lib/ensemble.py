@@ -273,7 +273,8 @@ class ProxySet:
         return max((a for a in self._times("answered") if a < t), default=None)
 
     def asked_between(self, t_from, t_to):
-        """How many requests the sidecar sent in [t_from, t_to]."""
+        """How many requests and handshakes the sidecar sent in [t_from,
+        t_to]."""
         return sum(1 for a in self._times("asked") if t_from <= a <= t_to)
 
     def delay(self, ms):

@@ -25,9 +25,12 @@ is the session handshake), so faults can be aimed precisely:
 
 Counters: connections, requests by op name, replies, dropped, bytes.
 Sessions seen in handshakes: (session_id, passwd, timeout).  Times: when
-each request (xid > 0: not a ping, not the handshake) went up and each
-reply to one came down (times_asked, times_answered): what the client's
-ZooKeeper connection really answered, whatever the fault's schedule was.
+each request (xid > 0: not a ping) or handshake went up, and each reply to
+a request (not to a handshake) came down (times_asked, times_answered):
+what the client's ZooKeeper connection really answered, whatever the
+fault's schedule was.  A handshake counts as asking: a client that only
+tries to reconnect while no server serves (an election) asks for an
+answer it does not get.
 """
 
 import collections
@@ -194,6 +197,7 @@ class _Conn:
                 if first:
                     first = False
                     p._count("handshakes")
+                    req = True
                 else:
                     xid, op = struct.unpack(">ii", frame[4:12])
                     req = xid > 0
