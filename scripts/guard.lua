@@ -4,7 +4,7 @@
 --
 --   our write from the cache  + check(our guard, the version known before)
 --   a removal of a node       + set(the node's mark: n = hash(path) % MARKS)
---                               (ours: unconditional; another session's:
+--                               (ours: unconditional, a nonce; another session's:
 --                               at the version read before the node was)
 --   a removal of another session's node
 --                             + set(its guard), for its cache's sake
@@ -80,8 +80,10 @@ function G.mark_path(sid, path)
     return marks_prefix(sid) .. mark_of(path)
 end
 
--- The op of our removal of the node at path that bumps its mark.
-local function mark_bump(path) return { "set", guard.mark_paths[mark_of(path) + 1], "", -1 } end
+-- The op of our removal of the node at path that bumps its mark, writing a
+-- nonce of its own: the mark holding it proves the multi applied (a lost
+-- removal of ours, resolve.lua).
+local function mark_bump(path) return { "set", guard.mark_paths[mark_of(path) + 1], Z.nonce(), -1 } end
 
 -- The guard's version and czxid as we know them now, for an entry about to
 -- be written in our current session, or nil while no guard is known.
@@ -401,17 +403,20 @@ function G.ops(ops, recs, removed)
     for i = 1, #removed do
         local rec = removed[i]
         local owner = rec.node and rec.node.ephemeralOwner or 0
+        rec.own_bump = nil
         if owner == sid then
             G.await()
-            local op = mark_bump(rec.path)
-            if not (bumped and bumped[op[2]]) then
-                -- (one bump per mark; no set to tell for a single removal)
+            -- (one bump per mark; no set to tell for a single removal)
+            local op = bumped and bumped[G.mark_path(sid, rec.path)]
+            if not op then
+                op = mark_bump(rec.path)
                 if #removed > 1 then
                     bumped = bumped or {}
-                    bumped[op[2]] = true
+                    bumped[op[2]] = op
                 end
                 ops[#ops + 1] = op
             end
+            rec.own_bump = { path = op[2], nonce = op[3] }
         elseif owner ~= 0 then
             foreign = foreign or {}
             foreign[rec] = true

@@ -117,8 +117,10 @@ end
 -- ours: another sidecar that writes or deletes one bumps it (our own
 -- delete does not), so the removal may be theirs; nor, for a node of
 -- another session, when its mark is not as our multi would have left it
--- (guard.lua).  One sync first: the server then has whatever applied
--- before it.
+-- (guard.lua).  But a mark of ours that our multi bumped and that still
+-- holds the nonce the bump wrote proves the multi applied, whole, whoever
+-- else could have removed the nodes.  One sync first: the server then has
+-- whatever applied before it.
 local function resolve_delete(recs)
     Z.sync(recs[1].path)
     for _, rec in ipairs(recs) do
@@ -131,6 +133,15 @@ local function resolve_delete(recs)
                 same = codec.decode(data).nonce == rec.nonce
             end
             if same then return false end
+        end
+    end
+    local looked = {} -- each mark once (a removal bumped it once)
+    for _, rec in ipairs(recs) do
+        local b = rec.own_bump
+        if b and not looked[b.path] then
+            looked[b.path] = true
+            local rc, data = Z.get(b.path)
+            if rc == zk.OK and data == b.nonce then return true end
         end
     end
     local guard -- our guard's stat, read once, when a node of ours asks

@@ -151,6 +151,41 @@ def test_compare_and_delete_lost_while_other_recreates(via_proxy, kz, release):
     assert cb.cmd("GET", "lk") == b"$5\r\ntok-b\r\n"
 
 
+# redis-py's Lock.release script
+PY_RELEASE = ("local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end "
+              "redis.call('del', KEYS[1]) return 1")
+
+
+@pytest.mark.parametrize("release", [["DEL", "lk"], ["DELIFEQ", "lk", "tok-a"], ["EVAL", PY_RELEASE, "1", "lk", "tok-a"]],
+                         ids=["DEL", "DELIFEQ", "redis-py"])
+@pytest.mark.parametrize("meanwhile", ["ttl-ending", "guard-moved"])
+def test_own_release_lost_but_applied_answers_1(via_proxy, kz, release, meanwhile):
+    """A's release of its own lock applied and its reply was lost, and the
+    node alone cannot tell A's delete from another remover's: the lock's
+    TTL ends within a second (its expiry removes it too), or B removed
+    another key of A's meanwhile (A's session guard moved).  The mark A's
+    multi bumped still holds the nonce the multi wrote: A answers 1 (it
+    ran the command again and answered 0, a release "not owned" that
+    released)."""
+    a, b, proxy = via_proxy
+    ca, cb = a.client(), b.client()
+    px = "3000" if meanwhile == "ttl-ending" else "30000"
+    assert ca.cmd("SET", "lk", "tok-a", "NX", "PX", px) == b"+OK\r\n"
+    assert ca.cmd("SET", "other", "x", "PX", "30000") == b"+OK\r\n"
+    if meanwhile == "ttl-ending":
+        time.sleep(2.2)     # 0.8 s of the TTL left
+    proxy.drop_next_reply(DELETE_OPS, hold=True)
+    ca.send_cmd(*release)
+    if not proxy.wait_dropped(5):
+        raise AssertionError("%s sent no delete/multi to ZooKeeper (reply %r)" % (release[0], ca.read_reply(5)))
+    if meanwhile == "guard-moved":
+        assert cb.cmd("DEL", "other") == b":1\r\n"
+    proxy.blackhole(False)
+    assert ca.read_reply(timeout=15) == b":1\r\n"
+    assert harness.key_stat(kz, a.root, "lk")[1] is None
+    assert ca.cmd("DEL", "lk") == b":0\r\n"
+
+
 def test_compare_and_delete_through_another_sidecar_lost_as_the_holders_session_ends(make_proxy, make_zkresp, zk,
                                                                                      kz):
     """A lock held through D is released through A (the token is global);
