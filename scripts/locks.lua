@@ -520,14 +520,19 @@ local function write_own(snap, mine)
 end
 
 -- Gives our conversion to `mode` of the request at `asked` up (the old mode
--- stays): the token when it was granted meanwhile, else nil; -TRYAGAIN when
--- every try lost its write (the table still asks for it).
+-- stays): the token when it was granted meanwhile (by a grant of ours
+-- whose reply was lost: the hold's record learns it), else nil; -TRYAGAIN
+-- when every try lost its write (the table still asks for it).
 local function give_up(lock, asked, mode)
     for _ = 1, Z.READ_TRIES do
         local snap = LS.read(lock, true) -- (our ask may have landed unanswered)
         local me = snap and snap.by_seq[LS.seq_of(asked)]
         if not me then return nil, true end -- the hold itself is gone
-        if not me.convert then return me.granted == mode and me.token or nil end
+        if not me.convert then
+            if me.granted ~= mode then return nil end
+            converted(asked, mode, me.token, snap)
+            return me.token
+        end
         me.convert = nil
         if write_own(snap, me) then return nil end
     end
@@ -592,7 +597,7 @@ local function convert(lock, owner, mode, wait_ms, pending)
         return held(token, sid)
     end
     local granted, gone = give_up(lock, asked, mode)
-    if granted then return granted end
+    if granted then return held(granted, sid) end
     -- the hold ended while it waited: released (through another sidecar)
     -- or its lease, its session lasting; else with its session
     if gone and G.lasts(sid) then return { err = E.HOLD_ENDED } end

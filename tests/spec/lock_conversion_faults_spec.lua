@@ -1,6 +1,7 @@
 -- Native lock conversions at their edges: the middle conversions (PR <-> CW,
 -- where neither mode is stronger, so a mode that fits the new one may clash
--- with the old), and a conversion given up after its ask's reply was lost.
+-- with the old), a conversion given up after its ask's reply was lost, and
+-- one granted by its own write whose reply was lost.
 
 local S = require "world"
 
@@ -126,5 +127,56 @@ describe("a conversion given up after its ask's reply was lost", function()
         local _, _, b, c = given_up()
         assert.equal(1, b:call("LOCK.RELEASE", "cg", "y"))
         assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "cg", "z", "MODE", "PR", "WAIT", "3000")))
+    end)
+end)
+
+-- A conversion whose own grant's write applied with its reply lost: the
+-- give-up that follows finds the conversion granted.  The hold's record
+-- (its mode and token: the hooks' info, the release's view) learns it.
+describe("a conversion granted by a write whose reply was lost", function()
+    local function record(sc, key)
+        for _, h in pairs(sc.require("locks").holds) do
+            if h.key == key then return h end
+        end
+    end
+
+    it("leaves the hold recorded in the mode and token it was granted", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR", "PX", "600000")))
+        local cv = a:start("LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
+        W:advance(50)
+        assert.is_falsy(cv.done)
+        -- y's release wakes x; x's grant applies, its reply lost, a cut off
+        a:fail_next({ op = "multi", when = "after", hook = function() a:disconnect() end })
+        assert.equal(1, b:call("LOCK.RELEASE", "cv", "y"))
+        W:run_until(function() return cv.done end)
+        W:advance(900)
+        a:reconnect()
+        W:advance(2000)
+        local info = b:call("LOCK.INFO", "cv").map
+        local holders = info[2]
+        assert.equal(1, #holders)
+        local h = record(a, "cv")
+        assert.is_truthy(h)
+        assert.equal("EX", h.mode)
+        local token = a:call("LOCK.CONVERT", "cv", "x", "MODE", "EX")
+        assert.equal("integer", math.type(token))
+        assert.equal(token, h.token)
+        if math.type(cv.result) == "integer" then assert.equal(token, cv.result) end
+    end)
+
+    it("is not answered granted once the session it was granted in is given up", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR", "PX", "600000")))
+        local cv = a:start("LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
+        W:advance(50)
+        -- x's grant applies, its reply lost, and a gives its session up
+        -- (the server keeps it a while: x's node lives on)
+        a:fail_next({ op = "multi", when = "after", hook = function() a:lose() end })
+        assert.equal(1, b:call("LOCK.RELEASE", "cv", "y"))
+        W:run_until(function() return cv.done end)
+        assert.same({ err = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again" }, cv.result)
     end)
 end)
