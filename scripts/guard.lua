@@ -4,7 +4,7 @@
 --
 --   our write from the cache  + check(our guard, the version known before)
 --   a removal of a node       + set(the node's mark: n = hash(path) % MARKS)
---                               (ours: unconditional, a nonce; another session's:
+--                               (ours: unconditional, a token; another session's:
 --                               at the version read before the node was)
 --   a removal of another session's node
 --                             + set(its guard), for its cache's sake
@@ -81,9 +81,11 @@ function G.mark_path(sid, path)
 end
 
 -- The op of our removal of the node at path that bumps its mark, writing a
--- nonce of its own: the mark holding it proves the multi applied (a lost
--- removal of ours, resolve.lua).
-local function mark_bump(path) return { "set", guard.mark_paths[mark_of(path) + 1], Z.nonce(), -1 } end
+-- token of its own: the mark holding it proves the multi applied (a lost
+-- removal of ours, resolve.lua).  Only this process bumps its session's
+-- marks with such tokens (another sidecar's bump writes a whole nonce), so
+-- a short one will do: a DEL's multi may bump all 64 (K.DELETE_RESERVE).
+local function mark_bump(path) return { "set", guard.mark_paths[mark_of(path) + 1], Z.own_nonce(), -1 } end
 
 -- The guard's version and czxid as we know them now, for an entry about to
 -- be written in our current session, or nil while no guard is known.
@@ -416,7 +418,7 @@ function G.ops(ops, recs, removed)
                 end
                 ops[#ops + 1] = op
             end
-            rec.own_bump = { path = op[2], nonce = op[3] }
+            rec.own_bump = { path = op[2], token = op[3] }
         elseif owner ~= 0 then
             foreign = foreign or {}
             foreign[rec] = true

@@ -118,7 +118,7 @@ end
 -- delete does not), so the removal may be theirs; nor, for a node of
 -- another session, when its mark is not as our multi would have left it
 -- (guard.lua).  But a mark of ours that our multi bumped and that still
--- holds the nonce the bump wrote proves the multi applied, whole, whoever
+-- holds the token the bump wrote proves the multi applied, whole, whoever
 -- else could have removed the nodes.  One sync first: the server then has
 -- whatever applied before it.
 local function resolve_delete(recs)
@@ -141,7 +141,7 @@ local function resolve_delete(recs)
         if b and not looked[b.path] then
             looked[b.path] = true
             local rc, data = Z.get(b.path)
-            if rc == zk.OK and data == b.nonce then return true end
+            if rc == zk.OK and data == b.token then return true end
         end
     end
     local guard -- our guard's stat, read once, when a node of ours asks

@@ -3,7 +3,7 @@
 -- remover's (the key's deadline within a second, our guard moved), so the
 -- command ran again, found nothing and answered 0 for a key it had deleted
 -- (a release "not owned" that released).  The multi's bump of the node's
--- mark now writes a nonce of its own: the mark holding it proves the multi
+-- mark now writes a token of its own: the mark holding it proves the multi
 -- applied, whole.
 
 local S = require "world"
