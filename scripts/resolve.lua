@@ -195,7 +195,9 @@ end
 -- expired before) is deleted, so that a client told "failed" holds
 -- nothing; a key that lived before (a renewal) is kept and remembered, so
 -- that it still expires (counted from now, later than the write: never
--- early).  w is what remember() takes.
+-- early; a persistent node also after our session changed, as its old
+-- entry's expiry forgot it, seeing another nonce).  w is what remember()
+-- takes.
 --
 -- It looks until it can tell, 250 ms, 500 ms ... then every 2 s, however
 -- long ZooKeeper stays away: a lock without a TTL that landed would be
@@ -222,7 +224,10 @@ local function settle_later(path, w, keep)
                 if rc == zk.NONODE or codec.decode(data).nonce ~= w.nonce then return true end
                 if keep then
                     local owner = stat.ephemeralOwner or 0
-                    if w.sid == zk.session() and (owner == 0 or owner == w.sid) then
+                    -- (a persistent node is ours to end at its deadline
+                    -- whatever our session since: expiry.lua)
+                    if (w.lifetime == "persistent" and owner == 0) or
+                       (w.sid == zk.session() and (owner == 0 or owner == w.sid)) then
                         w.version, w.czxid = stat.version, stat.czxid
                         O.remember(path, w)
                     end
