@@ -5,11 +5,7 @@
 local S = require "world"
 local null, OK, UNAVAILABLE, Z = S.null, S.OK, S.UNAVAILABLE, S.codes
 
-local function count(W, kind, from)
-    local n = 0
-    for i = (from or 0) + 1, #W.ops do if W.ops[i].kind == kind then n = n + 1 end end
-    return n
-end
+local count = S.count_ops
 
 describe("unknown outcomes", function()
     local W, a, b

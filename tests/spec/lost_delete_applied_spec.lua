@@ -11,11 +11,7 @@ local OK = S.OK
 
 local RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
-local function count(W, kind, from)
-    local n = 0
-    for i = (from or 0) + 1, #W.ops do if W.ops[i].kind == kind then n = n + 1 end end
-    return n
-end
+local count = S.count_ops
 
 describe("a lost removal of our own key that applied", function()
     local W, a, b

@@ -8,11 +8,7 @@
 local S = require "world"
 local OK = S.OK
 
-local function count(W, kind, from)
-    local n = 0
-    for i = (from or 0) + 1, #W.ops do if W.ops[i].kind == kind then n = n + 1 end end
-    return n
-end
+local count = S.count_ops
 
 -- Another key whose node hashes to the same mark of a's as key's.
 local function same_mark(a, key)

@@ -60,6 +60,14 @@ function S.world(sidecars, world_opts)
     return W, table.unpack(out, 1, #list)
 end
 
+-- How many operations of `kind` (W.ops: "multi", "sync", ...) the world
+-- saw after the first `from`.
+function S.count_ops(W, kind, from)
+    local n = 0
+    for i = (from or 0) + 1, #W.ops do if W.ops[i].kind == kind then n = n + 1 end end
+    return n
+end
+
 -- Each sidecar writes a key of its own (its guard and the leader clock
 -- known), then 100 ms pass (the background upkeep that follows is done).
 function S.warm(W, ...)
