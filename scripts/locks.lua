@@ -502,10 +502,15 @@ function L.renew(key, owner, px)
     S.abort({ err = E.UNAVAILABLE })
 end
 
--- A change of our hold's mode or token, seen in a fresh view.
+-- A change of our hold's mode or token, seen in a fresh view (which knows
+-- our node's version when it read or wrote it: a conversion rewrites the
+-- node, and a release deletes it at that version).
 local function converted(path, mode, token, view)
     local h = L.holds[path]
-    if h then h.mode, h.token, h.view = mode, token, view end
+    if not h then return end
+    h.mode, h.token, h.view = mode, token, view
+    local e = view and view.by_seq and view.by_seq[LS.seq_of(path)]
+    if e and e.version then h.version = e.version end
 end
 
 -- Writes snap's table with our hold `mine` changed, touching its node

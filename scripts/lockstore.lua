@@ -586,7 +586,7 @@ end
 -- on the version read, with `touch` (an entry whose node is rewritten in the
 -- same multi to wake its watchers).  Returns "ok", "stale" (changed since:
 -- read again), or "unknown" (the reply was lost: read again to learn);
--- with "ok", the zxid of the write.
+-- with "ok", the zxid of the write (and touch's version is its node's).
 function LS.write_table(snap, touch)
     local data, lines, names = LS.encode_table(snap.queue)
     local rc, results, stat
@@ -603,6 +603,7 @@ function LS.write_table(snap, touch)
     if rc == zk.OK then
         Z.learn_offset(stat)
         LS.wrote_table(snap.path, stat, lines, names)
+        if touch then touch.version = Z.next_version(touch.version) end
         return "ok", stat and stat.mzxid or snap.token
     end
     if rc == zk.BADVERSION or rc == zk.NONODE then return "stale" end

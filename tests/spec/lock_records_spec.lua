@@ -140,3 +140,32 @@ describe("a hold count write whose reply is lost, with a renewal through another
         assert.equal(2, count(c, "k"))
     end)
 end)
+
+-- A conversion rewrites the hold's node (its watchers wake); the hold's
+-- record learns the node's new version, so that its release deletes it at
+-- once (it failed at the old version, then read the lock and deleted
+-- again: four round trips for one).
+describe("a hold converted through its own sidecar", function()
+    for _, case in ipairs({ { "up", "PR", "EX" }, { "down", "EX", "CR" } }) do
+        it("is released by one request after a conversion " .. case[1] .. ", and its waiter is granted", function()
+            local W, a, b = S.world(2)
+            S.warm(W, a, b)
+            assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cq", "x", "MODE", case[2])))
+            local token = a:call("LOCK.CONVERT", "cq", "x", "MODE", case[3])
+            assert.equal("integer", math.type(token))
+            local w = a:start("LOCK.ACQUIRE", "cq", "y", "MODE", "EX", "WAIT", "60000")
+            local v = b:start("LOCK.ACQUIRE", "cq", "z", "MODE", "EX", "WAIT", "60000")
+            W:advance(100)
+            assert.is_falsy(w.done)
+            local before = #W.ops
+            assert.equal(1, a:call("LOCK.RELEASE", "cq", "x"))
+            assert.equal(1, S.count_ops(W, "multi", before) + S.count_ops(W, "delete", before))
+            assert.equal(0, S.count_ops(W, "children", before))
+            W:run_until(function() return w.done or v.done end)
+            local first = w.done and w or v
+            assert.equal("integer", math.type(first.result))
+            assert.is_true(first.result > token)
+            assert.is_falsy((w.done and v or w).done) -- (EX after EX: one at a time)
+        end)
+    end
+end)
