@@ -96,7 +96,9 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
             -- woken: a release may have granted us (a conversion reads)
             LW.await_write(lock)
             t = not converting and LS.cached_grant(lock, seq, czxid) or LS.read_table(lock, event)
-            if not t or lost() then return nil, "lost" end
+            -- (a lock node made again since, its numbers begun again: the
+            -- line of our number is another's)
+            if not t or lost() or (czxid and t.czxid ~= czxid) then return nil, "lost" end
             if LG.granted_in(t, seq, converting) then
                 -- the view: the queue the table carries, else our listing
                 -- from before the wait; when it is the latter, or we are
@@ -125,7 +127,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         if not t or lost() then return nil, "lost" end
         local snap = LS.build(lock, t, names, pzxid)
         local me = snap.by_seq[seq]
-        if not me then return nil, "lost" end
+        if not me or me.path ~= path then return nil, "lost" end
         local stop = first and first(snap, me)
         if stop then return nil, stop end
         first = nil

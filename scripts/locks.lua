@@ -532,7 +532,9 @@ local function give_up(lock, asked, mode)
     for _ = 1, Z.READ_TRIES do
         local snap = LS.read(lock, true) -- (our ask may have landed unanswered)
         local me = snap and snap.by_seq[LS.seq_of(asked)]
-        if not me then return nil, true end -- the hold itself is gone
+        -- the hold itself is gone (its number is another's in a lock node
+        -- made again since, a container the server removed once empty)
+        if not me or me.path ~= asked then return nil, true end
         if not me.convert then
             if me.granted ~= mode then return nil end
             converted(asked, mode, me.token, snap)

@@ -180,3 +180,70 @@ describe("a conversion granted by a write whose reply was lost", function()
         assert.same({ err = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again" }, cv.result)
     end)
 end)
+
+-- A conversion given up in the background after -TRYAGAIN, while the lock
+-- node was removed (a container the server removes once empty) and made
+-- again: its sequence numbers start again, and the request that now has
+-- our request's number is another owner's.
+describe("a conversion given up after its lock node was made again", function()
+    it("leaves the other owner's request of the same number alone", function()
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cr", "x", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cr", "y", "MODE", "PR", "PX", "600000")))
+        local lock = a.LK.lock_path("cr")
+        local first = W:children(lock)
+        a:fail_next({ op = "multi", when = "after", hook = function() a:disconnect() end })
+        local cv = a:start("LOCK.CONVERT", "cr", "x", "MODE", "EX", "WAIT", "60000")
+        W:run_until(function() return cv.done end)
+        assert.matches("^TRYAGAIN", cv.result.err)
+        -- while a is cut off: both holds end, the empty lock node goes, and
+        -- two new owners come, z asking for EX
+        assert.equal(1, b:call("LOCK.RELEASE", "cr", "x"))
+        assert.equal(1, b:call("LOCK.RELEASE", "cr", "y"))
+        W:raw_delete(lock)
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cr", "z", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cr", "w", "MODE", "PR", "PX", "600000")))
+        local function seqs(names)
+            local out = {}
+            for i, name in ipairs(names) do out[i] = name:match("%-(%d+)$") end
+            return out
+        end
+        assert.same(seqs(first), seqs(W:children(lock))) -- (z has x's number)
+        local zc = b:start("LOCK.CONVERT", "cr", "z", "MODE", "EX", "WAIT", "60000")
+        W:advance(100)
+        assert.is_falsy(zc.done)
+        a:reconnect()
+        W:advance(3000) -- the give-up runs
+        assert.is_falsy(zc.done)
+        local waiters = b:call("LOCK.INFO", "cr").map[4]
+        assert.equal(1, #waiters)
+        assert.equal(1, b:call("LOCK.RELEASE", "cr", "w"))
+        W:run_until(function() return zc.done end)
+        assert.equal("integer", math.type(zc.result))
+    end)
+end)
+
+describe("a waiting conversion woken after its lock node was made again", function()
+    it("is not answered by the line of another owner that has its number", function()
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cs", "x", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cs", "y", "MODE", "PR", "PX", "600000")))
+        local lock = a.LK.lock_path("cs")
+        local cv = a:start("LOCK.CONVERT", "cs", "x", "MODE", "EX", "WAIT", "600000")
+        W:advance(100)
+        assert.is_falsy(cv.done)
+        -- while a hears nothing: both holds released through b, the empty
+        -- lock node removed, and z holds EX under x's number in a new one
+        a:disconnect({ hold_events = true })
+        assert.equal(1, b:call("LOCK.RELEASE", "cs", "x"))
+        assert.equal(1, b:call("LOCK.RELEASE", "cs", "y"))
+        W:raw_delete(lock)
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cs", "z", "MODE", "EX", "PX", "600000")))
+        assert.matches("%-0000000000$", W:children(lock)[1])
+        a:reconnect()
+        W:run_until(function() return cv.done end, 5000)
+        assert.same({ err = "ERR owner's hold of this lock ended while its conversion waited" }, cv.result)
+    end)
+end)
