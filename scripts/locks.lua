@@ -510,7 +510,7 @@ local function converted(path, mode, token, view)
     if not h then return end
     h.mode, h.token, h.view = mode, token, view
     local e = view and view.by_seq and view.by_seq[LS.seq_of(path)]
-    if e and e.version then h.version = e.version end
+    if e and e.path == path and e.version then h.version = e.version end
 end
 
 -- Writes snap's table with our hold `mine` changed, touching its node
