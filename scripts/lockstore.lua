@@ -38,6 +38,8 @@ local Q = require "lockq"
 local Z = require "zkio"
 local G = require "guard"
 local U = require "util"
+local S = require "signal"
+local E = require "errors"
 
 local LS = {}
 
@@ -390,13 +392,18 @@ function LS.snapshot(lock, listing, seq, mode)
         if t.version == stat.version then return t, names, pzxid, stat.czxid end
         if seq and waits_behind(t, names, seq, mode) then return t, names, pzxid, stat.czxid, true end
     end
-    t = LS.read_table(lock)
-    if not t then return nil end
-    if t.version ~= stat.version or t.czxid ~= stat.czxid then
+    -- (the listing again must be of the node the table is: one removed
+    -- once empty and made again between the two begins its numbers again,
+    -- and the old table's lines would grant the new node's requests)
+    for _ = 1, Z.READ_TRIES do
+        t = LS.read_table(lock)
+        if not t then return nil end
+        if t.version == stat.version and t.czxid == stat.czxid then return t, names, pzxid, stat.czxid end
         names, pzxid, stat = LS.read_children(lock)
         if not names then return nil end
+        if t.czxid == stat.czxid then return t, names, pzxid, stat.czxid end
     end
-    return t, names, pzxid, stat.czxid
+    S.abort({ err = E.UNAVAILABLE })
 end
 
 -- The lock's queue as lockq reads it, from a read of the table and one of
