@@ -140,17 +140,25 @@ describe("a conversion granted by a write whose reply was lost", function()
         end
     end
 
-    it("leaves the hold recorded in the mode and token it was granted", function()
-        local W, a, b = S.world(2)
+    -- x (through a) and y (through b) hold "cv" in PR, x asks for EX; y's
+    -- release wakes x, whose grant applies with its reply lost as `cut`
+    -- befalls a (its disconnect, or its session given up); x's LOCK.CONVERT
+    -- has answered.
+    local function lost_grant(n, cut)
+        local W, a, b, c = S.world(n)
         assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "PR", "PX", "600000")))
         assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR", "PX", "600000")))
         local cv = a:start("LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
         W:advance(50)
         assert.is_falsy(cv.done)
-        -- y's release wakes x; x's grant applies, its reply lost, a cut off
-        a:fail_next({ op = "multi", when = "after", hook = function() a:disconnect() end })
+        a:fail_next({ op = "multi", when = "after", hook = function() cut(a) end })
         assert.equal(1, b:call("LOCK.RELEASE", "cv", "y"))
         W:run_until(function() return cv.done end)
+        return W, a, b, c, cv
+    end
+
+    it("leaves the hold recorded in the mode and token it was granted", function()
+        local W, a, b, _, cv = lost_grant(2, function(sc) sc:disconnect() end)
         W:advance(900)
         a:reconnect()
         W:advance(2000)
@@ -167,17 +175,33 @@ describe("a conversion granted by a write whose reply was lost", function()
     end)
 
     it("is not answered granted once the session it was granted in is given up", function()
-        local W, a, b = S.world(2)
-        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "PR", "PX", "600000")))
-        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR", "PX", "600000")))
-        local cv = a:start("LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
-        W:advance(50)
-        -- x's grant applies, its reply lost, and a gives its session up
-        -- (the server keeps it a while: x's node lives on)
-        a:fail_next({ op = "multi", when = "after", hook = function() a:lose() end })
-        assert.equal(1, b:call("LOCK.RELEASE", "cv", "y"))
-        W:run_until(function() return cv.done end)
+        -- (the server keeps the session a while: x's node lives on)
+        local _, _, _, _, cv = lost_grant(2, function(sc) sc:lose() end)
         assert.same({ err = "TRYAGAIN the key is held by a ZooKeeper session that is ending, try again" }, cv.result)
+    end)
+
+    it("its hold's release still lets the next waiter in, with no clash", function()
+        local W, a, b, c = lost_grant(3, function(sc) sc:disconnect() end)
+        W:advance(900)
+        a:reconnect()
+        W:advance(2000)
+        local z = c:start("LOCK.ACQUIRE", "cv", "z", "MODE", "PR", "WAIT", "60000")
+        W:advance(100)
+        assert.is_falsy(z.done) -- behind x's EX
+        assert.equal(1, a:call("LOCK.RELEASE", "cv", "x"))
+        W:run_until(function() return z.done end, 5000)
+        assert.equal("integer", math.type(z.result))
+        assert.equal(0, a:call("LOCK.RELEASE", "cv", "x"))
+    end)
+
+    it("a hold released meanwhile is not recorded again by the background give-up", function()
+        local W, a, b = lost_grant(2, function(sc) sc:disconnect() end)
+        assert.equal(1, b:call("LOCK.RELEASE", "cv", "x")) -- through b, while a is cut off
+        W:advance(900)
+        a:reconnect()
+        W:advance(2000)
+        for _, h in pairs(a.LK.holds) do assert.equal("PR", h.mode) end
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "w", "MODE", "EX", "WAIT", "0")))
     end)
 end)
 

@@ -2,8 +2,7 @@
 -- multi wrote into the node's mark (resolve.lua): a token an earlier
 -- removal left on the same mark, a second attempt's, a session given up
 -- after the multi applied, a commit of deletes and writes, a DEL cut in
--- halves; and a conversion granted by its own lost write, recorded by the
--- give-up, then released, or released meanwhile through another sidecar.
+-- halves.
 
 local S = require "world"
 local OK = S.OK
@@ -84,45 +83,5 @@ describe("a lost removal of our own key (the token in its mark)", function()
         assert.equal(#keys, c:call(table.unpack(args)))
         for i = 1, #keys do assert.is_nil(W2:node(c:path(keys[i]))) end
         assert.equal(0, #(W2.refused or {}))
-    end)
-end)
-
-describe("a conversion granted by a lost write, recorded by the give-up", function()
-    it("its hold's release still lets the next waiter in, with no clash", function()
-        local W, a, b, c = S.world(3)
-        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "PR", "PX", "600000")))
-        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR", "PX", "600000")))
-        local cv = a:start("LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
-        W:advance(50)
-        a:fail_next({ op = "multi", when = "after", hook = function() a:disconnect() end })
-        assert.equal(1, b:call("LOCK.RELEASE", "cv", "y"))
-        W:run_until(function() return cv.done end)
-        W:advance(900)
-        a:reconnect()
-        W:advance(2000)
-        local z = c:start("LOCK.ACQUIRE", "cv", "z", "MODE", "PR", "WAIT", "60000")
-        W:advance(100)
-        assert.is_falsy(z.done) -- behind x's EX
-        assert.equal(1, a:call("LOCK.RELEASE", "cv", "x"))
-        W:run_until(function() return z.done end, 5000)
-        assert.equal("integer", math.type(z.result))
-        assert.equal(0, a:call("LOCK.RELEASE", "cv", "x"))
-    end)
-
-    it("a hold released meanwhile is not recorded again by the background give-up", function()
-        local W, a, b = S.world(2)
-        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cv", "x", "MODE", "PR", "PX", "600000")))
-        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "y", "MODE", "PR", "PX", "600000")))
-        local cv = a:start("LOCK.CONVERT", "cv", "x", "MODE", "EX", "WAIT", "60000")
-        W:advance(50)
-        a:fail_next({ op = "multi", when = "after", hook = function() a:disconnect() end })
-        assert.equal(1, b:call("LOCK.RELEASE", "cv", "y"))
-        W:run_until(function() return cv.done end)
-        assert.equal(1, b:call("LOCK.RELEASE", "cv", "x")) -- through b, while a is cut off
-        W:advance(900)
-        a:reconnect()
-        W:advance(2000)
-        for _, h in pairs(a.LK.holds) do assert.equal("PR", h.mode) end
-        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cv", "w", "MODE", "EX", "WAIT", "0")))
     end)
 end)
