@@ -85,7 +85,8 @@ end
 -- removal of ours, resolve.lua).  Only this process bumps its session's
 -- marks with such tokens (another sidecar's bump writes a whole nonce), so
 -- a short one will do: a DEL's multi may bump all 64 (K.DELETE_RESERVE).
-local function mark_bump(path) return { "set", guard.mark_paths[mark_of(path) + 1], Z.own_nonce(), -1 } end
+local function bump_of(mark) return { "set", mark, Z.own_nonce(), -1 } end
+local function mark_bump(path) return bump_of(guard.mark_paths[mark_of(path) + 1]) end
 
 -- The guard's version and czxid as we know them now, for an entry about to
 -- be written in our current session, or nil while no guard is known.
@@ -409,16 +410,17 @@ function G.ops(ops, recs, removed)
         if owner == sid then
             G.await()
             -- (one bump per mark; no set to tell for a single removal)
-            local op = bumped and bumped[G.mark_path(sid, rec.path)]
+            local mark = guard.mark_paths[mark_of(rec.path) + 1]
+            local op = bumped and bumped[mark]
             if not op then
-                op = mark_bump(rec.path)
+                op = bump_of(mark)
                 if #removed > 1 then
                     bumped = bumped or {}
-                    bumped[op[2]] = op
+                    bumped[mark] = op
                 end
                 ops[#ops + 1] = op
             end
-            rec.own_bump = { path = op[2], token = op[3] }
+            rec.own_bump = { path = mark, token = op[3] }
         elseif owner ~= 0 then
             foreign = foreign or {}
             foreign[rec] = true
