@@ -219,6 +219,23 @@ describe("a persistent key with a TTL across a session change", function()
         assert.equal("v2", c:call("GET", "durable:x"))
     end)
 
+    -- (settle_later remembered a node only in the session that wrote it,
+    -- while the old entry's expiry, seeing another nonce, forgot the key)
+    it("is deleted at its deadline when the session changed before a renewal's outcome was settled", function()
+        S.warm(W, b, c)
+        assert.same(OK, c:call("SET", "durable:x", "v", "PX", "3000"))
+        c:fail_next({ op = "multi", when = "after", hook = function()
+            W:post(function() c:disconnect() end)
+        end })
+        local t = c:start("PEXPIRE", "durable:x", "6000")
+        W:run_until(function() return t.done end)
+        assert.same(S.UNAVAILABLE, t.result)
+        c:lose()
+        W:advance(20000)
+        assert.same(null, b:call("GET", "durable:x"))
+        assert.is_nil(W:node(c:path("durable:x"))) -- was left for ever
+    end)
+
     it("an ephemeral key's entry goes with its session", function()
         assert.same(OK, c:call("SET", "lock", "t", "PX", "2000"))
         c:expire()

@@ -2,7 +2,9 @@
 -- its sequence numbers begin again at 0.  A read of a lock (LS.snapshot:
 -- a listing, the table, the listing again when the table moved on) may
 -- straddle that: the table of the old node, the names of the new one,
--- whose numbers the old table's lines then grant.
+-- whose numbers the old table's lines then grant.  And LOCK.CONVERT's own
+-- request, known by its path, not its number (a give-up in the background,
+-- a waiting conversion woken after its hold went elsewhere).
 
 local S = require "world"
 
@@ -21,6 +23,13 @@ local function straddle(W, a, lock, start, fn1, fn2)
     return t
 end
 
+-- Through sc: the holds of `...` released, then the empty lock node of key
+-- removed (as ZooKeeper removes an empty container).
+local function empty_and_remove(W, sc, key, ...)
+    for _, owner in ipairs({ ... }) do assert.equal(1, sc:call("LOCK.RELEASE", key, owner)) end
+    W:raw_delete(sc.LK.lock_path(key))
+end
+
 describe("a read of a lock whose node is removed and made again meanwhile", function()
     it("LOCK.INFO lists no waiter of the new node as a holder", function()
         local W, a, b = S.world(2)
@@ -33,9 +42,7 @@ describe("a read of a lock whose node is removed and made again meanwhile", func
             assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "ri", "y", "MODE", "PR", "PX", "600000")))
         end, function()
             -- both go, the empty node is removed; z holds EX in a new one, w waits
-            assert.equal(1, b:call("LOCK.RELEASE", "ri", "x"))
-            assert.equal(1, b:call("LOCK.RELEASE", "ri", "y"))
-            W:raw_delete(lock)
+            empty_and_remove(W, b, "ri", "x", "y")
             assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "ri", "z", "MODE", "EX", "PX", "600000")))
             w = b:start("LOCK.ACQUIRE", "ri", "w", "MODE", "EX", "PX", "600000", "WAIT", "600000")
             W:advance(10)
@@ -65,8 +72,7 @@ describe("a read of a lock whose node is removed and made again meanwhile", func
             -- y goes, the empty node is removed; in a new one z holds EX,
             -- then PR (the table at the old one's version), w waits for EX
             -- under number 1
-            assert.equal(1, b:call("LOCK.RELEASE", "rc", "y"))
-            W:raw_delete(lock)
+            empty_and_remove(W, b, "rc", "y")
             assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "rc", "z", "MODE", "EX", "PX", "600000")))
             assert.equal("integer", math.type(b:call("LOCK.CONVERT", "rc", "z", "MODE", "PR")))
             w = b:start("LOCK.ACQUIRE", "rc", "w", "MODE", "EX", "PX", "600000", "WAIT", "600000")
@@ -121,5 +127,68 @@ describe("a hold's sidecar cut off while it was released elsewhere and its lock 
         assert.equal(1, b:call("LOCK.RELEASE", "rh", "z"))
         W:run_until(function() return w.done end, 1000)
         assert.is_true(w.result > z)
+    end)
+end)
+
+-- A conversion given up in the background after -TRYAGAIN, while the lock
+-- node was removed (a container the server removes once empty) and made
+-- again: its sequence numbers start again, and the request that now has
+-- our request's number is another owner's.
+describe("a conversion given up after its lock node was made again", function()
+    it("leaves the other owner's request of the same number alone", function()
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cr", "x", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cr", "y", "MODE", "PR", "PX", "600000")))
+        local lock = a.LK.lock_path("cr")
+        local first = W:children(lock)
+        a:fail_next({ op = "multi", when = "after", hook = function() a:disconnect() end })
+        local cv = a:start("LOCK.CONVERT", "cr", "x", "MODE", "EX", "WAIT", "60000")
+        W:run_until(function() return cv.done end)
+        assert.matches("^TRYAGAIN", cv.result.err)
+        -- while a is cut off: both holds end, the empty lock node goes, and
+        -- two new owners come, z asking for EX
+        empty_and_remove(W, b, "cr", "x", "y")
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cr", "z", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cr", "w", "MODE", "PR", "PX", "600000")))
+        local function seqs(names)
+            local out = {}
+            for i, name in ipairs(names) do out[i] = name:match("%-(%d+)$") end
+            return out
+        end
+        assert.same(seqs(first), seqs(W:children(lock))) -- (z has x's number)
+        local zc = b:start("LOCK.CONVERT", "cr", "z", "MODE", "EX", "WAIT", "60000")
+        W:advance(100)
+        assert.is_falsy(zc.done)
+        a:reconnect()
+        W:advance(3000) -- the give-up runs
+        assert.is_falsy(zc.done)
+        local waiters = b:call("LOCK.INFO", "cr").map[4]
+        assert.equal(1, #waiters)
+        assert.equal(1, b:call("LOCK.RELEASE", "cr", "w"))
+        W:run_until(function() return zc.done end)
+        assert.equal("integer", math.type(zc.result))
+    end)
+end)
+
+describe("a waiting conversion woken after its lock node was made again", function()
+    it("is not answered by the line of another owner that has its number", function()
+        local W, a, b = S.world(2)
+        S.warm(W, a, b)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "cs", "x", "MODE", "PR", "PX", "600000")))
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cs", "y", "MODE", "PR", "PX", "600000")))
+        local lock = a.LK.lock_path("cs")
+        local cv = a:start("LOCK.CONVERT", "cs", "x", "MODE", "EX", "WAIT", "600000")
+        W:advance(100)
+        assert.is_falsy(cv.done)
+        -- while a hears nothing: both holds released through b, the empty
+        -- lock node removed, and z holds EX under x's number in a new one
+        a:disconnect({ hold_events = true })
+        empty_and_remove(W, b, "cs", "x", "y")
+        assert.equal("integer", math.type(b:call("LOCK.ACQUIRE", "cs", "z", "MODE", "EX", "PX", "600000")))
+        assert.matches("%-0000000000$", W:children(lock)[1])
+        a:reconnect()
+        W:run_until(function() return cv.done end, 5000)
+        assert.same({ err = "ERR owner's hold of this lock ended while its conversion waited" }, cv.result)
     end)
 end)
