@@ -30,7 +30,8 @@ local function resolve_write(path, nonce)
     Z.sync(path)
     local rc, data, stat = Z.get(path)
     if rc == zk.NONODE then return false end
-    if codec.decode(data).nonce ~= nonce then return false, stat end
+    local found = codec.decode(data).nonce
+    if found ~= nonce then return false, stat, found end
     return true, stat
 end
 
@@ -67,8 +68,13 @@ end
 -- at version 0 (made by someone else's create, never written since) that
 -- did not replace ours: nothing removed a node at its path since (of our
 -- session: removed_by_another; persistent: persistent_removed).  Anything
--- else may be ours, overwritten.
-local function maybe_overwritten(p, stat, sid, gv, gcz)
+-- else may be ours, overwritten.  A set planned on the owned-key cache
+-- (a script's, EXEC's) may not know its node's czxid (a grouped create
+-- answers no stat): only the node as read (the nonce and version it was
+-- planned on) tells "not applied" then; another sidecar's replacement of
+-- our node, before or after ours, looks the same, and ours may have
+-- applied (an INCR run again counted twice, an LPOP lost an element).
+local function maybe_overwritten(p, stat, found, sid, gv, gcz)
     local n = p.rec.node
     if p.kind == "create" then
         if stat.version ~= 0 then return true end
@@ -76,7 +82,11 @@ local function maybe_overwritten(p, stat, sid, gv, gcz)
         return not (gv and sid == zk.session()) or removed_by_another(p, sid, gv, gcz)
     end
     if p.kind == "replace" then return not (n and n.czxid ~= nil and stat.czxid == n.czxid) end
-    return n and n.czxid ~= nil and (stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version))
+    if n and n.czxid == nil then
+        return not (found ~= nil and found == p.rec.nonce and stat.version == n.version)
+    end
+    if not n then return true end
+    return stat.czxid ~= n.czxid or U.seq_before(Z.next_version(n.version), stat.version)
 end
 
 -- Whether a write of ours (p) whose node is gone now may have applied and
@@ -97,10 +107,10 @@ end
 local function resolve_puts(puts, sid, gv, gcz)
     local unsure = false
     for i, p in ipairs(puts) do
-        local applied, st = resolve_write(p.rec.path, p.nonce)
+        local applied, st, found = resolve_write(p.rec.path, p.nonce)
         if applied then return true, i == 1 and st or nil end
         if st then
-            unsure = unsure or maybe_overwritten(p, st, sid, gv, gcz)
+            unsure = unsure or maybe_overwritten(p, st, found, sid, gv, gcz)
         else
             unsure = unsure or maybe_removed(p, sid, gv, gcz)
         end
