@@ -173,6 +173,8 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
                (how == "timeout" and host.now() >= until_ms) then
                 return nil, how
             end
+            how = LW.reachable(until_ms)
+            if how then return nil, how end
         end
     end
 end

@@ -634,8 +634,10 @@ end
 -- LOCK.INFO: {holders = {...}, waiters = {...}} as reply maps.
 function L.info(key) return LS.info(LS.lock_path(key)) end
 
--- Session events: holds of an ended session are lost.
+-- Session events: holds of an ended session are lost; waiters held while
+-- ZooKeeper was out of reach look again once it is back.
 function L.on_session(event)
+    if event == "connected" then LW.connected() end
     if event ~= "lost" and event ~= "new" then return end
     LW.session_changed()
     local sid = zk.session()

@@ -19,6 +19,8 @@
 --                                              a hold count write taken back
 --   LW.session_changed()                       they are ours no more
 --   LW.close()                                 shutting down: no more waits
+--   LW.reachable(until_ms) / LW.connected()    wait for / tell ZooKeeper's
+--                                              connection, before a look
 --   LW.begin_write(lock) / LW.end_write(lock)  a grant of ours in flight
 --   LW.await_write(lock)                       wait for it to be answered
 --   LW.await(p) / LW.finish(p)                 wait for / end p in flight
@@ -215,9 +217,12 @@ local function leave_node(path)
 end
 
 -- Leaves the queue from a command that may have lost its client, or
--- failed: in the background when the command's own time may be spent.
+-- failed: in the background when the command's own time may be spent, at
+-- once while ZooKeeper is out of reach (a WAIT that ended then is answered
+-- at its end, not a request timeout later).
 function LW.leave(path)
-    local ok, done = pcall(leave_node, path)
+    local ok, done = false, false
+    if select(2, zk.session()) then ok, done = pcall(leave_node, path) end
     if not (ok and done) then
         -- until it is gone (ours, or with our session): every failure is
         -- caught, or one TIMEOUT while ZooKeeper is away (background
@@ -423,6 +428,45 @@ function LW.wait(path, lock, until_ms, since, older, mine)
     end
     return "timeout", nil, seen
 end
+
+-- The waiters of ZooKeeper's connection (LW.reachable), among `watching`
+-- under a key no path is: a session's change (fire_all), shutdown and the
+-- connection's return wake them.
+local CONNECTION = {}
+
+-- Waits while ZooKeeper is out of reach before a waiter looks again (after
+-- its grace, a poll or a watch event): a look now would sit in a parked
+-- request, spending the command's time (--zk-request-timeout), and answer
+-- -TRYAGAIN to a WAIT with long to run, taking the request out of its
+-- place.  nil once it may look (connected, or the session changed: the
+-- caller finds out), else how the wait ended: "timeout" (until_ms),
+-- "gone", "unblocked", "closing".
+function LW.reachable(until_ms)
+    while not select(2, zk.session()) do
+        if LW.closing then return "closing" end
+        if host.client() == nil then return "gone" end
+        if host.unblocked() then return "unblocked" end
+        local left = until_ms - host.now()
+        if left <= 0 then return "timeout" end
+        local rec = { co = coroutine.running() }
+        local set = watching[CONNECTION]
+        if not set then set = {} watching[CONNECTION] = set end
+        set[rec] = true
+        local timer = host.timer(function() wake(rec, "timeout") end)
+        timer:start(left)
+        rec.waiting = true
+        host.block()
+        host.suspend("blocked")
+        rec.waiting = false
+        timer:stop()
+        unwatch(CONNECTION, set, rec)
+        if rec.fired then return nil end
+    end
+    return nil
+end
+
+-- ZooKeeper's connection is back (the session's "connected").
+function LW.connected() fire(CONNECTION, false) end
 
 -- Something of this sidecar's in flight that waiters wait for: a record
 -- {done, waiters}; LW.await(p) returns once LW.finish(p) ran (or its

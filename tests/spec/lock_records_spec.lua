@@ -40,14 +40,20 @@ describe("a request left by a failed LOCK.ACQUIRE and taken up through another s
     -- grants o's request there; b's command ends unanswered (`how`), and o
     -- asks again through a, which finds the request granted: a reentrant
     -- hold.  Back, b takes its command's request out: one count, not o's hold.
-    local function taken_up(wait, disconnect)
+    -- (at_read: cut off as the woken waiter reads the table, which runs
+    -- out of time; else cut off before the release, which it waits out)
+    local function taken_up(wait, disconnect, at_read)
         local W, a, b, c = S.world(3)
         assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "h", "PX", "600000")))
         local w = b:start("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", wait)
         W:advance(50)
         assert.is_falsy(w.done)
         c:call("LOCK.INFO", "k") -- c's listing has o's request: h's release grants it
-        b:disconnect(disconnect)
+        if at_read then
+            b:fail_next({ op = "get", path = b.LK.lock_path("k"), hook = function() b:disconnect(disconnect) end })
+        else
+            b:disconnect(disconnect)
+        end
         assert.equal(1, c:call("LOCK.RELEASE", "k", "h"))
         W:run_until(function() return w.done end)
         local t = a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", "10000")
@@ -57,9 +63,10 @@ describe("a request left by a failed LOCK.ACQUIRE and taken up through another s
         return W, a, b, c, w.result
     end
 
-    for _, case in ipairs({ { "-TRYAGAIN", "10000" }, { "null (WAIT over)", "3000", { hold_events = true } } }) do
+    for _, case in ipairs({ { "-TRYAGAIN", "10000", nil, true }, { "null (WAIT over)", "3000", { hold_events = true } },
+                            { "null (WAIT over, its event come)", "3000" } }) do
         it("keeps the owner's hold after " .. case[1], function()
-            local W, a, _, c, first = taken_up(case[2], case[3])
+            local W, a, _, c, first = taken_up(case[2], case[3], case[4])
             if case[1] == "-TRYAGAIN" then assert.matches("^TRYAGAIN", first.err) else assert.equal(null, first) end
             assert.equal(null, c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000"))
             local lock = a.LK.lock_path("k")
