@@ -109,6 +109,12 @@ local function guard_stayed(h)
     return G.unmoved(h.sid, h.gv)
 end
 
+-- Hold h's mode and token as the lock's table has them now.
+local function relearn(h)
+    local e = LS.read(h.lock).by_seq[LS.seq_of(h.path)]
+    if e and e.path == h.path and e.granted then h.mode, h.token = e.granted, e.token end
+end
+
 -- The lease timer of hold h fired: end it when the lease written in its
 -- node has passed, else wait for that.
 local function lease_due(path)
@@ -119,6 +125,9 @@ local function lease_due(path)
     if rc ~= zk.OK and not drc then h.timer:start(200) return end
     if not drc then
         h.expiring = nil
+        -- written since by another sidecar (a conversion through it): the
+        -- policy hears of the mode and token the lock's table holds
+        if stat.version ~= h.version then pcall(relearn, h) end
         local left = LS.hold_end(h.deadline, h.version, LS.decode_req(data), stat.version) - host.now()
         if left > 0 then
             h.deadline = host.now() + left
@@ -423,7 +432,8 @@ local function release_read(lock, owner, done, unsure)
         else
             write = { path = mine.path, count = 0, sid = mine.owner_sid,
                       deadline = Z.local_time(LS.lease_end(mine, d)),
-                      mode = mine.granted, token = mine.token, px = mine.px }
+                      mode = mine.granted, token = mine.token, px = mine.px,
+                      here = d.sidecar == LS.sidecar_id() }
             rc = LW.delete(mine.path, mine.version, mine.owner_sid)
         end
         if rc == zk.OK then return done(mine.path, left, d, stat and stat.version, write) end
@@ -443,8 +453,9 @@ function L.release(key, owner)
     local h = hp and L.holds[hp]
     local gone, woke = quick_release(h)
     if gone then
-        forget(hp)
-        notify("on_release", h)
+        -- (told once: not when its session's loss, answered meanwhile,
+        -- told on_lost)
+        if forget(hp) then notify("on_release", h) end
         if woke then host.pass() end -- the next holder, when here, is answered first
         return 1
     end
@@ -456,7 +467,14 @@ function L.release(key, owner)
         if left > 0 then
             if mh then mh.data, mh.version, mh.view = d, version, nil end
         else
-            mh = forget(path) or e and { key = key, path = path, mode = e.mode, token = e.token, owner = owner, px = e.px }
+            -- (a hold recorded here, told by its record, with the mode
+            -- and token read now: a conversion through another sidecar;
+            -- none when its session's loss forgot it, told on_lost)
+            mh = forget(path)
+            if mh and e then mh.mode, mh.token = e.mode, e.token end
+            if not mh and e and not e.here then
+                mh = { key = key, path = path, mode = e.mode, token = e.token, owner = owner, px = e.px }
+            end
             if mh then notify("on_release", mh) end
         end
         return 1
