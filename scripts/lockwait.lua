@@ -460,7 +460,7 @@ function LW.reachable(until_ms)
         rec.waiting = false
         timer:stop()
         unwatch(CONNECTION, set, rec)
-        if rec.fired then return nil end
+        if rec.fired then return LW.closing and "closing" or nil end
     end
     return nil
 end

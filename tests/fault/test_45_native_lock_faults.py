@@ -558,3 +558,32 @@ def test_waiter_whose_client_goes_while_its_grant_is_read_keeps_no_hold(native_p
         proxy.release_hold()
     harness.wait_for(lambda: holders(rb, key) == [], 10, 0.05, "w's grant to be let go")
     assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "x", "WAIT", "0"), int)
+
+
+def test_waiter_rides_out_a_disconnect_shorter_than_its_wait(native_pair):
+    """w waits through A behind h, a hold of A's own; A's connection to
+    ZooKeeper is cut and refused for longer than the request timeout (its
+    session lives on) while h is released through B.  w keeps its place
+    and is granted once A is back, with a larger token: a waiter's look due
+    while ZooKeeper is away waits for it (the old code's read sat in the
+    queue of unsent requests and answered -TRYAGAIN at the request
+    timeout, the request taken out of its place)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=20)
+    key = harness.unique("ro")
+    t0 = ra.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000")
+    assert isinstance(t0, int), t0
+    tw, rw = _in_thread(ra, "LOCK.ACQUIRE", key, "w", "PX", "60000", "WAIT", "25000")
+    harness.wait_for(lambda: ("w", "EX", "new") in nativeload.waiting(rb, key), 10, 0.02, "w to wait")
+    proxy.refuse(True)
+    proxy.cut()
+    try:
+        assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
+        time.sleep(REQUEST_MS / 1000.0 + 1.5)
+        assert tw.is_alive(), "w answered while A was cut off: %r" % rw
+    finally:
+        proxy.refuse(False)
+    tw.join(20)
+    assert isinstance(rw.get("token"), int) and rw["token"] > t0, rw
+    assert holders(rb, key) == [("w", "EX")]
+    assert ra.execute_command("LOCK.RELEASE", key, "w") == 1
