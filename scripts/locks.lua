@@ -128,7 +128,10 @@ local function lease_due(path)
         -- written since by another sidecar (a conversion through it): the
         -- policy hears of the mode and token the lock's table holds
         if stat.version ~= h.version then pcall(relearn, h) end
-        local left = LS.hold_end(h.deadline, h.version, LS.decode_req(data), stat.version) - host.now()
+        -- (its clock learned may take a write: ZooKeeper away, look again)
+        local ok, ends = pcall(LS.hold_end, h.deadline, h.version, LS.decode_req(data), stat.version, stat.mzxid)
+        if not ok then h.timer:start(200) return end
+        local left = ends - host.now()
         if left > 0 then
             h.deadline = host.now() + left
             h.timer:start(left)
@@ -176,7 +179,8 @@ local function shortened_due(path, hold)
         return
     end
     s.version = stat.version
-    local left = Z.local_time(d.lease_end) - host.now()
+    if not pcall(Z.ensure_clock, stat.mzxid) then s.timer:start(200) return end
+    local left = Z.local_time(d.lease_end, stat.mzxid) - host.now()
     if left > 0 then s.timer:start(math.ceil(left)) return end
     local drc = LW.delete(path, s.version, hold.sid)
     if drc == zk.OK or drc == zk.NONODE then
@@ -497,16 +501,18 @@ function L.renew(key, owner, px)
         local mine, d = LS.find_owner(snap, owner)
         if not mine or not mine.granted or LS.from_lost_session(mine, d) then return 0 end
         local h = L.holds[mine.path]
-        if h and host.now() > LS.hold_end(h.deadline, h.version, d, mine.version) then return 0 end
+        if h and host.now() > LS.hold_end(h.deadline, h.version, d, mine.version, mine.mzxid) then return 0 end
         -- the lease starts again, px from now, shorter too: through the
         -- holder's sidecar its timer moves; through another, that one ends
         -- a shorter lease itself (end_shortened)
         local was = LS.lease_end(mine, d)
         d.lease_end = LS.end_after(LS.leader_now(), px)
+        local epoch = Z.state.epoch
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if rc == zk.OK then
+            local version = LS.settle_lease(mine.path, d, px, stat, epoch)
             if h then
-                h.px, h.deadline, h.data, h.version = px, host.now() + px, d, stat.version
+                h.px, h.deadline, h.data, h.version = px, host.now() + px, d, version
                 h.timer:start(px)
             elseif d.lease_end < was or shortened[mine.path] then
                 end_shortened({ key = key, path = mine.path, sid = mine.owner_sid, owner = owner,

@@ -159,8 +159,12 @@ end
 -- wrote it), unless the node as read (data d, at `now_version`) holds a
 -- renewal through another sidecar (it changed since) or a later one a
 -- write of ours carried over (a count written over it, or taken back).
-function LS.hold_end(deadline, version, d, now_version)
-    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end)
+-- With `zxid` (the node's mzxid as read), the lease end maps by the clock
+-- of the leader that wrote it (a renewal's writer writes it on that one's:
+-- LS.settle_lease), not by the one this sidecar knows now.
+function LS.hold_end(deadline, version, d, now_version, zxid)
+    if zxid then Z.ensure_clock(zxid) end
+    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end, zxid)
     if renewed and (now_version ~= version or renewed > deadline) then return renewed end
     return deadline
 end
@@ -182,6 +186,22 @@ end
 -- does not move the holder's timer, never earlier than it was.
 function LS.renewed_end(mine, d, px, ours)
     return math.max(LS.end_after(LS.leader_now(), px), ours and 0 or LS.lease_end(mine, d))
+end
+
+-- After our write of a lease end (leader ms, px from now) in a request's
+-- node (data d), answered `stat`: a write committed under a leader other
+-- than the one whose clock we estimated (a leader change we had not yet
+-- learned) is written again by that leader's clock (the commit's mtime),
+-- so that every sidecar maps it by the epoch of the node's mzxid
+-- (LS.hold_end); learns that clock.  The node's version after it.
+function LS.settle_lease(path, d, px, stat, epoch)
+    if not stat or not stat.mtime then return stat and stat.version end
+    Z.learn_offset(stat)
+    if epoch == nil or (stat.mzxid >> 32) == epoch then return stat.version end
+    d.lease_end = LS.end_after(stat.mtime, px)
+    local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
+    if rc == zk.OK and stat2 then return stat2.version end
+    return stat.version -- (written since, or unknown: that write stands)
 end
 
 function LS.decode_req(data)
@@ -489,6 +509,7 @@ function LS.entry_data(e)
         local rc, data, stat = Z.get(e.path)
         e.data = rc == zk.OK and LS.decode_req(data) or false
         e.version, e.owner_sid, e.ctime = stat and stat.version, stat and stat.ephemeralOwner, stat and stat.ctime
+        e.mzxid, e.czxid = stat and stat.mzxid, stat and stat.czxid
     end
     return e.data or nil
 end
@@ -559,10 +580,19 @@ function LS.info(lock)
     local holders, waiters = {}, {}
     if not snap then return { map = { "holders", holders, "waiters", waiters } } end
     local leader = LS.leader_now()
+    -- (a leader ms read from a node maps by the clock of the leader that
+    -- wrote it: a leader change to a server whose clock is off moves no
+    -- answer; a lease end in the node by its mzxid, in the table by the
+    -- table's)
+    local function since_ms(ms, zxid)
+        if zxid then Z.ensure_clock(zxid) end
+        return host.now() - Z.local_time(ms, zxid)
+    end
     for _, e in ipairs(snap.queue) do
         local d = LS.entry_data(e)
         if d and e.granted then
-            local left = math.max(0, math.floor(LS.lease_end(e, d) - leader))
+            local zxid = d.lease_end > 0 and e.mzxid or snap.t.mzxid
+            local left = math.max(0, math.floor(-since_ms(LS.lease_end(e, d), zxid)))
             holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
                                               "count", d.count, "lease_left_ms", left,
                                               "sidecar", d.sidecar, "client", d.client } }
@@ -572,10 +602,13 @@ function LS.info(lock)
     -- conversion from when it was asked, so every sidecar answers alike)
     local function waiter(e, mode, kind, since)
         local d = LS.entry_data(e)
-        since = since or e.ctime or (d and d.asked)
+        local waited
+        if since then waited = leader - since
+        elseif e.ctime then waited = since_ms(e.ctime, e.czxid)
+        elseif d then waited = leader - d.asked end
         if d then
             waiters[#waiters + 1] = { map = { "owner", d.owner, "mode", mode,
-                                              "waited_ms", math.max(0, math.floor(leader - since)),
+                                              "waited_ms", math.max(0, math.floor(waited)),
                                               "kind", kind } }
         end
     end
