@@ -70,6 +70,14 @@ end
 
 local ACQUIRE_OPTS = { MODE = true, PX = true, WAIT = true }
 
+-- The policy's before_acquire as it is when asked: a waiter held back by
+-- it asks again while it waits, and a reload may have replaced the hook
+-- (or removed it: no longer held back) meanwhile.
+local function before_acquire(...)
+    local hook = K.policy.before_acquire
+    if hook then return hook(...) end
+end
+
 local function acquire(args)
     local key, owner = args[2], args[3]
     local bad = owner_error(owner)
@@ -77,7 +85,7 @@ local function acquire(args)
     local o, err = options(args, "lock.acquire", ACQUIRE_OPTS)
     if not o then return err end
     local r = LK.acquire(key, owner, o.mode or "EX", lease(key, o.px), o.wait or 0,
-                         K.policy.before_acquire)
+                         K.policy.before_acquire and before_acquire)
     if r == nil then return host.null end
     return r
 end

@@ -129,6 +129,26 @@ function X.on_watch(event, path)
     end
 end
 
+-- A reload gave the policy an on_lost hook the one before lacked: the keys
+-- this session owns were written without the watch that follow()
+-- (owned.lua) leaves with one.  Watch each now; one gone or changed since
+-- its write is looked at as a watch event would have it.
+function X.follow_owned()
+    if not H.has("on_lost") or not next(O.owned) then return end
+    local sid = zk.session()
+    for path, e in pairs(O.owned) do
+        if e.key and e.sid == sid then
+            host.spawn(function()
+                local ok, rc, stat = pcall(zk.exists, path, true)
+                if not ok or (rc ~= zk.OK and rc ~= zk.NONODE) then return end
+                if rc == zk.NONODE or stat.version ~= e.version or (e.czxid and stat.czxid ~= e.czxid) then
+                    pcall(check_lost, path, e)
+                end
+            end)
+        end
+    end
+end
+
 -- Deletes one owned node whose deadline passed, if it is still the node we
 -- wrote.
 function X.expire_one(path, e)

@@ -324,7 +324,9 @@ end
 -- Loads `path`; returns the hook table for K.set_policy and the commands
 -- (name -> spec), or nil and the reason.
 function H.load(path)
-    local chunk, lerr = loadfile(path, "t", _ENV)
+    -- (its top level's globals are its own: a file refused below leaves
+    -- the running policy's as they were; _G is still the shared table)
+    local chunk, lerr = loadfile(path, "t", setmetatable({}, { __index = _ENV }))
     if not chunk then return nil, oneline(lerr) end
     local ok, p = guarded("load", chunk)
     if not ok then return nil, path .. ": " .. p end

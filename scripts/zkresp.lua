@@ -25,6 +25,7 @@ local U = require "util"
 local SB = require "sandbox"
 local R = require "registry"
 local queue = require "queue"
+local X = require "expiry"
 
 local M = {}
 
@@ -76,9 +77,11 @@ function M.load_policy(path)
         H.failed(path, e)
         return nil, e
     end
+    local watched = H.has("on_lost")
     K.set_policy(loaded.hooks)
     R.install(builtin, loaded.commands)
     H.installed(path, loaded)
+    if not watched then X.follow_owned() end
     M.policy_path = path
     return true
 end
