@@ -198,6 +198,17 @@ local function touched(t, w)
     return false
 end
 
+-- The policy's authorize asked again at EXEC, as Redis checks its ACLs
+-- again (a reload may have taken a permission away since the command was
+-- queued): nil, or the error that is the command's reply in EXEC's array,
+-- the others still running.
+local function refused_now(c)
+    local e = H.authorize(c.spec.name, c.spec, c.args)
+    if not e or e:sub(1, 7) ~= "NOPERM " then return e end
+    local reason = e:sub(1, 12) == "NOPERM User " and "no permission to execute the command or subcommand" or e:sub(8)
+    return E.ACL_CHANGED .. reason
+end
+
 -- Runs queue q's commands as one transaction; the array of their replies.
 -- w: the client's watched keys, or nil.
 local function exec(q, w)
@@ -210,8 +221,9 @@ local function exec(q, w)
     end
     local cmds = q.cmds
     if #cmds == 0 and not w then return {} end
-    local keys, seen, writes = {}, {}, false
-    for _, c in ipairs(cmds) do
+    local keys, seen, writes, denied = {}, {}, false, {}
+    for i, c in ipairs(cmds) do
+        denied[i] = refused_now(c)
         R.each_key(c.spec, c.args, function(key)
             if not seen[key] then
                 seen[key] = true
@@ -247,7 +259,7 @@ local function exec(q, w)
         for i, c in ipairs(cmds) do
             -- A fresh copy on every attempt: a command may change its args.
             -- Its retry and abort signals, and bugs, go on up (txn.lua).
-            local r = c.spec.fn(table.move(c.args, 1, #c.args, 1, {}))
+            local r = denied[i] and err(denied[i]) or c.spec.fn(table.move(c.args, 1, #c.args, 1, {}))
             if r == nil then r = host.null end
             out[i] = r
         end

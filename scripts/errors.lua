@@ -73,6 +73,9 @@ E.MULTI_NESTED = "ERR MULTI calls can not be nested"
 E.EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 E.DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
 E.EXECABORT = "EXECABORT Transaction discarded because of previous errors."
+-- (Redis's execCommand, for a command its ACLs refuse at EXEC; the reason follows)
+E.ACL_CHANGED = "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. " ..
+                "This command is no longer allowed for the following reason: "
 E.WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
 
 -- EXEC itself refused (its arity, -BUSY): Redis's execCommandAbort, with

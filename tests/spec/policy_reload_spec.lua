@@ -290,3 +290,29 @@ describe("a reload that removes a policy command", function()
         assert.matches("^ERR unknown command 'HOLDER'", a:call("HOLDER", "l").err)
     end)
 end)
+
+describe("a reload that takes a permission away from a queued transaction", function()
+    -- Redis checks ACLs again at EXEC: a command refused then answers its
+    -- error in its place, the others still run.
+    for _, case in ipairs({
+        { "a reason", [[return { authorize = function(c, cmd) if cmd == "set" then return "no writes now" end end }]],
+          "no writes now" },
+        { "none", [[return { authorize = function(c, cmd) if cmd == "set" then return false end end }]],
+          "no permission to execute the command or subcommand" },
+    }) do
+        it("answers the refused command Redis's NOPERM at EXEC (" .. case[1] .. ")", function()
+            local _, scs, files = world_of("return {}")
+            local a = scs[1]
+            assert.same(OK, send(a, 1, "begin", "MULTI"))
+            assert.same({ ok = "QUEUED" }, send(a, 1, "queued", "SET", "k", "v"))
+            assert.same({ ok = "QUEUED" }, send(a, 1, "queued", "INCR", "n"))
+            assert.same(OK, reload(a, files[1], case[2]))
+            local r = send(a, 1, "queued", "EXEC")
+            assert.same({ err = "NOPERM ACLs rules changed between the moment the transaction was accumulated " ..
+                                "and the EXEC call. This command is no longer allowed for the following reason: " ..
+                                case[3] }, r[1])
+            assert.equal(1, r[2])
+            assert.equal(null, a:call("GET", "k"))
+        end)
+    end
+end)
