@@ -95,6 +95,7 @@ local function forget(path)
     if h then
         h.timer:stop()
         L.holds[path] = nil
+        LW.forget(path)
         if by_owner[h.lock .. "\0" .. h.owner] == path then by_owner[h.lock .. "\0" .. h.owner] = nil end
     end
     return h

@@ -9,7 +9,8 @@
 --                                              | "unblocked",
 --                                              and whether a watch event woke it
 --   LW.on_watch(path)                          a watch of ours fired
---   LW.created(path) / LW.wrote(path, gone)    our session's request nodes
+--   LW.created(path) / LW.wrote(path, gone) / LW.forget(path)
+--                                              our session's request nodes
 --   LW.delete(path, version) / LW.write_table(snap, touch)
 --                                              writes that wake waiters here
 --   LW.create(lock, prefix, d)                 a request into the queue
@@ -105,6 +106,13 @@ end
 local own = {}
 
 function LW.created(path) own[path] = true end
+
+-- Our hold at `path` is forgotten (locks.lua): its node gone, or no longer
+-- ours to delete (a release through another sidecar, which this sidecar
+-- learns at the lease's end; the session's end).  Whoever waits behind it
+-- here sets a watch from now on; the entry would otherwise stay for the
+-- session's life, one per lock released elsewhere.
+function LW.forget(path) own[path] = nil end
 
 -- A write of ours to a request node was answered: it was deleted (gone)
 -- or changed.  Wakes whoever waits on it here: true when someone did.
