@@ -25,9 +25,7 @@ local function who(sc, key)
     return h, w
 end
 
-local function tryagain(r)
-    return type(r) == "table" and type(r.err) == "string" and r.err:find("^TRYAGAIN") ~= nil
-end
+local tryagain = S.tryagain
 
 describe("a disconnect shorter than the session", function()
     local W, a, b, c

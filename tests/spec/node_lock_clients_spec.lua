@@ -199,8 +199,7 @@ do
     for _, body in ipairs(ALL) do SHA[body] = sha1.hex(body) end
 end
 
-local function show(r) return r == null and "NULL" or type(r) == "table" and (r.err or r.ok or "tbl") or tostring(r) end
-local function tryagain(r) return type(r) == "table" and r.err ~= nil and r.err:find("^TRYAGAIN") ~= nil end
+local show, tryagain = S.show, S.tryagain
 local function noscript(r) return type(r) == "table" and r.err ~= nil and r.err:find("^NOSCRIPT") ~= nil end
 
 -- EVALSHA, then EVAL on NOSCRIPT, as the clients do.  body, keys, args
@@ -688,28 +687,10 @@ describe("node-redlock", function()
                     sc:call("EXISTS", "r1")
                     if fault ~= "none" then lose_commit(sc, "r1", fault) end
                     local t = ev_start(sc, RL_EXTEND, K, { "va", 5000 })
-                    local r = finish(W, t)
-                    local t1 = W.now
-                    if r == 3 then
-                        for _ = 1, 8 do
-                            W:advance(500)
-                            if W.now - t1 >= 4900 then break end
-                            if rl_acquire(c, K, "vc", 1000) ~= 0 then
-                                bad[#bad + 1] = off .. ": extended, taken at +" .. (W.now - t1)
-                                break
-                            end
-                        end
-                    elseif r == 0 then
-                        local x
-                        for _ = 1, 20 do
-                            W:advance(100)
-                            x = rl_acquire(c, K, "vc", 1000)
-                            if x == 3 then break end
-                        end
-                        if x ~= 3 then bad[#bad + 1] = off .. ": extend 0, never free (" .. show(x) .. ")" end
-                    elseif not tryagain(r) then
-                        bad[#bad + 1] = off .. ": " .. show(r)
-                    end
+                    S.renewal_told(W, bad, off, finish(W, t), {
+                        yes = 3, no = 0, keep_ms = 4000, step = 500,
+                        taken = function() return rl_acquire(c, K, "vc", 1000) ~= 0 end,
+                        got = function() return rl_acquire(c, K, "vc", 1000) == 3 end })
                 end
                 assert.same({}, bad)
             end)

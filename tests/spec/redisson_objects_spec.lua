@@ -296,13 +296,7 @@ local LATCH_DOWN = "local v = redis.call('decr', KEYS[1]);" ..
 ---------------------------------------------------------------------------
 -- Helpers (as redisson_rlock_spec.lua's)
 
-local function show(r)
-    if r == null then return "NULL" end
-    if type(r) == "table" then return r.err or ("{" .. table.concat((function()
-        local t = {} for i, v in ipairs(r) do t[i] = show(v) end return t end)(), ",") .. "}") end
-    return tostring(r)
-end
-local function tryagain(r) return type(r) == "table" and r.err ~= nil and r.err:find("^TRYAGAIN") ~= nil end
+local show, tryagain = S.show, S.tryagain
 local function int(r) return math.type(r) == "integer" end
 -- n sidecars (default 2), each having run every script once (the shared
 -- script cache's background upkeep done before a fault is armed).
@@ -850,27 +844,10 @@ describe("Redisson RReadWriteLock sweeps: the shared lock's renewal at the deadl
                     if fault ~= "none" then arm(sc, fault) end
                     local t = sc:start("EVAL", READ_RENEW, "2", RW, "{rw}", "5000", "u1:1")
                     W:run_until(function() return t.done end)
-                    local r, t1 = t.result, W.now
-                    if r == 1 then
-                        for _ = 1, 8 do
-                            W:advance(400)
-                            local w = ({ a, b, c })[_ % 3 + 1]
-                            if wlock(w, "u3:1", 1000) == null then
-                                bad[#bad + 1] = off .. ":writer@" .. (W.now - t1)
-                                break
-                            end
-                        end
-                    elseif r == 0 then
-                        local x
-                        for _ = 1, 20 do
-                            W:advance(100)
-                            x = wlock(c, "u3:1", 1000)
-                            if x == null then break end
-                        end
-                        if x ~= null then bad[#bad + 1] = off .. ":never free" end
-                    elseif not tryagain(r) then
-                        bad[#bad + 1] = off .. ":" .. show(r)
-                    end
+                    S.renewal_told(W, bad, off, t.result, {
+                        yes = 1, no = 0, keep_ms = 3200, step = 400,
+                        taken = function(i) return wlock(({ a, b, c })[i % 3 + 1], "u3:1", 1000) == null end,
+                        got = function() return wlock(c, "u3:1", 1000) == null end })
                 end
                 assert.same({}, bad)
             end)

@@ -20,8 +20,7 @@ local CH = "redisson_lock__channel:{L}"
 local function lock(sc, id, lease) return sc:call("EVAL", LOCK, "1", "L", tostring(lease or 30000), id) end
 local function unlock(sc, id) return sc:call("EVAL", UNLOCK, "2", "L", CH, "0", "30000", id) end
 local function renew(sc, id, lease) return sc:call("EVAL", RENEW, "1", "L", tostring(lease or 30000), id) end
-local function show(r) return r == null and "NULL" or type(r) == "table" and (r.err or "tbl") or tostring(r) end
-local function tryagain(r) return type(r) == "table" and r.err ~= nil and r.err:find("^TRYAGAIN") ~= nil end
+local show, tryagain = S.show, S.tryagain
 -- Two sidecars that have each run `bodies` once with `...` (the shared
 -- script cache's background multi done before a fault is armed).
 local function warmed(bodies, ...)
@@ -325,28 +324,9 @@ describe("Redisson RLock sweeps: renewal at the deadline", function()
                     if fault ~= "none" then sc:fail_next({ op = "multi", when = fault }) end
                     local t = sc:start("EVAL", RENEW, "1", "L", "5000", "u1:1")
                     W:run_until(function() return t.done end)
-                    local r = t.result
-                    local t1 = W.now
-                    if r == 1 then
-                        -- held for the next 4 s
-                        for _ = 1, 8 do
-                            W:advance(400)
-                            if lock(b, "u2:1", 1000) == null then
-                                bad[#bad + 1] = off .. ":acquired@" .. (W.now - t1)
-                                break
-                            end
-                        end
-                    elseif r == 0 then
-                        local x
-                        for _ = 1, 20 do
-                            W:advance(100)
-                            x = lock(b, "u2:1", 1000)
-                            if x == null then break end
-                        end
-                        if x ~= null then bad[#bad + 1] = off .. ":never free" end
-                    elseif not tryagain(r) then
-                        bad[#bad + 1] = off .. ":" .. show(r)
-                    end
+                    local function got() return lock(b, "u2:1", 1000) == null end
+                    S.renewal_told(W, bad, off, t.result, { yes = 1, no = 0, keep_ms = 3200, step = 400,
+                                                           taken = got, got = got })
                 end
                 assert.same({}, bad)
             end)

@@ -36,6 +36,45 @@ S.POSITIVE = S.E("ERR value is out of range, must be positive")
 S.RANGE = S.E("ERR min or max is not a float")
 S.UNAVAILABLE = S.E("TRYAGAIN ZooKeeper unavailable")
 
+-- Whether reply r is a -TRYAGAIN (an outcome unknown, or try again).
+function S.tryagain(r) return type(r) == "table" and type(r.err) == "string" and r.err:find("^TRYAGAIN") ~= nil end
+
+-- Reply r as text, for a message: NULL, an error's or a status's text, an
+-- array's elements.
+function S.show(r)
+    if r == S.null then return "NULL" end
+    if type(r) == "table" then
+        if r.err or r.ok then return r.err or r.ok end
+        local t = {}
+        for i, v in ipairs(r) do t[i] = S.show(v) end
+        return "{" .. table.concat(t, ",") .. "}"
+    end
+    return tostring(r)
+end
+
+-- What a renewal's answer r (just now) must mean for a competitor, in a
+-- sweep of renewals around a lease's end: o.yes (held) keeps it out for
+-- the next o.keep_ms (o.taken(i) tried every o.step ms: true when it got
+-- in), o.no lets it in within two seconds (o.got(i), every 100 ms), and
+-- anything else is a -TRYAGAIN.  What went wrong goes into bad, tagged.
+function S.renewal_told(W, bad, tag, r, o)
+    local t1 = W.now
+    if r == o.yes then
+        for i = 1, o.keep_ms // o.step do
+            W:advance(o.step)
+            if o.taken(i) then bad[#bad + 1] = tag .. ": renewed, taken at +" .. (W.now - t1) return end
+        end
+    elseif r == o.no then
+        for i = 1, 20 do
+            W:advance(100)
+            if o.got(i) then return end
+        end
+        bad[#bad + 1] = tag .. ": not renewed, never free"
+    elseif not S.tryagain(r) then
+        bad[#bad + 1] = tag .. ": " .. S.show(r)
+    end
+end
+
 ---------------------------------------------------------------------------
 -- The world
 
