@@ -129,7 +129,8 @@ end
 -- another session, when its mark is not as our multi would have left it
 -- (guard.lua).  But a mark of ours that our multi bumped and that still
 -- holds the token the bump wrote proves the multi applied, whole, whoever
--- else could have removed the nodes.  One sync first: the server then has
+-- else could have removed the nodes; so does any one mark of another
+-- session, or persistent mark, that still holds our multi's nonce.  One sync first: the server then has
 -- whatever applied before it.
 local function resolve_delete(recs)
     Z.sync(recs[1].path)
@@ -152,6 +153,23 @@ local function resolve_delete(recs)
             looked[b.path] = true
             local rc, data = Z.get(b.path)
             if rc == zk.OK and data == b.token then return true end
+        end
+    end
+    -- Likewise a mark of another session, or a persistent mark, that still
+    -- holds the nonce our multi wrote into it (only our multi writes it):
+    -- the multi applied, whole, whatever moved the other marks since (a
+    -- lock of the DEL's taken and released again through its owner).
+    for _, rec in ipairs(recs) do
+        local m, p = rec.mark_bump, rec.pbump
+        if m and not looked[m.path] then
+            looked[m.path] = true
+            local rc, data, stat = Z.get(m.path)
+            if rc == zk.OK and stat.version == Z.next_version(m.v) and data == m.nonce then return true end
+        end
+        if p and not looked[p.path] then
+            looked[p.path] = true
+            local rc, data = Z.get(p.path)
+            if rc == zk.OK and data == p.nonce then return true end
         end
     end
     local guard -- our guard's stat, read once, when a node of ours asks

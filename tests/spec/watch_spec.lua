@@ -281,6 +281,9 @@ describe("WATCH", function()
                 -- another removal of ours bumps the same marks before the look
                 W:raw_set(a.K.mark_path(a.sid, a:path("lease")), "")
                 W:raw_set(a.K.mark_path(a.sid, a:path("j")), "")
+                -- (j has no TTL: its persistent mark, which the commit
+                -- bumped with its nonce, would tell it applied)
+                W:raw_set(a.require("guard").pmark_path(a:path("j")), "")
             end or nil })
             local r = transaction(a, 1, { { "DEL", "lease" }, { "DEL", "j" } })
             assert.equal(null, b:call("GET", "j"))
