@@ -234,10 +234,12 @@ def _release_held(proxy, client, release, key, path):
 
 
 def _create_lost(proxy, client, cmd):
-    """Sends cmd through client, its create's reply lost (the connection cut
-    once the create reached ZooKeeper) and the sidecar kept from ZooKeeper
-    while the body runs; gives the list its reply lands in."""
-    return _in_flight(client, cmd, lambda: proxy.drop_next_reply(ops=("create", "create2"), hold=True),
+    """Sends cmd through client, the reply of its create of cmd[1]'s node
+    lost (the connection cut once the create reached ZooKeeper; not another
+    create, such as the sidecar's own start-up writes) and the sidecar kept
+    from ZooKeeper while the body runs; gives the list its reply lands in."""
+    return _in_flight(client, cmd, lambda: proxy.drop_next_reply(ops=("create", "create2"), hold=True,
+                                                                 needle=keyenc.encode(cmd[1])),
                       proxy.wait_dropped, lambda: proxy.blackhole(False))
 
 

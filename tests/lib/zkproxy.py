@@ -211,7 +211,8 @@ class _Conn:
                             p._hole_ops = None
                             p._blackhole = self.blackholed = True
                         armed = None if holed else p._drop_ops
-                        if armed is not None and xid > 0 and name in armed:
+                        if armed is not None and xid > 0 and name in armed and \
+                                (p._drop_needle is None or p._drop_needle in frame):
                             p._drop_ops = None
                             self.drop_xid = xid
                             p._drop_target = (self, xid, name)
@@ -319,6 +320,7 @@ class ZkProxy:
         self._swap_armed = False
         self._refuse = False
         self._drop_ops = None
+        self._drop_needle = None
         self._drop_target = None
         self._drop_hold = False
         self._drop_event = threading.Event()
@@ -355,13 +357,15 @@ class ZkProxy:
             self._swap_armed = False
         return armed
 
-    def drop_next_reply(self, ops=WRITE_OPS, hold=False):
-        """Arms the fault: the next request with an op in ops executes but
-        its reply is lost and the connection is cut."""
+    def drop_next_reply(self, ops=WRITE_OPS, hold=False, needle=None):
+        """Arms the fault: the next request with an op in ops (and, given
+        needle, bytes in its frame: a path) executes but its reply is lost
+        and the connection is cut."""
         with self.lock:
             self._drop_event.clear()
             self._drop_target = None
             self._drop_hold = hold
+            self._drop_needle = needle.encode() if isinstance(needle, str) else needle
             self._drop_ops = frozenset(ops)
 
     def blackhole_at_next(self, ops):
