@@ -190,27 +190,35 @@ end
 ---------------------------------------------------------------------------
 -- Lock channels: a message that may have been missed is made up
 
--- After a new session: a waiter on a lock channel whose lock is free may
--- have missed the unlock; it is sent Redisson's unlock message.
+-- The subscribers of channel ch, a lock channel whose lock is free, are
+-- sent Redisson's unlock message, which they may have missed.
+local function make_up_channel(ch)
+    local keys = PB.lock_channel(ch)
+    if not keys then return end
+    for _, key in ipairs(keys) do
+        local ok, rec = pcall(K.read, key)
+        if not ok or rec.live then return end
+    end
+    if PL.by_name("c")[ch] then
+        PS.stats.made_up = PS.stats.made_up + 1
+        deliver_local("c", ch, "0")
+    end
+end
+
+-- After a new session: every lock channel's subscribers.
 local function make_up()
     -- the channels as they are now: each read below waits, and the table
     -- changes meanwhile (next() on a changed table may raise)
     local channels = {}
     for ch in pairs(PL.by_name("c")) do channels[#channels + 1] = ch end
-    for _, ch in ipairs(channels) do
-        local keys = PB.lock_channel(ch)
-        if keys then
-            local free = true
-            for _, key in ipairs(keys) do
-                local ok, rec = pcall(K.read, key)
-                if not ok or rec.live then free = false break end
-            end
-            if free and PL.by_name("c")[ch] then
-                PS.stats.made_up = PS.stats.made_up + 1
-                deliver_local("c", ch, "0")
-            end
-        end
-    end
+    for _, ch in ipairs(channels) do make_up_channel(ch) end
+end
+
+-- A channel whose SUBSCRIBE was answered before its interest was
+-- registered (ZooKeeper away or slow), now registered: an unlock committed
+-- in between went without this sidecar.
+PI.on_late = function(kind, name)
+    if kind == "c" then pcall(make_up_channel, name) end
 end
 
 ---------------------------------------------------------------------------

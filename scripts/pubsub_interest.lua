@@ -169,7 +169,15 @@ local function settle(kind, name, st)
         else
             local ok, progressed = pcall(reconcile_step, kind, name, st)
             st.leaving = nil
-            if st.have and st.want then wake_all(st) end
+            if st.have and st.want then
+                wake_all(st)
+                if st.late then
+                    -- a SUBSCRIBE answered before this registration may
+                    -- have missed a message meanwhile (PI.on_late)
+                    st.late = nil
+                    if PI.on_late then host.spawn(PI.on_late, kind, name) end
+                end
+            end
             if not ok then
                 host.log("warn", "pubsub: registering interest in " .. name .. ": " .. tostring(progressed))
                 host.sleep(PI.RETRY_MS)
@@ -180,6 +188,7 @@ local function settle(kind, name, st)
     end
     st.busy = false
     wake_all(st)
+    if not st.want then st.late = nil end
     if not st.want and not st.have then interest[kind][name] = nil end
 end
 
@@ -221,7 +230,10 @@ function PI.set(kind, name, n)
 end
 
 -- Waits until the interest of st is registered, at most until the
--- command's deadline.
+-- command's deadline.  A SUBSCRIBE answered at its deadline, before the
+-- registration, marks st late: once registered, PI.on_late(kind, name)
+-- (pubsub.lua) makes up what its subscribers may have missed meanwhile.
+PI.on_late = nil
 function PI.await(st)
     if not st or (st.have and st.want and not st.leaving) or not st.want then return end
     local co = coroutine.running()
@@ -230,6 +242,7 @@ function PI.await(st)
         for i = 1, #st.waiters do
             if st.waiters[i] == co then table.remove(st.waiters, i) break end
         end
+        st.late = true
         host.wake(co)
     end)
     timer:start(math.max(0, host.deadline() - host.now()))
@@ -242,7 +255,8 @@ end
 function PI.new_session()
     for _, kind in ipairs({ "c", "p", "s" }) do
         for name, st in pairs(interest[kind]) do
-            st.have, st.made = false, nil
+            -- (what a late one missed is made up with the rest: make_up)
+            st.have, st.made, st.late = false, nil, nil
             reconcile(kind, name)
         end
     end
