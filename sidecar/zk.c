@@ -603,10 +603,28 @@ int zk_build_multi(struct zk_req *r)
  * not own (it frees an uninitialised path for every operation after the
  * first that fails to initialise, seen as a double free after a session
  * expiry).  From CONNECTED the library reaches such a state only through a
- * reconnection and a server's answer, never within one call. */
+ * reconnection and a server's answer, which its IO thread may get while
+ * the loop thread is inside a call: see zk_multi_usable. */
 int zk_handle_usable(const struct zk *z)
 {
     return z->connected && z->zh && zoo_state(z->zh) == ZOO_CONNECTED_STATE;
+}
+
+/* Whether a multi may be handed to the library now: the handle is usable
+ * and the local lease still runs, so the server cannot have expired the
+ * session yet.  A process stopped past its session (SIGSTOP, a paused VM)
+ * finds the handle still CONNECTED when it runs again: its loop thread may
+ * come before the library's IO thread sees the connection closed, and that
+ * thread then reconnects and is told the session expired during a
+ * zoo_amulti of the loop's, which fails its operations from there on and
+ * frees their paths, twice (RELIABILITY 28: "ZooKeeper error -5 on multi",
+ * then a double free).  Such a multi waits, parked: the session's events
+ * decide (a reconnect, or the session given up, which answers it), or an
+ * answer to the heartbeat shows the session alive (on_tick sends it). */
+int zk_multi_usable(const struct zk *z)
+{
+    double lease = zk_lease_end(z);
+    return zk_handle_usable(z) && (lease <= 0 || zk_now() < lease);
 }
 
 /* Sends r now, or parks it until the session connects. */
@@ -618,7 +636,7 @@ void zk_send_or_park(struct zk *z, struct zk_req *r)
         zk_fail_later(r, ZSESSIONEXPIRED);
     else if ((r->flags & ZK_BOUNDED) && zk_now() >= r->deadline)
         zk_fail_later(r, ZK_TIMEOUT);
-    else if (zk_handle_usable(z))
+    else if (r->kind == ZK_OP_MULTI ? zk_multi_usable(z) : zk_handle_usable(z))
         send_req(z, r);
     else if (zk_now() >= r->deadline)
         zk_fail_later(r, ZK_TIMEOUT);

@@ -203,7 +203,7 @@ void zk_group_send(struct zk *z)
     zk_group_arm(z, 0);
 
     struct zk_req *g = NULL;
-    if (head->member && zk_handle_usable(z) && !z->closed) {
+    if (head->member && zk_multi_usable(z) && !z->closed) {
         g = calloc(1, sizeof *g);
         if (g) {
             g->zops = calloc((size_t)total, sizeof(zoo_op_t));

@@ -212,6 +212,8 @@ void zk_expire_parked(struct zk *z, double now, int all, int rc);
 int zk_build_multi(struct zk_req *r);
 /* Whether the handle may be given a request now. */
 int zk_handle_usable(const struct zk *z);
+/* Whether a multi may be handed to the library now (the lease runs too). */
+int zk_multi_usable(const struct zk *z);
 /* Handles everything the queue holds, on the loop thread. */
 void zk_drain(struct zk *z);
 

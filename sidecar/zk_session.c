@@ -328,6 +328,10 @@ static void on_tick(uv_timer_t *t)
     double now = zk_now();
     if (z->parked_head)
         zk_expire_parked(z, now, 0, ZK_TIMEOUT);
+    /* multis parked while the lease had run out, the session alive after
+     * all (the heartbeat was answered: zk_multi_usable) */
+    if (z->parked_head && !z->closed && zk_multi_usable(z))
+        zk_flush_parked(z);
     if (z->all)
         zk_abandon_late(z, now);
     zk_ahead_tick(z, now);
