@@ -28,6 +28,7 @@
 -- the same coroutine (a command reached through redis.call) reuses this
 -- transaction, so every command works unchanged in both contexts.
 
+local codec = require "codec"
 local K = require "keyspace"
 local queue = require "queue"
 local errors = require "errors"
@@ -454,6 +455,13 @@ local function commit_buffered(t)
         -- (an ephemeral key of a session given up is nobody's: not counted,
         -- not told to the policy as acquired)
         local ours = owner_sid == sid or p.lifetime ~= "ephemeral"
+        -- A create inside a multi answers no stat: on_acquire's fencing
+        -- token (czxid) is read while the key is still held, from the node
+        -- when it is still ours as written (else unknown: nil).
+        if ours and not st and H.has("on_acquire") and (not p.rec.live or p.replaced) then
+            local rc, data, nst = zk.get(p.rec.path)
+            if rc == zk.OK and nst.version == p.new_version and codec.decode(data).nonce == p.nonce then st = nst end
+        end
         if ours then O.remember(p.rec.path, {
             key = p.rec.key,
             nonce = p.nonce, sid = owner_sid, lifetime = p.lifetime, vtype = p.vtype,
