@@ -48,7 +48,7 @@ describe("group commit under faults", function()
         assert.is_not_nil(a.env.__infos[1].czxid)
     end)
 
-    -- DEFECT (fixed in txn.lua's commit_buffered): a script or EXEC whose
+    -- Before (fixed in txn.lua's commit_buffered): a script or EXEC whose
     -- commit is a multi (here: a create and a check of the key it read)
     -- told on_acquire czxid = nil, since a multi answers a create without
     -- its stat; the README has a create sent alone "when its stat is
