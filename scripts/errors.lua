@@ -76,6 +76,9 @@ E.EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 -- (Redis's execCommand, for a command its ACLs refuse at EXEC; the reason follows)
 E.ACL_CHANGED = "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. " ..
                 "This command is no longer allowed for the following reason: "
+-- redis.call from a callback of a C function (eval.lua's call)
+E.CALL_IN_C_CALLBACK = "ERR redis.call and redis.pcall cannot run inside a callback of a C function " ..
+                       "(string.gsub, table.sort, a metamethod): zkresp waits for ZooKeeper there, call them outside"
 E.WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
 
 -- EXEC itself refused (its arity, -BUSY): Redis's execCommandAbort, with

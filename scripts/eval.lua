@@ -234,11 +234,22 @@ local function execute(...)
 end
 
 local function call(raising, ...)
+    -- Inside a callback a C function runs (string.gsub's replacement,
+    -- table.sort's comparator, a metamethod) the command's coroutine cannot
+    -- wait for ZooKeeper: a clear error, the same whether or not the call
+    -- would have waited (Redis runs it; zkresp's calls yield).
+    if not coroutine.isyieldable() then
+        if raising then raise(E.CALL_IN_C_CALLBACK) end
+        return { err = E.CALL_IN_C_CALLBACK }
+    end
     SB.user(false)
     local ok, r = pcall(execute, ...)
     SB.user(true)
     -- A retry of the whole script, an abort, or a bug: on up.
-    if not ok then error(r, 0) end
+    if not ok then
+        SB.raised(r)
+        error(r, 0)
+    end
     local c = SB.context()
     local v = to_lua(r, c and c.resp or 2)
     if type(v) == "table" and v.err and raising then raise(v.err) end
@@ -489,7 +500,7 @@ local function run(args, fn, sha, ro, entry)
             end
             t.still = function() return SC.peek(sha) == entry end
         end
-        c.resp = 2
+        c.resp, c.signal = 2, nil
         c.keys = table.move(args, 4, 3 + n, 1, {})
         c.argv = table.move(args, 4 + n, #args, 1, {})
         -- The caps interrupt client code only, and only inside this xpcall.
@@ -509,6 +520,8 @@ local function run(args, fn, sha, ro, entry)
             return with_origin(KILLED[why](c), c, math.type(line) and line or 1), false
         end
         if t.still and not t.still() then K.retry(0) end
+        -- a signal of redis.call's ends the run, whatever error replaced it
+        if c.signal then error(c.signal, 0) end
         if not ok then
             if SB.is_signal(r) then error(r, 0) end
             if type(r) ~= "table" or rawget(r, "failed") == nil and rawget(r, "line") == nil then

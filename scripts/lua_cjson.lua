@@ -134,7 +134,12 @@ local function wrap(c)
     t.decode = decoder(c)
     t.encode = encoder(c)
     for _, name in ipairs(SETTINGS) do t[name] = reader(c, name) end
-    t.new = function() return wrap(configure(cjson.new())) end
+    -- Another instance would differ in nothing a script can see (the
+    -- settings cannot be changed) but its C buffer: encode keeps it at the
+    -- size of its largest text (keep_buffer), out of the memory cap's sight,
+    -- so that a script keeping many instances, each encoding a text just
+    -- under the cap, would hold gigabytes.  So every `new` shares c.
+    t.new = function() return wrap(c) end
     return t
 end
 

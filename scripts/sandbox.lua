@@ -17,7 +17,8 @@
 -- What scripts see is Redis's Lua 5.1 API under Lua 5.4: the base functions
 -- (with error, pcall, xpcall, tostring, setmetatable, getmetatable, rawset,
 -- load and collectgarbage wrapped), `unpack`, string (no dump), table,
--- math (max/min take numeric strings), os.clock, bit, struct, cjson, redis.  No io,
+-- math (max/min take numeric strings; random is Redis's rand48, not the
+-- system's generator), os.clock, bit, struct, cjson, redis.  No io,
 -- os beyond clock, package, require, debug, coroutine, dofile, loadfile,
 -- string.dump; load takes text only.  Globals are read-only, and so are the
 -- library tables and the string metatable: scripts share them with each
@@ -76,6 +77,14 @@ end
 
 function SB.is_kill(e)
     return type(e) == "table" and rawequal(getmetatable(e), Kill)
+end
+
+-- redis.call's system code raised e: a signal (a retry, an abort) is kept
+-- in the running script's context, so that no pcall of the script goes on
+-- from it and the run ends with it (eval.lua), whatever error replaced it.
+function SB.raised(e)
+    local c = contexts[coroutine.running()]
+    if c and not c.signal and SB.is_signal(e) and not SB.is_kill(e) then c.signal = e end
 end
 
 local function ctx()
@@ -137,6 +146,46 @@ local function num2str(x)
     return tostring(x)
 end
 SB.num2str = num2str
+
+-- math.random and math.randomseed as Redis 7's: its rand48 (a 48-bit
+-- linear congruential generator, libc's lrand48, from lrand48's initial
+-- state), one for every script of this VM and never reset, as Redis's.
+-- The VM's own generator is the system layer's (SRANDMEMBER, SPOP, the
+-- retries' jitter): a script's randomseed must not make it predictable.
+local RAND48_MAX = 0x7fffffff
+local rand48 = 0x1234ABCD330E
+local function rand48_seed(seed) return ((seed & 0xffffffff) << 16) | 0x330E end
+local function lrand48()
+    rand48 = (0x5DEECE66D * rand48 + 0xB) & 0xffffffffffff
+    return rand48 >> 17
+end
+
+-- Lua 5.1's luaL_checkint: a number (or numeric string) cut toward 0, as a
+-- C int.
+local function int_arg(v, i, fname)
+    local n = tonumber(v)
+    if n == nil then
+        error(string.format("bad argument #%d to '%s' (number expected, got %s)", i, fname,
+                            v == nil and "no value" or type(v)), 3)
+    end
+    n = math.tointeger(n) or (n == n and math.tointeger(n >= 0 and math.floor(n) or math.ceil(n))) or 0
+    return ((n & 0xffffffff) ~ 0x80000000) - 0x80000000
+end
+
+local function random(...)
+    local n = select("#", ...)
+    local r = (lrand48() % RAND48_MAX) / RAND48_MAX
+    if n == 0 then return r end
+    local l, u = 1, int_arg((...), 1, "random")
+    if n == 2 then l, u = u, int_arg((select(2, ...)), 2, "random") end
+    if n > 2 then error("wrong number of arguments", 2) end
+    if l > u then error(string.format("bad argument #%d to 'random' (interval is empty)", n), 2) end
+    return math.floor(r * (u - l + 1)) + l
+end
+
+local function randomseed(seed)
+    rand48 = rand48_seed(int_arg(seed, 1, "randomseed"))
+end
 
 local function memory_limit_kb()
     local c = ctx()
@@ -336,6 +385,10 @@ function SB.env(redis_api, cjson_lib, bit_lib, struct_lib)
     local function caught(words, ok, ...)
         local why = host.killed()
         if why then host.kill(why) end
+        -- A signal redis.call raised is sticky too: a __close handler that
+        -- raised another error in its unwinding does not make it catchable.
+        local c = ctx()
+        if c and c.signal then rawerror(c.signal, 0) end
         if ok then return ok, ... end
         local e = ...
         if SB.is_signal(e) then rawerror(e, 0) end
@@ -446,6 +499,8 @@ function SB.env(redis_api, cjson_lib, bit_lib, struct_lib)
     for k, v in pairs(math) do m[k] = v end
     m.max = number_arg("max")
     m.min = number_arg("min")
+    m.random = random
+    m.randomseed = randomseed
     env.math = readonly(m)
 
     env.os = readonly({ clock = os.clock })
