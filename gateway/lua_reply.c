@@ -141,13 +141,17 @@ static void encode(lua_State *L, int idx, struct buf *out, int proto, int depth,
         break;
     case LUA_TTABLE:
         if (lua_getfield(L, idx, "err") == LUA_TSTRING) {
-            reply_error(out, lua_tostring(L, -1));
+            size_t n;
+            const char *e = lua_tolstring(L, -1, &n);
+            reply_error_len(out, e, n);
             lua_pop(L, 1);
             return;
         }
         lua_pop(L, 1);
         if (lua_getfield(L, idx, "ok") == LUA_TSTRING) {
-            reply_status(out, lua_tostring(L, -1));
+            size_t n;
+            const char *o = lua_tolstring(L, -1, &n);
+            reply_status_len(out, o, n);
             lua_pop(L, 1);
             return;
         }

@@ -35,6 +35,16 @@ void reply_error(struct buf *b, const char *s)
     reply_line(b, '-', s, strlen(s));
 }
 
+void reply_status_len(struct buf *b, const char *s, size_t n)
+{
+    reply_line(b, '+', s, n);
+}
+
+void reply_error_len(struct buf *b, const char *s, size_t n)
+{
+    reply_line(b, '-', s, n);
+}
+
 void reply_errorf(struct buf *b, const char *fmt, ...)
 {
     struct buf tmp;

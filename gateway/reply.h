@@ -18,6 +18,9 @@ void reply_status(struct buf *b, const char *s);
 /* "-s\r\n"; s carries its code ("ERR ...", "WRONGTYPE ...").  CR and LF
  * inside s are replaced by spaces, as Redis does. */
 void reply_error(struct buf *b, const char *s);
+/* The same, of n bytes (a Lua string: a NUL inside is sent, as Redis does). */
+void reply_status_len(struct buf *b, const char *s, size_t n);
+void reply_error_len(struct buf *b, const char *s, size_t n);
 void reply_errorf(struct buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void reply_int(struct buf *b, long long v);

@@ -1362,6 +1362,21 @@ def test_error_texts_exact(sc, conn, waiters):
     assert waiting(a, key) == [("w", "EX", "new")]
 
 
+def test_an_error_naming_a_binary_owner_keeps_its_bytes(sc):
+    """An error reply that names an owner holding a NUL keeps every byte of
+    it, as Redis sends an error's bytes (the encoder once stopped at the
+    NUL: `-ERR owner 'a`)."""
+    key = unique("nul")
+    with sc[0].client() as h, sc[0].client() as w, sc[1].client() as c:
+        assert h.cmd("LOCK.ACQUIRE", key, "h").startswith(b":")
+        w.send_cmd("LOCK.ACQUIRE", key, "a\0b", "WAIT", "20000")
+        r = sc[1].redis()
+        wait_for(lambda: waiting(r, key) == [("a\0b", "EX", "new")], 10, 0.02, "the waiter to queue")
+        assert c.cmd("LOCK.ACQUIRE", key, "a\0b") == b"-ERR owner 'a\x00b' already waits for this lock\r\n"
+        assert h.cmd("LOCK.RELEASE", key, "h") == b":1\r\n"
+        assert w.read_reply(timeout=10).startswith(b":")
+
+
 def test_error_replies_keep_connection(sc):
     """Wrong arity: Redis's exact message; unknown MODE, bad PX (0,
     negative, not an integer), bad WAIT, unknown option: ERR replies.  None
