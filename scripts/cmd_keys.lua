@@ -124,9 +124,13 @@ local function ttl_generic(key, ms, absolute)
         local left = K.remaining(rec)
         if not left then return -1 end
         local n = math.max(0, math.floor(left))
-        if absolute then n = math.floor(host.wall() + left) end
+        if absolute then
+            -- in floats: a time past 2^63 (PEXPIREAT of LLONG_MAX) is LLONG_MAX
+            local at = host.wall() + left
+            n = at >= 2.0 ^ 63 and math.maxinteger or math.floor(at)
+        end
         if ms then return n end
-        return (n + 500) // 1000
+        return n // 1000 + (n % 1000 >= 500 and 1 or 0)  -- (n + 500) / 1000, no overflow
     end)
 end
 
