@@ -126,12 +126,17 @@ end
 -- when our guard moved since the version the delete checked for a node of
 -- ours: another sidecar that writes or deletes one bumps it (our own
 -- delete does not), so the removal may be theirs; nor, for a node of
--- another session, when its mark is not as our multi would have left it
--- (guard.lua).  But a mark of ours that our multi bumped and that still
--- holds the token the bump wrote proves the multi applied, whole, whoever
--- else could have removed the nodes; so does any one mark of another
--- session, or persistent mark, that still holds our multi's nonce.  One sync first: the server then has
--- whatever applied before it.
+-- another session or a persistent node, when its mark is not as our multi
+-- would have left it (guard.lua).  But any one mark our multi bumped that
+-- still holds what the bump wrote proves the multi applied, whole, whoever
+-- else could have removed the nodes (a lock of the DEL's taken and
+-- released again through its owner moves the others).  One sync first:
+-- the server then has whatever applied before it.
+local function still_bumped(path, wrote, v)
+    local rc, data, stat = Z.get(path)
+    return rc == zk.OK and data == wrote and (v == nil or stat.version == Z.next_version(v))
+end
+
 local function resolve_delete(recs)
     Z.sync(recs[1].path)
     for _, rec in ipairs(recs) do
@@ -146,32 +151,26 @@ local function resolve_delete(recs)
             if same then return false end
         end
     end
-    local looked = {} -- each mark once (a removal bumped it once)
-    for _, rec in ipairs(recs) do
-        local b = rec.own_bump
-        if b and not looked[b.path] then
-            looked[b.path] = true
-            local rc, data = Z.get(b.path)
-            if rc == zk.OK and data == b.token then return true end
-        end
+    -- Our own mark holds the token our bump wrote, another session's mark
+    -- our nonce at the version after the one read, a persistent mark our
+    -- nonce (only our multi writes them).  Each mark once.
+    local looked, bumped = {}, false
+    local function holds(m, wrote, v)
+        if not m or looked[m.path] then return false end
+        looked[m.path] = true
+        return still_bumped(m.path, wrote, v)
     end
-    -- Likewise a mark of another session, or a persistent mark, that still
-    -- holds the nonce our multi wrote into it (only our multi writes it):
-    -- the multi applied, whole, whatever moved the other marks since (a
-    -- lock of the DEL's taken and released again through its owner).
     for _, rec in ipairs(recs) do
-        local m, p = rec.mark_bump, rec.pbump
-        if m and not looked[m.path] then
-            looked[m.path] = true
-            local rc, data, stat = Z.get(m.path)
-            if rc == zk.OK and stat.version == Z.next_version(m.v) and data == m.nonce then return true end
+        local o, m, p = rec.own_bump, rec.mark_bump, rec.pbump
+        if holds(o, o and o.token) or holds(m, m and m.nonce, m and m.v) or holds(p, p and p.nonce) then
+            return true
         end
-        if p and not looked[p.path] then
-            looked[p.path] = true
-            local rc, data = Z.get(p.path)
-            if rc == zk.OK and data == p.nonce then return true end
-        end
+        bumped = bumped or m ~= nil or p ~= nil
     end
+    -- A mark of another session or a persistent mark that our multi bumped
+    -- but holds another value now was moved by a removal not ours (its
+    -- owner's, another sidecar's) or went with its session.
+    if bumped then return false end
     local guard -- our guard's stat, read once, when a node of ours asks
     for _, rec in ipairs(recs) do
         if G.ending(rec.deadline) then return false end
@@ -185,31 +184,10 @@ local function resolve_delete(recs)
             if not guard or guard.version ~= gv or guard.czxid ~= gcz then return false end
         end
     end
-    -- A node of another session: our multi bumped its mark from the
-    -- version read, writing our nonce.  A mark elsewhere was moved by a
-    -- removal not ours (its owner's, another sidecar's) or went with its
-    -- session: not ours to claim.
-    for _, rec in ipairs(recs) do
-        local b = rec.mark_bump
-        if b then
-            local rc, data, stat = Z.get(b.path)
-            if rc ~= zk.OK or stat.version ~= Z.next_version(b.v) or data ~= b.nonce then return false end
-        end
-    end
-    -- A persistent node: our multi bumped its persistent mark, writing our
-    -- nonce; a mark holding another was bumped since by a removal not
-    -- known to be ours (maybe the one that removed this node).
-    for _, rec in ipairs(recs) do
-        local b = rec.pbump
-        if b then
-            local rc, data = Z.get(b.path)
-            if rc ~= zk.OK or data ~= b.nonce then return false end
-        end
-    end
     local asked = {} -- each owner's session once, however many of its nodes
     for _, rec in ipairs(recs) do
         local owner = rec.node and rec.node.ephemeralOwner or 0
-        if owner ~= 0 and not asked[owner] and not rec.mark_bump then
+        if owner ~= 0 and not asked[owner] then
             if not G.lasts(owner) then return false end
             asked[owner] = true
         end
