@@ -73,9 +73,29 @@ local function wake(rec, why)
     end
 end
 
+-- Adds rec to the waiters of `watch`; answers their set, for unwatch.
+local function enlist(watch, rec)
+    local set = watching[watch] or {}
+    watching[watch] = set
+    set[rec] = true
+    return set
+end
+
 local function unwatch(watch, set, rec)
     set[rec] = nil
     if not next(set) and watching[watch] == set then watching[watch] = nil end
+end
+
+-- Suspends the command, blocked, until rec is woken: its watch, or
+-- `left` ms.
+local function block_for(rec, left)
+    local timer = host.timer(function() wake(rec, "timeout") end)
+    timer:start(left)
+    rec.waiting = true
+    host.block()
+    host.suspend("blocked")
+    rec.waiting = false
+    timer:stop()
 end
 
 -- The node at `path` changed (a watch event, or a write of ours): wake
@@ -379,16 +399,9 @@ function LW.wait(path, lock, until_ms, since, older, mine)
     if host.unblocked() then return "unblocked" end
     local watch = path or lock
     local rec = { co = coroutine.running() }
-    local set = watching[watch]
-    if not set then set = {} watching[watch] = set end
-    set[rec] = true
+    local set = enlist(watch, rec)
     if mine == watch then mine = nil end
-    local mset
-    if mine then
-        mset = watching[mine]
-        if not mset then mset = {} watching[mine] = mset end
-        mset[rec] = true
-    end
+    local mset = mine and enlist(mine, rec)
     local function done(...)
         unwatch(watch, set, rec)
         if mset then unwatch(mine, mset, rec) end
@@ -418,14 +431,8 @@ function LW.wait(path, lock, until_ms, since, older, mine)
         return done("gone")
     end
     if host.unblocked() then return done("unblocked") end -- (came while we read)
-    local timer = host.timer(function() wake(rec, "timeout") end)
-    timer:start(left)
-    rec.waiting = true
     LW.stats.waits = LW.stats.waits + 1
-    host.block()
-    host.suspend("blocked")
-    rec.waiting = false
-    timer:stop()
+    block_for(rec, left)
     done()
     if host.client() == nil and not rec.fired then return "gone" end
     if host.unblocked() then return "unblocked" end
@@ -457,16 +464,8 @@ function LW.reachable(until_ms)
         local left = until_ms - host.now()
         if left <= 0 then return "timeout" end
         local rec = { co = coroutine.running() }
-        local set = watching[CONNECTION]
-        if not set then set = {} watching[CONNECTION] = set end
-        set[rec] = true
-        local timer = host.timer(function() wake(rec, "timeout") end)
-        timer:start(left)
-        rec.waiting = true
-        host.block()
-        host.suspend("blocked")
-        rec.waiting = false
-        timer:stop()
+        local set = enlist(CONNECTION, rec)
+        block_for(rec, left)
         unwatch(CONNECTION, set, rec)
         if rec.fired then return LW.closing and "closing" or nil end
     end
