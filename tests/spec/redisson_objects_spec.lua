@@ -304,23 +304,11 @@ local ALL = { READ_LOCK, READ_UNLOCK, READ_RENEW, WRITE_LOCK, WRITE_UNLOCK, RENE
               SEM_SET, SEM_ACQUIRE, SEM_RELEASE, PSEM_ACQUIRE, PSEM_RELEASE, PSEM_AVAILABLE,
               LATCH_SET, LATCH_DOWN }
 local function warmed(n)
-    local out = table.pack(S.world(n or 2))
-    local W = out[1]
-    for i = 2, out.n do
-        for _, body in ipairs(ALL) do
-            out[i]:call("EVAL", body, "5", "w1", "w2", "w3", "w4", "w5", "1", "1", "1", "1", "1")
-        end
-    end
-    W:advance(100)
+    local out = table.pack(S.scripts_warmed(n, ALL, "5", "w1", "w2", "w3", "w4", "w5", "1", "1", "1", "1", "1"))
+    out[1]:advance(100)
     return table.unpack(out, 1, out.n)
 end
-local function msgs(sc, client, ch)
-    local n = 0
-    for _, f in ipairs(sc.pushed[client] or {}) do
-        if f.push[1] == "message" and f.push[2] == ch then n = n + 1 end
-    end
-    return n
-end
+local msgs = S.messages
 -- every node left under the keys' root (but the warm-up's)
 local function keys_left(W, sc)
     local out = {}

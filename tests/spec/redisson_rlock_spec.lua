@@ -21,23 +21,8 @@ local function lock(sc, id, lease) return sc:call("EVAL", LOCK, "1", "L", tostri
 local function unlock(sc, id) return sc:call("EVAL", UNLOCK, "2", "L", CH, "0", "30000", id) end
 local function renew(sc, id, lease) return sc:call("EVAL", RENEW, "1", "L", tostring(lease or 30000), id) end
 local show, tryagain = S.show, S.tryagain
--- Two sidecars that have each run `bodies` once with `...` (the shared
--- script cache's background multi done before a fault is armed).
-local function warmed(bodies, ...)
-    local W, a, b = S.world(2)
-    for _, body in ipairs(bodies) do
-        a:call("EVAL", body, ...)
-        b:call("EVAL", body, ...)
-    end
-    return W, a, b
-end
-local function msgs(sc, client)
-    local n = 0
-    for _, f in ipairs(sc.pushed[client] or {}) do
-        if f.push[1] == "message" and f.push[2] == CH then n = n + 1 end
-    end
-    return n
-end
+local function warmed(bodies, ...) return S.scripts_warmed(2, bodies, ...) end
+local function msgs(sc, client) return S.messages(sc, client, CH) end
 
 describe("Redisson RLock", function()
     local W, a, b

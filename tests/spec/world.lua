@@ -114,6 +114,27 @@ function S.warm(W, ...)
     W:advance(100)
 end
 
+-- A world of n sidecars (default 2), each having run every script of
+-- `bodies` once by EVAL with `...` (numkeys, keys, args): the shared
+-- script cache's background upkeep is done before a test arms a fault.
+-- Answers W and the sidecars.
+function S.scripts_warmed(n, bodies, ...)
+    local out = table.pack(S.world(n or 2))
+    for _, body in ipairs(bodies) do
+        for i = 2, out.n do out[i]:call("EVAL", body, ...) end
+    end
+    return table.unpack(out, 1, out.n)
+end
+
+-- How many pub/sub messages on channel ch sidecar sc pushed to client.
+function S.messages(sc, client, ch)
+    local n = 0
+    for _, f in ipairs(sc.pushed[client] or {}) do
+        if f.push[1] == "message" and f.push[2] == ch then n = n + 1 end
+    end
+    return n
+end
+
 -- Whether an operation recorded in W.ops is the shared script cache's own
 -- upkeep (script_cache.lua: an EVAL makes its script known to the other
 -- sidecars in the background, the first time), not a command's.
