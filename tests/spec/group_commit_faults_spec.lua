@@ -20,8 +20,7 @@ local function run(W, t) W:run_until(function() return t.done end) return t.resu
 describe("group commit under faults", function()
     -- (passes) WATCH of a key read from the owned-key cache (no mzxid)
     it("WATCH of a key made by a grouped create, untouched: EXEC runs", function()
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         assert.same(OK, a:call("SET", "k", "v", "NX", "PX", "60000"))
         assert.is_nil(a.K.owned[a:path("k")].czxid)
         assert.same(OK, run(W, send(W, a, 1, nil, "WATCH", "k")))
@@ -102,8 +101,7 @@ return redis.call('pttl', KEYS[1]);]]
     -- own write's, none applied twice, nothing left after the TTLs.
     for _, when in ipairs({ "after", "before" }) do
         it("a batch whose replies are lost " .. when .. " applying", function()
-            local W, a, b = S.world(2)
-            S.warm(W, a, b)
+            local W, a, b = S.warm_world(2)
             a:call("EVAL", RLOCK, "1", "warm", "30000", "u:0")
             assert.same(OK, b:call("SET", "k2", "theirs", "NX", "PX", "60000"))
             assert.same(OK, a:call("SET", "k3", "mine", "NX", "PX", "60000"))

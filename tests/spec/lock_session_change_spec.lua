@@ -30,8 +30,7 @@ local tryagain = S.tryagain
 describe("a disconnect shorter than the session", function()
     local W, a, b, c
     before_each(function()
-        W, a, b, c = S.world(3)
-        S.warm(W, a, b, c)
+        W, a, b, c = S.warm_world(3)
     end)
 
     it("keeps the hold: a RENEW asked while cut off waits for the reconnect and answers 1", function()
@@ -175,8 +174,7 @@ end)
 describe("a session given up or expired under holds", function()
     local W, a, b, c
     before_each(function()
-        W, a, b, c = S.world(3)
-        S.warm(W, a, b, c)
+        W, a, b, c = S.warm_world(3)
     end)
 
     it("never answers 1 to RENEW or RELEASE of the old hold while a lagging server still shows it", function()
@@ -267,8 +265,7 @@ end)
 
 describe("the holder's sidecar expires with a waiter on another", function()
     it("grants the waiter about one round trip after the old nodes go, a greater token", function()
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         local t1 = a:call("LOCK.ACQUIRE", "e1", "h", "PX", "60000")
         local w = b:start("LOCK.ACQUIRE", "e1", "w", "PX", "60000", "WAIT", "60000")
         W:advance(500) -- past the own-grace: b watches a's request
@@ -286,8 +283,7 @@ describe("the holder's sidecar expires with a waiter on another", function()
     end)
 
     it("keeps a reader granted beside an expired writer's waiter out until both go (no two holders)", function()
-        local W, a, b, c = S.world(3)
-        S.warm(W, a, b, c)
+        local W, a, b, c = S.warm_world(3)
         a:call("LOCK.ACQUIRE", "e2", "r1", "MODE", "PR", "PX", "60000")
         c:call("LOCK.ACQUIRE", "e2", "r2", "MODE", "PR", "PX", "60000")
         local w = b:start("LOCK.ACQUIRE", "e2", "w", "MODE", "EX", "PX", "60000", "WAIT", "60000")

@@ -24,8 +24,7 @@ end
 describe("a lost write of a non-idempotent command", function()
     local W, a, b
     before_each(function()
-        W, a, b = S.world(2)
-        S.warm(W, a, b)
+        W, a, b = S.warm_world(2)
         for _, body in ipairs({ INCR, LPOP, MOVE }) do a:call("EVAL", body, "2", "w1", "w2") end
         W:advance(100) -- (the script cache's background publish is done)
     end)

@@ -17,8 +17,7 @@ local OK, null = S.OK, S.null
 describe("a lost write", function()
     local W, a, b
     before_each(function()
-        W, a, b = S.world(2)
-        S.warm(W, a, b)
+        W, a, b = S.warm_world(2)
     end)
 
     -- a runs its command, whose write (op) applies or not (when) and loses

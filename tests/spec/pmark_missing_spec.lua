@@ -13,8 +13,7 @@ local OK, UNAVAILABLE = S.OK, S.UNAVAILABLE
 
 describe("settling a lost create of a lock without a TTL", function()
     it("still deletes it when the mark was gone at its delete", function()
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         local lock = a:path("lock")
         local mark = a.require("guard").pmark_path(lock)
         -- the create applies, its reply is lost, and the connection stays away

@@ -13,8 +13,7 @@ local OK = S.OK
 
 describe("a DEL of many persistent keys whose marks went stale unheard", function()
     it("deletes them all (nobody writes meanwhile)", function()
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         local N = 30
         local keys = {}
         for i = 1, N do keys[i] = "k" .. i end

@@ -13,8 +13,7 @@ local OK = S.OK
 describe("a persistent mark known to a sidecar", function()
     local W, a, b
     before_each(function()
-        W, a, b = S.world(2)
-        S.warm(W, a, b)
+        W, a, b = S.warm_world(2)
     end)
 
     local function G() return a.require("guard") end

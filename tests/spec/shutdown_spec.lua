@@ -36,8 +36,7 @@ end
 describe("SIGTERM's grace period: native lock waiters", function()
     local W, a, b, c
     before_each(function()
-        W, a, b, c = S.world(3)
-        S.warm(W, a, b, c)
+        W, a, b, c = S.warm_world(3)
     end)
 
     it("answers a queued waiter -TRYAGAIN at once and takes its request out before the close", function()
@@ -151,8 +150,7 @@ end)
 describe("SIGTERM's close: other sidecars see the locks free at once", function()
     local W, a, b, c
     before_each(function()
-        W, a, b, c = S.world(3)
-        S.warm(W, a, b, c)
+        W, a, b, c = S.warm_world(3)
     end)
 
     it("grants a native waiter on another sidecar within about a round trip", function()
@@ -208,8 +206,7 @@ describe("SIGTERM and Redisson-style locks on another sidecar", function()
     ]]
 
     it("frees the hash lock at the close at once", function()
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         assert.equal(null, a:call("EVAL", acquire, "1", "{L}", "30000", "id:1"))
         integer(b:call("EVAL", acquire, "1", "{L}", "30000", "id:2"))
         sigterm(W, a)

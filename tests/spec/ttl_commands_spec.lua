@@ -290,8 +290,7 @@ end)
 describe("what another sidecar sees", function()
     local W, a, b
     before_each(function()
-        W, a, b = S.world(2)
-        S.warm(W, a, b)
+        W, a, b = S.warm_world(2)
     end)
 
     local function near(owner, other, what)

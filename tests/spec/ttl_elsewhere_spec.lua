@@ -8,8 +8,7 @@ local null, OK = S.null, S.OK
 describe("a TTL changed through a sidecar that does not own the key", function()
     local W, a, b
     before_each(function()
-        W, a, b = S.world(2)
-        S.warm(W, a, b)
+        W, a, b = S.warm_world(2)
         assert.same(OK, a:call("SET", "lock", "t", "NX", "PX", "5000"))
     end)
 

@@ -219,8 +219,7 @@ describe("WATCH", function()
     -- expiry and another sidecar: the commit's check of the version would
     -- pass, so EXEC holds that key's queue too.
     local function exec_races(change, setup, latency)
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         assert.same(OK, b:call("SET", "slow", "s"))
         assert.equal("s", a:call("GET", "slow"))
         -- (a first such transaction, so that the one timed below costs no
@@ -271,8 +270,7 @@ describe("WATCH", function()
     for _, moved in ipairs({ false, true }) do
         it(moved and "answers TRYAGAIN, not null, when its lost commit of deletes applied and cannot be told"
                   or "answers what its lost commit of deletes did, told by the mark it bumped", function()
-            local W, a, b = S.world(2)
-            S.warm(W, a, b)
+            local W, a, b = S.warm_world(2)
             assert.same(OK, a:call("SET", "lease", "1", "PX", "5000"))
             assert.same(OK, a:call("SET", "j", "job"))
             W:advance(4200) -- the lease has 800 ms left: its end may remove it too
@@ -292,8 +290,7 @@ describe("WATCH", function()
     end
 
     it("answers TRYAGAIN, not null, when its commit landed under a session given up", function()
-        local W, a, b = S.world(2)
-        S.warm(W, a, b)
+        local W, a, b = S.warm_world(2)
         assert.same(OK, cmd(a, 1, "WATCH", "k"))
         assert.same(OK, send(a, 1, 0, "begin", "MULTI"))
         assert.same(QUEUED, send(a, 1, 0, "queued", "SET", "k", "mine", "PX", "30000"))

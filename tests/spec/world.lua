@@ -135,6 +135,13 @@ function S.messages(sc, client, ch)
     return n
 end
 
+-- A world of n sidecars, each warmed (S.warm).  Answers W and the sidecars.
+function S.warm_world(n)
+    local out = table.pack(S.world(n))
+    S.warm(table.unpack(out, 1, out.n))
+    return table.unpack(out, 1, out.n)
+end
+
 -- Whether an operation recorded in W.ops is the shared script cache's own
 -- upkeep (script_cache.lua: an EVAL makes its script known to the other
 -- sidecars in the background, the first time), not a command's.
