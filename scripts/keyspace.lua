@@ -558,8 +558,11 @@ function K.put(rec, vtype, payload, ttl, deadline)
         -- The write applied under a session given up meanwhile (the lease
         -- ran out while it was on its way): the node dies with that
         -- session, whose keys this sidecar has counted as lost.  Never
-        -- answer that the key is held: run again, reading.
+        -- answer that the key is held: a create runs again, reading; a
+        -- change of a live key answers TRYAGAIN, as another's write before
+        -- the session's end may carry it on (run again: applied twice).
         O.forget(path)
+        if rec.live then K.abort({ err = errors.UNAVAILABLE }) end
         K.retry(0, nil, errors.UNAVAILABLE)
     elseif not confirmed_by_read then
         shared.wrote(path, sent, data, stat, gv, gcz)

@@ -437,11 +437,13 @@ local function commit_buffered(t)
         -- (they would apply twice) nor answer what it returned (a fenced
         -- lock's "acquired, token n" for a node about to go): it answers
         -- TRYAGAIN once its bookkeeping is done (T.script).
+        -- (a change of a live key too: another's write before the
+        -- session's end may carry it on, as K.put says)
         local lasting, passing = #dels > 0 or messages > 0, false
         for _, p in ipairs(puts) do
             if p.lifetime == "ephemeral" then
                 O.forget(p.rec.path)
-                passing = true
+                passing, lasting = true, lasting or p.rec.live == true
             else
                 lasting = true
             end
