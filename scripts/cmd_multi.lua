@@ -34,10 +34,12 @@
 -- runs EXEC again, which then sees it and answers null (TRYAGAIN when an
 -- earlier attempt's commit may have applied: the change may be its own).
 -- A key watched elsewhere (another database, another user's node under a
--- policy) is read by its path, its queue held too.  A key that was
--- made and deleted again between WATCH and EXEC reads as it did at WATCH
--- and aborts nothing (Redis would abort: it counts touches, ZooKeeper
--- shows states).
+-- policy) is read by its path, its queue held too.  A key that was made
+-- and deleted again between WATCH and EXEC reads as it did at WATCH: it
+-- aborts when a read through this sidecar saw it made (shared.lua's
+-- watched absence: the client's own GET did, if it wrote on what it
+-- read), and nothing else (Redis counts every touch; ZooKeeper shows
+-- states).
 --
 -- Outside MULTI, EXEC and DISCARD reach their registry entries below and
 -- answer Redis's "without MULTI" errors.  The queue is per client id and
@@ -63,6 +65,7 @@ local K = require "keyspace"
 local H = require "hooks"
 local T = require "txn"
 local SB = require "sandbox"
+local shared = require "shared"
 
 local X = {}
 
@@ -107,15 +110,26 @@ local function open(id)
 end
 
 -- client id -> { n = keys, bytes = n, paths = set, [i] = { key, path,
--- seen } }: WATCH's keys (in the order watched), their nodes, and what
--- each was, by identity()
+-- seen, made } }: WATCH's keys (in the order watched), their nodes, and
+-- what each was, by identity(); a key absent then is in
+-- shared.watched_absent until the watch goes, which sets `made` when a
+-- read finds it live
 local watches = {}
 local nwatching = 0
+local absent = shared.watched_absent
 
 local function unwatch(id)
-    if watches[id] then
-        watches[id] = nil
-        nwatching = nwatching - 1
+    local w = watches[id]
+    if not w then return end
+    watches[id] = nil
+    nwatching = nwatching - 1
+    for i = 1, w.n do
+        local x = w[i]
+        local set = x.seen == false and absent[x.path]
+        if set then
+            set[x] = nil
+            if not next(set) then absent[x.path] = nil end
+        end
     end
 end
 
@@ -192,7 +206,7 @@ end
 local function touched(t, w)
     local recs, others = watched_now(t, w)
     for i, x in ipairs(w) do
-        if identity(recs[i]) ~= x.seen then return true end
+        if x.made or identity(recs[i]) ~= x.seen then return true end
     end
     if #others > 0 then t:check_also(others) end
     return false
@@ -352,6 +366,10 @@ local function watch(args)
             w.n = w.n + 1
             w[w.n] = x
             w.paths[x.path] = true
+            if x.seen == false then
+                absent[x.path] = absent[x.path] or {}
+                absent[x.path][x] = true
+            end
         end
         w.bytes = w.bytes + bytes
         if not watches[id] then

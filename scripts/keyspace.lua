@@ -198,6 +198,7 @@ function K.record(key, path, data, stat)
         rec.deadline = K.local_time(stat.mtime, stat.mzxid) + v.ttl
     end
     rec.live = (owner ~= 0 and owner ~= sid) or rec.deadline == nil or rec.deadline > host.now()
+    if rec.live then shared.saw_live(path) end -- (a watch on its absence: shared.lua)
     return rec
 end
 
@@ -317,8 +318,9 @@ K.CACHE_WRITES = true
 -- Good only to try a versioned write: a failed one must be followed by a
 -- fresh read, and so must any answer that depends on a mismatch.
 function K.cached(key)
-    if not K.CACHE_WRITES then return nil end
-    return O.cached(key, K.path(key))
+    local rec = K.CACHE_WRITES and O.cached(key, K.path(key)) or nil
+    if rec then shared.saw_live(rec.path) end
+    return rec
 end
 
 -- Milliseconds the key has left, or nil when it has no TTL.  Never more

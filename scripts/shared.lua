@@ -151,6 +151,21 @@ function R.seen(path)
     return live_new[path] or live_old[path] or false
 end
 
+---------------------------------------------------------------------------
+-- Watched absence: keys a client watched (WATCH) while they did not exist,
+-- path -> set of cmd_multi.lua's watch entries.  A read that finds such a
+-- key live (K.record, K.cached) marks each entry `made`: the key was made
+-- since, and EXEC aborts even if it was deleted again (ZooKeeper shows
+-- the same absence; Redis counts the touch).  A client whose GET saw the
+-- key made would otherwise write on a value since deleted.
+
+R.watched_absent = {}
+
+function R.saw_live(path)
+    local w = R.watched_absent[path]
+    if w then for x in pairs(w) do x.made = true end end
+end
+
 -- See keyspace.lua's K.compact.
 function R.compact()
     shared = copy(shared)
