@@ -54,6 +54,20 @@ local function check_caps(c, kind, args)
     end
 end
 
+-- A name whose interest could never be registered (PI.too_large: past
+-- ZooKeeper's request limit) is refused before anything is subscribed, as
+-- Redis would accept it.  (A name under a 16th of the limit always fits:
+-- each of the multi's three paths holds it encoded, at most 3 bytes a
+-- byte.)
+local function check_sizes(kind, args)
+    local limit = zk.max_request()
+    for i = 2, #args do
+        if #args[i] * 16 > limit and PI.too_large(kind, args[i]) then
+            return { err = errors.request_too_large(limit) }
+        end
+    end
+end
+
 -- A (un)subscribe command's verb (lower case), its kind, and the id of the
 -- client asking (nil when none is: a script, say).
 local function request(args)
@@ -70,7 +84,7 @@ local function subscribe(args)
     local verb, kind, id = request(args)
     if not id then return { err = "ERR no client" } end
     host.outlives_session()
-    local refused = check_caps(PL.client(id), kind, args)
+    local refused = check_caps(PL.client(id), kind, args) or check_sizes(kind, args)
     if refused then return refused end
     local c = PL.ensure_client(id)
     local frames, waits = {}, {}

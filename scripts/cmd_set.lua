@@ -266,12 +266,18 @@ end
 S.sinterstore, S.sunionstore, S.sdiffstore =
     set_op_store("inter"), set_op_store("union"), set_op_store("diff")
 
+-- (numkeys: where the count of its keys is, as EVAL's: hooks.lua's
+-- authorize sees them)
 S.sintercard = { arity = -3, flags = "readonly movablekeys", first_key = 0, last_key = 0, step = 0,
-                 fn = function(args)
+                 numkeys = 1, fn = function(args)
     local n = U.to_int(args[2])
     if not n or n <= 0 then return E.reply(E.NUMKEYS_ZERO) end
     if n > #args - 2 then return E.reply(E.NUMKEYS_ARGS) end
     local keys = table.move(args, 3, 2 + n, 1, {})
+    for _, key in ipairs(keys) do
+        local e = K.key_error(key)
+        if e then return E.reply(e) end
+    end
     local limit
     local i = 3 + n
     while i <= #args do

@@ -398,7 +398,8 @@ end
 -- Authorisation and authentication
 
 -- The keys a command names: Redis's first_key/last_key/step, and the
--- numkeys of EVAL and friends.
+-- counted keys of EVAL and friends and of SINTERCARD (spec.numkeys: where
+-- the count is).
 local function command_keys(name, spec, args)
     local keys = {}
     local first = spec.first_key or 0
@@ -409,9 +410,10 @@ local function command_keys(name, spec, args)
         for i = first, last, step do
             if args[i + 1] then keys[#keys + 1] = args[i + 1] end
         end
-    elseif name:find("^eval") then
-        local n = math.tointeger(tonumber(args[3])) or 0
-        for i = 4, math.min(3 + n, #args) do keys[#keys + 1] = args[i] end
+    elseif spec.numkeys or name:find("^eval") then
+        local at = spec.numkeys or 2
+        local n = math.tointeger(tonumber(args[at + 1])) or 0
+        for i = at + 2, math.min(at + 1 + n, #args) do keys[#keys + 1] = args[i] end
     end
     return keys
 end

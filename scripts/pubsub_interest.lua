@@ -59,6 +59,29 @@ local function wake_all(st)
     for _, co in ipairs(w) do host.wake(co) end
 end
 
+-- The multi that registers our interest in name: our node with a bump
+-- (of the channel node, or of the pattern directory), after the channel
+-- node and its directory's bump unless the channel node is known to exist
+-- (see the top).
+local function register_ops(kind, name, n, exists_known)
+    local X = node(kind, name)
+    local bump = kind == "p" and dir("p") or X
+    local ops = { { "create", X .. "/" .. inst(), interest_data(kind, name, n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
+    if exists_known then return ops end
+    local full = { { "create", X, "", 0 } }
+    if kind ~= "p" then full[#full + 1] = { "set", dir(kind), "", -1 } end
+    for _, o in ipairs(ops) do full[#full + 1] = o end
+    return full
+end
+
+-- Whether an interest in name could never be registered: its multi would
+-- pass ZooKeeper's request limit (each of its paths holds the name,
+-- encoded), so every retry would be refused and its worker, and a new
+-- session's PI.await_all, would never be done.
+function PI.too_large(kind, name)
+    return zk.request_size(register_ops(kind, name, math.maxinteger, false)) > zk.max_request()
+end
+
 -- One step towards st.want; returns true when it made progress or there is
 -- nothing to do, false after a failure.
 local function reconcile_step(kind, name, st)
@@ -77,15 +100,7 @@ local function reconcile_step(kind, name, st)
             st.bell = true
             if not PB.ring_ready(name, pl) then return false end
         end
-        local bump = kind == "p" and dir("p") or X
-        local ops = { { "create", me, interest_data(kind, name, n), zk.EPHEMERAL }, { "set", bump, "", -1 } }
-        if not st.exists_known then
-            -- a new channel node also bumps its directory (see the top)
-            local full = { { "create", X, "", 0 } }
-            if kind ~= "p" then full[#full + 1] = { "set", dir(kind), "", -1 } end
-            for _, o in ipairs(ops) do full[#full + 1] = o end
-            ops = full
-        end
+        local ops = register_ops(kind, name, n, st.exists_known)
         -- our node may exist from here on until ZooKeeper says otherwise
         -- (an answer lost: the create may have applied)
         st.made = true
