@@ -118,25 +118,21 @@ local function resolve_puts(puts, sid, gv, gcz)
     return false, nil, unsure
 end
 
--- Same after a delete (or a multi of deletes) of `recs`: applied when no
--- node is still the one we deleted, unless one was an ephemeral node whose
--- session (ours or another sidecar's) has ended since, or one whose TTL
--- ran out (G.ending): that end removes nodes too, maybe before we asked,
--- so that is not ours to claim (the command runs again and reads).  Nor
--- when our guard moved since the version the delete checked for a node of
--- ours: another sidecar that writes or deletes one bumps it (our own
--- delete does not), so the removal may be theirs; nor, for a node of
--- another session or a persistent node, when its mark is not as our multi
--- would have left it (guard.lua).  But any one mark our multi bumped that
--- still holds what the bump wrote proves the multi applied, whole, whoever
--- else could have removed the nodes (a lock of the DEL's taken and
--- released again through its owner moves the others).  One sync first:
--- the server then has whatever applied before it.
-local function still_bumped(path, wrote, v)
-    local rc, data, stat = Z.get(path)
-    return rc == zk.OK and data == wrote and (v == nil or stat.version == Z.next_version(v))
-end
-
+-- Same after a delete (or a multi of deletes) of `recs`: true when it
+-- applied; false when it did not or that is not ours to claim (the
+-- command runs again and reads); false, true when the outcome is unknown
+-- (the command answers TRYAGAIN).  Applied when no node is still the one
+-- we deleted, unless one was an ephemeral node whose session (ours or
+-- another sidecar's) has ended since, or one whose TTL ran out (G.ending):
+-- that end removes nodes too, maybe before we asked.  Nor when our guard
+-- moved since the version the delete checked for a node of ours: another
+-- sidecar that writes or deletes one bumps it (our own delete does not),
+-- so the removal may be theirs; nor, for a node of another session or a
+-- persistent node, when its mark is not as our multi would have left it
+-- (guard.lua).  But any one mark our multi bumped that still holds what
+-- the bump wrote proves the multi applied, whole, whoever else could have
+-- removed the nodes.  One sync first: the server then has whatever
+-- applied before it.
 local function resolve_delete(recs)
     Z.sync(recs[1].path)
     for _, rec in ipairs(recs) do
@@ -153,24 +149,41 @@ local function resolve_delete(recs)
     end
     -- Our own mark holds the token our bump wrote, another session's mark
     -- our nonce at the version after the one read, a persistent mark our
-    -- nonce (only our multi writes them).  Each mark once.
-    local looked, bumped = {}, false
+    -- nonce (only our multi writes them).  Each mark read once: its stat,
+    -- false when gone, true when it holds what we wrote.
+    local looked = {}
     local function holds(m, wrote, v)
-        if not m or looked[m.path] then return false end
-        looked[m.path] = true
-        return still_bumped(m.path, wrote, v)
+        if not m then return false end
+        local got = looked[m.path]
+        if got == nil then
+            local rc, data, stat = Z.get(m.path)
+            got = rc == zk.OK and stat or false
+            if got and data == wrote and (v == nil or stat.version == Z.next_version(v)) then got = true end
+            looked[m.path] = got
+        end
+        return got
     end
+    local failed, unsure = false, false
     for _, rec in ipairs(recs) do
         local o, m, p = rec.own_bump, rec.mark_bump, rec.pbump
-        if holds(o, o and o.token) or holds(m, m and m.nonce, m and m.v) or holds(p, p and p.nonce) then
-            return true
+        local mo, mm, mp = holds(o, o and o.token), holds(m, m and m.nonce, m and m.v), holds(p, p and p.nonce)
+        if mo == true or mm == true or mp == true then return true end
+        -- A persistent mark holding another nonce was bumped since by a
+        -- removal not known to be ours.  Another session's mark gone went
+        -- with its session; one version on, holding another's bump, it was
+        -- moved by a removal not ours that came first (our multi, checking
+        -- the version read, failed).  Moved further, removals after ours
+        -- may have moved it (the lock taken again since and released or
+        -- expired through its owner): while the owner's session lasts, an
+        -- outcome unknown (run again, a release that applied answers 0).
+        if p or (m and (not mm or mm.version == Z.next_version(m.v))) then
+            failed = true
+        elseif m then
+            local owner = rec.node and rec.node.ephemeralOwner or 0
+            if owner == 0 or not G.lasts(owner) then failed = true else unsure = true end
         end
-        bumped = bumped or m ~= nil or p ~= nil
     end
-    -- A mark of another session or a persistent mark that our multi bumped
-    -- but holds another value now was moved by a removal not ours (its
-    -- owner's, another sidecar's) or went with its session.
-    if bumped then return false end
+    if failed then return false end
     local guard -- our guard's stat, read once, when a node of ours asks
     for _, rec in ipairs(recs) do
         if G.ending(rec.deadline) then return false end
@@ -192,6 +205,7 @@ local function resolve_delete(recs)
             asked[owner] = true
         end
     end
+    if unsure then return false, true end
     return true
 end
 
@@ -294,7 +308,9 @@ function L.resolve(puts, dels, sid, gv, gcz)
         if not applied then S.retry(nil, nil, errors.UNAVAILABLE) end
         return st
     elseif #dels > 0 then
-        if not resolve_delete(dels) then S.retry(nil, nil, errors.UNAVAILABLE) end
+        local applied, unsure = resolve_delete(dels)
+        if unsure then S.abort({ err = errors.UNAVAILABLE }) end
+        if not applied then S.retry(nil, nil, errors.UNAVAILABLE) end
     else
         S.retry(nil, nil, errors.UNAVAILABLE)
     end
