@@ -277,7 +277,8 @@ end
 -- than two keys from ZooKeeper sends nothing (its one read was current
 -- when made); with two or more keys read, or any read served by the
 -- owned-key cache, the checks alone are sent, so that what it answers is
--- one current snapshot.
+-- one current snapshot.  So does a script that failed after reading two
+-- or more keys (confirm_failed).
 --
 -- Then the participants' ops (t:on_commit).  Returns true when committed
 -- (or nothing to commit); raises K.retry when a check or write failed or a
@@ -318,6 +319,44 @@ local function check_ops(ops, rec)
     else
         absent_ops(ops, rec.path, rec.presumed)
     end
+end
+
+-- A failed script read two or more keys: its reads one at a time may not
+-- be a snapshot (another sidecar's commit landed between two of them, so
+-- the script met a state that never was, e.g. a fair lock's queue head
+-- without its timeout, and raised).  Its reads are checked as a commit
+-- would; it runs again when one changed.
+local function confirm_failed(t)
+    confirm_presumed(t)
+    local recs = {}
+    for _, rec in pairs(t.base) do recs[#recs + 1] = rec end
+    for _, rec in ipairs(t.also or {}) do recs[#recs + 1] = rec end
+    if #recs < 2 then return true end
+    local parentless = {} -- absent keys whose parent is missing: still absent
+    for _ = 1, #recs do
+        local ops, of = {}, {}
+        for _, rec in ipairs(recs) do
+            if not parentless[rec] then
+                check_ops(ops, rec)
+                for i = #of + 1, #ops do of[i] = rec end
+            end
+        end
+        G.ops(ops, recs, {})
+        local rc, results = zk.multi(ops)
+        local frc = Z.first_error(rc, results)
+        if frc == zk.OK then return true end
+        local missing
+        for i, r in ipairs(type(results) == "table" and results or {}) do
+            if r.rc == zk.NONODE and ops[i][1] == "create" and of[i] then missing = of[i] end
+        end
+        if not missing then
+            if frc == zk.NONODE or frc == zk.NODEEXISTS or frc == zk.BADVERSION then K.retry(0) end
+            if Z.unknown(frc) then K.retry() end
+            Z.fail(frc, "multi")
+        end
+        parentless[missing] = true
+    end
+    return true
 end
 
 local function commit_buffered(t)
@@ -539,7 +578,7 @@ function T.script(keys, fn, uncounted, more)
         if ok and commit == false then
             -- a failed script commits nothing, but may have failed on a
             -- key presumed absent
-            local cok, cres = xpcall(confirm_presumed, handler, t)
+            local cok, cres = xpcall(confirm_failed, handler, t)
             if cok then return res end
             res = cres
         elseif ok then
