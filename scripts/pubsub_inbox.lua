@@ -202,7 +202,10 @@ local function drain_once()
         rc, names, stat = zk.children(box, true)
     end
     if rc ~= zk.OK then
-        listed = false -- no watch set
+        -- no watch set: look again a moment later (a request timeout while
+        -- connected; a reconnection's listing may come first)
+        listed = false
+        PB.drain_later()
         return
     end
     if stat.czxid ~= inbox_czxid then
@@ -260,6 +263,7 @@ local function drain()
         if not ok then
             listed = false
             host.log("warn", "pubsub: reading the inbox: " .. tostring(K.is_abort(e) and e.reply.err or e))
+            PB.drain_later()
         end
     until not drain_again
     draining = false

@@ -251,6 +251,20 @@ describe("the subscriber's sidecar", function()
         assert.equal(3, #b.pushed[8])
     end)
 
+    -- Before: a listing that failed while connected (the bridge's request
+    -- timeout under load) set no watch and planned no other look: what came
+    -- since waited for the next reconnection.
+    it("whose inbox listing times out while connected: looks again a moment later", function()
+        local box = "/zkresp/ps/i/" .. inst(b)
+        b:fail_next({ op = "children", path = box, rc = S.codes.TIMEOUT })
+        assert.equal(1, a:call("PUBLISH", "news", "1"))
+        W:advance(1000)
+        assert.same({ "news=1" }, texts(b.pushed[7]))
+        assert.equal(1, a:call("PUBLISH", "news", "2"))
+        W:advance(100)
+        assert.same({ "news=1", "news=2" }, texts(b.pushed[7]))
+    end)
+
     it("that stays away: its inbox takes messages only while its session lives, and is removed later", function()
         local box = "/zkresp/ps/i/" .. inst(b)
         b:disconnect()
