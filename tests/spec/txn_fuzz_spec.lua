@@ -453,6 +453,8 @@ local function history(seed, n)
         if kind <= 2 then
             local when = r.pick({ "after", "before" })
             local rc = r.pick({ S.codes.CONNECTIONLOSS, S.codes.TIMEOUT, S.codes.OPERATIONTIMEOUT })
+            -- (the bridge's TIMEOUT is a request never sent: never applied)
+            if rc == S.codes.TIMEOUT then when = "before" end
             f.what = "multi " .. when .. " rc " .. rc .. " on " .. sc.id
             f.fn = function() sc:fail_next({ op = "multi", when = when, rc = rc }) end
         elseif kind == 8 then
