@@ -630,6 +630,17 @@ function G.unmoved(sid, gv, gcz)
     return rc == zk.OK and stat.version == gv and (gcz == nil or stat.czxid == gcz)
 end
 
+-- Whether a removal of ours of session sid's node at path, its reply lost,
+-- may be what removed it: the guard has not moved since version gv, or
+-- moved once, by another sidecar's removal of another lock request
+-- (LW.delete writes the path it removes into the guard).
+function G.unmoved_but(sid, gv, path)
+    local rc, data, stat = Z.get(G.path(sid))
+    if rc ~= zk.OK then return false end
+    if stat.version == gv then return true end
+    return stat.version == Z.next_version(gv) and data ~= "" and data ~= path
+end
+
 -- Whether session sid's mark of a node at path was written after zxid,
 -- read now: every removal of a node of that session, by anyone, bumps the
 -- node's mark in the multi that removes it, so a node of sid at path that

@@ -102,12 +102,14 @@ local function forget(path)
 end
 
 -- Whether hold h's node, gone after a delete of ours whose reply was lost,
--- went by that delete: no other sidecar removed a node of its session
--- since h was recorded (its guard did not move; looked at once our server
--- has what the lock's has).
+-- went by that delete: no other sidecar removed it since h was recorded
+-- (its guard did not move, or moved once for another lock request of the
+-- session; looked at once our server has what the lock's has).  A hold
+-- recorded before its session's guard was known (just after a session
+-- change) counts from the guard's creation (version 0).
 local function guard_stayed(h)
     Z.sync(h.lock)
-    return G.unmoved(h.sid, h.gv)
+    return G.unmoved_but(h.sid, h.gv or 0, h.path)
 end
 
 -- Hold h's mode and token as the lock's table has them now.

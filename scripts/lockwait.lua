@@ -145,11 +145,12 @@ end
 -- (sid: its owner's; a release through a sidecar other than its holder's)
 -- goes with a bump of that session's guard in the same multi, so that the
 -- holder's sidecar knows its record of the hold may be out of date (see
--- locks.lua's quick_release); alone when that session has no guard.
+-- locks.lua's quick_release), writing the path removed into it (which
+-- node went: G.unmoved_but); alone when that session has no guard.
 function LW.delete(path, version, sid)
     local rc, results
     if sid and sid ~= zk.session() then
-        rc, results = zk.multi({ { "delete", path, version }, { "set", G.path(sid), "", -1 } })
+        rc, results = zk.multi({ { "delete", path, version }, { "set", G.path(sid), path, -1 } })
         rc = Z.first_error(rc, results)
         local guard = type(results) == "table" and results[2]
         if rc == zk.NONODE and guard and guard.rc == zk.NONODE then sid = nil end

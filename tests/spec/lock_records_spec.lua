@@ -23,6 +23,29 @@ describe("a hold released through another sidecar", function()
         assert.equal(0, a:call("LOCK.RELEASE", "k", "o"))
     end)
 
+    -- Before: any release through another sidecar of a hold of the same
+    -- session moved its guard, and a release whose delete applied with its
+    -- reply lost answered 0 (a helper's LOCK.* fuzz, seeds 251 and 292).
+    -- The guard names the node the other sidecar removed.
+    it("a RELEASE whose delete applied, its reply lost, answers 1 though another hold of the session went elsewhere", function()
+        local W, a, b = S.world(2)
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k2", "o", "PX", "600000")))
+        assert.equal(1, b:call("LOCK.RELEASE", "k2", "o"))
+        a:fail_next({ op = "delete", when = "after" })
+        assert.equal(1, a:call("LOCK.RELEASE", "k", "o"))
+        assert.equal(0, #b:call("LOCK.INFO", "k").map[2])
+        -- released twice through b since: not told apart, 0 as before
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k2", "o", "PX", "600000")))
+        assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k3", "o", "PX", "600000")))
+        assert.equal(1, b:call("LOCK.RELEASE", "k2", "o"))
+        assert.equal(1, b:call("LOCK.RELEASE", "k3", "o"))
+        a:fail_next({ op = "delete", when = "after" })
+        assert.equal(0, a:call("LOCK.RELEASE", "k", "o"))
+        assert.is_nil(W:children(a.LK.lock_path("k"))[1])
+    end)
+
     it("then a RELEASE through the holder's sidecar whose delete is lost releases the owner's newer hold", function()
         local _, a, b, c = S.world(3)
         assert.equal("integer", math.type(a:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")))
