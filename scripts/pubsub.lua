@@ -192,12 +192,26 @@ end
 
 -- The subscribers of channel ch, a lock channel whose lock is free, are
 -- sent Redisson's unlock message, which they may have missed.
-local function make_up_channel(ch)
+-- A read that fails (ZooKeeper away: a read parked past the task's
+-- deadline answers TIMEOUT) is tried again a moment later, in a task of
+-- its own, while the channel has subscribers here (a minute at most).
+local MAKE_UP_RETRY_MS, MAKE_UP_TRIES = 250, 240
+local function make_up_channel(ch, tries)
     local keys = PB.lock_channel(ch)
     if not keys then return end
     for _, key in ipairs(keys) do
         local ok, rec = pcall(K.read, key)
-        if not ok or rec.live then return end
+        if not ok then
+            tries = (tries or 0) + 1
+            if tries < MAKE_UP_TRIES then
+                host.spawn(function()
+                    host.sleep(MAKE_UP_RETRY_MS)
+                    if PL.by_name("c")[ch] then pcall(make_up_channel, ch, tries) end
+                end)
+            end
+            return
+        end
+        if rec.live then return end
     end
     if PL.by_name("c")[ch] then
         PS.stats.made_up = PS.stats.made_up + 1
@@ -270,7 +284,10 @@ function PS.on_session(event)
     end
     if event ~= "connected" and event ~= "new" then return end
     local ok, e = pcall(PB.start)
-    if not ok then host.log("warn", "pubsub: inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
+    if not ok then
+        host.log("warn", "pubsub: inbox: " .. tostring(K.is_abort(e) and e.reply.err or e))
+        PB.start_later()
+    end
     PN.sweep_once()
     pcall(PN.watch_live)
     if not gc_timer then

@@ -369,7 +369,9 @@ end
 
 -- A new session: our presence, and maybe our inbox (see drain_once), went
 -- with the old one, and the watches with it.
+local session_gen = 0 -- bumped by every new session (PB.start_later)
 function PB.new_session()
+    session_gen = session_gen + 1
     unarmed = {} -- (every doorbell is made and watched again)
     PB.inbox_ready = false
     inbox_confirmed = false
@@ -396,6 +398,25 @@ function PB.start()
         if rings[channel] then rearm(channel) else unarmed[channel] = nil end
     end
     drain()
+end
+
+-- PB.start failed (a reply lost, ZooKeeper slow): tried again every
+-- RETRY_MS while connected under the same session.  Until it is done no
+-- listing of the inbox has set its watch: the messages routed to us would
+-- wait there for the next reconnection, and without our presence another
+-- sidecar's sweep may take the inbox.  (A reconnection or a new session
+-- runs PB.start itself.)
+function PB.start_later()
+    local gen = session_gen
+    host.spawn(function()
+        repeat
+            host.sleep(RETRY_MS)
+            local _, connected = zk.session()
+            if gen ~= session_gen or not connected then return end
+            local ok, e = pcall(PB.start)
+            if not ok then host.log("warn", "pubsub: inbox: " .. tostring(K.is_abort(e) and e.reply.err or e)) end
+        until ok
+    end)
 end
 
 -- See pubsub.lua's compact.

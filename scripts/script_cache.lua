@@ -195,8 +195,14 @@ end
 
 -- Session events (in the hook's coroutine): a new session has lost the
 -- watch; on connecting, the generation is learnt before EVALs need it.
-function C.on_session(event)
+-- C.session_changed runs first of all the modules' handling (zkresp.lua),
+-- before anything waits: until then an EVALSHA would trust the cache on
+-- the word of a watch that went with the old session.
+function C.session_changed(event)
     if event == "new" or event == "lost" then verified, version = false, nil end
+end
+function C.on_session(event)
+    C.session_changed(event)
     if event == "new" or event == "connected" then pcall(C.verify) end
 end
 
