@@ -18,6 +18,7 @@ local LK = require "locks"
 local K = require "keyspace"
 local E = require "errors"
 local U = require "util"
+local queue = require "queue"
 
 local C = {}
 
@@ -114,8 +115,23 @@ local function info(args)
     return LK.info(args[2])
 end
 
+-- A connection's LOCK.* commands on one lock run one after another, in
+-- its pipeline's order, as Redis runs a pipeline (a RELEASE pipelined
+-- behind an ACQUIRE releases what that took; a second ACQUIRE counts
+-- again): they wait in a queue of that connection's own (queue.lua), so
+-- no other client waits behind a blocking ACQUIRE.
+local function in_order(fn)
+    return function(args)
+        local id = host.client_id()
+        if not id then return fn(args) end
+        local held <close> = queue.hold({ "lock-order\0" .. tostring(id) .. "\0" .. LK.lock_path(args[2]) })
+        return fn(args)
+    end
+end
+
 local function spec(fn, arity, flags)
-    return { fn = fn, arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1, lock_names = true }
+    return { fn = in_order(fn), arity = arity, flags = flags, first_key = 1, last_key = 1, step = 1,
+             lock_names = true }
 end
 
 C["lock.acquire"] = spec(acquire, -3, "write noscript")

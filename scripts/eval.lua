@@ -471,17 +471,14 @@ V.lookup = lookup
 -- (the watch of script_cache.lua fires before any later ZooKeeper answer
 -- comes in) makes it run again, looking the sha up again: NOSCRIPT if it
 -- is gone.
-local function run(args, fn, sha, ro, entry)
+--
+-- find(), which may read ZooKeeper (the script cache's generation, a
+-- script loaded through another sidecar), answers fn, sha and entry, or nil
+-- and the error: it runs once the keys' queues are taken, so that a
+-- command on one of them pipelined after the script waits for it.
+local function run(args, find, ro)
     local n, nerr = numkeys(args)
     if not n then return err(nerr) end
-    local flags = script_flags[fn]
-    if flags then
-        -- a script with a shebang says whether it writes
-        if ro and not flags["no-writes"] then
-            return err("ERR Can not execute a script with write flag using *_ro command.")
-        end
-        ro = ro or flags["no-writes"]
-    end
     local keys = {}
     for i = 1, n do
         keys[i] = args[3 + i]
@@ -489,9 +486,23 @@ local function run(args, fn, sha, ro, entry)
         if e then return err(e) end
     end
     local tl, ml = limits()
-    local c = { sha = sha, ro = ro, time_limit = tl, mem_limit_kb = ml }
+    local c = { ro = ro, time_limit = tl, mem_limit_kb = ml }
     local guard <close> = SB.enter(c)
+    local fn, sha, entry
     return T.script(keys, function(t)
+        if not fn then
+            fn, sha, entry = find()
+            if not fn then return err(sha), false end
+            local flags = script_flags[fn]
+            if flags then
+                -- a script with a shebang says whether it writes
+                if ro and not flags["no-writes"] then
+                    return err("ERR Can not execute a script with write flag using *_ro command."), false
+                end
+                c.ro = ro or flags["no-writes"]
+            end
+            c.sha = sha
+        end
         if entry then
             if SC.peek(sha) ~= entry then
                 entry = lookup(sha)
@@ -548,9 +559,12 @@ local function eval(ro)
             local fn, cerr = compile(body)
             if not fn then return err(cerr) end
             e = SC.put(sha, body, fn, "eval")
-            SC.publish_later(sha, body)
         end
-        return run(args, e.fn, sha, ro)
+        return run(args, function()
+            -- (publish_later may read ZooKeeper: inside the keys' queues)
+            SC.publish_later(sha, body)
+            return e.fn, sha
+        end, ro)
     end
 end
 
@@ -560,9 +574,11 @@ local function evalsha(ro)
         if #args[2] ~= 40 then return err(NOSCRIPT) end
         local _, nerr = numkeys(args)
         if nerr then return err(nerr) end
-        local e = lookup(args[2]:lower())
-        if not e then return err(NOSCRIPT) end
-        return run(args, e.fn, e.sha, ro, e)
+        return run(args, function()
+            local e = lookup(args[2]:lower())
+            if not e then return nil, NOSCRIPT end
+            return e.fn, e.sha, e
+        end, ro)
     end
 end
 
