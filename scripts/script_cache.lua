@@ -233,7 +233,15 @@ end
 -- when it stays in this sidecar (too big, or the shared cache full);
 -- aborts with TRYAGAIN when ZooKeeper is away, as every write does.
 function C.publish(sha, body)
-    if published[sha] then return true end
+    if published[sha] then
+        -- created in this generation as far as this sidecar knows: a FLUSH
+        -- that ended before this LOAD came may not have reached it yet (its
+        -- watch event on the way, held while cut off), so look (as SCRIPT
+        -- EXISTS); cut off, create it as the first time (-TRYAGAIN)
+        C.catch_up()
+        local _, connected = zk.session()
+        if published[sha] and connected then return true end
+    end
     if #body > C.max_size() then return false end
     local path = C.dir() .. "/" .. sha
     local start = epoch
