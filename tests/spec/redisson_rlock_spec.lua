@@ -6,15 +6,9 @@
 local S = require "world"
 local null, E = S.null, S.E
 
-local LOCK = "if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then " ..
-             "redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; " ..
-             "return redis.call('pttl', KEYS[1]);"
-local UNLOCK = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; " ..
-               "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); " ..
-               "if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; " ..
-               "else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end; return nil;"
-local RENEW = "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then redis.call('pexpire', KEYS[1], ARGV[1]); " ..
-              "return 1; end; return 0;"
+local RS = require "redisson_scripts" -- (their texts)
+local LOCK, UNLOCK, RENEW =
+    RS.LOCK, RS.UNLOCK, RS.RENEW
 local CH = "redisson_lock__channel:{L}"
 
 local function lock(sc, id, lease) return sc:call("EVAL", LOCK, "1", "L", tostring(lease or 30000), id) end
