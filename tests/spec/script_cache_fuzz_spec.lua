@@ -38,21 +38,7 @@ local DIR = "/zkresp/s"
 ---------------------------------------------------------------------------
 -- PRNG (xorshift32, as txn_fuzz_spec), never math.random
 
-local function prng(seed)
-    local x = (seed * 2654435761 + 1) & 0xffffffff
-    if x == 0 then x = 1 end
-    local r = {}
-    function r.next()
-        x = x ~ ((x << 13) & 0xffffffff)
-        x = x ~ (x >> 17)
-        x = x ~ ((x << 5) & 0xffffffff)
-        return x
-    end
-    function r.int(lo, hi) return lo + r.next() % (hi - lo + 1) end
-    function r.pick(t) return t[r.int(1, #t)] end
-    function r.chance(p) return r.next() % 1000 < p * 1000 end
-    return r
-end
+local prng = S.prng
 
 ---------------------------------------------------------------------------
 -- The bodies: each answers its own tag

@@ -23,21 +23,7 @@ local QUEUED = { ok = "QUEUED" }
 ---------------------------------------------------------------------------
 -- PRNG (xorshift32), never math.random (the sidecars' sandbox uses it)
 
-local function prng(seed)
-    local x = (seed * 2654435761 + 1) & 0xffffffff
-    if x == 0 then x = 1 end
-    local r = {}
-    function r.next()
-        x = x ~ ((x << 13) & 0xffffffff)
-        x = x ~ (x >> 17)
-        x = x ~ ((x << 5) & 0xffffffff)
-        return x
-    end
-    function r.int(lo, hi) return lo + r.next() % (hi - lo + 1) end
-    function r.pick(t) return t[r.int(1, #t)] end
-    function r.chance(p) return r.next() % 1000 < p * 1000 end
-    return r
-end
+local prng = S.prng
 
 ---------------------------------------------------------------------------
 -- The scripts, and the same scripts on the sequential model

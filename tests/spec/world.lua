@@ -142,6 +142,25 @@ function S.warm_world(n)
     return table.unpack(out, 1, out.n)
 end
 
+-- A seeded PRNG of the fuzz specs' own (xorshift32): never math.random,
+-- which the sidecars' sandbox shares.  r.int(lo, hi), r.pick(list),
+-- r.chance(p).
+function S.prng(seed)
+    local x = (seed * 2654435761 + 1) & 0xffffffff
+    if x == 0 then x = 1 end
+    local r = {}
+    function r.next()
+        x = x ~ ((x << 13) & 0xffffffff)
+        x = x ~ (x >> 17)
+        x = x ~ ((x << 5) & 0xffffffff)
+        return x
+    end
+    function r.int(lo, hi) return lo + r.next() % (hi - lo + 1) end
+    function r.pick(t) return t[r.int(1, #t)] end
+    function r.chance(p) return r.next() % 1000 < p * 1000 end
+    return r
+end
+
 -- Whether an operation recorded in W.ops is the shared script cache's own
 -- upkeep (script_cache.lua: an EVAL makes its script known to the other
 -- sidecars in the background, the first time), not a command's.
