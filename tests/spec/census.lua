@@ -5,6 +5,49 @@ local C = {}
 local function count(t) local n = 0 for _ in next, t do n = n + 1 end return n end
 C.count = count
 
+-- The first upvalue named `name` reachable from module `mod`'s functions
+-- (through nested functions, up to depth 3).
+function C.upvalue(sc, mod, name)
+    local seen = {}
+    local function search(f, depth)
+        if seen[f] or depth == 0 then return nil end
+        seen[f] = true
+        for i = 1, 255 do
+            local n, v = debug.getupvalue(f, i)
+            if not n then break end
+            if n == name then return v end
+        end
+        for i = 1, 255 do
+            local n, v = debug.getupvalue(f, i)
+            if not n then break end
+            if type(v) == "function" then
+                local r = search(v, depth - 1)
+                if r ~= nil then return r end
+            end
+        end
+    end
+    for _, f in pairs(sc.require(mod)) do
+        if type(f) == "function" then
+            local r = search(f, 3)
+            if r ~= nil then return r end
+        end
+    end
+    error("no upvalue " .. name .. " in " .. mod)
+end
+
+-- The entry counts of the tables in list ({module, upvalue name [, a
+-- function of sc answering the table]}), by "module.name", after a
+-- collection.
+function C.sizes(sc, list)
+    collectgarbage()
+    local out = {}
+    for _, e in ipairs(list) do
+        local t = e[3] and e[3](sc) or C.upvalue(sc, e[1], e[2])
+        out[e[1] .. "." .. e[2]] = count(t)
+    end
+    return out
+end
+
 function C.take(sc, structural_max)
     structural_max = structural_max or 64
     collectgarbage(); collectgarbage()

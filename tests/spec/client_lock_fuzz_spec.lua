@@ -163,31 +163,6 @@ local function prng(seed)
     end
 end
 
--- The first upvalue named `name` reachable from module `mod`'s functions
--- (long_life_spec's).
-local function upv(sc, mod, name)
-    local seen = {}
-    local function search(f, depth)
-        if seen[f] or depth == 0 then return nil end
-        seen[f] = true
-        local fns = {}
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if n == name then return v end
-            if type(v) == "function" then fns[#fns + 1] = v end
-        end
-        for _, g in ipairs(fns) do
-            local r = search(g, depth - 1)
-            if r ~= nil then return r end
-        end
-    end
-    for _, f in pairs(sc.require(mod)) do
-        local r = type(f) == "function" and search(f, 3)
-        if r then return r end
-    end
-    error("no upvalue " .. name .. " in " .. mod)
-end
 local PER_KEY = {
     { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
     { "queue", "queues" }, { "queue", "conns" }, { "expiry", "expiry_waiters" },
@@ -195,15 +170,7 @@ local PER_KEY = {
 }
 -- (guard.dead, one entry per earlier session of the sidecar, is left out:
 -- it grows by one at each session change, a few bytes, by design.)
-local function sizes(sc)
-    collectgarbage()
-    local out = {}
-    for _, e in ipairs(PER_KEY) do
-        local t = e[3] and e[3](sc) or upv(sc, e[1], e[2])
-        out[e[1] .. "." .. e[2]] = C.count(t)
-    end
-    return out
-end
+local function sizes(sc) return C.sizes(sc, PER_KEY) end
 
 -- The gateway's check of a reply before it writes it (gateway/conn.c,
 -- check_reply; sidecar/lua_co.c, lua_host_reply_deadline), which the model

@@ -72,33 +72,7 @@ end
 ---------------------------------------------------------------------------
 -- The per-key tables (long_life_spec's, the lock ones).
 
-local function upv(sc, mod, name)
-    local seen = {}
-    local function search(f, depth)
-        if seen[f] or depth == 0 then return nil end
-        seen[f] = true
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if n == name then return v end
-        end
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if type(v) == "function" then
-                local r = search(v, depth - 1)
-                if r ~= nil then return r end
-            end
-        end
-    end
-    for _, f in pairs(sc.require(mod)) do
-        if type(f) == "function" then
-            local r = search(f, 3)
-            if r ~= nil then return r end
-        end
-    end
-    error("no upvalue " .. name .. " in " .. mod)
-end
+local upv = require("census").upvalue
 
 local TABLES = {
     { "locks", "holds", function(sc) return sc.LK.holds end },
@@ -107,17 +81,7 @@ local TABLES = {
     { "lockwait", "writing" }, { "queue", "queues" }, { "queue", "conns" },
 }
 
-local function sizes(sc)
-    collectgarbage()
-    local out = {}
-    for _, e in ipairs(TABLES) do
-        local t = e[3] and e[3](sc) or upv(sc, e[1], e[2])
-        local n = 0
-        for _ in next, t do n = n + 1 end
-        out[e[1] .. "." .. e[2]] = n
-    end
-    return out
-end
+local function sizes(sc) return require("census").sizes(sc, TABLES) end
 
 ---------------------------------------------------------------------------
 -- LOCK.INFO as lists of {owner, mode, token} / {owner, mode, kind}.

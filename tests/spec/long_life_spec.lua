@@ -11,35 +11,7 @@ local C = require "census"
 
 local N = 600 -- distinct keys per case (a few hundred ms each)
 
--- The first upvalue named `name` reachable from module `mod`'s functions
--- (through nested functions, up to depth 3).
-local function upv(sc, mod, name)
-    local seen = {}
-    local function search(f, depth)
-        if seen[f] or depth == 0 then return nil end
-        seen[f] = true
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if n == name then return v end
-        end
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if type(v) == "function" then
-                local r = search(v, depth - 1)
-                if r ~= nil then return r end
-            end
-        end
-    end
-    for _, f in pairs(sc.require(mod)) do
-        if type(f) == "function" then
-            local r = search(f, 3)
-            if r ~= nil then return r end
-        end
-    end
-    error("no upvalue " .. name .. " in " .. mod)
-end
+local upv = C.upvalue
 
 -- The per-key, per-client and per-channel tables: name -> entry count.
 local PER_KEY = {
@@ -58,12 +30,7 @@ local PER_KEY = {
 }
 
 local function sizes(sc)
-    collectgarbage()
-    local out = {}
-    for _, e in ipairs(PER_KEY) do
-        local t = e[3] and e[3](sc) or upv(sc, e[1], e[2])
-        out[e[1] .. "." .. e[2]] = C.count(t)
-    end
+    local out = C.sizes(sc, PER_KEY)
     for kind, t in pairs(upv(sc, "pubsub_local", "subs")) do out["pubsub_local.subs." .. kind] = C.count(t) end
     for kind, t in pairs(upv(sc, "pubsub_interest", "interest")) do
         out["pubsub_interest.interest." .. kind] = C.count(t)

@@ -113,33 +113,6 @@ end
 ---------------------------------------------------------------------------
 -- The per-key tables of the scripts (long_life_spec's), by upvalue.
 
-local function upv(sc, mod, name)
-    local seen = {}
-    local function search(f, depth)
-        if seen[f] or depth == 0 then return nil end
-        seen[f] = true
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if n == name then return v end
-        end
-        for i = 1, 255 do
-            local n, v = debug.getupvalue(f, i)
-            if not n then break end
-            if type(v) == "function" then
-                local r = search(v, depth - 1)
-                if r ~= nil then return r end
-            end
-        end
-    end
-    for _, f in pairs(sc.require(mod)) do
-        if type(f) == "function" then
-            local r = search(f, 3)
-            if r ~= nil then return r end
-        end
-    end
-    error("no upvalue " .. name .. " in " .. mod)
-end
 
 local TABLES = {
     { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
@@ -150,17 +123,7 @@ local TABLES = {
 -- (not guard.dead: one entry per earlier session of the sidecar, which
 -- the schedule changes a few times; not per key)
 
-local function sizes(sc)
-    collectgarbage()
-    local out = {}
-    for _, e in ipairs(TABLES) do
-        local t = e[3] and e[3](sc) or upv(sc, e[1], e[2])
-        local n = 0
-        for _ in next, t do n = n + 1 end
-        out[e[1] .. "." .. e[2]] = n
-    end
-    return out
-end
+local function sizes(sc) return require("census").sizes(sc, TABLES) end
 
 ---------------------------------------------------------------------------
 -- One run
