@@ -15,6 +15,7 @@
 
 local Q = require "lockq"
 local LK = require "locks"
+local LC = require "lockconvert"
 local K = require "keyspace"
 local E = require "errors"
 local U = require "util"
@@ -106,7 +107,7 @@ local function convert(args)
     local o, err = options(args, "lock.convert", { MODE = true, WAIT = true })
     if not o then return err end
     if not o.mode then return { err = E.SYNTAX } end
-    local r = LK.convert(args[2], args[3], o.mode, o.wait or 0)
+    local r = LC.convert(args[2], args[3], o.mode, o.wait or 0)
     if r == nil then return host.null end
     return r
 end
