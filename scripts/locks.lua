@@ -225,6 +225,35 @@ local function remember(path, key, lock, owner, mode, token, px, fields)
     return h
 end
 
+-- A request of ours that our leave counted down and left (LW.kept): its
+-- command left the queue (WAIT over, -TRYAGAIN) as it was granted, and
+-- its owner counted it up meanwhile (a reentrant LOCK.ACQUIRE, here or
+-- elsewhere): that owner's hold now, recorded so that its lease ends here
+-- as every hold of ours does.  In the background, until the lock answers.
+local function adopt(path)
+    local lock = path:match("^(.*)/")
+    local function try()
+        local snap = LS.read(lock, true)
+        local e = snap and snap.by_seq[LS.seq_of(path)]
+        local d = e and e.path == path and e.granted and not L.holds[path] and LS.entry_data(e)
+        if not d or e.owner_sid ~= zk.session() then return end
+        local zxid = d.lease_end > 0 and e.mzxid or snap.t.mzxid
+        Z.ensure_clock(zxid)
+        local h = remember(path, LS.key_of(lock), lock, d.owner, e.granted, e.token, e.px,
+                           { data = d, version = e.version })
+        h.deadline = Z.local_time(LS.lease_end(e, d), zxid)
+        h.timer:start(math.max(0, math.ceil(h.deadline - host.now())))
+        notify("on_acquire", h)
+    end
+    host.spawn(function()
+        for _ = 1, 600 do -- two minutes of ZooKeeper out of reach at most
+            if pcall(try) then return end
+            host.sleep(200)
+        end
+    end)
+end
+LW.kept = adopt
+
 -- Hold h's view from the listing begun at its grant (waited for), or nil
 -- when it failed or the view changed since.  Its table stays the one of
 -- the grant (the release's multi is conditional on that version); the

@@ -50,6 +50,7 @@ local LS = {}
 function LS.dir() return Z.root_dir("l") end
 
 function LS.lock_path(key) return LS.dir() .. "/" .. host.key_encode(key) end
+function LS.key_of(lock) return host.key_decode(lock:sub(#LS.dir() + 2)) end
 
 -- A memo of what is derived from a name (an owner, a request's name or
 -- path): at most `max` entries, emptied when full, and none whose key or

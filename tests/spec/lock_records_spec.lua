@@ -98,7 +98,58 @@ describe("a request left by a failed LOCK.ACQUIRE and taken up through another s
             assert.equal(1, a:call("LOCK.RELEASE", "k", "o"))
             assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000")))
         end)
+
+        -- Before: b, whose session the request is of, kept no record of
+        -- it and so no lease timer: the hold lasted as long as b's session
+        -- (a helper's pipeline fuzz, seed 191: the request counted up
+        -- through b itself).  b takes it up when its leave counts it down.
+        it("ends the owner's hold at its lease after " .. case[1], function()
+            local W, a, b, c = taken_up(case[2], case[3], case[4])
+            assert.equal(1, b.LK.count())
+            W:advance(600000)
+            assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000")))
+            assert.equal(0, a:call("LOCK.RELEASE", "k", "o"))
+            assert.equal(0, b.LK.count())
+        end)
     end
+end)
+
+describe("a request left by a LOCK.ACQUIRE whose WAIT ended, counted up through the same sidecar", function()
+    -- o waits through b; b is cut off, h's release grants o's request, and
+    -- o's WAIT ends (null) before b can take the request out.  Back, o asks
+    -- again through b before it does: the grant, counted up.  Then b's
+    -- leave counts it down to o's one hold.  (Before: no record of it, so
+    -- no lease timer: held until b's session ended; a helper's pipeline
+    -- fuzz, seed 191.)
+    it("ends at its lease, and is released by one LOCK.RELEASE", function()
+        for _, release in ipairs({ false, true }) do
+            local W, _, b, c = S.world(3)
+            assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "h", "PX", "600000")))
+            local w = b:start("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", "3000")
+            W:advance(50)
+            c:call("LOCK.INFO", "k")
+            b:disconnect()
+            assert.equal(1, c:call("LOCK.RELEASE", "k", "h"))
+            W:run_until(function() return w.done end)
+            assert.equal(null, w.result)
+            b:reconnect()
+            local t = b:call("LOCK.ACQUIRE", "k", "o", "PX", "600000")
+            assert.equal("integer", math.type(t))
+            W:advance(1000)
+            local lock = b.LK.lock_path("k")
+            assert.equal(1, b.require("lockstore").decode_req(W:node(lock .. "/" .. W:children(lock)[1]).data).count)
+            assert.equal(1, b.LK.count())
+            assert.equal(null, c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000"))
+            if release then
+                assert.equal(1, b:call("LOCK.RELEASE", "k", "o"))
+            else
+                W:advance(600000)
+            end
+            assert.equal(0, b.LK.count())
+            assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "x", "PX", "600000")))
+            assert.equal(0, b:call("LOCK.RELEASE", "k", "o"))
+        end
+    end)
 end)
 
 describe("a hold renewed through another sidecar", function()
