@@ -18,7 +18,8 @@ must settle the outcome before it answers:
 - a lost release through a sidecar whose record of the hold is out of
   date (released and taken again through another) releases the owner's
   hold, and a failed acquire's request taken up through another sidecar
-  loses one count when its sidecar is back, not the hold;
+  loses one count when its sidecar is back, not the hold, which that
+  sidecar ends at its lease;
 - a waiter whose client goes while its grant's read is out keeps no hold;
 - under random connection cuts on every sidecar, with shared and exclusive
   holders on two keys, no two conflicting holds overlap and a hold asked
@@ -437,6 +438,34 @@ def test_failed_acquire_taken_up_through_another_sidecar_keeps_the_hold(native_p
     assert rb.execute_command("LOCK.ACQUIRE", key, "x") is None
     assert rb.execute_command("LOCK.RELEASE", key, "o") == 1
     assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "x"), int)
+
+
+def test_failed_acquire_taken_up_through_another_sidecar_ends_at_its_lease(native_pair):
+    """As above, with leases of 3 s and no release: once A took its failed
+    command's count out, A keeps o's hold and ends it at its lease, and x,
+    waiting through B, is granted then with a larger token (the old code
+    kept no record of the hold on A, whose session owns it: nobody ended
+    it, and x waited for as long as A's session lasted)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=30), b.redis(socket_timeout=40)
+    key = harness.unique("tl")
+    assert isinstance(rb.execute_command("LOCK.ACQUIRE", key, "h", "PX", "60000"), int)
+    tw, rw = _in_thread(ra, "LOCK.ACQUIRE", key, "o", "PX", "3000", "WAIT", "2000")
+    harness.wait_for(lambda: ("o", "EX", "new") in nativeload.waiting(rb, key), 10, 0.05, "o to wait")
+    proxy.blackhole(True)
+    try:
+        assert rb.execute_command("LOCK.RELEASE", key, "h") == 1
+        tw.join(10)
+        assert ("token" in rw and rw["token"] is None) or rw.get("error", "").startswith("TRYAGAIN"), rw
+        t = rb.execute_command("LOCK.ACQUIRE", key, "o", "PX", "3000")
+        assert isinstance(t, int), t
+    finally:
+        proxy.blackhole(False)
+    harness.wait_for(lambda: _counts(rb, key) == [1], 10, 0.05, "A to take its count out")
+    tx = rb.execute_command("LOCK.ACQUIRE", key, "x", "PX", "60000", "WAIT", "30000")
+    assert isinstance(tx, int) and tx > t, (tx, t)
+    assert holders(rb, key) == [("x", "EX")]
+    assert rb.execute_command("LOCK.RELEASE", key, "o") == 0
 
 
 def test_reentrant_hold_count_reply_lost(native_pair, kz):
