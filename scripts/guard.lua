@@ -563,6 +563,22 @@ function G.note(ops, results)
     end
 end
 
+-- Forgets our earlier sessions whose guard is gone: ended (a session makes
+-- no node before its guard, which goes with it).  Asked once our guard is
+-- known: a server that has it has every earlier guard's creation.
+local sweeping = false
+local function forget_ended()
+    if sweeping then return end
+    sweeping = true
+    local olds = {}
+    for old in pairs(dead) do olds[#olds + 1] = old end
+    for _, old in ipairs(olds) do
+        local ok, rc = pcall(zk.exists, G.path(old))
+        if ok and rc == zk.NONODE then dead[old] = nil end
+    end
+    sweeping = false
+end
+
 -- Creates our session's marks and guard if needed, the marks first, and
 -- learns the guard's version, leaving a watch on it (expiry.lua's on_watch
 -- comes back here when it fires).
@@ -583,6 +599,7 @@ local function refresh()
         if rc == zk.OK then
             if stat.ephemeralOwner == sid then
                 guard.version, guard.czxid = stat.version, stat.czxid
+                if next(dead) and not sweeping then host.spawn(forget_ended) end
             else
                 guard.version, guard.czxid = nil, nil
             end
