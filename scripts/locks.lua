@@ -225,11 +225,13 @@ local function remember(path, key, lock, owner, mode, token, px, fields)
     return h
 end
 
--- A request of ours that our leave counted down and left (LW.kept): its
--- command left the queue (WAIT over, -TRYAGAIN) as it was granted, and
--- its owner counted it up meanwhile (a reentrant LOCK.ACQUIRE, here or
--- elsewhere): that owner's hold now, recorded so that its lease ends here
--- as every hold of ours does.  In the background, until the lock answers.
+-- A request of ours whose command left the queue (WAIT over, client gone,
+-- -TRYAGAIN) as it was granted, and which its owner took up (a reentrant
+-- LOCK.ACQUIRE that found it: here, or elsewhere and our leave counted it
+-- down): that owner's hold now, recorded (and told) so that its lease ends
+-- here as every hold of ours does.  In the background, until the lock
+-- answers.  (Taken up elsewhere and ended before our leave ran, it is
+-- told nothing.)
 local function adopt(path)
     local lock = path:match("^(.*)/")
     local function try()
@@ -252,7 +254,13 @@ local function adopt(path)
         end
     end)
 end
-LW.kept = adopt
+-- Our leave of such a request: it stays, counted down (adopted), or it is
+-- gone, and a hold adopted here ends (its owner released its own count).
+function LW.left(path, stays)
+    if stays then return adopt(path) end
+    local h = forget(path)
+    if h then notify("on_release", h) end
+end
 
 -- Hold h's view from the listing begun at its grant (waited for), or nil
 -- when it failed or the view changed since.  Its table stays the one of
@@ -380,6 +388,8 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         if rc ~= zk.OK then Z.fail(rc, "set " .. mine.path) end
         if L.holds[mine.path] then
             remember(mine.path, key, lock, owner, mode, mine.token, px, { data = d, version = stat.version })
+        elseif mine.owner_sid == zk.session() then
+            adopt(mine.path) -- (a request of ours left as it was granted)
         end
         return mine.token
     end
@@ -440,9 +450,10 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         if view == "closing" then return { err = E.CLOSING } end
         return nil
     end
+    local adopted = L.holds[path] -- (taken up meanwhile by the owner's other connection: told)
     remember(path, key, lock, owner, mode, token, px, { data = data, version = 0, view = view, listing = listing })
     L.stats.granted = L.stats.granted + 1
-    notify("on_acquire", L.holds[path])
+    if not adopted then notify("on_acquire", L.holds[path]) end
     return token
 end
 

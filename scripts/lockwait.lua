@@ -214,14 +214,15 @@ end
 -- 1 at version 0, as made), out of the queue: true when done.  Its owner
 -- may have counted it up since (a reentrant LOCK.ACQUIRE that found it
 -- granted, here or through another sidecar): that hold stays, one count
--- less, and LW.kept(path) (locks.lua's) records it.  false when ZooKeeper
--- did not answer within the tries.
-LW.kept = function(_) end
+-- less.  LW.left(path, stays) (locks.lua's) is told when it stays, or when
+-- our delete took it.  false when ZooKeeper did not answer within the tries.
+LW.left = function(_, _) end
 
 local function leave_node(path)
     local version, sent = 0, nil -- (nil: read the node first)
     for _ = 1, Z.READ_TRIES do
         local rc = version and LW.delete(path, version) or zk.BADVERSION
+        if rc == zk.OK then LW.left(path, false) end
         if rc == zk.OK or rc == zk.NONODE then return true end
         if rc == zk.BADVERSION then
             version = nil
@@ -230,14 +231,14 @@ local function leave_node(path)
             if grc == zk.OK then
                 local d = LS.decode_req(data)
                 -- our count-down whose reply was lost went through
-                if sent and d and d.count == sent.count and d.wid == sent.wid then LW.kept(path) return true end
+                if sent and d and d.count == sent.count and d.wid == sent.wid then LW.left(path, true) return true end
                 sent = nil
                 if not d or d.count <= 1 then
                     version = stat.version
                 else
                     local write = LS.count_write(d, d.count - 1, path)
                     local src = zk.set(path, LS.encode_req(d), stat.version)
-                    if src == zk.OK then LW.kept(path) end
+                    if src == zk.OK then LW.left(path, true) end
                     if src == zk.OK or src == zk.NONODE then return true end
                     if Z.unknown(src) then sent = write end
                 end
