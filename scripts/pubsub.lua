@@ -238,14 +238,31 @@ end
 ---------------------------------------------------------------------------
 -- Watches, sessions, garbage
 
+-- Sets the watch on l/ (PN.watch_live), and while that fails (a reply
+-- lost, ZooKeeper slow) tries again a moment later under the same session
+-- and connection: the watch is set nowhere else (a reconnection or a new
+-- session sets it itself), and without it this sidecar, the sweeper when
+-- first in name order, never sees another die (its inbox left for good).
+local WATCH_LIVE_RETRY_MS = 250
+local function watch_live()
+    local ok, set = pcall(PN.watch_live)
+    if ok and set then return end
+    if not ok then host.log("warn", "pubsub: listing live sidecars: " .. tostring(set)) end
+    local sid = zk.session()
+    host.spawn(function()
+        host.sleep(WATCH_LIVE_RETRY_MS)
+        local now, connected = zk.session()
+        if now == sid and connected then watch_live() end
+    end)
+end
+
 -- A watch under <root>/ps fired.  Returns true when it was ours.
 function PS.on_watch(event, path)
     local base = PN.ps()
     if path:sub(1, #base + 1) ~= base .. "/" then return false end
     if PB.on_watch(event, path) then return true end
     if path == base .. "/l" then
-        local ok, e = pcall(PN.watch_live)
-        if not ok then host.log("warn", "pubsub: listing live sidecars: " .. tostring(e)) end
+        watch_live()
         return true
     end
     PR.on_watch(path)
@@ -271,13 +288,19 @@ local function gc()
     compact()
 end
 
+-- Run first of all the modules' handling (zkresp.lua), before anything
+-- waits: a plain PUBLISH in between would route by a cache whose watches
+-- went with the old session (a subscriber that came meanwhile missed).
+function PS.session_changed(event)
+    if event == "new" or event == "lost" then PR.new_session() end
+end
+
 function PS.on_session(event)
     if event == "new" then
         -- the old session's interest, presence and watches are gone (and
         -- maybe our inbox, see pubsub_inbox.lua's drain_once)
         PB.new_session()
         PI.new_session()
-        PR.new_session()
     elseif event == "lost" or event == "disconnected" then
         PB.disconnected()
         return
@@ -289,7 +312,7 @@ function PS.on_session(event)
         PB.start_later()
     end
     PN.sweep_once()
-    pcall(PN.watch_live)
+    watch_live()
     if not gc_timer then
         gc_timer = host.timer(function()
             pcall(gc)

@@ -176,9 +176,10 @@ end
 -- interested in).  A sidecar that started meanwhile sweeps too (PN.swept).
 local live = nil       -- instance -> true, as last listed
 local sweeping = false
+-- Returns true once the watch is set.
 function PN.watch_live()
     local rc, names = zk.children(ps() .. "/l", true)
-    if rc ~= zk.OK then return end
+    if rc ~= zk.OK then return false end
     local now, gone = {}, false
     for _, who in ipairs(names) do now[who] = true end
     for who in pairs(live or {}) do
@@ -199,6 +200,7 @@ function PN.watch_live()
             if not ok then host.log("warn", "pubsub: sweeping after a sidecar died: " .. tostring(e)) end
         end)
     end
+    return true
 end
 
 return PN

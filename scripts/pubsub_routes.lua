@@ -264,10 +264,13 @@ function PR.on_watch(path)
     end
 end
 
--- A new session: its watches are gone, so is what they kept current.
+-- The session ended ("lost") or a new one came ("new"): its watches are
+-- gone, so is what they kept current; a read under way now is not cached
+-- (its watch may be the old session's).
 function PR.new_session()
     cache = new_cache()
     dirv, patview = {}, nil
+    gen = gen + 1
 end
 
 -- The route cache ages: a channel not published to for two periods is

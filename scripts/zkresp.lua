@@ -307,8 +307,10 @@ function M.on_session(event, session_id)
     host.log("info", string.format("session %s 0x%x", tostring(event),
                                    math.tointeger(session_id) or 0))
     -- (each module's handling below may wait for ZooKeeper: the script
-    -- cache stops trusting the old session's watch at once)
+    -- cache and pub/sub's routes stop trusting the old session's watches
+    -- at once)
     SC.session_changed(event)
+    PS.session_changed(event)
     K.on_session(event, session_id)
     -- (before pub/sub's, which waits until every channel is registered
     -- again: an old session's holds and waiters are told at once)

@@ -16,9 +16,9 @@
 -- published after the change, once; the Redisson waiter hears the unlock
 -- (real or made up); EVALSHA of the loaded script still runs; at the end,
 -- after releases and every lease, no lock request, no key of a, no
--- interest node left, and a's L.holds empty.  (The model keeps watches
--- per sidecar; ZooKeeper drops them with the session: drop_watches does
--- so at each session change here.)  FUZZ_SEEDS=1-700 runs a range.
+-- interest node left, and a's L.holds empty.  (ZooKeeper drops a
+-- session's watches when it ends, and so does the model: zkmodel.lua's
+-- World:drop_watches.)  FUZZ_SEEDS=1-700 runs a range.
 
 local S = require "world"
 local null = S.null
@@ -80,14 +80,6 @@ local function world()
     return W, a, b, c, sha
 end
 
--- The watches sidecar sc left are gone (they went with its session: the
--- model keeps watches per sidecar, ZooKeeper per session).
-local function drop_watches(W, sc)
-    for _, all in ipairs({ W.watches, W.cwatches }) do
-        for _, ws in pairs(all) do ws[sc] = nil end
-    end
-end
-
 -- Sidecar sc's pub/sub registrations (the multis creating its interest
 -- nodes) fail with a connection loss the next n times: ZooKeeper slow or
 -- flapping while a new session registers its channels again.
@@ -129,7 +121,6 @@ local function expire_async(sc)
     local old = sc.sid
     sc.held = nil
     W:expire_session(old)
-    drop_watches(W, sc)
     fail_pending(sc)
     sc.sid = W:new_session()
     sc.connected = true
@@ -140,7 +131,7 @@ local function lose_async(sc, expire_old)
     local W = sc.world
     local old = sc.sid
     sc.held = nil
-    drop_watches(W, sc)
+    W:drop_watches(old) -- (its handle closed)
     local t1 = W:spawn(sc, sc.M.on_session, "lost", old)
     if expire_old then W:expire_session(old) end
     fail_pending(sc)
@@ -442,7 +433,6 @@ end
 
 local function expired_then_new(W, sc)
     W:expire_session(sc.sid)
-    drop_watches(W, sc)
     sc.held = nil
     fail_pending(sc)
     sc.sid = W:new_session()
@@ -539,7 +529,6 @@ describe("the script cache under a new session", function()
             W:advance(100)
             if stalled then stall_registrations(a, 40) end
             W:expire_session(a.sid)
-            drop_watches(W, a)
             assert.same(S.OK, b:call("SCRIPT", "FLUSH"))
             a.held = nil
             a.sid = W:new_session()

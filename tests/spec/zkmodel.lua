@@ -296,14 +296,42 @@ end
 -- order they came (sidecar/zk.c).
 -- zk.children(path, true) leaves a child watch: it fires "child" when a
 -- child is created or deleted, "deleted" when path goes.
-function World:watch(sc, path, child)
+-- A watch belongs to the session that set it (ws[sc] = sid).  One set by
+-- a request of a session the sidecar has given up (applied after the
+-- bridge closed its handle) is never heard: not kept.
+function World:watch(sc, path, child, sid)
+    if sid ~= sc.sid then return end
     local all = child and self.cwatches or self.watches
     local ws = all[path]
     if not ws then
         ws = {}
         all[path] = ws
     end
-    ws[sc] = true
+    ws[sc] = sid
+end
+
+-- Session `sid` ended: its data, exists and child watches are gone, and
+-- none of them ever fires.  This is ZooKeeper's rule, in one place: the
+-- server drops an expired (or closed) session's watches; the C client, on
+-- the expiry, empties its watch tables and gives each watcher one session
+-- event with the expired state (the bridge's only watcher, shared by all
+-- watches: one event, its "lost", see sidecar/zk_session.c); a handle the
+-- bridge closes for a new session (the lease passed) takes its watches with
+-- it, and its late events are ignored by generation (zk.c's zk_drain).  A
+-- new session has no watches: the sidecar must set them again.  Events
+-- held for the reconnect of that session (disconnect{hold_events}) go too.
+function World:drop_watches(sid)
+    for _, all in ipairs({ self.watches, self.cwatches }) do
+        for path, ws in pairs(all) do
+            for sc, s in pairs(ws) do
+                if s == sid then ws[sc] = nil end
+            end
+            if next(ws) == nil then all[path] = nil end
+        end
+    end
+    for _, sc in ipairs(self.sidecars) do
+        if sc.sid == sid and sc.held then sc.held = { data = {}, child = {} } end
+    end
 end
 
 function World:note(tx, path, event)
@@ -517,6 +545,7 @@ function World:expire_session(sid)
         if node.stat.ephemeralOwner == sid then doomed[#doomed + 1] = path end
     end
     for _, path in ipairs(doomed) do self:op_delete(tx, path, -1) end
+    self:drop_watches(sid)
     self:fire(tx)
 end
 
@@ -634,29 +663,29 @@ local function make_zk(sc)
     end
 
     function zk.get(path, watch)
-        return op("get", path, function()
+        return op("get", path, function(sid)
             local n = W.nodes[path]
             if not valid_path(path) then return C.BADARGUMENTS end
-            if watch and n then W:watch(sc, path) end
+            if watch and n then W:watch(sc, path, false, sid) end
             if not n then return C.NONODE end
             return C.OK, n.data, copy(n.stat)
         end)
     end
 
     function zk.exists(path, watch)
-        return op("exists", path, function()
+        return op("exists", path, function(sid)
             local n = W.nodes[path]
-            if watch then W:watch(sc, path) end
+            if watch then W:watch(sc, path, false, sid) end
             if not n then return C.NONODE end
             return C.OK, copy(n.stat)
         end)
     end
 
     function zk.children(path, watch)
-        return op("children", path, function()
+        return op("children", path, function(sid)
             local names = W:children(path)
             if not names then return C.NONODE end
-            if watch then W:watch(sc, path, true) end
+            if watch then W:watch(sc, path, true, sid) end
             return C.OK, names, copy(W.nodes[path].stat)
         end)
     end
@@ -1229,7 +1258,8 @@ end
 -- Sidecar:next_session().
 function Sidecar:lose(opts)
     local old = self.sid
-    self.held = nil -- the old session's watches are gone
+    self.held = nil
+    self.world:drop_watches(old) -- (its handle closed)
     self:event("lost", old)
     if opts and opts.expire_old then self.world:expire_session(old) end
     fail_pending(self)
