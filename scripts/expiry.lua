@@ -106,8 +106,15 @@ local function check_lost(path, e)
         how = "overwritten"
     end
     if not how or O.owned[path] ~= e then return end
+    X.taken(path, e, how)
+end
+
+-- Entry e's node was taken from us (how: "deleted", "overwritten"): the
+-- entry goes, and the policy hears of it (on_lost) whoever saw it first,
+-- the watch's check_lost or our expiry's look.
+function X.taken(path, e, how)
     O.forget(path)
-    H.notify("on_lost", e.key, O.entry_info(path, e, { reason = how }))
+    if e.key and H.has("on_lost") then H.notify("on_lost", e.key, O.entry_info(path, e, { reason = how })) end
 end
 
 -- A watch fired: on our guard (learn its version again), or on an owned
@@ -215,14 +222,16 @@ function X.expire_one(path, e)
         if e.doubted and e.lifetime ~= "persistent" and e.sid == sid and G.unmoved(sid, e.gv, e.gcz) then
             return expired(zk.OK)
         end
-        return O.forget(path)
+        -- (removed by another client, its watch event not handled yet:
+        -- told here, once, as check_lost would)
+        return X.taken(path, e, "deleted")
     end
     if rc ~= zk.OK then
         O.heap_push({ at = host.now() + 1000, path = path, entry = e })
         return
     end
-    if codec.decode(data).nonce ~= e.nonce or stat.version ~= e.version or
-       (e.lifetime ~= "persistent" and stat.ephemeralOwner ~= zk.session()) then
+    if codec.decode(data).nonce ~= e.nonce then return X.taken(path, e, "overwritten") end
+    if stat.version ~= e.version or (e.lifetime ~= "persistent" and stat.ephemeralOwner ~= zk.session()) then
         return O.forget(path)
     end
     shared.touched(path)

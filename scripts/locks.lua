@@ -555,6 +555,9 @@ function L.renew(key, owner, px)
         if rc == zk.OK then
             local version = LS.settle_lease(mine.path, d, px, stat, epoch)
             if h then
+                -- (the mode and token as read now: a conversion through
+                -- another sidecar, which this version no longer tells)
+                h.mode, h.token = mine.granted, mine.token
                 h.px, h.deadline, h.data, h.version = px, host.now() + px, d, version
                 h.timer:start(px)
             elseif d.lease_end < was or shortened[mine.path] then
