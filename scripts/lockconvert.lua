@@ -74,12 +74,17 @@ local function convert(lock, owner, mode, wait_ms, pending)
         if holder_sid == start and zk.session() ~= start then return { err = E.LOST_SESSION } end
         return token
     end
+    local ours -- a hold of our session `start` seen by an earlier read
     while true do
         local snap = LS.read(lock)
         local mine, d = LS.find_owner(snap, owner)
         if not mine or not mine.granted then
+            -- gone with that session since (our write's reply lost as the
+            -- bridge gave it up: zk.c's fail_unanswered)
+            if ours and zk.session() ~= start then return { err = E.LOST_SESSION } end
             return { err = "ERR owner holds no lock on this key (LOCK.ACQUIRE first)" }
         end
+        ours = ours or (d.sidecar == LS.sidecar_id() and mine.owner_sid == start)
         if LS.from_lost_session(mine, d) then return { err = E.LOST_SESSION } end
         if mine.convert and unsure and mine.convert == mode then
             -- our request of the conversion went through, its reply lost

@@ -94,17 +94,21 @@ end
 -- (persistent_removed), another sidecar's removal of a node of our
 -- session our guard and its mark (removed_by_another).  An ephemeral node
 -- of a session given up since may have gone with it: the command runs
--- again, as for one found under that session.
-local function maybe_removed(p, sid, gv, gcz)
+-- again, as for one found under that session, unless its request did
+-- more that lasts (`lasting`: a delete, a message), which it would do
+-- twice: the bridge answers a request in flight as it gives the session
+-- up CONNECTIONLOSS (zk.c's fail_unanswered), applied or not.
+local function maybe_removed(p, sid, gv, gcz, lasting)
     if p.lifetime ~= "ephemeral" then return persistent_removed(p) end
-    return gv ~= nil and sid == zk.session() and removed_by_another(p, sid, gv, gcz)
+    if sid ~= zk.session() then return lasting == true end
+    return gv ~= nil and removed_by_another(p, sid, gv, gcz)
 end
 
 -- The writes of one request (a multi applies whole or not at all): applied
 -- when any of their nodes carries its nonce (the first may be gone with a
 -- session that ended, or overwritten since), and then the first's stat when
 -- that one told; else whether it may have applied all the same.
-local function resolve_puts(puts, sid, gv, gcz)
+local function resolve_puts(puts, sid, gv, gcz, lasting)
     local unsure = false
     for i, p in ipairs(puts) do
         local applied, st, found = resolve_write(p.rec.path, p.nonce)
@@ -112,7 +116,7 @@ local function resolve_puts(puts, sid, gv, gcz)
         if st then
             unsure = unsure or maybe_overwritten(p, st, found, sid, gv, gcz)
         else
-            unsure = unsure or maybe_removed(p, sid, gv, gcz)
+            unsure = unsure or maybe_removed(p, sid, gv, gcz, lasting)
         end
     end
     return false, nil, unsure
@@ -285,16 +289,17 @@ end
 -- Decides and records the outcome of a write that came back with an
 -- unknown result (zkio's unknown): `puts`, write plans (keyspace.lua's
 -- K.plan_write, with .rec), and `dels`, records whose nodes it deleted.
--- sid, gv, gcz: our session and guard when it was sent.  Every node it
+-- sid, gv, gcz: our session and guard when it was sent; lasting: the
+-- request also deleted or published (maybe_removed).  Every node it
 -- touched is doubted (owned.lua).  Returns, when it applied, the stat of
 -- puts[1]'s node as read now; raises a retry (UNAVAILABLE) when it did
 -- not; when ZooKeeper cannot tell us, leaves the puts to settle_later and
 -- raises what stopped the look.
-function L.resolve(puts, dels, sid, gv, gcz)
+function L.resolve(puts, dels, sid, gv, gcz, lasting)
     for _, p in ipairs(puts) do O.doubt(p.rec.path) end
     for _, rec in ipairs(dels) do O.doubt(rec.path) end
     if #puts > 0 then
-        local ok, applied, st, unsure = pcall(resolve_puts, puts, sid, gv, gcz)
+        local ok, applied, st, unsure = pcall(resolve_puts, puts, sid, gv, gcz, lasting)
         if not ok then
             for _, q in ipairs(puts) do
                 settle_later(q.rec.path, {

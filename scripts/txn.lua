@@ -462,7 +462,7 @@ local function commit_buffered(t)
         -- a wrong presumption runs again at once, reading
         K.retry(presumed_wrong and 0 or nil)
     elseif Z.unknown(frc) then
-        stats[1] = L.resolve(puts, dels, sid, gv, gcz)
+        stats[1] = L.resolve(puts, dels, sid, gv, gcz, #dels > 0 or messages > 0)
     else
         Z.fail(frc, "multi")
     end

@@ -789,6 +789,15 @@ function Sidecar:note_seen(res)
     end
 end
 
+-- Whether rc is one the bridge leaves as it is on a stale answer (zk.c's
+-- zk_is_connection_rc, and its own TIMEOUT).
+local connection_rc = { [C.CONNECTIONLOSS] = true, [C.OPERATIONTIMEOUT] = true,
+                        [C.SESSIONMOVED] = true, [C.CLOSING] = true, [C.INVALIDSTATE] = true,
+                        [C.SESSIONEXPIRED] = true, [C.TIMEOUT] = true }
+
+-- Sends an operation under the current session; it is answered `latency`
+-- ms later, unless the session is given up first (Sidecar:lose, :expire:
+-- see take_inflight).  sc.inflight lists what is sent and unanswered.
 function Sidecar:issue(co, kind, path, apply)
     local W = self.world
     local fault
@@ -802,8 +811,13 @@ function Sidecar:issue(co, kind, path, apply)
             break
         end
     end
-    local sid = self.sid
-    W:at(W.now + (fault and fault.latency or W.latency), function()
+    local sid, gen = self.sid, self.gen
+    local rec = { co = co, sid = sid, apply = apply, fault = fault }
+    self.inflight[#self.inflight + 1] = rec
+    rec.ev = W:at(W.now + (fault and fault.latency or W.latency), function()
+        for i, r in ipairs(self.inflight) do
+            if r == rec then table.remove(self.inflight, i) break end
+        end
         local res
         if fault and not fault.pass and fault.when ~= "after" then
             res = { fault.rc or C.CONNECTIONLOSS, n = 1 }
@@ -814,6 +828,11 @@ function Sidecar:issue(co, kind, path, apply)
             if fault and not fault.pass then res = { fault.rc or C.CONNECTIONLOSS, n = 1 } end
         end
         if fault and fault.hook then fault.hook() end
+        -- An answer that comes after the bridge gave its session up (the
+        -- hook just did) speaks for a session over since: zk.c's zk_drain
+        -- makes it a CONNECTIONLOSS (zk_session.c's zk_stale_answer:
+        -- r->gen != z->gen), whatever the server did.
+        if self.gen ~= gen and not connection_rc[res[1]] then res = { C.CONNECTIONLOSS, n = 1 } end
         W:post(function()
             self:note_seen(res)
             W:resume(co, table.unpack(res, 1, res.n))
@@ -1101,6 +1120,7 @@ function World:sidecar(opts)
         mono_base = opts.mono_base or (id * 1000003),
         wall_base = opts.wall_base or (1800000000000 + id * 7919),
         connected = false, grouped_create_stat = opts.grouped_create_stat or false, seen_zxid = 0,
+        inflight = {}, gen = 0,
     }, Sidecar)
     self.sidecars[id] = sc
     sc.sid = self:new_session()
@@ -1251,45 +1271,105 @@ local function fail_pending(sc)
     end
 end
 
+-- What the sidecar has sent under the session it is giving up, still
+-- unanswered: the server got it before the connection broke (or before it
+-- expired the session) and applied it, unless `unapplied`; its answer
+-- never comes (end_session answers it).  Taken before the session's end
+-- on the server, so that an ephemeral node it created goes with it.
+local function take_inflight(sc, unapplied)
+    local W, list = sc.world, sc.inflight
+    sc.inflight = {}
+    for _, rec in ipairs(list) do
+        rec.ev.cancel()
+        local f = rec.fault
+        local dropped = f and not f.pass and f.when ~= "after"
+        if not unapplied and not dropped and W.sessions[rec.sid].alive then rec.apply(rec.sid) end
+    end
+    return list
+end
+
+-- The bridge gives session `old` up (zk_session.c: zk_session_state on
+-- ZOO_EXPIRED_SESSION_STATE, on_tick when the lease passed): it emits
+-- "lost", whose M.on_session runs at once up to its first wait (lua_host.c's
+-- call_hook), while the bridge is not connected (a request it makes is
+-- parked); then restart_session closes the handle: each request in flight
+-- (`inflight`, from take_inflight) is answered CONNECTIONLOSS (zk.c's
+-- fail_unanswered: an unknown outcome, though the server may have applied
+-- it), each parked for the old session SESSIONEXPIRED, and there is no
+-- session (zk.session() answers 0, not connected) until the new handle
+-- connects (Sidecar:next_session): a request made meanwhile is parked and
+-- sent then.  Answers of the old handle that come later are stale
+-- (Sidecar:issue).  Returns the "lost" task.
+function Sidecar:end_session(old, inflight)
+    local W = self.world
+    self.connected = false
+    self.gen = self.gen + 1
+    local lost = W:spawn(self, self.M.on_session, "lost", old)
+    local restarted = false
+    W:post(function()
+        for _, rec in ipairs(inflight) do
+            W:post(function() W:resume(rec.co, C.CONNECTIONLOSS) end)
+        end
+        fail_pending(self)
+        self.sid = 0
+        restarted = true
+    end)
+    W:run_until(function() return restarted end)
+    return lost
+end
+
 -- The local lease deadline passed while disconnected: "lost", then a new
 -- session ("new").  The old session lives on in the server (its nodes stay)
 -- unless opts.expire_old.  With opts.gap the next session is not there yet
 -- (zk.session() answers 0, as the bridge's between two sessions) until
--- Sidecar:next_session().
+-- Sidecar:next_session().  opts.unapplied: what was in flight had not
+-- reached the server (by default it applied it, its reply lost).
 function Sidecar:lose(opts)
+    opts = opts or {}
     local old = self.sid
+    local inflight = take_inflight(self, opts.unapplied)
     self.held = nil
     self.world:drop_watches(old) -- (its handle closed)
-    self:event("lost", old)
-    if opts and opts.expire_old then self.world:expire_session(old) end
-    fail_pending(self)
-    if opts and opts.gap then
-        self.sid, self.connected = 0, false
+    local lost = self:end_session(old, inflight)
+    if opts.expire_old then self.world:expire_session(old) end
+    if opts.gap then
+        self.world:settle()
         return old
     end
-    self.sid = self.world:new_session()
-    self.connected = true
-    self:event("new", self.sid)
+    self:next_session(lost)
     return old
 end
 
--- After lose({gap = true}): the new session connects.
-function Sidecar:next_session()
-    self.sid = self.world:new_session()
+-- After lose({gap = true}) or expire({gap = true}): the new session
+-- connects.  What was parked meanwhile is sent, then "new" (zk_session.c's
+-- zk_session_state: zk_flush_parked, then emit); runs until it is handled
+-- (and the "lost" task `lost`, when given).
+function Sidecar:next_session(lost)
+    local W = self.world
+    W:settle()
+    self.sid = W:new_session()
     self.connected = true
     flush(self)
-    self:event("new", self.sid)
+    local t = W:spawn(self, self.M.on_session, "new", self.sid)
+    W:run_until(function() return t.done and (not lost or lost.done) end)
 end
 
--- The server expired our session; the bridge opens a new one ("new").
-function Sidecar:expire()
+-- The server expired our session (its ephemeral nodes and watches gone):
+-- the bridge, told so when it reconnects, gives it up as end_session says
+-- ("lost"), then its new session connects ("new").  opts.gap and
+-- opts.unapplied as Sidecar:lose's.
+function Sidecar:expire(opts)
+    opts = opts or {}
     local old = self.sid
+    local inflight = take_inflight(self, opts.unapplied)
     self.held = nil -- the old session's watches are gone
     self.world:expire_session(old)
-    fail_pending(self)
-    self.sid = self.world:new_session()
-    self.connected = true
-    self:event("new", self.sid)
+    local lost = self:end_session(old, inflight)
+    if opts.gap then
+        self.world:settle()
+        return old
+    end
+    self:next_session(lost)
     return old
 end
 
