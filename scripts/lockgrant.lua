@@ -143,10 +143,11 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
             -- write is out (a write that fails waits again, blocked again)
             host.block(false)
             me.granted, me.convert, me.token = g.mode, nil, snap.token
-            if not converting then me.lease_end = LS.end_after(LS.leader_now(), px) end
-            local how, zxid = LW.write_table(snap, converting and me or nil)
+            local epoch -- (the clock the lease end is estimated on: LS.settle_grants)
+            if not converting then me.lease_end, epoch = LS.end_after(LS.leader_now(), px), Z.state.epoch end
+            local how, zxid, version = LW.write_table(snap, converting and me or nil, epoch and { me }, epoch)
             if how == "ok" then
-                snap.version, snap.token = Z.next_version(snap.version), zxid
+                snap.version, snap.token = version or Z.next_version(snap.version), zxid
                 return me.token, snap
             end
         else

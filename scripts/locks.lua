@@ -132,7 +132,8 @@ local function lease_due(path)
         -- policy hears of the mode and token the lock's table holds
         if stat.version ~= h.version then pcall(relearn, h) end
         -- (its clock learned may take a write: ZooKeeper away, look again)
-        local ok, ends = pcall(LS.hold_end, h.deadline, h.version, LS.decode_req(data), stat.version, stat.mzxid)
+        local ok, ends = pcall(LS.hold_end, h.deadline, h.version, LS.decode_req(data), stat.version, stat.mzxid,
+                                stat.mtime)
         if not ok then h.timer:start(200) return end
         local left = ends - host.now()
         if left > 0 then
@@ -183,7 +184,7 @@ local function shortened_due(path, hold)
     end
     s.version = stat.version
     if not pcall(Z.ensure_clock, stat.mzxid) then s.timer:start(200) return end
-    local left = Z.local_time(d.lease_end, stat.mzxid) - host.now()
+    local left = Z.local_time(d.lease_end, stat.mzxid, stat.mtime) - host.now()
     if left > 0 then s.timer:start(math.ceil(left)) return end
     local drc = LW.delete(path, s.version, hold.sid)
     if drc == zk.OK or drc == zk.NONODE then
@@ -239,11 +240,10 @@ local function adopt(path)
         local e = snap and snap.by_seq[LS.seq_of(path)]
         local d = e and e.path == path and e.granted and not L.holds[path] and LS.entry_data(e)
         if not d or e.owner_sid ~= zk.session() then return end
-        local zxid = d.lease_end > 0 and e.mzxid or snap.t.mzxid
-        Z.ensure_clock(zxid)
+        local deadline = LS.lease_local(snap, e, d)
         local h = remember(path, LS.key_of(lock), lock, d.owner, e.granted, e.token, e.px,
                            { data = d, version = e.version })
-        h.deadline = Z.local_time(LS.lease_end(e, d), zxid)
+        h.deadline = deadline
         h.timer:start(math.max(0, math.ceil(h.deadline - host.now())))
         notify("on_acquire", h)
     end
@@ -303,22 +303,26 @@ local function quick_release(h)
     for _, e in ipairs(view.queue) do
         if e.path ~= h.path then queue[#queue + 1] = e end
     end
-    local granted, rc, results = 0
+    local granted, rc, results, epoch = {}, nil, nil, nil
     if not view.stale and Z.state.offset and not next(Q.conversions(queue)) then
         local now = LS.leader_now()
+        epoch = Z.state.epoch
         for _, g in ipairs(Q.grantable(queue)) do
             g.entry.granted, g.entry.token = g.mode, view.token
             g.entry.lease_end = LS.end_after(now, g.entry.px)
-            granted = granted + 1
+            granted[#granted + 1] = g.entry
         end
     end
-    if granted > 0 then
+    if #granted > 0 then
         local data, lines, names = LS.encode_table(queue)
         LW.begin_write(h.lock)
         local ok
         ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
         if ok then rc = Z.first_error(rc, results) end
-        if ok and rc == zk.OK then LS.wrote_table(h.lock, results[2].stat, lines, names) end
+        if ok and rc == zk.OK then
+            LS.wrote_table(h.lock, results[2].stat, lines, names)
+            pcall(LS.settle_grants, h.lock, queue, granted, results[2].stat, epoch)
+        end
         LW.end_write(h.lock)
         if not ok then error(rc, 0) end
     else
@@ -332,7 +336,7 @@ local function quick_release(h)
         gone = guard_stayed(h) and Z.exists(h.path) == zk.NONODE and not G.ending(h.deadline)
     end
     local woke = gone and LW.wrote(h.path, true)
-    if rc == zk.OK then L.stats.handed = L.stats.handed + granted end
+    if rc == zk.OK then L.stats.handed = L.stats.handed + #granted end
     return gone, woke
 end
 
@@ -371,8 +375,14 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
                            "; use LOCK.CONVERT to change its mode" }
         end
         local before = LS.encode_req(d)
+        -- the lease in force, on our clock: a renewal through another
+        -- sidecar keeps it, at least, when settled by a new leader's clock
+        -- (mapped by the clock of the leader that wrote it: the node's, or
+        -- the table's for the grant's; late, never early, when unknown)
+        local was = not L.holds[mine.path] and LS.lease_local(snap, mine, d) or nil
         local sent = LS.count_write(d, d.count + 1, mine.path)
         d.lease_end = LS.renewed_end(mine, d, px, L.holds[mine.path])
+        local epoch = Z.state.epoch
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
             local read, again, d2 = pcall(function() return LS.find_owner(LS.read(lock, true), owner) end)
@@ -380,12 +390,16 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
             if not LS.landed(sent, again, d2) then
                 return L.acquire(key, owner, mode, px, wait_ms, before_acquire, true)
             end
-            rc, stat = zk.OK, { version = again.version }
+            -- (the commit's clock, when nobody wrote the node since)
+            local last = again.version == Z.next_version(mine.version)
+            rc, stat = zk.OK, { version = again.version, mtime = last and again.mtime, mzxid = again.mzxid }
         end
         if rc == zk.BADVERSION or rc == zk.NONODE then
             return L.acquire(key, owner, mode, px, wait_ms, before_acquire)
         end
         if rc ~= zk.OK then Z.fail(rc, "set " .. mine.path) end
+        -- written by the clock of the leader that committed it (LS.settle_lease)
+        stat.version = LS.settle_lease(mine.path, d, px, stat, epoch, was)
         if L.holds[mine.path] then
             remember(mine.path, key, lock, owner, mode, mine.token, px, { data = d, version = stat.version })
         elseif mine.owner_sid == zk.session() then
@@ -465,7 +479,8 @@ end
 local function release_read(lock, owner, done, unsure)
     for _ = 1, Z.READ_TRIES do
         local sent = unsure.sent
-        local mine, d = LS.find_owner(LS.read(lock, sent ~= nil), owner)
+        local snap = LS.read(lock, sent ~= nil)
+        local mine, d = LS.find_owner(snap, owner)
         if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, mine and mine.version, sent) end
         if not mine or not mine.granted then return 0 end
         -- a hold counted lost answers 0, as RENEW does; its node goes
@@ -478,7 +493,7 @@ local function release_read(lock, owner, done, unsure)
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         else
             write = { path = mine.path, count = 0, sid = mine.owner_sid,
-                      deadline = Z.local_time(LS.lease_end(mine, d)),
+                      deadline = LS.lease_local(snap, mine, d),
                       mode = mine.granted, token = mine.token, px = mine.px,
                       here = d.sidecar == LS.sidecar_id() }
             rc = LW.delete(mine.path, mine.version, mine.owner_sid)
@@ -544,7 +559,7 @@ function L.renew(key, owner, px)
         local mine, d = LS.find_owner(snap, owner)
         if not mine or not mine.granted or LS.from_lost_session(mine, d) then return 0 end
         local h = L.holds[mine.path]
-        if h and host.now() > LS.hold_end(h.deadline, h.version, d, mine.version, mine.mzxid) then return 0 end
+        if h and host.now() > LS.hold_end(h.deadline, h.version, d, mine.version, mine.mzxid, mine.mtime) then return 0 end
         -- the lease starts again, px from now, shorter too: through the
         -- holder's sidecar its timer moves; through another, that one ends
         -- a shorter lease itself (end_shortened)

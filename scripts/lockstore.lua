@@ -31,7 +31,7 @@
 --   LS.from_lost_session(e, d)
 --   LS.landed(sent, mine, d)     whether a write whose reply was lost went through
 --   LS.info(lock)                LOCK.INFO's holders and waiters
---   LS.write_table(snap, touch) -> "ok" | "stale" | "unknown", mzxid
+--   LS.write_table(snap, touch, granted, epoch) -> "ok" | "stale" | "unknown", mzxid, version
 --   LS.leader_now()              the leader's clock, ms
 
 local Q = require "lockq"
@@ -155,6 +155,16 @@ function LS.lease_end(e, d)
     return e.lease_end or 0
 end
 
+-- The lease end of granted entry e of snap (its data d) on host.now()'s
+-- clock, read by the clock of the leader that wrote it (the node's write,
+-- or for the grant's, the table's): late, never early, when that is a
+-- leader this sidecar never learned (Z.local_time).
+function LS.lease_local(snap, e, d)
+    local w = d.lease_end > 0 and e or snap.t
+    Z.ensure_clock(w.mzxid)
+    return Z.local_time(LS.lease_end(e, d), w.mzxid, w.mtime)
+end
+
 -- When a hold of ours ends (host.now()'s clock): the lease its sidecar
 -- gave (`deadline`: the grant's, a renewal's; the node at `version` as it
 -- wrote it), unless the node as read (data d, at `now_version`) holds a
@@ -163,9 +173,9 @@ end
 -- With `zxid` (the node's mzxid as read), the lease end maps by the clock
 -- of the leader that wrote it (a renewal's writer writes it on that one's:
 -- LS.settle_lease), not by the one this sidecar knows now.
-function LS.hold_end(deadline, version, d, now_version, zxid)
+function LS.hold_end(deadline, version, d, now_version, zxid, mtime)
     if zxid then Z.ensure_clock(zxid) end
-    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end, zxid)
+    local renewed = d and d.lease_end > 0 and Z.local_time(d.lease_end, zxid, mtime)
     if renewed and (now_version ~= version or renewed > deadline) then return renewed end
     return deadline
 end
@@ -195,11 +205,13 @@ end
 -- learned) is written again by that leader's clock (the commit's mtime),
 -- so that every sidecar maps it by the epoch of the node's mzxid
 -- (LS.hold_end); learns that clock.  The node's version after it.
-function LS.settle_lease(path, d, px, stat, epoch)
+-- at_least: a lease end (host.now()'s clock) the rewrite keeps to, at least.
+function LS.settle_lease(path, d, px, stat, epoch, at_least)
     if not stat or not stat.mtime then return stat and stat.version end
     Z.learn_offset(stat)
     if epoch == nil or (stat.mzxid >> 32) == epoch then return stat.version end
     d.lease_end = LS.end_after(stat.mtime, px)
+    if at_least then d.lease_end = math.max(d.lease_end, math.floor(at_least + Z.state.offset)) end
     local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
     if rc == zk.OK and stat2 then return stat2.version end
     return stat.version -- (written since, or unknown: that write stands)
@@ -304,10 +316,11 @@ end
 
 local function table_of(stat, data)
     local lines, names = LS.decode_table(data)
-    return { version = stat.version, mzxid = stat.mzxid, czxid = stat.czxid, lines = lines, names = names }
+    return { version = stat.version, mzxid = stat.mzxid, mtime = stat.mtime, czxid = stat.czxid, lines = lines,
+             names = names }
 end
 
--- The grant table: {version, mzxid, czxid, lines = seq -> line, names (the
+-- The grant table: {version, mzxid, mtime, czxid, lines = seq -> line, names (the
 -- queue its writer decided on, or nil)}, or nil when the lock node is
 -- absent.  woken: by a watch event, whose read-ahead of the lock this
 -- takes when there is one (zk.get_ahead; else, or failed, it reads).
@@ -351,8 +364,8 @@ end
 -- names as LS.encode_table answered them with its data.
 function LS.wrote_table(lock, stat, lines, names)
     if not stat then return end
-    remember_table(lock, { version = stat.version, mzxid = stat.mzxid, czxid = stat.czxid, lines = lines,
-                           names = names })
+    remember_table(lock, { version = stat.version, mzxid = stat.mzxid, mtime = stat.mtime, czxid = stat.czxid,
+                           lines = lines, names = names })
 end
 
 -- The table this sidecar knows of lock node incarnation `czxid` at
@@ -510,7 +523,7 @@ function LS.entry_data(e)
         local rc, data, stat = Z.get(e.path)
         e.data = rc == zk.OK and LS.decode_req(data) or false
         e.version, e.owner_sid, e.ctime = stat and stat.version, stat and stat.ephemeralOwner, stat and stat.ctime
-        e.mzxid, e.czxid = stat and stat.mzxid, stat and stat.czxid
+        e.mzxid, e.czxid, e.mtime = stat and stat.mzxid, stat and stat.czxid, stat and stat.mtime
     end
     return e.data or nil
 end
@@ -592,8 +605,7 @@ function LS.info(lock)
     for _, e in ipairs(snap.queue) do
         local d = LS.entry_data(e)
         if d and e.granted then
-            local zxid = d.lease_end > 0 and e.mzxid or snap.t.mzxid
-            local left = math.max(0, math.floor(-since_ms(LS.lease_end(e, d), zxid)))
+            local left = math.max(0, math.floor(LS.lease_local(snap, e, d) - host.now()))
             holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
                                               "count", d.count, "lease_left_ms", left,
                                               "sidecar", d.sidecar, "client", d.client } }
@@ -628,7 +640,30 @@ end
 -- same multi to wake its watchers).  Returns "ok", "stale" (changed since:
 -- read again), or "unknown" (the reply was lost: read again to learn);
 -- with "ok", the zxid of the write (and touch's version is its node's).
-function LS.write_table(snap, touch)
+-- A table we wrote at `stat`, whose new grants (`granted`: entries of
+-- `queue`) had their lease ends estimated on the clock of leader epoch
+-- `epoch`: committed under another leader (a change we had not learned),
+-- they are written again by the commit's mtime, as a renewal's lease is
+-- (LS.settle_lease), so that every sidecar reads them by that leader's
+-- clock.  The table's stat after it (`stat` when nothing was written, or
+-- the write failed: a write since carries the lines on as they were).
+function LS.settle_grants(path, queue, granted, stat, epoch)
+    if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch or not granted[1] then
+        return stat
+    end
+    Z.learn_offset(stat)
+    for _, e in ipairs(granted) do e.lease_end = LS.end_after(stat.mtime, e.px) end
+    local data, lines, names = LS.encode_table(queue)
+    local rc, stat2 = zk.set(path, data, stat.version)
+    if rc ~= zk.OK or not stat2 then return stat end
+    LS.wrote_table(path, stat2, lines, names)
+    return stat2
+end
+
+-- granted, epoch: the new grants of this write and the epoch of the clock
+-- their lease ends were estimated on (LS.settle_grants); the table's
+-- version after it is the third answer.
+function LS.write_table(snap, touch, granted, epoch)
     local data, lines, names = LS.encode_table(snap.queue)
     local rc, results, stat
     if touch then
@@ -644,8 +679,13 @@ function LS.write_table(snap, touch)
     if rc == zk.OK then
         Z.learn_offset(stat)
         LS.wrote_table(snap.path, stat, lines, names)
+        local version = stat and stat.version
+        if granted then
+            local ok, after = pcall(LS.settle_grants, snap.path, snap.queue, granted, stat, epoch)
+            if ok and after ~= stat then version = after.version end
+        end
         if touch then touch.version = Z.next_version(touch.version) end
-        return "ok", stat and stat.mzxid or snap.token
+        return "ok", stat and stat.mzxid or snap.token, version
     end
     if rc == zk.BADVERSION or rc == zk.NONODE then return "stale" end
     if Z.unknown(rc) then return "unknown" end

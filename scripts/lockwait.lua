@@ -342,10 +342,10 @@ end
 
 -- LS.write_table, touching our request `touch` (a conversion asked,
 -- granted or given up, a down-conversion): LS.write_table's answer.
-function LW.write_table(snap, touch)
-    local how, zxid = LS.write_table(snap, touch)
+function LW.write_table(snap, touch, granted, epoch)
+    local how, zxid, version = LS.write_table(snap, touch, granted, epoch)
     if how == "ok" and touch then LW.wrote(touch.path) end
-    return how, zxid
+    return how, zxid, version
 end
 
 -- The session changed: the nodes it created are not ours to answer for;
