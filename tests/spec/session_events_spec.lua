@@ -57,15 +57,17 @@ end
 
 describe("the model: the bridge's order of events when a session is given up", function()
     for _, how in ipairs(HOWS) do
-        it("emits lost (old id) then new (new id), answers a request in flight CONNECTIONLOSS (" .. how .. ")", function()
+        -- (the lease passes, and the server's expiry is heard, only after
+        -- the connection dropped: "disconnected" first, the request in
+        -- flight answered CONNECTIONLOSS then, before "lost")
+        it("emits disconnected, lost (old id) then new (new id), answers a request in flight CONNECTIONLOSS (" .. how .. ")", function()
             local W, a = S.world(1)
-            local seen = {}
+            local seen, got = {}, nil
             local on_session = a.M.on_session
             a.M.on_session = function(e, id)
-                seen[#seen + 1] = { e, id, (a.zk.session()) }
+                seen[#seen + 1] = { e, id, (a.zk.session()), got }
                 return on_session(e, id)
             end
-            local got
             local t = W:spawn(a, function()
                 got = a.zk.create("/x", "1", 0)
             end)
@@ -75,9 +77,10 @@ describe("the model: the bridge's order of events when a session is given up", f
             local old = give_up(a, how)
             W:run_until(function() return t.done end)
             assert.equal(a.zk.CONNECTIONLOSS, got)
-            assert.same({ "lost", old, old }, seen[1]) -- (the id is still the old one as it runs)
-            assert.same({ "new", a.sid, a.sid }, seen[2])
-            assert.equal(2, #seen)
+            assert.same({ "disconnected", old, old }, seen[1])
+            assert.same({ "lost", old, old, a.zk.CONNECTIONLOSS }, seen[2]) -- (the id is still the old one as it runs)
+            assert.same({ "new", a.sid, a.sid, a.zk.CONNECTIONLOSS }, seen[3])
+            assert.equal(3, #seen)
             -- the server got it first (applied, its reply lost)
             assert.is_not_nil(W:node("/x"))
         end)

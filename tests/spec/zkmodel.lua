@@ -17,8 +17,9 @@
 -- expires, no children under ephemerals, multi all-or-nothing with one
 -- result per op.  Every zk.* call yields and completes `latency` ms later,
 -- in issue order.  Faults: a chosen next op fails with CONNECTIONLOSS (or
--- any code) before or after it applies; a sidecar can be disconnected (its
--- ops wait, then return TIMEOUT at the command's deadline), lose its
+-- any code) before or after it applies; a sidecar can be disconnected
+-- (what is in flight answers CONNECTIONLOSS, later ops wait for the
+-- reconnect or return TIMEOUT at the command's deadline), lose its
 -- session, or close.
 --
 -- The scheduler runs each command and background task in a coroutine; the
@@ -319,7 +320,7 @@ end
 -- bridge closes for a new session (the lease passed) takes its watches with
 -- it, and its late events are ignored by generation (zk.c's zk_drain).  A
 -- new session has no watches: the sidecar must set them again.  Events
--- held for the reconnect of that session (disconnect{hold_events}) go too.
+-- held for the reconnect of that session (while disconnected) go too.
 function World:drop_watches(sid)
     for _, all in ipairs({ self.watches, self.cwatches }) do
         for path, ws in pairs(all) do
@@ -339,8 +340,8 @@ function World:note(tx, path, event)
     tx.events[#tx.events + 1] = { path, event }
 end
 
--- Delivers the watch events of a committed transaction.  A sidecar
--- disconnected with hold_events keeps them in sc.held for its reconnect,
+-- Delivers the watch events of a committed transaction.  A disconnected
+-- sidecar keeps them in sc.held for its reconnect (drop_connection),
 -- as a data watch's ("data") or a child watch's ("child") event.
 function World:fire(tx)
     for _, e in ipairs(tx.events or {}) do
@@ -1223,14 +1224,42 @@ function Sidecar:fail_next(f)
     self.faults[#self.faults + 1] = f
 end
 
--- The connection is gone.  opts.hold_events: the events of watches that
--- fire meanwhile wait for the reconnect, as with a real server, which fires
--- them when the client sets its watches again (by default the model
--- delivers them while disconnected).
+-- The connection to the server drops; the session lives on.  As the
+-- ZooKeeper C client's handle_error (zookeeper.c): it queues the session
+-- event ZOO_CONNECTING_STATE, then cleanup_bufs/free_completions ends
+-- every request it has sent or queued with ZCONNECTIONLOSS, though the
+-- server may have applied it (a lost reply; opts.unapplied: it had not);
+-- the bridge drains them in that order (zk.c's zk_drain): zk_session_state
+-- emits "disconnected" (M.on_session runs at once up to its first wait),
+-- then each request is answered.  A request asked from then on is parked
+-- (zk.c's zk_send_or_park: the handle is not usable), answered TIMEOUT at
+-- its deadline (zk_session.c's on_tick, zk_expire_parked), SESSIONEXPIRED
+-- when the session is given up (restart_session), or sent at the
+-- reconnect.  The server cannot tell a disconnected client of its
+-- watches: their events wait for the reconnect (sc.held), when the client
+-- sets its watches again (Sidecar:reconnect).  Returns the "disconnected"
+-- task (nil when already disconnected).
+local take_inflight
+local function drop_connection(sc, unapplied)
+    if not sc.connected then return nil end
+    local W = sc.world
+    local inflight = take_inflight(sc, unapplied)
+    sc.connected = false
+    sc.held = sc.held or { data = {}, child = {} }
+    local t = W:spawn(sc, sc.M.on_session, "disconnected", sc.sid)
+    W:post(function()
+        for _, rec in ipairs(inflight) do
+            W:post(function() W:resume(rec.co, C.CONNECTIONLOSS) end)
+        end
+    end)
+    return t
+end
+
+-- The connection is gone (drop_connection); runs until "disconnected" is
+-- handled.  opts.unapplied: what was in flight had not reached the server.
 function Sidecar:disconnect(opts)
-    self.connected = false
-    if opts and opts.hold_events then self.held = { data = {}, child = {} } end
-    self:event("disconnected")
+    local t = drop_connection(self, opts and opts.unapplied)
+    if t then self.world:run_until(function() return t.done end) end
 end
 
 local function flush(sc)
@@ -1242,17 +1271,20 @@ local function flush(sc)
     end
 end
 
--- The connection is back: parked operations go, then "connected".  Events
--- held since disconnect({hold_events = true}) follow "connected" as the
--- server sends them (ZooKeeper's DataTree.setWatches): the data watches'
--- first, then the child watches', each posted right after "connected",
--- not after its handling has finished.
+-- The connection is back, the session alive (zk_session.c's
+-- zk_session_state on ZOO_CONNECTED_STATE: zk_flush_parked sends what was
+-- parked, in its order, then emits "connected").  The events of watches
+-- that fired meanwhile follow "connected" as the server sends them when
+-- the client sets its watches again (the C client's send_set_watches,
+-- ZooKeeper's DataTree.setWatches), before the answers to the parked
+-- requests it sent after: the data watches' first, then the child
+-- watches', each posted right after "connected", not after its handling
+-- has finished.
 function Sidecar:reconnect()
     self.connected = true
     flush(self)
-    local held = self.held
+    local held = self.held or { data = {}, child = {} }
     self.held = nil
-    if not held then return self:event("connected") end
     local t = self.world:spawn(self, self.M.on_session, "connected", self.sid)
     for _, kind in ipairs({ "data", "child" }) do
         for _, e in ipairs(held[kind]) do self.world:spawn(self, self.M.on_watch, e[1], e[2]) end
@@ -1276,7 +1308,7 @@ end
 -- expired the session) and applied it, unless `unapplied`; its answer
 -- never comes (end_session answers it).  Taken before the session's end
 -- on the server, so that an ephemeral node it created goes with it.
-local function take_inflight(sc, unapplied)
+function take_inflight(sc, unapplied)
     local W, list = sc.world, sc.inflight
     sc.inflight = {}
     for _, rec in ipairs(list) do
@@ -1327,6 +1359,9 @@ end
 function Sidecar:lose(opts)
     opts = opts or {}
     local old = self.sid
+    -- (the lease runs out only while disconnected: the connection dropped
+    -- first, see drop_connection)
+    if drop_connection(self, opts.unapplied) then self.world:settle() end
     local inflight = take_inflight(self, opts.unapplied)
     self.held = nil
     self.world:drop_watches(old) -- (its handle closed)
@@ -1361,6 +1396,10 @@ end
 function Sidecar:expire(opts)
     opts = opts or {}
     local old = self.sid
+    -- The client sees the connection drop first ("disconnected", what was
+    -- in flight answered CONNECTIONLOSS: drop_connection), then, on its
+    -- reconnect, the server's word that the session expired.
+    if drop_connection(self, opts.unapplied) then self.world:settle() end
     local inflight = take_inflight(self, opts.unapplied)
     self.held = nil -- the old session's watches are gone
     self.world:expire_session(old)
