@@ -241,6 +241,9 @@ local function adopt(path)
         local d = e and e.path == path and e.granted and not L.holds[path] and LS.entry_data(e)
         if not d or e.owner_sid ~= zk.session() then return end
         local deadline = LS.lease_local(snap, e, d)
+        -- (looked again after the waits: recorded meanwhile by the command
+        -- that made it, or another adoption; or our session ended)
+        if L.holds[path] or e.owner_sid ~= zk.session() then return end
         local h = remember(path, LS.key_of(lock), lock, d.owner, e.granted, e.token, e.px,
                            { data = d, version = e.version })
         h.deadline = deadline
