@@ -230,4 +230,33 @@ function C.deep_grown(before, after, min)
     return list
 end
 
+-- The per-key, per-client and per-channel tables a sidecar keeps, which
+-- must come back to their size once the keys, clients and channels are
+-- gone (long_life_spec, settle_fuzz_spec, restart_fuzz_spec).
+C.PER_KEY = {
+    { "locks", "holds", function(sc) return sc.LK.holds end },
+    { "locks", "by_owner" }, { "locks", "shortened" },
+    { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
+    { "lockwait", "writing" },
+    { "queue", "queues" }, { "queue", "conns" },
+    { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
+    { "expiry", "expiry_waiters" },
+    { "cmd_multi", "queues" }, { "cmd_multi", "watches" },
+    { "pubsub_local", "clients" }, { "pubsub_local", "pattern_order" },
+    { "pubsub_inbox", "seen" }, { "pubsub_inbox", "delivered" }, { "pubsub_inbox", "credits" },
+    { "pubsub_nodes", "gc_queue" },
+    { "guard", "dead", function(sc) return sc.require("guard").dead end },
+}
+
+-- Their entry counts by name, with pub/sub's subscriptions and interest
+-- per kind.
+function C.per_key(sc)
+    local out = C.sizes(sc, C.PER_KEY)
+    for kind, t in pairs(C.upvalue(sc, "pubsub_local", "subs")) do out["pubsub_local.subs." .. kind] = count(t) end
+    for kind, t in pairs(C.upvalue(sc, "pubsub_interest", "interest")) do
+        out["pubsub_interest.interest." .. kind] = count(t)
+    end
+    return out
+end
+
 return C

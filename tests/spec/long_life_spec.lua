@@ -13,41 +13,16 @@ local N = 600 -- distinct keys per case (a few hundred ms each)
 
 local upv = C.upvalue
 
--- The per-key, per-client and per-channel tables: name -> entry count.
-local PER_KEY = {
-    { "locks", "holds", function(sc) return sc.LK.holds end },
-    { "locks", "by_owner" }, { "locks", "shortened" },
-    { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
-    { "lockwait", "writing" },
-    { "queue", "queues" }, { "queue", "conns" },
-    { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
-    { "expiry", "expiry_waiters" },
-    { "cmd_multi", "queues" }, { "cmd_multi", "watches" },
-    { "pubsub_local", "clients" }, { "pubsub_local", "pattern_order" },
-    { "pubsub_inbox", "seen" }, { "pubsub_inbox", "delivered" }, { "pubsub_inbox", "credits" },
-    { "pubsub_nodes", "gc_queue" },
-    { "guard", "dead", function(sc) return sc.require("guard").dead end },
-}
-
-local function sizes(sc)
-    local out = C.sizes(sc, PER_KEY)
-    for kind, t in pairs(upv(sc, "pubsub_local", "subs")) do out["pubsub_local.subs." .. kind] = C.count(t) end
-    for kind, t in pairs(upv(sc, "pubsub_interest", "interest")) do
-        out["pubsub_interest.interest." .. kind] = C.count(t)
-    end
-    return out
-end
-
 -- Every per-key table of every sidecar is back to (at most a few entries
 -- over) its size before `fn` ran, once the clock passed every deadline.
 local function settles(W, scs, fn, slack)
     local before = {}
-    for i, sc in ipairs(scs) do before[i] = sizes(sc) end
+    for i, sc in ipairs(scs) do before[i] = C.per_key(sc) end
     fn()
     W:advance(120000)
     local grown = {}
     for i, sc in ipairs(scs) do
-        for name, n in pairs(sizes(sc)) do
+        for name, n in pairs(C.per_key(sc)) do
             if n > (before[i][name] or 0) + (slack or 2) then
                 grown[#grown + 1] = string.format("sidecar %d %s: %d -> %d", i, name, before[i][name] or 0, n)
             end

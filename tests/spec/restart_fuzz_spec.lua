@@ -44,30 +44,6 @@ local null = S.null
 ---------------------------------------------------------------------------
 -- Shared helpers
 
-local PER_KEY = {
-    { "locks", "holds", function(sc) return sc.LK.holds end },
-    { "locks", "by_owner" }, { "locks", "shortened" },
-    { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
-    { "lockwait", "writing" },
-    { "queue", "queues" }, { "queue", "conns" },
-    { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
-    { "expiry", "expiry_waiters" },
-    { "cmd_multi", "queues" }, { "cmd_multi", "watches" },
-    { "pubsub_local", "clients" }, { "pubsub_local", "pattern_order" },
-    { "pubsub_inbox", "seen" }, { "pubsub_inbox", "delivered" }, { "pubsub_inbox", "credits" },
-    { "pubsub_nodes", "gc_queue" },
-    { "guard", "dead", function(sc) return sc.require("guard").dead end },
-}
-
-local function census(sc)
-    local out = C.sizes(sc, PER_KEY)
-    for kind, t in pairs(C.upvalue(sc, "pubsub_local", "subs")) do out["pubsub_local.subs." .. kind] = C.count(t) end
-    for kind, t in pairs(C.upvalue(sc, "pubsub_interest", "interest")) do
-        out["pubsub_interest.interest." .. kind] = C.count(t)
-    end
-    return out
-end
-
 -- DLM compatibility (README "Native locks"): held row, requested column.
 local ORDER = { NL = 1, CR = 2, CW = 3, PR = 4, PW = 5, EX = 6 }
 local ROWS = { NL = "YYYYYY", CR = "YYYYY.", CW = "YYY...", PR = "YY.Y..", PW = "YY....", EX = "Y....." }
@@ -214,7 +190,7 @@ local function run_seed(seed, steps)
     end
     for i = 1, 3 do probe_subscribe(i) end
     W:advance(200000)
-    for i, sc in ipairs(scs) do base[sc] = census(sc) end
+    for i, sc in ipairs(scs) do base[sc] = C.per_key(sc) end
 
     local conns = {}
     for i = 1, 8 do
@@ -423,7 +399,7 @@ local function run_seed(seed, steps)
             note(string.format("%d %s closed", W.now, names[sc]))
         end
         local new = new_sidecar(i)
-        base[new] = census(new)
+        base[new] = C.per_key(new)
         W:advance(0)
         note(string.format("%d %s started in slot %d", W.now, names[new], i))
         probe_subscribe(i)
@@ -520,7 +496,7 @@ local function run_seed(seed, steps)
         if q.busy() ~= 0 then bad[#bad + 1] = names[sc] .. ": key queues left: " .. q.busy() end
         if mx.count() ~= 0 then bad[#bad + 1] = names[sc] .. ": MULTI queues left" end
         if mx.watching() ~= 0 then bad[#bad + 1] = names[sc] .. ": watches left" end
-        for k, n in pairs(census(sc)) do
+        for k, n in pairs(C.per_key(sc)) do
             if n > (base[sc][k] or 0) + 2 then
                 bad[#bad + 1] = string.format("%s: %s %d -> %d", names[sc], k, base[sc][k] or 0, n)
             end

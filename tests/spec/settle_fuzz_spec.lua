@@ -29,31 +29,7 @@ local C = require "census"
 local ROOT = "/zkresp"
 
 ---------------------------------------------------------------------------
--- The census (long_life_spec's per-key tables, plus those found growing)
-
-local PER_KEY = {
-    { "locks", "holds", function(sc) return sc.LK.holds end },
-    { "locks", "by_owner" }, { "locks", "shortened" },
-    { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
-    { "lockwait", "writing" },
-    { "queue", "queues" }, { "queue", "conns" },
-    { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
-    { "expiry", "expiry_waiters" },
-    { "cmd_multi", "queues" }, { "cmd_multi", "watches" },
-    { "pubsub_local", "clients" }, { "pubsub_local", "pattern_order" },
-    { "pubsub_inbox", "seen" }, { "pubsub_inbox", "delivered" }, { "pubsub_inbox", "credits" },
-    { "pubsub_nodes", "gc_queue" },
-    { "guard", "dead", function(sc) return sc.require("guard").dead end },
-}
-
-local function census(sc)
-    local out = C.sizes(sc, PER_KEY)
-    for kind, t in pairs(C.upvalue(sc, "pubsub_local", "subs")) do out["pubsub_local.subs." .. kind] = C.count(t) end
-    for kind, t in pairs(C.upvalue(sc, "pubsub_interest", "interest")) do
-        out["pubsub_interest.interest." .. kind] = C.count(t)
-    end
-    return out
-end
+-- The census: census.lua's per-key tables (C.per_key); the tasks left
 
 local function live_tasks(W)
     local n = 0
@@ -201,7 +177,7 @@ local function run_seed(seed, steps)
     end
     W:advance(200000)
     local base, base_tasks = {}, live_tasks(W)
-    for i, sc in ipairs(scs) do base[i] = census(sc) end
+    for i, sc in ipairs(scs) do base[i] = C.per_key(sc) end
     local shas = {}
     local function sha(body) return shas[body] or string.rep("0", 40) end
 
@@ -348,7 +324,7 @@ local function run_seed(seed, steps)
             bad[#bad + 1] = name(sc) .. ": MULTI queues left of clients " .. table.concat(ids, ",")
         end
         if mx.watching() ~= 0 then bad[#bad + 1] = name(sc) .. ": watches left" end
-        for k, n in pairs(census(sc)) do
+        for k, n in pairs(C.per_key(sc)) do
             -- (guard.dead: one entry per session change, never dropped;
             -- its own case below)
             if k ~= "guard.dead" and n > (base[i][k] or 0) + 2 then
@@ -442,7 +418,6 @@ describe("settle fuzz: every command family with faults, then nothing left", fun
         end
     end
 end)
-
 
 -- Before (minor, real): guard.lua's G.dead, filled by expiry.lua's
 -- X.forget_session, was never emptied.  Every session change (an expiry,
