@@ -53,26 +53,8 @@ local RENEW_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis
 ---------------------------------------------------------------------------
 -- Shared helpers: the recording policy, worlds, the harvest of events.
 
-local RECORDER = [[
-    local log = {}
-    _G.__events = log
-    local function rec(ev)
-        return function(key, info)
-            local e = { ev = ev, key = key }
-            for k, v in pairs(info) do if k ~= "client" then e[k] = v end end
-            e.client = info.client and info.client.id
-            log[#log + 1] = e
-        end
-    end
-    return { on_acquire = rec("acquire"), on_release = rec("release"),
-             on_expire = rec("expire"), on_lost = rec("lost") }
-]]
-
 local function world3()
-    local file = S.policy_file(RECORDER)
-    local W, a, b, c = S.world({ { config = { policy = file } }, { config = { policy = file } },
-                                 { config = { policy = file } } })
-    os.remove(file)
+    local W, a, b, c = S.recording_world(3)
     S.warm(W, a, b, c)
     for _, sc in ipairs({ a, b, c }) do
         sc:call("SCRIPT", "LOAD", RELEASE_SCRIPT)

@@ -6,27 +6,6 @@
 local S = require "world"
 local null = S.null
 
--- A policy that records every lock notification, per sidecar.
-local RECORDER = [[
-    local log = {}
-    _G.__events = log
-    local function rec(ev)
-        return function(key, info)
-            log[#log + 1] = { ev = ev, key = key, path = info.path, mode = info.mode, token = info.token }
-        end
-    end
-    return { on_acquire = rec("acquire"), on_release = rec("release"),
-             on_expire = rec("expire"), on_lost = rec("lost") }
-]]
-
-local function world3()
-    local file = S.policy_file(RECORDER)
-    local W, a, b, c = S.world({ { config = { policy = file } }, { config = { policy = file } },
-                                 { config = { policy = file } } })
-    os.remove(file)
-    return W, a, b, c
-end
-
 -- The names of the events sidecar sc told of native lock `key`.
 local function told(sc, key)
     local out = {}
@@ -67,7 +46,7 @@ describe("a waiting LOCK.ACQUIRE granted as the owner's other connection takes i
     -- right before remember.
     for lat = 2, 14 do
         it("tells on_acquire once and on_release once (table read latency " .. lat .. " ms)", function()
-            local W, _, b, c = world3()
+            local W, _, b, c = S.recording_world(3)
             assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "h", "PX", "600000")))
             local w = b:start("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", "3000")
             W:advance(50)
@@ -98,7 +77,7 @@ describe("a request left as its WAIT ended, taken up through its own sidecar, th
     -- ended, by the release or the lease (not by the leave's count-down,
     -- which LW.left turns into a second adoption that must do nothing)
     local function taken_up()
-        local W, a, b, c = world3()
+        local W, a, b, c = S.recording_world(3)
         assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "h", "PX", "600000")))
         local w = b:start("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", "3000")
         W:advance(50)
@@ -137,7 +116,7 @@ describe("a request left by a WAIT that ended, counted up through its own sideca
     -- leave then deletes the node (LW.left(path, false)): the hold adopted
     -- is told ended once, by that delete, and the lock is free.
     it("tells on_release once, by the leave's delete", function()
-        local W, _, b, c = world3()
+        local W, _, b, c = S.recording_world(3)
         assert.equal("integer", math.type(c:call("LOCK.ACQUIRE", "k", "h", "PX", "600000")))
         local w = b:start("LOCK.ACQUIRE", "k", "o", "PX", "600000", "WAIT", "3000")
         W:advance(50)

@@ -66,25 +66,8 @@ end
 ---------------------------------------------------------------------------
 -- Shared helpers: a policy recording the lock notifications, worlds.
 
-local RECORDER = [[
-    local log = {}
-    _G.__events = log
-    local function rec(ev)
-        return function(key, info)
-            if info.lock then
-                log[#log + 1] = { ev = ev, key = key, owner = info.owner, mode = info.mode, token = info.token }
-            end
-        end
-    end
-    return { on_acquire = rec("acquire"), on_release = rec("release"),
-             on_expire = rec("expire"), on_lost = rec("lost") }
-]]
-
 local function world3()
-    local file = S.policy_file(RECORDER)
-    local W, a, b, c = S.world({ { config = { policy = file } }, { config = { policy = file } },
-                                 { config = { policy = file } } })
-    os.remove(file)
+    local W, a, b, c = S.recording_world(3)
     S.warm(W, a, b, c)
     return W, a, b, c
 end

@@ -198,6 +198,34 @@ function S.policy_file(text)
     return file
 end
 
+-- A policy that records every lock notification in its sidecar's
+-- env.__events: {ev = "acquire" | "release" | "expire" | "lost", key, and
+-- info's fields, its client as the client's id}.
+S.RECORDER = [[
+    local log = {}
+    _G.__events = log
+    local function rec(ev)
+        return function(key, info)
+            local e = { ev = ev, key = key }
+            for k, v in pairs(info) do if k ~= "client" then e[k] = v end end
+            e.client = info.client and info.client.id
+            log[#log + 1] = e
+        end
+    end
+    return { on_acquire = rec("acquire"), on_release = rec("release"),
+             on_expire = rec("expire"), on_lost = rec("lost") }
+]]
+
+-- A world of n sidecars whose policy is S.RECORDER: W and the sidecars.
+function S.recording_world(n)
+    local file = S.policy_file(S.RECORDER)
+    local specs = {}
+    for i = 1, n do specs[i] = { config = { policy = file } } end
+    local got = table.pack(S.world(specs))
+    os.remove(file)
+    return table.unpack(got, 1, got.n)
+end
+
 -- The path of an example policy of scripts/examples/.
 function S.example(name)
     return zkmodel.SCRIPTS .. "/examples/" .. name .. ".lua"
