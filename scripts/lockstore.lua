@@ -635,11 +635,6 @@ end
 ---------------------------------------------------------------------------
 -- Writes
 
--- Writes snap's table (after the caller changed its entries) conditional
--- on the version read, with `touch` (an entry whose node is rewritten in the
--- same multi to wake its watchers).  Returns "ok", "stale" (changed since:
--- read again), or "unknown" (the reply was lost: read again to learn);
--- with "ok", the zxid of the write (and touch's version is its node's).
 -- A table we wrote at `stat`, whose new grants (`granted`: entries of
 -- `queue`) had their lease ends estimated on the clock of leader epoch
 -- `epoch`: committed under another leader (a change we had not learned),
@@ -660,6 +655,11 @@ function LS.settle_grants(path, queue, granted, stat, epoch)
     return stat2
 end
 
+-- Writes snap's table (after the caller changed its entries) conditional
+-- on the version read, with `touch` (an entry whose node is rewritten in the
+-- same multi to wake its watchers).  Returns "ok", "stale" (changed since:
+-- read again), or "unknown" (the reply was lost: read again to learn);
+-- with "ok", the zxid of the write (and touch's version is its node's).
 -- granted, epoch: the new grants of this write and the epoch of the clock
 -- their lease ends were estimated on (LS.settle_grants); the table's
 -- version after it is the third answer.
