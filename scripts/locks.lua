@@ -162,7 +162,7 @@ end
 
 -- Leases of other sidecars' holds shortened by a renewal through this
 -- one: path -> {timer, version, holder_end}.  The holder's sidecar ends a
--- hold at the lease it knew (holder_end, leader ms: a renewal elsewhere
+-- hold at the lease it knew (holder_end, on our clock: a renewal elsewhere
 -- does not move its timer earlier), so the sidecar that wrote a shorter
 -- lease ends the hold at the lease the node holds while that is before
 -- holder_end, whoever wrote the node since (a renewal through a third
@@ -178,13 +178,15 @@ local function shortened_due(path, hold)
     local rc, data, stat = zk.get(path)
     if rc ~= zk.OK and rc ~= zk.NONODE then s.timer:start(200) return end
     local d = rc == zk.OK and LS.decode_req(data)
-    if not d or d.lease_end <= 0 or d.lease_end >= s.holder_end then
+    if d and d.lease_end > 0 and not pcall(Z.ensure_clock, stat.mzxid) then s.timer:start(200) return end
+    -- (by the clock of the leader that wrote it, as the holder's reads it)
+    local ends = d and d.lease_end > 0 and Z.local_time(d.lease_end, stat.mzxid, stat.mtime)
+    if not ends or ends >= s.holder_end then
         shortened[path] = nil -- (gone, or the holder's own timer ends it)
         return
     end
     s.version = stat.version
-    if not pcall(Z.ensure_clock, stat.mzxid) then s.timer:start(200) return end
-    local left = Z.local_time(d.lease_end, stat.mzxid, stat.mtime) - host.now()
+    local left = ends - host.now()
     if left > 0 then s.timer:start(math.ceil(left)) return end
     local drc = LW.delete(path, s.version, hold.sid)
     if drc == zk.OK or drc == zk.NONODE then
@@ -199,8 +201,8 @@ local function shortened_due(path, hold)
 end
 
 -- A renewal through this sidecar wrote a lease px from now on hold `hold`
--- of another sidecar's session, before `holder_end` (leader ms), the
--- lease in force when this sidecar first shortened it.
+-- of another sidecar's session, before `holder_end` (host.now()'s clock),
+-- the lease in force when this sidecar first shortened it.
 local function end_shortened(hold, px, holder_end)
     local s = shortened[hold.path]
     if s then s.timer:stop() end
@@ -384,7 +386,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         -- the table's for the grant's; late, never early, when unknown)
         local was = not L.holds[mine.path] and LS.lease_local(snap, mine, d) or nil
         local sent = LS.count_write(d, d.count + 1, mine.path)
-        d.lease_end = LS.renewed_end(mine, d, px, L.holds[mine.path])
+        d.lease_end = LS.renewed_end(was, px)
         local epoch = Z.state.epoch
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
@@ -566,7 +568,9 @@ function L.renew(key, owner, px)
         -- the lease starts again, px from now, shorter too: through the
         -- holder's sidecar its timer moves; through another, that one ends
         -- a shorter lease itself (end_shortened)
-        local was = LS.lease_end(mine, d)
+        -- (the lease in force on our clock: read by the clock of the
+        -- leader that wrote it, which another leader's ms do not compare to)
+        local was = LS.lease_local(snap, mine, d)
         d.lease_end = LS.end_after(LS.leader_now(), px)
         local epoch = Z.state.epoch
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
@@ -578,7 +582,7 @@ function L.renew(key, owner, px)
                 h.mode, h.token = mine.granted, mine.token
                 h.px, h.deadline, h.data, h.version = px, host.now() + px, d, version
                 h.timer:start(px)
-            elseif d.lease_end < was or shortened[mine.path] then
+            elseif host.now() + px < was or shortened[mine.path] then
                 end_shortened({ key = key, path = mine.path, sid = mine.owner_sid, owner = owner,
                                 mode = mine.granted, token = mine.token, px = px }, px, was)
             end

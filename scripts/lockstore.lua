@@ -191,12 +191,12 @@ function LS.end_after(now, px)
     return e >= LEASE_END_MAX and LEASE_END_MAX or math.floor(e)
 end
 
--- The lease end a renewal for px (RENEW, a reentrant ACQUIRE) writes in
--- the node of entry mine (data d): px from now through the hold's own
--- sidecar (`ours`, its timer moved too); through another, whose renewal
--- does not move the holder's timer, never earlier than it was.
-function LS.renewed_end(mine, d, px, ours)
-    return math.max(LS.end_after(LS.leader_now(), px), ours and 0 or LS.lease_end(mine, d))
+-- The lease end (leader ms) a reentrant ACQUIRE for px writes: px from
+-- now; through another sidecar than the hold's, never before the lease in
+-- force `was` (host.now()'s clock, mapped by the leader's we know now).
+function LS.renewed_end(was, px)
+    local now = LS.end_after(LS.leader_now(), px)
+    return was and math.max(now, math.floor(was + Z.state.offset)) or now
 end
 
 -- After our write of a lease end (leader ms, px from now) in a request's
