@@ -308,7 +308,7 @@ C.object = { arity = -2, flags = "", first_key = 0, last_key = 0, step = 0,
         if sub == "freq" then return err(E.NO_LFU) end
         if sub == "idletime" then
             K.ensure_clock(rec.node.mzxid)
-            return math.max(0, math.floor((host.now() - K.local_time(rec.node.mtime, rec.node.mzxid)) / 1000))
+            return math.max(0, math.floor((host.now() - K.local_time(rec.node.mtime, rec.node.mzxid, rec.node.mtime)) / 1000))
         end
         local n = rec.vtype == codec.STRING and #rec.value <= 20 and U.to_int(rec.value)
         return (n and n >= 0 and n < SHARED_INTEGERS) and 2147483647 or 1

@@ -195,7 +195,7 @@ function K.record(key, path, data, stat)
         rec.deadline = o.deadline
     elseif v.ttl > 0 then
         K.ensure_clock(stat.mzxid)
-        rec.deadline = K.local_time(stat.mtime, stat.mzxid) + v.ttl
+        rec.deadline = K.local_time(stat.mtime, stat.mzxid, stat.mtime) + v.ttl
     end
     rec.live = (owner ~= 0 and owner ~= sid) or rec.deadline == nil or rec.deadline > host.now()
     if rec.live then shared.saw_live(path) end -- (a watch on its absence: shared.lua)
