@@ -319,14 +319,14 @@ local function quick_release(h)
         end
     end
     if #granted > 0 then
-        local data, lines, names = LS.encode_table(queue)
+        local data, lines, names = LS.encode_table(queue, view.t)
         LW.begin_write(h.lock)
         local ok
         ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
         if ok then rc = Z.first_error(rc, results) end
         if ok and rc == zk.OK then
             LS.wrote_table(h.lock, results[2].stat, lines, names)
-            pcall(LS.settle_grants, h.lock, queue, granted, results[2].stat, epoch)
+            pcall(LS.settle_grants, h.lock, queue, granted, results[2].stat, epoch, view.t)
         end
         LW.end_write(h.lock)
         if not ok then error(rc, 0) end

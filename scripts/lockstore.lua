@@ -134,7 +134,8 @@ local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 -- the count (LS.count_write; "" until one: renewals and conversions carry
 -- it over), last, so that a sidecar that knows no id reads the rest.
 function LS.encode_req(r)
-    return string.pack(DATA_FMT .. " s1", r.owner, r.count, math.floor(r.lease_end), math.floor(r.asked),
+    local lease = r.rl == r.lease_end and Z.carry(r.lease_end, r.rz, r.rt) or r.lease_end -- (as read: Z.carry)
+    return string.pack(DATA_FMT .. " s1", r.owner, r.count, math.floor(lease), math.floor(r.asked),
                        r.sidecar, r.client, r.wid or "")
 end
 
@@ -266,16 +267,19 @@ LS.NAMES_MAX = 32
 -- waiter of another sidecar granted by this write takes as its view (the
 -- listing its release grants from) instead of listing the lock itself.
 -- Also answers what LS.decode_table reads back from it (lines, names).
-function LS.encode_table(queue)
+function LS.encode_table(queue, from)
     local out, lines, names = {}, {}, nil
     for _, e in ipairs(queue) do
         if e.granted then
-            local lease_end = e.lease_end or 0
+            local lease_end = from and e.lease_end == e.read_lease and Z.carry(e.lease_end, from.mzxid, from.mtime)
+                              or e.lease_end or 0 -- (carried from table `from` as read: Z.carry)
             local line = string.format("%d %s %d %d", e.seq, e.granted, e.token, lease_end)
             local g = { mode = e.granted, token = e.token, lease_end = lease_end }
             if e.convert then
-                line = line .. string.format(" %s %d %d", e.convert, e.convert_at, e.asked_convert)
-                g.convert, g.convert_at, g.asked = e.convert, e.convert_at, e.asked_convert
+                local asked = from and e.asked_convert == e.read_asked and Z.carry(e.asked_convert, from.mzxid,
+                                                                                     from.mtime) or e.asked_convert
+                line = line .. string.format(" %s %d %d", e.convert, e.convert_at, asked)
+                g.convert, g.convert_at, g.asked = e.convert, e.convert_at, asked
             end
             out[#out + 1] = line
             lines[e.seq] = g
@@ -470,8 +474,8 @@ function LS.build(lock, t, names, pzxid, older)
             local g, e = t.lines[seq], nil
             if g then
                 e = { seq = seq, name = name, path = path, mode = mode, hash = hash, px = px,
-                      granted = g.mode, token = g.token, lease_end = g.lease_end,
-                      convert = g.convert, convert_at = g.convert_at, asked_convert = g.asked }
+                      granted = g.mode, token = g.token, lease_end = g.lease_end, read_lease = g.lease_end,
+                      convert = g.convert, convert_at = g.convert_at, asked_convert = g.asked, read_asked = g.asked }
             else
                 e = { seq = seq, name = name, path = path, mode = mode, hash = hash, px = px }
             end
@@ -522,6 +526,7 @@ function LS.entry_data(e)
     if e.data == nil then
         local rc, data, stat = Z.get(e.path)
         e.data = rc == zk.OK and LS.decode_req(data) or false
+        if e.data then e.data.rz, e.data.rt, e.data.rl = stat.mzxid, stat.mtime, e.data.lease_end end
         e.version, e.owner_sid, e.ctime = stat and stat.version, stat and stat.ephemeralOwner, stat and stat.ctime
         e.mzxid, e.czxid, e.mtime = stat and stat.mzxid, stat and stat.czxid, stat and stat.mtime
     end
@@ -598,9 +603,9 @@ function LS.info(lock)
     -- wrote it: a leader change to a server whose clock is off moves no
     -- answer; a lease end in the node by its mzxid, in the table by the
     -- table's)
-    local function since_ms(ms, zxid)
+    local function since_ms(ms, zxid, mtime)
         if zxid then Z.ensure_clock(zxid) end
-        return host.now() - Z.local_time(ms, zxid)
+        return host.now() - Z.local_time(ms, zxid, mtime)
     end
     for _, e in ipairs(snap.queue) do
         local d = LS.entry_data(e)
@@ -616,7 +621,7 @@ function LS.info(lock)
     local function waiter(e, mode, kind, since)
         local d = LS.entry_data(e)
         local waited
-        if since then waited = leader - since
+        if since then waited = since_ms(since, snap.t.mzxid, snap.t.mtime) -- (the table's clock)
         elseif e.ctime then waited = since_ms(e.ctime, e.czxid)
         elseif d then waited = leader - d.asked end
         if d then
@@ -635,20 +640,17 @@ end
 ---------------------------------------------------------------------------
 -- Writes
 
--- A table we wrote at `stat`, whose new grants (`granted`: entries of
--- `queue`) had their lease ends estimated on the clock of leader epoch
--- `epoch`: committed under another leader (a change we had not learned),
--- they are written again by the commit's mtime, as a renewal's lease is
--- (LS.settle_lease), so that every sidecar reads them by that leader's
--- clock.  The table's stat after it (`stat` when nothing was written, or
--- the write failed: a write since carries the lines on as they were).
-function LS.settle_grants(path, queue, granted, stat, epoch)
-    if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch or not granted[1] then
-        return stat
-    end
+-- A table we wrote at `stat` (its new grants `granted`, entries of `queue`,
+-- estimated on the clock of leader epoch `epoch`; the lines it carried from
+-- table `from`: Z.carry), committed under another leader (a change we had
+-- not learned): written again by the commit's mtime (LS.settle_lease), so
+-- every sidecar reads it by that leader's clock.  The table's stat after it
+-- (`stat` when nothing was written, or it failed: a write since carries the lines on).
+function LS.settle_grants(path, queue, granted, stat, epoch, from)
+    if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch then return stat end
     Z.learn_offset(stat)
     for _, e in ipairs(granted) do e.lease_end = LS.end_after(stat.mtime, e.px) end
-    local data, lines, names = LS.encode_table(queue)
+    local data, lines, names = LS.encode_table(queue, from)
     local rc, stat2 = zk.set(path, data, stat.version)
     if rc ~= zk.OK or not stat2 then return stat end
     LS.wrote_table(path, stat2, lines, names)
@@ -664,8 +666,8 @@ end
 -- their lease ends were estimated on (LS.settle_grants); the table's
 -- version after it is the third answer.
 function LS.write_table(snap, touch, granted, epoch)
-    local data, lines, names = LS.encode_table(snap.queue)
-    local rc, results, stat
+    local data, lines, names = LS.encode_table(snap.queue, snap.t)
+    local rc, results, stat, est = nil, nil, nil, epoch or Z.state.epoch -- (carried lines too: LS.settle_grants)
     if touch then
         local d = LS.entry_data(touch)
         if not d then return "stale" end
@@ -680,10 +682,8 @@ function LS.write_table(snap, touch, granted, epoch)
         Z.learn_offset(stat)
         LS.wrote_table(snap.path, stat, lines, names)
         local version = stat and stat.version
-        if granted then
-            local ok, after = pcall(LS.settle_grants, snap.path, snap.queue, granted, stat, epoch)
-            if ok and after ~= stat then version = after.version end
-        end
+        local ok, after = pcall(LS.settle_grants, snap.path, snap.queue, granted or {}, stat, est, snap.t)
+        if ok and after ~= stat then version = after.version end
         if touch then touch.version = Z.next_version(touch.version) end
         return "ok", stat and stat.mzxid or snap.token, version
     end

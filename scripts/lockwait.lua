@@ -230,6 +230,7 @@ local function leave_node(path)
             if grc == zk.NONODE then return true end
             if grc == zk.OK then
                 local d = LS.decode_req(data)
+                if d then d.rz, d.rt, d.rl = stat.mzxid, stat.mtime, d.lease_end end -- (LS.encode_req)
                 -- our count-down whose reply was lost went through
                 if sent and d and d.count == sent.count and d.wid == sent.wid then LW.left(path, true) return true end
                 sent = nil

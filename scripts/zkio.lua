@@ -349,6 +349,15 @@ function Z.local_time(leader_ms, zxid, mtime)
     return leader_ms - (offset or state.offset)
 end
 
+-- A leader timestamp `ms` read from a node written under the leader of
+-- `zxid` (its mtime `mtime`), carried unchanged into a write of ours: on
+-- the clock of the leader we write under (the one we know), so that it is
+-- read by the epoch of the node's new mzxid as it was by the old one's.
+function Z.carry(ms, zxid, mtime)
+    if not (ms and ms > 0 and zxid and state.offset) or zxid >> 32 == state.epoch then return ms end
+    return math.floor(Z.local_time(ms, zxid, mtime) + state.offset)
+end
+
 ---------------------------------------------------------------------------
 -- Versions
 
