@@ -230,15 +230,27 @@ function C.deep_grown(before, after, min)
     return list
 end
 
--- The per-key, per-client and per-channel tables a sidecar keeps, which
--- must come back to their size once the keys, clients and channels are
--- gone (long_life_spec, settle_fuzz_spec, restart_fuzz_spec).
-C.PER_KEY = {
+-- The native locks' per-key tables (lock_left_fuzz_spec's; lock_fuzz_spec
+-- adds the key queues', C.QUEUE_TABLES).
+C.LOCK_TABLES = {
     { "locks", "holds", function(sc) return sc.LK.holds end },
     { "locks", "by_owner" }, { "locks", "shortened" },
     { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
     { "lockwait", "writing" },
-    { "queue", "queues" }, { "queue", "conns" },
+}
+C.QUEUE_TABLES = { { "queue", "queues" }, { "queue", "conns" } }
+
+-- The lists given, one after another, in a new list.
+function C.concat(...)
+    local out = {}
+    for _, l in ipairs({ ... }) do for _, e in ipairs(l) do out[#out + 1] = e end end
+    return out
+end
+
+-- The per-key, per-client and per-channel tables a sidecar keeps, which
+-- must come back to their size once the keys, clients and channels are
+-- gone (long_life_spec, settle_fuzz_spec, restart_fuzz_spec).
+C.PER_KEY = C.concat(C.LOCK_TABLES, C.QUEUE_TABLES, {
     { "owned", "owned", function(sc) return sc.K.owned end }, { "owned", "heap" },
     { "expiry", "expiry_waiters" },
     { "cmd_multi", "queues" }, { "cmd_multi", "watches" },
@@ -246,7 +258,7 @@ C.PER_KEY = {
     { "pubsub_inbox", "seen" }, { "pubsub_inbox", "delivered" }, { "pubsub_inbox", "credits" },
     { "pubsub_nodes", "gc_queue" },
     { "guard", "dead", function(sc) return sc.require("guard").dead end },
-}
+})
 
 -- Their entry counts by name, with pub/sub's subscriptions and interest
 -- per kind.

@@ -29,22 +29,16 @@
 -- history has them (conversions; not for on_lost after a conversion
 -- through another sidecar), czxid = token, lifetime, ttl, reason.
 --
--- Replay: HOOK_PAIRS_SEEDS=17,42; sweep: HOOK_PAIRS_N=200.
+-- Replay: HOOK_PAIRS_SEEDS=17,42; sweep: HOOK_PAIRS_N=200;
+-- HOOK_PAIRS_QUIET=1 without the step log.  The harness: lockfuzz.lua.
 
 local S = require "world"
+local H = require "lockfuzz"
 local null = S.null
 
 local NKEYS = { "n1", "n2" }
 local SKEYS = { "s1", "s2" }
-local COMPAT = {
-    NL = { NL = true, CR = true, CW = true, PR = true, PW = true, EX = true },
-    CR = { NL = true, CR = true, CW = true, PR = true, PW = true },
-    CW = { NL = true, CR = true, CW = true },
-    PR = { NL = true, CR = true, PR = true },
-    PW = { NL = true, CR = true },
-    EX = { NL = true },
-}
-local function is_token(r) return math.type(r) == "integer" end
+local is_token = H.is_token
 
 local RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 local RENEW_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) " ..
@@ -121,14 +115,12 @@ end
 ---------------------------------------------------------------------------
 -- The fuzz.
 
-local F = {}
-F.__index = F
+local F = H.class()
 
 local function new_run(seed)
     local W, a, b, c = world3()
-    local self = setmetatable({ seed = seed, r = S.prng(seed), W = W, scs = { a, b, c }, log = {}, bad = {},
-                                owners = {}, disc = {}, sessions = {}, holds = {}, skeys = {}, acts = {},
-                                nonce = 0, next_id = 100 }, F)
+    local self = H.new(F, seed, W, { a, b, c }, { r = S.prng(seed), owners = {}, sessions = {}, holds = {}, skeys = {},
+                                                  acts = {}, nonce = 0 })
     for i = 1, 5 do self.owners[i] = { n = i, name = "o" .. i } end
     self:learn_sessions()
     return self
@@ -136,14 +128,6 @@ end
 
 function F:learn_sessions()
     for i, sc in ipairs(self.scs) do if sc.sid and sc.sid ~= 0 then self.sessions[sc.sid] = i end end
-end
-
-function F:note(fmt, ...) self.log[#self.log + 1] = string.format("%6d ", self.W.now) .. string.format(fmt, ...) end
-
-function F:defect(fmt, ...)
-    local s = string.format(fmt, ...)
-    self.log[#self.log + 1] = "       !! " .. s
-    self.bad[#self.bad + 1] = s
 end
 
 -- What befell identity id (a native request path, or path#value): acts[id]
@@ -156,36 +140,27 @@ function F:act(id, what, si, rep, faulted)
     return a
 end
 
+-- The errors a command may answer: any but -ERR, and the README's -ERR
+-- texts of LOCK.*.
+function F.err_ok(e)
+    return not (e:match("^ERR") and
+        not (e:find("already waits") or e:find("use LOCK.CONVERT") or e:find("holds no lock")
+             or e:find("already waiting") or e:find("ended while its conversion")))
+end
+
 -- on_reply(r, p) once answered (not when its client went); always(r), if
 -- given, in either case.
 function F:issue(o, si, args, on_reply, faulted, always)
-    local sc = self.scs[si]
-    local M = sc.M
-    local p = { o = o, si = si, key = args[1] == "EVAL" and args[4] or args[2], kind = args[1], faulted = faulted, cut = not sc.connected }
-    local me = self
-    self.next_id = self.next_id + 1
-    p.task = self.W:spawn(sc, function()
-        local r = M.dispatch(args)
-        me:learn_sessions()
-        if always then always(r) end
-        if p.task.gone then
-            me:note("%s %s: (client gone) %s", o.name, args[1], S.show(r))
-        else
-            me:note("%s@%d %s %s -> %s", o.name, si, args[1], p.key, S.show(r))
-            if type(r) == "table" and r.err and r.err:match("^ERR") and
-               not (r.err:find("already waits") or r.err:find("use LOCK.CONVERT") or r.err:find("holds no lock")
-                    or r.err:find("already waiting") or r.err:find("ended while its conversion")) then
-                me:defect("%s %s answered %s", o.name, args[1], r.err)
-            end
-            on_reply(r, p)
-        end
-        return r
-    end)
-    p.task.client = self.next_id
+    local eval = args[1] == "EVAL"
+    local p = { o = o, si = si, key = eval and args[4] or nil, faulted = faulted, who = o.name,
+                client = self:new_client(),
+                label = eval and ("EVAL " .. (args[2] == RELEASE_SCRIPT and "release" or "renew") .. " " ..
+                                  table.concat(args, " ", 4)) or nil }
     o.p = p
-    self:note("%s@%d %s", o.name, si, args[1] == "EVAL" and ("EVAL " .. (args[2] == RELEASE_SCRIPT and "release" or "renew") ..
-        " " .. table.concat(args, " ", 4)) or table.concat(args, " "))
-    return p
+    return H.Run.issue(self, p, args, on_reply, function(r)
+        self:learn_sessions()
+        if always then always(r) end
+    end)
 end
 
 -- Native locks --------------------------------------------------------------
@@ -309,48 +284,21 @@ end
 -- Faults and time -------------------------------------------------------------
 
 function F:session_ends(i)
-    local sc = self.scs[i]
-    self.disc[i] = nil
     local how = self.r.pick({ "expire", "lose", "lose-expire" })
-    self:note("sidecar %d: session %s", i, how)
     self.ended = self.ended or {}
-    self.ended[#self.ended + 1] = { sc = i, sid = sc.sid, t = self.W.now }
-    if how == "expire" then sc:expire() else sc:lose({ expire_old = how == "lose-expire" }) end
+    self.ended[#self.ended + 1] = { sc = i, sid = self.scs[i].sid, t = self.W.now }
+    self:end_session(i, how)
     self:learn_sessions()
-end
-
-function F:advance(ms)
-    local W = self.W
-    local target = W.now + ms
-    repeat
-        local nt = target
-        for _, t in pairs(self.disc) do if t < nt then nt = t end end
-        W:advance(math.max(0, nt - W.now))
-        for i, t in pairs(self.disc) do
-            if t <= W.now then
-                self.disc[i] = nil
-                self:note("sidecar %d reconnects", i)
-                self.scs[i]:reconnect()
-            end
-        end
-    until W.now >= target
 end
 
 local OPS = { "create", "multi", "set", "delete", "get" }
 
 function F:step()
-    local r, W = self.r, self.W
-    for _, sc in ipairs(self.scs) do sc.faults = {} end
+    local r = self.r
+    self:clear_faults()
     local roll = r.int(1, 100)
     if roll <= 8 then
-        local i = r.int(1, 3)
-        if self.scs[i].connected and not self.disc[i] then
-            local dur = r.pick({ 100, 400, 1500, 4000 })
-            local hold = r.chance(0.5)
-            self:note("sidecar %d disconnects for %d ms%s", i, dur, hold and " (events held)" or "")
-            self.scs[i]:disconnect(hold and { hold_events = true } or nil)
-            self.disc[i] = W.now + dur
-        end
+        self:cut_off_one(r, { 100, 400, 1500, 4000 })
     elseif roll <= 10 then
         self:session_ends(r.int(1, 3))
     elseif roll <= 18 then
@@ -362,13 +310,10 @@ function F:step()
         if p and not p.task.done then
             local x = r.int(1, 4)
             if x == 1 then
-                self:note("%s's client goes", o.name)
-                self.scs[p.si]:abandon(p.task)
+                self:client_goes(p)
                 o.p = nil
             elseif x == 2 and p.task.blocked then
-                local how = r.pick({ "timeout", "error" })
-                self:note("CLIENT UNBLOCK %s %s", o.name, how)
-                self.scs[p.si]:unblock(p.task, how)
+                self:unblock(p, r.pick({ "timeout", "error" }))
             end
         else
             local native = r.chance(0.6)
@@ -401,19 +346,16 @@ end
 function F:finish()
     local W = self.W
     self:note("-- the end")
-    for i in pairs(self.disc) do self.disc[i] = W.now end
-    for _, sc in ipairs(self.scs) do sc.faults = {} end
-    self:advance(0)
+    self:clear_faults()
+    self:reconnect_all()
     self:advance(5000)
     for _, o in ipairs(self.owners) do
         if o.p and not o.p.task.done then self:defect("%s's %s never answered", o.name, o.p.kind) end
         for _, key in ipairs(NKEYS) do
-            for _ = 1, 6 do
+            self:drain(6, function()
                 self:release(o, key, self.r.int(1, 3), false)
-                local p = o.p
-                W:run_until(function() return p.task.done end)
-                if p.task.result == 0 then break end
-            end
+                return o.p
+            end)
         end
         for _, key in ipairs(SKEYS) do
             self:str_release(o, key, self.r.int(1, 3), false)
@@ -424,9 +366,7 @@ function F:finish()
     -- ZooKeeper ends the sessions the sidecars gave up (by its timeout)
     for _, e in ipairs(self.ended or {}) do W:expire_session(e.sid) end
     self:advance(70000)
-    for i, sc in ipairs(self.scs) do
-        if sc.LK.count() ~= 0 then self:defect("sidecar %d still records %d holds", i, sc.LK.count()) end
-    end
+    self:check_no_holds()
 end
 
 ---------------------------------------------------------------------------
@@ -556,52 +496,18 @@ function F:check()
     end
 end
 
-local function run(seed, steps)
-    local fz = new_run(seed)
-    local ok, err = pcall(function()
-        for _ = 1, steps or 70 do fz:step() end
-        fz:finish()
-        fz:check()
-    end)
-    if not ok then fz.bad[#fz.bad + 1] = "Lua error: " .. tostring(err) end
-    return fz
-end
-
-local function report(fz)
-    if #fz.bad == 0 then return nil end
-    return string.format("seed %d: %d defect(s):\n  %s\n-- step log:\n%s", fz.seed, #fz.bad,
-        table.concat(fz.bad, "\n  "), table.concat(fz.log, "\n"))
-end
-
-local function env_seeds()
-    local s = os.getenv("HOOK_PAIRS_SEEDS")
-    local out = {}
-    if s then
-        for n in s:gmatch("%d+") do out[#out + 1] = tonumber(n) end
-        return out
-    end
-    local n = tonumber(os.getenv("HOOK_PAIRS_N") or "")
-    if n then for i = 1, n do out[i] = i end return out end
-end
-
 -- 1..40 and the seeds that found something: 28 (a lease shortened
 -- elsewhere, then the holder's session ends: two ends, documented), 68 (a
 -- string key taken over while its owner was cut off: no end, fixed), 129
 -- and 171 (the mode after a conversion elsewhere and a renewal, fixed),
 -- 176 (a renewal parked across a new grant: the checker's bookkeeping)
-local SEEDS = env_seeds()
-if not SEEDS then
-    SEEDS = {}
-    for i = 1, 40 do SEEDS[i] = i end
-    for _, s in ipairs({ 68, 129, 171, 176 }) do SEEDS[#SEEDS + 1] = s end
-end
+local SEEDS = H.seeds("HOOK_PAIRS", H.seed_list(40, { 68, 129, 171, 176 }))
 
 describe("lock notifications paired by hold under a randomized schedule, three sidecars", function()
     for _, seed in ipairs(SEEDS) do
-        it("tells each hold once acquired and once ended (seed " .. seed .. ")", function()
-            local msg = report(run(seed))
-            if msg then error(msg, 0) end
-        end)
+        it("tells each hold once acquired and once ended (seed " .. seed .. ")", H.case("HOOK_PAIRS", function()
+            return new_run(seed):play(70):report()
+        end))
     end
 end)
 

@@ -27,61 +27,25 @@
 --     the per-key tables of locks/lockwait/queue back to their size.
 --
 -- A failing seed prints its seed and step log; replay one with
--- LOCK_FUZZ_SEEDS=17,42 busted ... (LOCK_FUZZ_N=200 for a sweep of 1..N).
+-- LOCK_FUZZ_SEEDS=17,42 busted ... (LOCK_FUZZ_N=200 for a sweep of 1..N,
+-- LOCK_FUZZ_QUIET=1 without the step log).  The harness: lockfuzz.lua.
 
 local S = require "world"
+local H = require "lockfuzz"
+local census = require "census"
 local null = S.null
+local conflict, is_token = H.conflict, H.is_token
 
 local KEYS = { "k1", "k2" }
-local MODES = { "NL", "CR", "CW", "PR", "PW", "EX" }
-local COMPAT = {
-    NL = { NL = true, CR = true, CW = true, PR = true, PW = true, EX = true },
-    CR = { NL = true, CR = true, CW = true, PR = true, PW = true },
-    CW = { NL = true, CR = true, CW = true },
-    PR = { NL = true, CR = true, PR = true },
-    PW = { NL = true, CR = true },
-    EX = { NL = true },
-}
-local function conflict(m1, m2) return not COMPAT[m1][m2] end
 
--- The README's error texts (prefixes) for LOCK.*.
-local ALLOWED_ERR = {
-    "^TRYAGAIN ", "^UNBLOCKED client unblocked via CLIENT UNBLOCK",
-    "^ERR owner '.*' already waits for this lock", "^ERR owner holds this lock in mode %u+; use LOCK.CONVERT",
-    "^ERR owner holds no lock on this key %(LOCK.ACQUIRE first%)",
-    "^ERR owner's conversion of this lock is already waiting",
-    "^ERR owner's hold of this lock ended while its conversion waited",
-}
-local function allowed_err(e)
-    for _, p in ipairs(ALLOWED_ERR) do if e:find(p) then return true end end
-    return false
-end
-
--- xorshift32: the sidecars' sandbox shares math.random.
-local function prng(seed)
-    local x = (seed * 2654435761 + 12345) & 0xffffffff
-    if x == 0 then x = 1 end
-    return function(n)
-        x = (x ~ (x << 13)) & 0xffffffff
-        x = x ~ (x >> 17)
-        x = (x ~ (x << 5)) & 0xffffffff
-        return x % n + 1
-    end
-end
-
----------------------------------------------------------------------------
 -- The per-key tables (long_life_spec's, the lock ones).
+local TABLES = census.concat(census.LOCK_TABLES, census.QUEUE_TABLES)
 
-local upv = require("census").upvalue
-
-local TABLES = {
-    { "locks", "holds", function(sc) return sc.LK.holds end },
-    { "locks", "by_owner" }, { "locks", "shortened" },
-    { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
-    { "lockwait", "writing" }, { "queue", "queues" }, { "queue", "conns" },
-}
-
-local function sizes(sc) return require("census").sizes(sc, TABLES) end
+-- This spec's draws: S.prng's xorshift32 from its own start.
+local function prng(seed)
+    local r = S.prng(seed, 12345)
+    return function(n) return r.int(1, n) end
+end
 
 ---------------------------------------------------------------------------
 -- LOCK.INFO as lists of {owner, mode, token} / {owner, mode, kind}.
@@ -104,61 +68,38 @@ end
 ---------------------------------------------------------------------------
 -- One run.
 
-local Fuzz = {}
-Fuzz.__index = Fuzz
+local Fuzz = H.class()
 
 local function new_run(seed, opts)
     opts = opts or {}
     local W, a, b, c = S.world(3)
     S.warm(W, a, b, c)
-    local F = setmetatable({
-        seed = seed, rnd = prng(seed), W = W, scs = { a, b, c }, log = {}, bad = {},
-        clients = {}, intervals = {}, grants = {}, cands = {}, pending = {},
-        epoch = { 0, 0, 0 }, disc = {}, guard_moved = {}, next_id = 100, steps = opts.steps or 120,
+    local F = H.new(Fuzz, seed, W, { a, b, c }, {
+        rnd = prng(seed), clients = {}, cands = {}, pending = {},
+        epoch = { 0, 0, 0 }, guard_moved = {}, steps = opts.steps or 120,
         keys = opts.keys or KEYS,
-    }, Fuzz)
+    }, TABLES)
     for i = 1, 6 do
         local si = (i - 1) % 3 + 1
         F.clients[i] = { n = i, id = i, si = si, owner = "o" .. i, held = {}, unsure = {}, last = {} }
     end
-    F.base = {}
-    for i, sc in ipairs(F.scs) do F.base[i] = sizes(sc) end
     return F
-end
-
-function Fuzz:note(fmt, ...)
-    self.log[#self.log + 1] = string.format("%6d ", self.W.now) .. string.format(fmt, ...)
-end
-
-function Fuzz:defect(fmt, ...)
-    local s = string.format("t=%d ", self.W.now) .. string.format(fmt, ...)
-    self.log[#self.log + 1] = "       !! " .. s
-    self.bad[#self.bad + 1] = s
 end
 
 function Fuzz:pick(list) return list[self.rnd(#list)] end
 
 -- A belief of client cl in key: {mode, token, to, count, from, epoch}.
 function Fuzz:open(cl, key, mode, token, to, count)
-    local iv = { owner = cl.owner, key = key, mode = mode, token = token, from = self.W.now, to = to }
-    self.intervals[#self.intervals + 1] = iv
+    local iv = self:believe(cl.owner, key, mode, token, to)
     cl.held[key] = { mode = mode, token = token, to = to, count = count or 1, iv = iv, epoch = self.epoch[cl.si],
                      since = self.W.now }
     cl.last[key] = { token = token, mode = mode }
-    -- two believers of conflicting modes now?
-    for _, o in ipairs(self.intervals) do
-        if o ~= iv and o.key == key and o.owner ~= iv.owner and conflict(o.mode, mode)
-           and o.from <= iv.from and (o.to or math.huge) > iv.from then
-            self:defect("two holders of %s: %s %s (token %s, since %d) and %s %s (token %s)", key,
-                o.owner, o.mode, tostring(o.token), o.from, iv.owner, mode, tostring(token))
-        end
-    end
 end
 
 function Fuzz:close(cl, key, at)
     local h = cl.held[key]
     if not h then return end
-    if not h.iv.to or at < h.iv.to then h.iv.to = at end
+    self:unbelieve(h.iv, at)
     cl.held[key] = nil
 end
 
@@ -179,15 +120,11 @@ end
 
 -- A token granted for key in mode (not a reentrant or kept one): greater
 -- than every conflicting grant before it, of another hold.
-function Fuzz:granted(cl, key, mode, token, same_hold_token)
-    for _, g in ipairs(self.grants) do
-        if g.key == key and conflict(g.mode, mode) and g.token ~= same_hold_token and token <= g.token
-           and not (g.owner == cl.owner and g.token == token) then -- (a lease longer than believed: reentrant)
-            self:defect("token %d for %s %s of %s is not above %d (%s %s, granted at %d)",
-                token, cl.owner, mode, key, g.token, g.owner, g.mode, g.at)
-        end
-    end
-    self.grants[#self.grants + 1] = { key = key, mode = mode, token = token, owner = cl.owner, at = self.W.now }
+function Fuzz:token(cl, key, mode, token, same_hold_token)
+    self:granted(cl.owner, key, mode, token, function(g)
+        return g.token == same_hold_token
+            or (g.owner == cl.owner and g.token == token) -- (a lease longer than believed: reentrant)
+    end)
 end
 
 -- Lease ends and session ends close beliefs.
@@ -203,46 +140,27 @@ end
 ---------------------------------------------------------------------------
 -- Commands: each one a task; on_reply(r) runs as its reply comes.
 
-function Fuzz:issue(cl, sc, args, kind, extra, on_reply)
-    local W = self.W
-    local M = sc.M
-    local p = { cl = cl, sc = sc, si = extra.si or cl.si, kind = kind, key = args[2], t0 = W.now,
-                wait = extra.wait, mode = extra.mode, cut = not sc.connected }
-    local F = self
-    p.task = W:spawn(sc, function()
-        local r = M.dispatch(args)
-        if p.task.gone then
-            F:note("c%d %s %s: (client gone) %s", cl.n, kind, args[2], S.show(r))
-        else
-            F:note("c%d %s %s -> %s", cl.n, kind, args[2], S.show(r))
-            if type(r) == "table" and r.err and not allowed_err(r.err) then
-                F:defect("c%d %s answered %s", cl.n, table.concat(args, " "), r.err)
-            end
-            F:expire_beliefs()
-            on_reply(r)
-        end
-        p.r = r
-        return r
-    end)
-    p.task.client = cl.id
+function Fuzz:issue(cl, args, kind, extra, on_reply)
+    local p = { cl = cl, si = extra.si or cl.si, kind = kind, wait = extra.wait, mode = extra.mode,
+                who = "c" .. cl.n, client = cl.id }
+    p.sc = self.scs[p.si]
     cl.p = p
     self.pending[#self.pending + 1] = p
-    self:note("c%d@%d %s", cl.n, extra.si or cl.si, table.concat(args, " "))
-    return p
+    return H.Run.issue(self, p, args, function(r)
+        self:expire_beliefs()
+        on_reply(r)
+    end)
 end
 
-local function is_token(r) return math.type(r) == "integer" end
-
 function Fuzz:acquire(cl, key)
-    local sc = self.scs[cl.si]
-    local mode = self:pick(MODES)
+    local mode = self:pick(H.MODES)
     local px = self:pick({ 300, 1000, 3000, 5000 })
     local wait = self:pick({ 0, 0, 200, 1000, 3000 })
     local t0 = self.W.now
     local before = cl.held[key]
     local was_sure = self:sure(cl, key, 300)
     local unsure = cl.unsure[key]
-    self:issue(cl, sc, { "LOCK.ACQUIRE", key, cl.owner, "MODE", mode, "PX", tostring(px), "WAIT", tostring(wait) },
+    self:issue(cl, { "LOCK.ACQUIRE", key, cl.owner, "MODE", mode, "PX", tostring(px), "WAIT", tostring(wait) },
         "acquire", { wait = wait > 0 and wait or nil, mode = mode }, function(r)
         local h = cl.held[key]
         if is_token(r) then
@@ -260,7 +178,7 @@ function Fuzz:acquire(cl, key)
                 h.iv.to = h.to
             else
                 if h then self:close(cl, key, self.W.now) end
-                self:granted(cl, key, mode, r)
+                self:token(cl, key, mode, r)
                 if not unsure then self:check_fifo(cl, key, mode, t0) end
                 self:open(cl, key, mode, r, t0 + px, 1)
             end
@@ -277,7 +195,6 @@ end
 
 function Fuzz:release(cl, key)
     local si = self.rnd(10) <= 7 and cl.si or self.rnd(3)
-    local sc = self.scs[si]
     local h = cl.held[key]
     local sure = self:sure(cl, key)
     local to0 = h and h.to
@@ -288,7 +205,7 @@ function Fuzz:release(cl, key)
         moves[#moves + 1] = self.W.now
         self.guard_moved[cl.si] = moves
     end
-    self:issue(cl, sc, { "LOCK.RELEASE", key, cl.owner }, "release", { si = si }, function(r)
+    self:issue(cl, { "LOCK.RELEASE", key, cl.owner }, "release", { si = si }, function(r)
         if r == 1 then
             if cl.held[key] == h and h then h.count = h.count - 1 end
         elseif r == 0 then
@@ -315,7 +232,6 @@ end
 
 function Fuzz:renew(cl, key)
     local si = self.rnd(10) <= 7 and cl.si or self.rnd(3)
-    local sc = self.scs[si]
     local px = self:pick({ 300, 1000, 3000, 5000 })
     local t0 = self.W.now
     local sure = self:sure(cl, key)
@@ -323,7 +239,7 @@ function Fuzz:renew(cl, key)
     local to0 = h and h.to
     if h then h.to = math.min(h.to, t0 + px) end -- it may shorten
     if h and h.iv.to and h.iv.to > h.to then h.iv.to = h.to end
-    self:issue(cl, sc, { "LOCK.RENEW", key, cl.owner, "PX", tostring(px) }, "renew", { si = si }, function(r)
+    self:issue(cl, { "LOCK.RENEW", key, cl.owner, "PX", tostring(px) }, "renew", { si = si }, function(r)
         local now = cl.held[key]
         if r == 1 then
             if now and now == h then now.to = t0 + px; now.iv.to = t0 + px end
@@ -336,24 +252,16 @@ function Fuzz:renew(cl, key)
     end)
 end
 
--- Whether mode m1 is weaker than m2 (held beside everything m2 is, and more).
-local function weaker(m1, m2)
-    if m1 == m2 then return false end
-    for m in pairs(COMPAT[m2]) do if not COMPAT[m1][m] then return false end end
-    return true
-end
-
 local STRENGTH = { NL = 0, CR = 1, CW = 2, PR = 2, PW = 3, EX = 4 }
 
 function Fuzz:convert(cl, key)
-    local sc = self.scs[cl.si]
-    local mode = self:pick(MODES)
+    local mode = self:pick(H.MODES)
     local wait = self:pick({ 0, 0, 200, 1000, 3000 })
     local t0 = self.W.now
     local before = cl.held[key]
     local sure = self:sure(cl, key)
     local to0 = before and before.to
-    if before and weaker(mode, before.mode) then
+    if before and H.weaker(mode, before.mode) then
         -- (README: a conversion to a weaker mode may take effect before
         -- its reply; the client is done with the stronger one as it asks)
         self:close(cl, key, t0)
@@ -361,16 +269,16 @@ function Fuzz:convert(cl, key)
         before = cl.held[key]
         if sure then sure = before end
     end
-    self:issue(cl, sc, { "LOCK.CONVERT", key, cl.owner, "MODE", mode, "WAIT", tostring(wait) }, "convert",
+    self:issue(cl, { "LOCK.CONVERT", key, cl.owner, "MODE", mode, "WAIT", tostring(wait) }, "convert",
         { wait = wait > 0 and wait or nil, mode = mode }, function(r)
         local h = cl.held[key]
         if is_token(r) then
             if h and h == before then
                 if h.mode ~= mode then
-                    if r ~= h.token then self:granted(cl, key, mode, r, h.token)
+                    if r ~= h.token then self:token(cl, key, mode, r, h.token)
                     elseif conflict(mode, mode) and STRENGTH[mode] > STRENGTH[h.mode] then
                         -- kept its token: fine only if no conflicting hold was granted since
-                        self:granted(cl, key, mode, r, h.token)
+                        self:token(cl, key, mode, r, h.token)
                     end
                     local to, count = h.to, h.count
                     self:close(cl, key, self.W.now)
@@ -434,7 +342,7 @@ function Fuzz:info_step(key)
                     local lp = self.scs[1].LK.lock_path(key)
                     local n = self.W:node(lp)
                     print("DEBUG", lp, n and n.data, n and n.stat.version, n and n.stat.czxid, n and n.stat.mzxid, table.concat(self.W:children(lp) or {}, " "))
-                    local t = upv(self.scs[si], "lockstore", "tables")[lp]
+                    local t = census.upvalue(self.scs[si], "lockstore", "tables")[lp]
                     if t then
                         local ls = {}
                         for seq, g in pairs(t.lines) do ls[#ls + 1] = seq .. ":" .. tostring(g.mode) .. ":" .. tostring(g.token) end
@@ -501,45 +409,21 @@ function Fuzz:check_pending()
     self.pending = keep
 end
 
--- Time passes in pieces, each sidecar reconnecting when its disconnect
--- ends; checks after each piece.
-function Fuzz:advance(ms)
-    local W = self.W
-    local target = W.now + ms
-    while true do
-        local next_t = target
-        for i, t in pairs(self.disc) do if t < next_t then next_t = t end end
-        W:advance(math.max(0, next_t - W.now))
-        for i, t in pairs(self.disc) do
-            if t <= W.now then
-                self.disc[i] = nil
-                self:note("sidecar %d reconnects", i)
-                self.scs[i]:reconnect()
-            end
-        end
-        self:expire_beliefs()
-        self:check_pending()
-        self:check_cands()
-        if W.now >= target then break end
-    end
+-- Checks after each piece of time (H's advance).
+function Fuzz:settle()
+    self:expire_beliefs()
+    self:check_pending()
+    self:check_cands()
 end
 
 function Fuzz:session_ends(i, how)
-    local sc = self.scs[i]
-    self.disc[i] = nil
     self.epoch[i] = self.epoch[i] + 1
     self:expire_beliefs()
     for _, p in ipairs(self.pending) do if p.si == i and not p.task.done then p.cut = true end end
-    if how == "expire" then
-        self:note("sidecar %d: session expired", i)
-        sc:expire()
-    else
-        local old_expires = how == "lose-expire"
-        self:note("sidecar %d: session given up (%s)", i, old_expires and "old one expired" or "old one lives 10 s")
-        local old = sc:lose({ expire_old = old_expires })
-        if not old_expires then
-            self.W:at(self.W.now + sc.config.session_timeout, function() self.W:expire_session(old) end)
-        end
+    local old = self:end_session(i, how)
+    if how == "lose" then -- (the old one lives on to ZooKeeper's timeout)
+        local sc = self.scs[i]
+        self.W:at(self.W.now + sc.config.session_timeout, function() self.W:expire_session(old) end)
     end
 end
 
@@ -547,15 +431,13 @@ local FAULT_OPS = { "create", "multi", "set", "delete" }
 
 function Fuzz:step()
     local W, rnd = self.W, self.rnd
-    for _, sc in ipairs(self.scs) do sc.faults = {} end
+    self:clear_faults()
     local roll = rnd(100)
     if roll <= 6 then
         local i = rnd(3)
         if self.scs[i].connected and not self.disc[i] then
             local dur = self:pick({ 100, 500, 1500, 3000, 6000 })
-            self:note("sidecar %d disconnects for %d ms", i, dur)
-            self.scs[i]:disconnect(rnd(2) == 1 and { hold_events = true } or nil)
-            self.disc[i] = W.now + dur
+            self:disconnect(i, dur, rnd(2) == 1)
             for _, p in ipairs(self.pending) do if p.si == i then p.cut = true end end
         end
     elseif roll <= 9 then
@@ -570,19 +452,16 @@ function Fuzz:step()
             local p = cl.p
             local r = rnd(6)
             if r == 1 then
-                self:note("c%d goes (its %s waits)", cl.n, p.kind)
                 p.gone_or_unblocked = true
-                p.sc:abandon(p.task)
+                self:client_goes(p)
                 cl.unsure[p.key] = true
                 self:close(cl, p.key, W.now)
                 self.next_id = self.next_id + 1
                 cl.id = self.next_id -- a new connection
                 cl.p = nil
             elseif r == 2 and p.task.blocked then
-                local how = self:pick({ "timeout", "error" })
-                self:note("CLIENT UNBLOCK c%d %s", cl.n, how)
                 p.gone_or_unblocked = true
-                p.sc:unblock(p.task, how)
+                self:unblock(p, self:pick({ "timeout", "error" }))
             end
         else
             if rnd(100) <= 20 then
@@ -603,10 +482,8 @@ function Fuzz:step()
 end
 
 function Fuzz:finish()
-    local W = self.W
     self:note("-- the end: reconnect, wait, release all, pass every lease")
-    for i in pairs(self.disc) do self.disc[i] = W.now end
-    self:advance(0)
+    self:reconnect_all()
     for _ = 1, 20 do
         local busy = false
         for _, p in ipairs(self.pending) do if not p.task.done then busy = true end end
@@ -616,21 +493,16 @@ function Fuzz:finish()
     for _, cl in ipairs(self.clients) do
         if cl.p and not cl.p.task.done then self:defect("c%d's %s never answered", cl.n, cl.p.kind) end
         for _, key in ipairs(self.keys) do
-            for _ = 1, 6 do
+            self:drain(6, function()
                 self:release(cl, key)
                 self:advance(0)
-                W:run_until(function() return cl.p.task.done end)
-                self:check_pending()
-                if cl.p.r == 0 then break end
-            end
+                return cl.p
+            end, function() self:check_pending() end)
         end
     end
     self:advance(60000)
     for _, key in ipairs(self.keys) do
-        local kids = W:children(self.scs[1].LK.lock_path(key)) or {}
-        if #kids > 0 then
-            self:defect("requests left under %s: %s", key, table.concat(kids, " "))
-        end
+        self:check_no_requests(key)
         for i, sc in ipairs(self.scs) do
             local h, w = info(sc, key)
             if not h or #h > 0 or #w > 0 then
@@ -641,47 +513,10 @@ function Fuzz:finish()
             end
         end
     end
-    for i, sc in ipairs(self.scs) do
-        for name, n in pairs(sizes(sc)) do
-            if n > (self.base[i][name] or 0) then
-                self:defect("sidecar %d's %s: %d -> %d entries after the end", i, name, self.base[i][name] or 0, n)
-            end
-        end
-    end
-end
-
-local function run(seed, opts)
-    local F = new_run(seed, opts)
-    local ok, err = pcall(function()
-        for _ = 1, F.steps do F:step() end
-        F:finish()
-    end)
-    if not ok then F.bad[#F.bad + 1] = "Lua error: " .. tostring(err) end
-    return F
-end
-
-local function report(F)
-    if #F.bad == 0 then return nil end
-    return string.format("seed %d: %d defect(s):\n  %s\n-- step log:\n%s", F.seed, #F.bad,
-        table.concat(F.bad, "\n  "), table.concat(F.log, "\n"))
+    self:check_tables()
 end
 
 ---------------------------------------------------------------------------
-
-local function env_seeds()
-    local s = os.getenv("LOCK_FUZZ_SEEDS")
-    if s then
-        local out = {}
-        for n in s:gmatch("%d+") do out[#out + 1] = tonumber(n) end
-        return out
-    end
-    local n = tonumber(os.getenv("LOCK_FUZZ_N") or "")
-    if n then
-        local out = {}
-        for i = 1, n do out[i] = i end
-        return out
-    end
-end
 
 -- 1..50, and the seeds whose failures showed the model's own corner cases
 -- (all README rules, not defects): 26 and 236 (a hold lasts past the lease
@@ -689,22 +524,13 @@ end
 -- 0 after its lease), 157 (a down-conversion lands before its reply), 251
 -- and 292 (a release whose delete's reply was lost answered 0 after the
 -- holder's sidecar's guard moved once, or before it was known: now 1).
-local SEEDS = env_seeds() or {}
-if #SEEDS == 0 then
-    for i = 1, 50 do SEEDS[i] = i end
-    for _, s in ipairs({ 52, 157, 236, 251, 292 }) do SEEDS[#SEEDS + 1] = s end
-end
+local SEEDS = H.seeds("LOCK_FUZZ", H.seed_list(50, { 52, 157, 236, 251, 292 }))
 
 describe("native locks under a randomized schedule of faults, three sidecars", function()
     for _, seed in ipairs(SEEDS) do
-        it("keeps its invariants (seed " .. seed .. ")", function()
-            local F = run(seed)
-            local msg = report(F)
-            if msg then
-                if os.getenv("LOCK_FUZZ_QUIET") then msg = msg:sub(1, msg:find("\n%-%- step log") or #msg) end
-                error(msg, 0)
-            end
-        end)
+        it("keeps its invariants (seed " .. seed .. ")", H.case("LOCK_FUZZ", function()
+            local F = new_run(seed)
+            return F:play(F.steps):report()
+        end))
     end
 end)
-

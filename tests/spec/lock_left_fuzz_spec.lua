@@ -28,40 +28,16 @@
 --     and exactly one end, across the sidecars.
 --
 -- Replay: LEFT_FUZZ_SEEDS=17,42; sweep: LEFT_FUZZ_N=200; LEFT_FUZZ_HOOKS=1
--- checks the hooks in the sweep too.
+-- checks the hooks in the sweep too; LEFT_FUZZ_QUIET=1 without the step
+-- log.  The harness: lockfuzz.lua.
 
 local S = require "world"
+local H = require "lockfuzz"
 local census = require "census"
 local null = S.null
+local is_token = H.is_token
 
 local KEYS = { "k1", "k2" }
-local COMPAT = {
-    NL = { NL = true, CR = true, CW = true, PR = true, PW = true, EX = true },
-    CR = { NL = true, CR = true, CW = true, PR = true, PW = true },
-    CW = { NL = true, CR = true, CW = true },
-    PR = { NL = true, CR = true, PR = true },
-    PW = { NL = true, CR = true },
-    EX = { NL = true },
-}
-local function conflict(m1, m2) return not COMPAT[m1][m2] end
-local function is_token(r) return math.type(r) == "integer" end
-local function weaker(m1, m2)
-    if m1 == m2 then return false end
-    for m in pairs(COMPAT[m2]) do if not COMPAT[m1][m] then return false end end
-    return true
-end
-
-local ALLOWED_ERR = {
-    "^TRYAGAIN ", "^UNBLOCKED client unblocked via CLIENT UNBLOCK",
-    "^ERR owner '.*' already waits for this lock", "^ERR owner holds this lock in mode %u+; use LOCK.CONVERT",
-    "^ERR owner holds no lock on this key %(LOCK.ACQUIRE first%)",
-    "^ERR owner's conversion of this lock is already waiting",
-    "^ERR owner's hold of this lock ended while its conversion waited",
-}
-local function allowed_err(e)
-    for _, p in ipairs(ALLOWED_ERR) do if e:find(p) then return true end end
-    return false
-end
 
 ---------------------------------------------------------------------------
 -- Shared helpers: a policy recording the lock notifications, worlds.
@@ -89,14 +65,6 @@ local function told(key, owner, ...)
     return by
 end
 
-local TABLES = {
-    { "locks", "holds", function(sc) return sc.LK.holds end },
-    { "locks", "by_owner" }, { "locks", "shortened" },
-    { "lockwait", "watching" }, { "lockwait", "own" }, { "lockwait", "settling" },
-    { "lockwait", "writing" },
-}
-local function sizes(sc) return census.sizes(sc, TABLES) end
-
 -- o's LOCK.ACQUIRE (WAIT 3000, PX px) through b is granted by h's release
 -- through c while b is cut off (events held back when hold), and its WAIT
 -- ends there: null.  b stays cut off.
@@ -118,28 +86,16 @@ local function children(W, sc, key) return W:children(sc.LK.lock_path(key)) or {
 ---------------------------------------------------------------------------
 -- The fuzz.
 
-local F = {}
-F.__index = F
+local F = H.class()
 
 local function new_run(seed, hooks)
     local W, a, b, c = world3()
-    local self = setmetatable({ seed = seed, r = S.prng(seed), W = W, scs = { a, b, c }, log = {}, bad = {},
-                                owners = {}, beliefs = {}, grants = {}, disc = {}, hooks = hooks,
-                                answered = {}, next_id = 100 }, F)
+    local self = H.new(F, seed, W, { a, b, c }, { r = S.prng(seed), owners = {}, hooks = hooks, answered = {} },
+                       census.LOCK_TABLES)
     for i = 1, 6 do
         self.owners[i] = { n = i, name = "o" .. i, st = {} }
     end
-    self.base = {}
-    for i, sc in ipairs(self.scs) do self.base[i] = sizes(sc) end
     return self
-end
-
-function F:note(fmt, ...) self.log[#self.log + 1] = string.format("%6d ", self.W.now) .. string.format(fmt, ...) end
-
-function F:defect(fmt, ...)
-    local s = string.format("t=%d ", self.W.now) .. string.format(fmt, ...)
-    self.log[#self.log + 1] = "       !! " .. s
-    self.bad[#self.bad + 1] = s
 end
 
 -- The state of owner o on key: {count (answered, not yet released),
@@ -152,14 +108,7 @@ function F:state(o, key)
 end
 
 function F:believe(o, key, mode, token, to)
-    local b = { owner = o.name, key = key, mode = mode, token = token, from = self.W.now, to = to }
-    for _, x in ipairs(self.beliefs) do
-        if x.key == key and x.owner ~= o.name and conflict(x.mode, mode) and x.to > b.from and not x.over then
-            self:defect("two holders of %s: %s %s (token %d, since %d, to %d) and %s %s (token %d)", key,
-                x.owner, x.mode, x.token, x.from, x.to, o.name, mode, token)
-        end
-    end
-    self.beliefs[#self.beliefs + 1] = b
+    local b = H.Run.believe(self, o.name, key, mode, token, to)
     self:state(o, key).hold = b
     return b
 end
@@ -167,63 +116,38 @@ end
 function F:unbelieve(o, key)
     local s = self:state(o, key)
     if s.hold then
-        s.hold.to = math.min(s.hold.to, self.W.now)
-        s.hold.over = true
+        H.Run.unbelieve(self, s.hold, self.W.now)
         s.hold = nil
     end
 end
 
-function F:tick()
-    for _, b in ipairs(self.beliefs) do if b.to <= self.W.now then b.over = true end end
+-- After each reply and each piece of time: a belief whose lease is over
+-- lapses (the hold may be gone, or renewed elsewhere).
+function F:settle()
     for _, o in ipairs(self.owners) do
         for _, s in pairs(o.st) do
-            -- (its lease over: the hold may be gone, or renewed elsewhere)
-            if s.hold and s.hold.over then s.hold, s.unk = nil, true end
+            if s.hold and s.hold.to <= self.W.now then s.hold, s.unk = nil, true end
         end
     end
 end
 
 -- A new (not reentrant) grant: above every conflicting grant before it.
-function F:granted(o, key, mode, token)
-    for _, g in ipairs(self.grants) do
-        if g.key == key and g.owner ~= o.name and conflict(g.mode, mode) and token <= g.token then
-            self:defect("token %d for %s %s of %s is not above %d (%s %s at %d)", token, o.name, mode, key,
-                g.token, g.owner, g.mode, g.at)
-        end
-    end
-    self.grants[#self.grants + 1] = { key = key, mode = mode, token = token, owner = o.name, at = self.W.now }
+function F:token(o, key, mode, token)
+    self:granted(o.name, key, mode, token, function(g) return g.owner == o.name end)
 end
 
 -- Runs args through sidecar si as owner o's command; on_reply(r) once
 -- answered (not when its client went).
 function F:issue(o, si, args, on_reply, wait)
-    local sc = self.scs[si]
-    local M = sc.M
-    local p = { o = o, si = si, key = args[2], kind = args[1], t0 = self.W.now, cut = not sc.connected, wait = wait }
-    local me = self
-    self.next_id = self.next_id + 1
-    p.task = self.W:spawn(sc, function()
-        local r = M.dispatch(args)
-        me:tick()
-        if p.task.gone then
-            me:note("%s %s: (client gone) %s", o.name, args[1], S.show(r))
-        else
-            me:note("%s %s %s -> %s", o.name, args[1], args[2], S.show(r))
-            if type(r) == "table" and r.err and not allowed_err(r.err) then
-                me:defect("%s %s answered %s", o.name, table.concat(args, " "), r.err)
-            end
-            on_reply(r, p)
-            if type(r) == "table" and r.err and r.err:find("session that is ending") then
-                me:unbelieve(o, args[2])
-                me:state(o, args[2]).unk = true
-            end
-        end
-        return r
-    end)
-    p.task.client = self.next_id
+    local p = { o = o, si = si, wait = wait, who = o.name, client = self:new_client() }
     o.p = p
-    self:note("%s@%d %s", o.name, si, table.concat(args, " "))
-    return p
+    return H.Run.issue(self, p, args, function(r)
+        on_reply(r, p)
+        if type(r) == "table" and r.err and r.err:find("session that is ending") then
+            self:unbelieve(o, args[2])
+            self:state(o, args[2]).unk = true
+        end
+    end, function() self:settle() end)
 end
 
 function F:acquire(o, key, si)
@@ -244,7 +168,7 @@ function F:acquire(o, key, si)
                     h.to = math.min(h.to, t0 + px)
                 else
                     if h then self:unbelieve(o, key) end
-                    if not (s.count > 0 or s.maybe > 0 or s.unk) then self:granted(o, key, mode, rep) end
+                    if not (s.count > 0 or s.maybe > 0 or s.unk) then self:token(o, key, mode, rep) end
                     self:believe(o, key, mode, rep, t0 + px)
                     self.answered[#self.answered + 1] = { key = key, owner = o.name, token = rep }
                     -- (a count of a hold whose belief lapsed may still be there: unk)
@@ -301,7 +225,7 @@ function F:convert(o, key, si)
     local mode = self.r.pick({ "EX", "PR", "CW", "CR" })
     local wait = self.r.pick({ 0, 200, 1000 })
     local h = s.hold
-    if h and weaker(mode, h.mode) then -- (may land before its reply)
+    if h and H.weaker(mode, h.mode) then -- (may land before its reply)
         local to, token = h.to, h.token
         self:unbelieve(o, key)
         h = self:believe(o, key, mode, token, to)
@@ -310,7 +234,7 @@ function F:convert(o, key, si)
         if is_token(rep) and h and s.hold == h and h.mode ~= mode then
             local to = h.to
             self:unbelieve(o, key)
-            if rep ~= h.token then self:granted(o, key, mode, rep) end
+            if rep ~= h.token then self:token(o, key, mode, rep) end
             self:believe(o, key, mode, rep, to)
         elseif type(rep) == "table" and rep.err and not rep.err:find("already waiting") then
             self:unbelieve(o, key)
@@ -326,51 +250,22 @@ function F:cut(i)
 end
 
 function F:session_ends(i)
-    local sc = self.scs[i]
-    self.disc[i] = nil
     for _, o in ipairs(self.owners) do
         for key, st in pairs(o.st) do self:unbelieve(o, key) st.unk = true end -- (conservative)
     end
     self:cut(i)
-    local how = self.r.pick({ "expire", "lose", "lose-expire" })
-    self:note("sidecar %d: session %s", i, how)
-    if how == "expire" then sc:expire() else sc:lose({ expire_old = how == "lose-expire" }) end
-end
-
-function F:advance(ms)
-    local W = self.W
-    local target = W.now + ms
-    repeat
-        local nt = target
-        for _, t in pairs(self.disc) do if t < nt then nt = t end end
-        W:advance(math.max(0, nt - W.now))
-        for i, t in pairs(self.disc) do
-            if t <= W.now then
-                self.disc[i] = nil
-                self:note("sidecar %d reconnects", i)
-                self.scs[i]:reconnect()
-            end
-        end
-        self:tick()
-    until W.now >= target
+    self:end_session(i, self.r.pick({ "expire", "lose", "lose-expire" }))
 end
 
 local OPS = { "create", "multi", "set", "delete", "get" }
 
 function F:step()
-    local r, W = self.r, self.W
-    for _, sc in ipairs(self.scs) do sc.faults = {} end
+    local r = self.r
+    self:clear_faults()
     local roll = r.int(1, 100)
     if roll <= 10 then
-        local i = r.int(1, 3)
-        if self.scs[i].connected and not self.disc[i] then
-            local dur = r.pick({ 100, 400, 1500, 4000 })
-            local hold = r.chance(0.5)
-            self:note("sidecar %d disconnects for %d ms%s", i, dur, hold and " (events held)" or "")
-            self.scs[i]:disconnect(hold and { hold_events = true } or nil)
-            self.disc[i] = W.now + dur
-            self:cut(i)
-        end
+        local i = self:cut_off_one(r, { 100, 400, 1500, 4000 })
+        if i then self:cut(i) end
     elseif roll <= 12 then
         self:session_ends(r.int(1, 3))
     elseif roll <= 20 then
@@ -382,17 +277,13 @@ function F:step()
         if p and not p.task.done then
             local x = r.int(1, 4)
             if x == 1 then
-                self:note("%s's client goes", o.name)
-                self.scs[p.si]:abandon(p.task)
+                self:client_goes(p)
                 local st = self:state(o, p.key)
                 if p.kind == "LOCK.ACQUIRE" then st.maybe = st.maybe + 1
                 else st.unk = true self:unbelieve(o, p.key) end -- (its outcome unknown)
                 o.p = nil
             elseif x == 2 and p.task.blocked then
-                local how = r.pick({ "timeout", "error" })
-                self:note("CLIENT UNBLOCK %s %s", o.name, how)
-                p.task.unblocked = true
-                self.scs[p.si]:unblock(p.task, how)
+                self:unblock(p, r.pick({ "timeout", "error" }))
             end
         else
             -- mostly the key of its last command (its next command after one that ended)
@@ -414,38 +305,29 @@ function F:step()
 end
 
 function F:finish()
-    local W = self.W
     self:note("-- the end")
-    for i in pairs(self.disc) do self.disc[i] = W.now end
-    for _, sc in ipairs(self.scs) do sc.faults = {} end
-    self:advance(0)
+    self:clear_faults()
+    self:reconnect_all()
     self:advance(5000)
     for _, o in ipairs(self.owners) do
         if o.p and not o.p.task.done then self:defect("%s's %s never answered", o.name, o.p.task.args or "command") end
         for _, key in ipairs(KEYS) do
-            for _ = 1, 8 do
-                local p = self:release_now(o, key)
-                if p.r == 0 then break end
-            end
+            self:drain(8, function()
+                self:release(o, key, self.r.int(1, 3))
+                return o.p
+            end)
         end
     end
     self:advance(70000)
     for ki, key in ipairs(KEYS) do
-        local kids = children(W, self.scs[1], key)
-        if #kids > 0 then self:defect("requests left under %s: %s", key, table.concat(kids, " ")) end
+        self:check_no_requests(key)
         local t = self.scs[ki]:call("LOCK.ACQUIRE", key, "newcomer", "PX", "1000")
         if not is_token(t) then self:defect("a try-once ACQUIRE of %s answered %s", key, S.show(t)) end
         self.scs[ki]:call("LOCK.RELEASE", key, "newcomer")
     end
     self:advance(100)
-    for i, sc in ipairs(self.scs) do
-        if sc.LK.count() ~= 0 then self:defect("sidecar %d still records %d holds", i, sc.LK.count()) end
-        for name, n in pairs(sizes(sc)) do
-            if n > (self.base[i][name] or 0) then
-                self:defect("sidecar %d's %s: %d -> %d entries", i, name, self.base[i][name] or 0, n)
-            end
-        end
-    end
+    self:check_no_holds()
+    self:check_tables()
     if self.hooks then
         for _, a in ipairs(self.answered) do
             local t = told(a.key, a.owner, table.unpack(self.scs))[a.token]
@@ -457,53 +339,14 @@ function F:finish()
     end
 end
 
-function F:release_now(o, key)
-    self:release(o, key, self.r.int(1, 3))
-    local p = o.p
-    self.W:run_until(function() return p.task.done end)
-    p.r = p.task.result
-    return p
-end
-
-local function run(seed, hooks)
-    local fz = new_run(seed, hooks)
-    local ok, err = pcall(function()
-        for _ = 1, 80 do fz:step() end
-        fz:finish()
-    end)
-    if not ok then fz.bad[#fz.bad + 1] = "Lua error: " .. tostring(err) end
-    return fz
-end
-
-local function report(fz)
-    if #fz.bad == 0 then return nil end
-    return string.format("seed %d: %d defect(s):\n  %s\n-- step log:\n%s", fz.seed, #fz.bad,
-        table.concat(fz.bad, "\n  "), table.concat(fz.log, "\n"))
-end
-
-local function env_seeds()
-    local s = os.getenv("LEFT_FUZZ_SEEDS")
-    local out = {}
-    if s then
-        for n in s:gmatch("%d+") do out[#out + 1] = tonumber(n) end
-        return out
-    end
-    local n = tonumber(os.getenv("LEFT_FUZZ_N") or "")
-    if n then for i = 1, n do out[i] = i end return out end
-end
-
-local SEEDS = env_seeds()
-if not SEEDS then
-    SEEDS = {}
-    for i = 1, 40 do SEEDS[i] = i end -- (1..200 pass the invariants above but the hooks')
-end
+-- 1..40 (1..200 pass the invariants above but the hooks')
+local SEEDS = H.seeds("LEFT_FUZZ", H.seed_list(40))
 
 describe("left lock requests under a randomized schedule, three sidecars", function()
     for _, seed in ipairs(SEEDS) do
-        it("keeps its invariants (seed " .. seed .. ")", function()
-            local msg = report(run(seed, os.getenv("LEFT_FUZZ_HOOKS") ~= nil))
-            if msg then error(msg, 0) end
-        end)
+        it("keeps its invariants (seed " .. seed .. ")", H.case("LEFT_FUZZ", function()
+            return new_run(seed, os.getenv("LEFT_FUZZ_HOOKS") ~= nil):play(80):report()
+        end))
     end
 end)
 

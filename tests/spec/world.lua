@@ -144,9 +144,10 @@ end
 
 -- A seeded PRNG of the fuzz specs' own (xorshift32): never math.random,
 -- which the sidecars' sandbox shares.  r.int(lo, hi), r.pick(list),
--- r.chance(p).
-function S.prng(seed)
-    local x = (seed * 2654435761 + 1) & 0xffffffff
+-- r.chance(p).  start: added to the seed's hash (1 unless given; a spec
+-- whose seeds were found with another keeps it: lock_fuzz's 12345).
+function S.prng(seed, start)
+    local x = (seed * 2654435761 + (start or 1)) & 0xffffffff
     if x == 0 then x = 1 end
     local r = {}
     function r.next()
