@@ -16,6 +16,8 @@
 local Q = require "lockq"
 local LK = require "locks"
 local LC = require "lockconvert"
+local LI = require "lockinfo"
+local LS = require "lockstore"
 local K = require "keyspace"
 local E = require "errors"
 local U = require "util"
@@ -113,7 +115,7 @@ local function convert(args)
 end
 
 local function info(args)
-    return LK.info(args[2])
+    return LI.info(LS.lock_path(args[2]))
 end
 
 -- A connection's LOCK.* commands on one lock run one after another, in

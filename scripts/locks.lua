@@ -594,9 +594,6 @@ function L.renew(key, owner, px)
     S.abort({ err = E.UNAVAILABLE })
 end
 
--- LOCK.INFO: {holders = {...}, waiters = {...}} as reply maps.
-function L.info(key) return LS.info(LS.lock_path(key)) end
-
 -- Session events: holds of an ended session are lost; waiters held while
 -- ZooKeeper was out of reach look again once it is back.
 function L.on_session(event)

@@ -30,7 +30,6 @@
 --   LS.entry_data(e) / LS.find_owner(snap, owner) / LS.owner_there(snap, me, owner)
 --   LS.from_lost_session(e, d)
 --   LS.landed(sent, mine, d)     whether a write whose reply was lost went through
---   LS.info(lock)                LOCK.INFO's holders and waiters
 --   LS.write_table(snap, touch, granted, epoch) -> "ok" | "stale" | "unknown", mzxid, version
 --   LS.leader_now()              the leader's clock, ms
 
@@ -590,51 +589,6 @@ function LS.landed(sent, mine, d)
         return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) and not G.ending(sent.deadline)
     end
     return mine ~= nil and mine.path == sent.path and d.count == sent.count and d.wid == sent.wid
-end
-
--- LOCK.INFO of the lock node `lock`: {holders = {...}, waiters = {...}}
--- as reply maps, in queue order (conversions first among the waiters).
-function LS.info(lock)
-    local snap = LS.read(lock)
-    local holders, waiters = {}, {}
-    if not snap then return { map = { "holders", holders, "waiters", waiters } } end
-    local leader = LS.leader_now()
-    -- (a leader ms read from a node maps by the clock of the leader that
-    -- wrote it: a leader change to a server whose clock is off moves no
-    -- answer; a lease end in the node by its mzxid, in the table by the
-    -- table's)
-    local function since_ms(ms, zxid, mtime)
-        if zxid then Z.ensure_clock(zxid) end
-        return host.now() - Z.local_time(ms, zxid, mtime)
-    end
-    for _, e in ipairs(snap.queue) do
-        local d = LS.entry_data(e)
-        if d and e.granted then
-            local left = math.max(0, math.floor(LS.lease_local(snap, e, d) - host.now()))
-            holders[#holders + 1] = { map = { "owner", d.owner, "mode", e.granted, "token", e.token,
-                                              "count", d.count, "lease_left_ms", left,
-                                              "sidecar", d.sidecar, "client", d.client } }
-        end
-    end
-    -- (waits on the leader's clock: a request from its node's ctime, a
-    -- conversion from when it was asked, so every sidecar answers alike)
-    local function waiter(e, mode, kind, since)
-        local d = LS.entry_data(e)
-        local waited
-        if since then waited = since_ms(since, snap.t.mzxid, snap.t.mtime) -- (the table's clock)
-        elseif e.ctime then waited = since_ms(e.ctime, e.czxid)
-        elseif d then waited = leader - d.asked end
-        if d then
-            waiters[#waiters + 1] = { map = { "owner", d.owner, "mode", mode,
-                                              "waited_ms", math.max(0, math.floor(waited)),
-                                              "kind", kind } }
-        end
-    end
-    for _, c in ipairs(Q.conversions(snap.queue)) do waiter(c, c.convert, "conversion", c.asked_convert) end
-    for _, e in ipairs(snap.queue) do
-        if not e.granted then waiter(e, e.mode, "new") end
-    end
-    return { map = { "holders", holders, "waiters", waiters } }
 end
 
 ---------------------------------------------------------------------------

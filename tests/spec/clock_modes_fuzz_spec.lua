@@ -133,8 +133,8 @@ describe("a renewal's lease end carried by a conversion under a new leader", fun
 end)
 
 describe("LOCK.INFO's waited_ms of a queued conversion across a leader change", function()
-    -- Before (lockstore.lua: LS.info took a conversion's asked time, leader
-    -- ms in the table, from the current leader's clock): 5 s of waiting
+    -- Before (LOCK.INFO, lockinfo.lua today: took a conversion's asked
+    -- time, leader ms in the table, from the current leader's clock): 5 s of waiting
     -- answered 305 s (new leader ahead) or 0 (behind).
     for _, skew in ipairs({ SKEW, -SKEW }) do
         it(("answers the time waited, new leader %+d s"):format(skew // 1000), function()
