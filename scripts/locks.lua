@@ -496,6 +496,7 @@ local function release_read(lock, owner, done, unsure)
             unsure.before = LS.encode_req(d)
             write = LS.count_write(d, left, mine.path)
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
+            if rc == zk.OK then stat.version = LS.settle_carried(mine.path, d, stat) end
         else
             write = { path = mine.path, count = 0, sid = mine.owner_sid,
                       deadline = LS.lease_local(snap, mine, d),

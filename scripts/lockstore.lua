@@ -132,8 +132,13 @@ local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 -- (instance, hex), client ("id addr"), and the id of the write that set
 -- the count (LS.count_write; "" until one: renewals and conversions carry
 -- it over), last, so that a sidecar that knows no id reads the rest.
+-- A lease end carried over unchanged from the node as read (LS.decode_req
+-- with its stat) goes onto the clock of the leader we know (Z.carry: r.on
+-- its epoch, for LS.settle_carried).
 function LS.encode_req(r)
-    local lease = r.rl == r.lease_end and Z.carry(r.lease_end, r.rz, r.rt) or r.lease_end -- (as read: Z.carry)
+    local lease, on = r.lease_end, nil
+    if r.rl == lease and lease > 0 then lease, on = Z.carry(lease, r.rz, r.rt), Z.state.epoch end
+    r.on = on
     return string.pack(DATA_FMT .. " s1", r.owner, r.count, math.floor(lease), math.floor(r.asked),
                        r.sidecar, r.client, r.wid or "")
 end
@@ -217,12 +222,25 @@ function LS.settle_lease(path, d, px, stat, epoch, at_least)
     return stat.version -- (written since, or unknown: that write stands)
 end
 
-function LS.decode_req(data)
+-- (with `stat`, the node's as read: what LS.encode_req carries over)
+function LS.decode_req(data, stat)
     local ok, owner, count, lease_end, asked, sidecar, client, at = pcall(string.unpack, DATA_FMT, data)
     if not ok then return nil end
     local wid = at <= #data and select(2, pcall(string.unpack, ">s1", data, at))
     return { owner = owner, count = count, lease_end = lease_end, asked = asked,
-             sidecar = sidecar, client = client, wid = type(wid) == "string" and wid or "" }
+             sidecar = sidecar, client = client, wid = type(wid) == "string" and wid or "",
+             rz = stat and stat.mzxid, rt = stat and stat.mtime, rl = stat and lease_end }
+end
+
+-- After our write of request data d at `path` (answered stat) that carried
+-- a lease end over (LS.encode_req): committed under a leader other than
+-- the one it was carried onto (a change we had not learned), written again
+-- on the commit's clock, as LS.settle_lease does.  The version after.
+function LS.settle_carried(path, d, stat)
+    if not (d.on and stat and stat.mzxid) or stat.mzxid >> 32 == d.on then return stat and stat.version end
+    Z.learn_offset(stat)
+    local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
+    return rc == zk.OK and stat2 and stat2.version or stat.version
 end
 
 -- The grant table: seq -> {mode, token, convert, convert_at, asked}, and
@@ -524,8 +542,7 @@ end
 function LS.entry_data(e)
     if e.data == nil then
         local rc, data, stat = Z.get(e.path)
-        e.data = rc == zk.OK and LS.decode_req(data) or false
-        if e.data then e.data.rz, e.data.rt, e.data.rl = stat.mzxid, stat.mtime, e.data.lease_end end
+        e.data = rc == zk.OK and LS.decode_req(data, stat) or false
         e.version, e.owner_sid, e.ctime = stat and stat.version, stat and stat.ephemeralOwner, stat and stat.ctime
         e.mzxid, e.czxid, e.mtime = stat and stat.mzxid, stat and stat.czxid, stat and stat.mtime
     end
@@ -629,6 +646,7 @@ function LS.write_table(snap, touch, granted, epoch)
                                  { "set", touch.path, LS.encode_req(d), touch.version } })
         rc = Z.first_error(rc, results)
         stat = rc == zk.OK and results[1].stat
+        if rc == zk.OK then touch.version = Z.next_version(touch.version) end
     else
         rc, stat = zk.set(snap.path, data, snap.version)
     end
@@ -638,7 +656,7 @@ function LS.write_table(snap, touch, granted, epoch)
         local version = stat and stat.version
         local ok, after = pcall(LS.settle_grants, snap.path, snap.queue, granted or {}, stat, est, snap.t)
         if ok and after ~= stat then version = after.version end
-        if touch then touch.version = Z.next_version(touch.version) end
+        if touch then touch.version = LS.settle_carried(touch.path, touch.data, results[2].stat) or touch.version end
         return "ok", stat and stat.mzxid or snap.token, version
     end
     if rc == zk.BADVERSION or rc == zk.NONODE then return "stale" end

@@ -229,8 +229,7 @@ local function leave_node(path)
             local grc, data, stat = zk.get(path)
             if grc == zk.NONODE then return true end
             if grc == zk.OK then
-                local d = LS.decode_req(data)
-                if d then d.rz, d.rt, d.rl = stat.mzxid, stat.mtime, d.lease_end end -- (LS.encode_req)
+                local d = LS.decode_req(data, stat)
                 -- our count-down whose reply was lost went through
                 if sent and d and d.count == sent.count and d.wid == sent.wid then LW.left(path, true) return true end
                 sent = nil
@@ -238,8 +237,8 @@ local function leave_node(path)
                     version = stat.version
                 else
                     local write = LS.count_write(d, d.count - 1, path)
-                    local src = zk.set(path, LS.encode_req(d), stat.version)
-                    if src == zk.OK then LW.left(path, true) end
+                    local src, sstat = zk.set(path, LS.encode_req(d), stat.version)
+                    if src == zk.OK then pcall(LS.settle_carried, path, d, sstat) LW.left(path, true) end
                     if src == zk.OK or src == zk.NONODE then return true end
                     if Z.unknown(src) then sent = write end
                 end
@@ -315,7 +314,7 @@ function LW.take_back(lock, owner, sent, before, done)
         -- the count back, on the data as it is now (a renewal since stays)
         LS.count_write(d, LS.decode_req(before).count, sent.path)
         local rc, stat = zk.set(sent.path, LS.encode_req(d), mine.version)
-        if rc == zk.OK then done(stat.version) end
+        if rc == zk.OK then done(LS.settle_carried(sent.path, d, stat)) end
         return rc ~= zk.BADVERSION and not Z.unknown(rc) and rc ~= zk.TIMEOUT -- (moved, not sent: again)
     end
     host.spawn(function()

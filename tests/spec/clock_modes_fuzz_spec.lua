@@ -160,3 +160,31 @@ describe("LOCK.INFO's waited_ms of a queued conversion across a leader change", 
         end)
     end
 end)
+
+describe("a hold count written as the leader changes, unseen by its writer", function()
+    -- Before (lockstore.lua: LS.settle_carried): c, which has not learned
+    -- the new leader, counts o's hold down; its write carries the node's
+    -- lease end (b's renewal, on the old leader's clock) as it is, and
+    -- commits under the new leader, by whose clock every sidecar then
+    -- reads it: that leader 5 min ahead, a's timer ended the hold at 2 s
+    -- and x was granted inside the renewal's lease (two holders); 5 min
+    -- behind, it ran 5 min long.
+    for _, skew in ipairs({ SKEW, -SKEW }) do
+        it(("keeps the renewal's lease, new leader %+d s"):format(skew // 1000), function()
+            local W, a, b, c = S.warm_world(3)
+            local t = a:call("LOCK.ACQUIRE", "r", "o", "PX", "10000")
+            integer(t)
+            assert.equal(t, a:call("LOCK.ACQUIRE", "r", "o", "PX", "2000")) -- (a's timer at 2 s)
+            W:advance(1000)
+            assert.equal(1, b:call("LOCK.RENEW", "r", "o", "PX", "10000"))
+            W:new_leader(skew)
+            assert.equal(1, c:call("LOCK.RELEASE", "r", "o"))
+            W:advance(1500)
+            assert.equal(null, c:call("LOCK.ACQUIRE", "r", "x", "WAIT", "0"))
+            W:advance(7000) -- 9.5 s: inside the renewal's lease
+            assert.equal(null, c:call("LOCK.ACQUIRE", "r", "x", "WAIT", "0"))
+            W:advance(2000) -- late by at most a round trip
+            integer(c:call("LOCK.ACQUIRE", "r", "x", "WAIT", "0"))
+        end)
+    end
+end)
