@@ -339,6 +339,14 @@ local function quick_release(h)
     local gone = rc == zk.OK
     if Z.unknown(rc) then
         gone = guard_stayed(h) and Z.exists(h.path) == zk.NONODE and not G.ending(h.deadline)
+        -- (so our multi landed: its grants settled as if answered, when
+        -- nobody wrote the table since)
+        local grc, _, tstat
+        if gone and #granted > 0 then grc, _, tstat = zk.get(h.lock) end
+        if grc == zk.OK and tstat.version == Z.next_version(view.version) then
+            tstat.read = true -- (Z.learn)
+            pcall(LS.settle_grants, h.lock, queue, granted, tstat, epoch, view.t)
+        end
     end
     local woke = gone and LW.wrote(h.path, true)
     if rc == zk.OK then L.stats.handed = L.stats.handed + #granted end
@@ -386,7 +394,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
         -- the table's for the grant's; late, never early, when unknown)
         local was = not L.holds[mine.path] and LS.lease_local(snap, mine, d) or nil
         local sent = LS.count_write(d, d.count + 1, mine.path)
-        d.lease_end = LS.renewed_end(was, px)
+        d.lease_end, d.rl = LS.renewed_end(was, px), nil -- (fresh, on our clock: not carried)
         local epoch = Z.state.epoch
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
         if Z.unknown(rc) then
@@ -397,7 +405,7 @@ function L.acquire(key, owner, mode, px, wait_ms, before_acquire, full)
             end
             -- (the commit's clock, when nobody wrote the node since)
             local last = again.version == Z.next_version(mine.version)
-            rc, stat = zk.OK, { version = again.version, mtime = last and again.mtime, mzxid = again.mzxid }
+            rc, stat = zk.OK, { version = again.version, mtime = last and again.mtime, mzxid = again.mzxid, read = true }
         end
         if rc == zk.BADVERSION or rc == zk.NONODE then
             return L.acquire(key, owner, mode, px, wait_ms, before_acquire)
@@ -486,14 +494,18 @@ local function release_read(lock, owner, done, unsure)
         local sent = unsure.sent
         local snap = LS.read(lock, sent ~= nil)
         local mine, d = LS.find_owner(snap, owner)
-        if sent and LS.landed(sent, mine, d) then return done(sent.path, sent.count, d, mine and mine.version, sent) end
+        if sent and LS.landed(sent, mine, d) then
+            -- (landed under a leader not learned: its carried lease settled)
+            local version = sent.count > 0 and LS.settle_landed(mine.path, unsure.d, mine, unsure.at)
+            return done(sent.path, sent.count, d, version or (mine and mine.version), sent)
+        end
         if not mine or not mine.granted then return 0 end
         -- a hold counted lost answers 0, as RENEW does; its node goes
         if LS.from_lost_session(mine, d) then pcall(LW.delete_node, mine.path) return 0 end
         local rc, stat, write
         local left = d.count > 1 and d.count - 1 or 0
         if left > 0 then
-            unsure.before = LS.encode_req(d)
+            unsure.before, unsure.d, unsure.at = LS.encode_req(d), d, mine.version
             write = LS.count_write(d, left, mine.path)
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
             if rc == zk.OK then stat.version = LS.settle_carried(mine.path, d, stat) end
@@ -572,9 +584,19 @@ function L.renew(key, owner, px)
         -- (the lease in force on our clock: read by the clock of the
         -- leader that wrote it, which another leader's ms do not compare to)
         local was = LS.lease_local(snap, mine, d)
-        d.lease_end = LS.end_after(LS.leader_now(), px)
+        d.lease_end, d.rl = LS.end_after(LS.leader_now(), px), nil -- (fresh: not carried)
         local epoch = Z.state.epoch
         local rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
+        if Z.unknown(rc) then
+            -- landed, nothing written since: settled as if answered (read
+            -- again unsettled, a lease that committed under a leader we had
+            -- not learned is off by its clock: RENEW 0 for a live hold)
+            local ok, again, d2 = pcall(function() return LS.find_owner(LS.read(lock, true), owner) end)
+            if ok and again and again.path == mine.path and again.version == Z.next_version(mine.version) and
+               d2.lease_end == d.lease_end then
+                rc, stat = zk.OK, { version = again.version, mtime = again.mtime, mzxid = again.mzxid, read = true }
+            end
+        end
         if rc == zk.OK then
             local version = LS.settle_lease(mine.path, d, px, stat, epoch)
             if h then

@@ -133,8 +133,8 @@ local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 -- the count (LS.count_write; "" until one: renewals and conversions carry
 -- it over), last, so that a sidecar that knows no id reads the rest.
 -- A lease end carried over unchanged from the node as read (LS.decode_req
--- with its stat) goes onto the clock of the leader we know (Z.carry: r.on
--- its epoch, for LS.settle_carried).
+-- with its stat; a fresh one clears r.rl) goes onto the clock of the
+-- leader we know (Z.carry: r.on its epoch, for LS.settle_carried).
 function LS.encode_req(r)
     local lease, on = r.lease_end, nil
     if r.rl == lease and lease > 0 then lease, on = Z.carry(lease, r.rz, r.rt), Z.state.epoch end
@@ -213,9 +213,9 @@ end
 -- at_least: a lease end (host.now()'s clock) the rewrite keeps to, at least.
 function LS.settle_lease(path, d, px, stat, epoch, at_least)
     if not stat or not stat.mtime then return stat and stat.version end
-    Z.learn_offset(stat)
+    Z.learn(stat)
     if epoch == nil or (stat.mzxid >> 32) == epoch then return stat.version end
-    d.lease_end = LS.end_after(stat.mtime, px)
+    d.lease_end, d.rl = LS.end_after(stat.mtime, px), nil
     if at_least then d.lease_end = math.max(d.lease_end, math.floor(at_least + Z.state.offset)) end
     local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
     if rc == zk.OK and stat2 then return stat2.version end
@@ -238,9 +238,19 @@ end
 -- on the commit's clock, as LS.settle_lease does.  The version after.
 function LS.settle_carried(path, d, stat)
     if not (d.on and stat and stat.mzxid) or stat.mzxid >> 32 == d.on then return stat and stat.version end
-    Z.learn_offset(stat)
+    Z.learn(stat)
     local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
     return rc == zk.OK and stat2 and stat2.version or stat.version
+end
+
+-- The same for such a write (data d, conditional on version `at`) whose
+-- reply was lost, found landed by a read of its node (e: version, mzxid):
+-- when nobody wrote it since, on the commit's clock, learned by a write.
+function LS.settle_landed(path, d, e, at)
+    if not (d and d.on and e and e.mzxid) or e.version ~= Z.next_version(at) or e.mzxid >> 32 == d.on then
+        return e and e.version
+    end
+    return LS.settle_carried(path, d, { version = e.version, mzxid = e.mzxid, read = true })
 end
 
 -- The grant table: seq -> {mode, token, convert, convert_at, asked}, and
@@ -619,7 +629,7 @@ end
 -- (`stat` when nothing was written, or it failed: a write since carries the lines on).
 function LS.settle_grants(path, queue, granted, stat, epoch, from)
     if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch then return stat end
-    Z.learn_offset(stat)
+    Z.learn(stat)
     for _, e in ipairs(granted) do e.lease_end = LS.end_after(stat.mtime, e.px) end
     local data, lines, names = LS.encode_table(queue, from)
     local rc, stat2 = zk.set(path, data, stat.version)
@@ -646,12 +656,26 @@ function LS.write_table(snap, touch, granted, epoch)
                                  { "set", touch.path, LS.encode_req(d), touch.version } })
         rc = Z.first_error(rc, results)
         stat = rc == zk.OK and results[1].stat
-        if rc == zk.OK then touch.version = Z.next_version(touch.version) end
     else
         rc, stat = zk.set(snap.path, data, snap.version)
     end
+    if Z.unknown(rc) then
+        -- landed (the table as we wrote it), nothing written since: as if
+        -- answered, so that the lease ends it wrote are settled by the
+        -- leader that committed it
+        local grc, tdata, tstat = zk.get(snap.path)
+        if grc == zk.OK and tdata == data and tstat.version == Z.next_version(snap.version) then
+            tstat.read = true -- (its mtime is the write's: Z.learn)
+            local nrc, nstat = zk.OK, nil
+            if touch then nrc, nstat = zk.exists(touch.path) end
+            -- (the node's stat only while it is our write's: LS.settle_carried)
+            if nstat and nstat.version ~= Z.next_version(touch.version) then nstat = nil end
+            if nrc == zk.OK then rc, stat, results = zk.OK, tstat, { { stat = tstat }, { stat = nstat } } end
+        end
+    end
+    if rc == zk.OK and touch then touch.version = Z.next_version(touch.version) end
     if rc == zk.OK then
-        Z.learn_offset(stat)
+        Z.learn(stat)
         LS.wrote_table(snap.path, stat, lines, names)
         local version = stat and stat.version
         local ok, after = pcall(LS.settle_grants, snap.path, snap.queue, granted or {}, stat, est, snap.t)

@@ -231,7 +231,11 @@ local function leave_node(path)
             if grc == zk.OK then
                 local d = LS.decode_req(data, stat)
                 -- our count-down whose reply was lost went through
-                if sent and d and d.count == sent.count and d.wid == sent.wid then LW.left(path, true) return true end
+                if sent and d and d.count == sent.count and d.wid == sent.wid then
+                    pcall(LS.settle_landed, path, sent.d, stat, sent.at) -- (its carried lease)
+                    LW.left(path, true)
+                    return true
+                end
                 sent = nil
                 if not d or d.count <= 1 then
                     version = stat.version
@@ -240,7 +244,7 @@ local function leave_node(path)
                     local src, sstat = zk.set(path, LS.encode_req(d), stat.version)
                     if src == zk.OK then pcall(LS.settle_carried, path, d, sstat) LW.left(path, true) end
                     if src == zk.OK or src == zk.NONODE then return true end
-                    if Z.unknown(src) then sent = write end
+                    if Z.unknown(src) then sent, write.d, write.at = write, d, stat.version end
                 end
             end
         elseif not Z.unknown(rc) then

@@ -304,6 +304,14 @@ function Z.learn_offset(stat)
     end
 end
 
+-- The same from the stat of a write of ours: its answer's (its mtime is
+-- about now), or a read's of one whose answer was lost (stat.read: that
+-- mtime may be long past, which would put the clock behind: only its
+-- leader is learned, by a write of our own when newer, Z.ensure_clock).
+function Z.learn(stat)
+    if stat and stat.read then Z.ensure_clock(stat.mzxid) else Z.learn_offset(stat) end
+end
+
 -- Learns the offset by a write of our own to <root> (its data is unused).
 function Z.refresh_clock()
     for _ = 1, Z.READ_TRIES do
