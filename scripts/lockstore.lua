@@ -204,21 +204,27 @@ function LS.renewed_end(was, px)
     return was and math.max(now, math.floor(was + Z.state.offset)) or now
 end
 
--- After our write of a lease end (leader ms, px from now) in a request's
--- node (data d), answered `stat`: a write committed under a leader other
--- than the one whose clock we estimated (a leader change we had not yet
--- learned) is written again by that leader's clock (the commit's mtime),
--- so that every sidecar maps it by the epoch of the node's mzxid
--- (LS.hold_end); learns that clock.  The node's version after it.
+-- px after the commit at `stat` (leader ms) on the clock of the leader we
+-- know (a read's stat of a leader never learned: late, never early).
+function LS.after_commit(stat, px)
+    return LS.end_after(Z.local_time(stat.mtime, stat.mzxid, stat.mtime) + Z.state.offset, px)
+end
+
+-- After our write of a lease end (px from now) in a request's node (data
+-- d), answered `stat`: committed under a leader other than the one whose
+-- clock we estimated (`epoch`: a change not yet learned), written again by
+-- the commit's mtime (so read by the epoch of the node's mzxid), and again
+-- while a rewrite commits under yet another.  The node's version after.
 -- at_least: a lease end (host.now()'s clock) the rewrite keeps to, at least.
 function LS.settle_lease(path, d, px, stat, epoch, at_least)
     if not stat or not stat.mtime then return stat and stat.version end
     Z.learn(stat)
     if epoch == nil or (stat.mzxid >> 32) == epoch then return stat.version end
-    d.lease_end, d.rl = LS.end_after(stat.mtime, px), nil
+    d.lease_end, d.rl = LS.after_commit(stat, px), nil
     if at_least then d.lease_end = math.max(d.lease_end, math.floor(at_least + Z.state.offset)) end
+    local on = Z.state.epoch
     local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
-    if rc == zk.OK and stat2 then return stat2.version end
+    if rc == zk.OK and stat2 then return LS.settle_lease(path, d, px, stat2, on, at_least) end
     return stat.version -- (written since, or unknown: that write stands)
 end
 
@@ -232,15 +238,14 @@ function LS.decode_req(data, stat)
              rz = stat and stat.mzxid, rt = stat and stat.mtime, rl = stat and lease_end }
 end
 
--- After our write of request data d at `path` (answered stat) that carried
--- a lease end over (LS.encode_req): committed under a leader other than
--- the one it was carried onto (a change we had not learned), written again
--- on the commit's clock, as LS.settle_lease does.  The version after.
+-- After our write of request data d (answered stat) that carried a lease
+-- end over (LS.encode_req) onto a leader other than the commit's: written
+-- again on the commit's clock, as LS.settle_lease does.  The version after.
 function LS.settle_carried(path, d, stat)
     if not (d.on and stat and stat.mzxid) or stat.mzxid >> 32 == d.on then return stat and stat.version end
     Z.learn(stat)
     local rc, stat2 = zk.set(path, LS.encode_req(d), stat.version)
-    return rc == zk.OK and stat2 and stat2.version or stat.version
+    return rc == zk.OK and stat2 and LS.settle_carried(path, d, stat2) or stat.version
 end
 
 -- The same for such a write (data d, conditional on version `at`) whose
@@ -621,21 +626,20 @@ end
 ---------------------------------------------------------------------------
 -- Writes
 
--- A table we wrote at `stat` (its new grants `granted`, entries of `queue`,
--- estimated on the clock of leader epoch `epoch`; the lines it carried from
--- table `from`: Z.carry), committed under another leader (a change we had
--- not learned): written again by the commit's mtime (LS.settle_lease), so
--- every sidecar reads it by that leader's clock.  The table's stat after it
--- (`stat` when nothing was written, or it failed: a write since carries the lines on).
+-- A table we wrote at `stat` (new grants `granted` of `queue` estimated on
+-- leader epoch `epoch`'s clock, lines carried from table `from`: Z.carry)
+-- committed under another leader: written again on its clock, as
+-- LS.settle_lease does.  The table's stat after (or `stat`: none, failed).
 function LS.settle_grants(path, queue, granted, stat, epoch, from)
     if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch then return stat end
     Z.learn(stat)
-    for _, e in ipairs(granted) do e.lease_end = LS.end_after(stat.mtime, e.px) end
+    for _, e in ipairs(granted) do e.lease_end = LS.after_commit(stat, e.px) end
     local data, lines, names = LS.encode_table(queue, from)
+    local on = Z.state.epoch
     local rc, stat2 = zk.set(path, data, stat.version)
     if rc ~= zk.OK or not stat2 then return stat end
     LS.wrote_table(path, stat2, lines, names)
-    return stat2
+    return LS.settle_grants(path, queue, granted, stat2, on, from) -- (a rewrite under yet another leader)
 end
 
 -- Writes snap's table (after the caller changed its entries) conditional
