@@ -7,7 +7,7 @@ local null, OK = S.null, S.OK
 
 local SKEW = 300000
 
-local function integer(x, what) assert.equal("integer", math.type(x), what or S.show(x)) end
+local integer = S.integer
 
 describe("a reentrant LOCK.ACQUIRE across a leader change (the lease it writes)", function()
     for _, skew in ipairs({ SKEW, -SKEW }) do

@@ -8,28 +8,10 @@
 -- value must keep being read by the clock of the leader that wrote it; read
 -- by the epoch of the new write's mzxid it is off by the clocks' skew.
 local S = require "world"
-local null, OK = S.null, S.OK
+local null = S.null
 
 local SKEW = 300000
-
-local function integer(x, what) assert.equal("integer", math.type(x), what or S.show(x)) end
-
-local function field(entry, name)
-    local m = entry.map
-    for i = 1, #m, 2 do if m[i] == name then return m[i + 1] end end
-end
-
-local function holder(sc, key, owner)
-    for _, h in ipairs(sc:call("LOCK.INFO", key).map[2]) do
-        if field(h, "owner") == owner then return h end
-    end
-end
-
--- sc learns the current leader's clock (a write of its own with a stat).
-local function learn(sc, tag)
-    assert.same(OK, sc:call("SET", "learn:" .. tag, "1"))
-    assert.same(OK, sc:call("SET", "learn:" .. tag, "2"))
-end
+local integer, field, holder, learn = S.integer, S.map_field, S.lock_holder, S.learn_clock
 
 -- o1 holds r in PR (PX px) granted through a under a leader off by skew;
 -- the leader changes back (-skew) and o2's PR grant through b rewrites the
@@ -469,10 +451,7 @@ function MF:release(cl, si)
     cl.hold = nil
 end
 
-local function hfield(entry, name)
-    local m = entry.map
-    for i = 1, #m, 2 do if m[i] == name then return m[i + 1] end end
-end
+local hfield = S.map_field
 
 function MF:info(cl, key, si)
     local W = self.W

@@ -4,11 +4,10 @@
 -- mtime): leader ms written under one ZooKeeper leader and read or carried
 -- by a sidecar under another (W:new_leader(delta)).
 local S = require "world"
-local null, OK = S.null, S.OK
+local null = S.null
 
 local SKEW = 300000
-
-local function integer(x, what) assert.equal("integer", math.type(x), what or S.show(x)) end
+local integer, field, holder, learn = S.integer, S.map_field, S.lock_holder, S.learn_clock
 
 describe("a hold count written as the leader changes, its reply lost", function()
     for _, skew in ipairs({ SKEW, -SKEW }) do
@@ -31,22 +30,6 @@ describe("a hold count written as the leader changes, its reply lost", function(
         end)
     end
 end)
-
-local function field(entry, name)
-    local m = entry.map
-    for i = 1, #m, 2 do if m[i] == name then return m[i + 1] end end
-end
-
-local function holder(sc, key, owner)
-    for _, h in ipairs(sc:call("LOCK.INFO", key).map[2]) do
-        if field(h, "owner") == owner then return h end
-    end
-end
-
-local function learn(sc, tag)
-    assert.same(OK, sc:call("SET", "learn:" .. tag, "1"))
-    assert.same(OK, sc:call("SET", "learn:" .. tag, "2"))
-end
 
 describe("a grant table written as the leader changes, its reply lost", function()
     for _, skew in ipairs({ SKEW, -SKEW }) do

@@ -286,4 +286,29 @@ function S.lag(W, sc, prefix, catch_up)
     end
 end
 
+-- Lock and clock helpers the leader-clock specs share (clock_fuzz,
+-- clock_modes_fuzz, review_clocks): an integer reply (a fencing token), a
+-- field of a reply map (LOCK.INFO's entries), the LOCK.INFO holder entry
+-- of `owner`, and a sidecar that learns the current leader's clock (a
+-- write of its own, with a stat).
+local luassert = require "luassert"
+
+function S.integer(x, what) luassert.equal("integer", math.type(x), what or S.show(x)) end
+
+function S.map_field(entry, name)
+    local m = entry.map
+    for i = 1, #m, 2 do if m[i] == name then return m[i + 1] end end
+end
+
+function S.lock_holder(sc, key, owner)
+    for _, h in ipairs(sc:call("LOCK.INFO", key).map[2]) do
+        if S.map_field(h, "owner") == owner then return h end
+    end
+end
+
+function S.learn_clock(sc, tag)
+    luassert.same(S.OK, sc:call("SET", "learn:" .. tag, "1"))
+    luassert.same(S.OK, sc:call("SET", "learn:" .. tag, "2"))
+end
+
 return S
