@@ -664,17 +664,17 @@ function LS.write_table(snap, touch, granted, epoch)
         rc, stat = zk.set(snap.path, data, snap.version)
     end
     if Z.unknown(rc) then
-        -- landed (the table as we wrote it), nothing written since: as if
-        -- answered, so that the lease ends it wrote are settled by the
-        -- leader that committed it
+        -- landed as we wrote it, nothing written since: as if answered (its
+        -- lease ends settled by the leader that committed it)
         local grc, tdata, tstat = zk.get(snap.path)
         if grc == zk.OK and tdata == data and tstat.version == Z.next_version(snap.version) then
             tstat.read = true -- (its mtime is the write's: Z.learn)
             local nrc, nstat = zk.OK, nil
             if touch then nrc, nstat = zk.exists(touch.path) end
             -- (the node's stat only while it is our write's: LS.settle_carried)
-            if nstat and nstat.version ~= Z.next_version(touch.version) then nstat = nil end
-            if nrc == zk.OK then rc, stat, results = zk.OK, tstat, { { stat = tstat }, { stat = nstat } } end
+            local mine = nstat and nstat.version == Z.next_version(touch.version) and { version = nstat.version,
+                                                                                         mzxid = nstat.mzxid, read = true }
+            if nrc == zk.OK then rc, stat, results = zk.OK, tstat, { { stat = tstat }, { stat = mine or nil } } end
         end
     end
     if rc == zk.OK and touch then touch.version = Z.next_version(touch.version) end
