@@ -23,14 +23,7 @@ local RECORDER = [[
 ]]
 
 -- A world of n sidecars running the recorder.
-local function recorded(n)
-    local file = S.policy_file(RECORDER)
-    local list = {}
-    for i = 1, n do list[i] = { config = { policy = file } } end
-    local r = table.pack(S.world(list))
-    os.remove(file)
-    return table.unpack(r, 1, r.n)
-end
+local function recorded(n) return S.recording_world(n, RECORDER) end
 
 local function events(sc) return sc.env.__events or {} end
 

@@ -9,28 +9,6 @@ local null = S.null
 local SKEW = 300000
 local integer, field, holder, learn = S.integer, S.map_field, S.lock_holder, S.learn_clock
 
-describe("a hold count written as the leader changes, its reply lost", function()
-    for _, skew in ipairs({ SKEW, -SKEW }) do
-        it(("keeps the renewal's lease, new leader %+d s"):format(skew // 1000), function()
-            local W, a, b, c = S.warm_world(3)
-            local t = a:call("LOCK.ACQUIRE", "r", "o", "PX", "10000")
-            integer(t)
-            assert.equal(t, a:call("LOCK.ACQUIRE", "r", "o", "PX", "2000")) -- (a's timer at 2 s)
-            W:advance(1000)
-            assert.equal(1, b:call("LOCK.RENEW", "r", "o", "PX", "10000"))
-            W:new_leader(skew)
-            c:fail_next{ op = "set", when = "after" }
-            assert.equal(1, c:call("LOCK.RELEASE", "r", "o"))
-            W:advance(1500)
-            assert.equal(null, c:call("LOCK.ACQUIRE", "r", "x", "WAIT", "0"))
-            W:advance(7000) -- 9.5 s: inside the renewal's lease
-            assert.equal(null, c:call("LOCK.ACQUIRE", "r", "x", "WAIT", "0"))
-            W:advance(2000)
-            integer(c:call("LOCK.ACQUIRE", "r", "x", "WAIT", "0"))
-        end)
-    end
-end)
-
 describe("a grant table written as the leader changes, its reply lost", function()
     for _, skew in ipairs({ SKEW, -SKEW }) do
         it(("LOCK.INFO answers both holders' lease left, new leader %+d s"):format(skew // 1000), function()

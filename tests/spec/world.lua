@@ -217,9 +217,10 @@ S.RECORDER = [[
              on_expire = rec("expire"), on_lost = rec("lost") }
 ]]
 
--- A world of n sidecars whose policy is S.RECORDER: W and the sidecars.
-function S.recording_world(n)
-    local file = S.policy_file(S.RECORDER)
+-- A world of n sidecars whose policy is S.RECORDER (or the policy source
+-- `policy`, a recorder of another shape): W and the sidecars.
+function S.recording_world(n, policy)
+    local file = S.policy_file(policy or S.RECORDER)
     local specs = {}
     for i = 1, n do specs[i] = { config = { policy = file } } end
     local got = table.pack(S.world(specs))
