@@ -90,20 +90,6 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
     -- (another sidecar's request, a conversion asked here, ends with its node)
     local own = zk.session() == sid
     local function lost() return own and zk.session() ~= sid end
-    -- our grant's write whose reply was lost ({lease_end, epoch}): found
-    -- landed under a leader other than the one its lease end was estimated
-    -- on, it is written again by that table's mtime, as LS.settle_grants
-    -- does for a write whose reply came
-    local unsure
-    local function settle_unsure(tt, view)
-        local line = unsure and tt.lines[seq]
-        local e = line and view and view.by_seq[seq]
-        if e and line.lease_end == unsure.lease_end and tt.mzxid and tt.mzxid >> 32 ~= unsure.epoch then
-            local read = { version = tt.version, mzxid = tt.mzxid, mtime = tt.mtime, read = true } -- (Z.learn)
-            pcall(LS.settle_grants, lock, view.queue, { e }, read, unsure.epoch, tt)
-        end
-        unsure = nil
-    end
     while true do
         if lost() then return nil, "lost" end
         if names then
@@ -124,7 +110,6 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
                 local relist = not converting and not (carried and LG.next_waiter(path, view))
                 local newer = relist and LG.newer_view(lock, t, path)
                 if newer then view, relist = newer, false end
-                settle_unsure(t, view)
                 return t.lines[seq].token, view, relist and LG.start_listing(lock) or nil
             end
             if converting and not t.lines[seq] then return nil, "lost" end
@@ -146,7 +131,7 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
         local stop = first and first(snap, me)
         if stop then return nil, stop end
         first = nil
-        if LG.granted_in(t, seq, converting) then settle_unsure(t, snap) return me.token, snap end
+        if LG.granted_in(t, seq, converting) then return me.token, snap end
         if converting and not me.convert then return nil, "lost" end
         local grants = Q.grantable(snap.queue) -- (for the watch target too)
         local g = not older and LG.grants_me(snap.queue, me, grants)
@@ -165,7 +150,6 @@ local function settle(lock, path, sid, until_ms, converting, px, first, mode, li
                 snap.version, snap.token = version or Z.next_version(snap.version), zxid
                 return me.token, snap
             end
-            if how == "unknown" and epoch then unsure = { lease_end = me.lease_end, epoch = epoch } end
         else
             local stuck = converting and Q.deadlocked(snap.queue)
             if stuck and stuck[me] then

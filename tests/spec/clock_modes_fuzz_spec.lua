@@ -176,7 +176,8 @@ describe("a hold count written as the leader changes, unseen by its writer (answ
 end)
 
 describe("a grant's table write whose reply was lost, committed under a leader its writer had not learned", function()
-    -- Found by the seeded fuzz below (seed 1).  b has not learned the new
+    -- Found by the seeded fuzz below (seed 1; fixed in LS.write_table, which
+    -- settles a write found landed as if answered).  b has not learned the new
     -- leader's clock; o2's grant (a waiting ACQUIRE, LG.settle) writes its
     -- lease end estimated on the old leader's clock; the write commits
     -- under the new leader and its reply is lost, so LS.settle_grants never
@@ -576,7 +577,7 @@ local function modes_fuzz(seed, steps)
 end
 
 -- Seeds 1-300 run.  Found and fixed, each kept: 1 (a grant's table write
--- whose reply was lost: lockgrant.lua), 30 (a RENEW's: L.renew), 215 and
+-- whose reply was lost: LS.write_table), 30 (a RENEW's: L.renew), 215 and
 -- 295 (a release's multi: quick_release), 24 39 46 112 168 (a conversion's
 -- table write, a count's: LS.write_table, LS.settle_landed); 106 179 269
 -- were errors of this model (a down-conversion is in effect from its
