@@ -132,7 +132,7 @@ local function lease_due(path)
         -- policy hears of the mode and token the lock's table holds
         if stat.version ~= h.version then pcall(relearn, h) end
         -- (its clock learned may take a write: ZooKeeper away, look again)
-        local ok, ends = pcall(LS.hold_end, h.deadline, h.version, LS.decode_req(data), stat.version, stat.mzxid,
+        local ok, ends = pcall(LS.hold_end, h.deadline, h.version, LS.decode_req(data, stat), stat.version, stat.mzxid,
                                 stat.mtime)
         if not ok then h.timer:start(200) return end
         local left = ends - host.now()
@@ -177,7 +177,7 @@ local function shortened_due(path, hold)
     if not s then return end
     local rc, data, stat = zk.get(path)
     if rc ~= zk.OK and rc ~= zk.NONODE then s.timer:start(200) return end
-    local d = rc == zk.OK and LS.decode_req(data)
+    local d = rc == zk.OK and LS.decode_req(data, stat)
     if d and d.lease_end > 0 and not pcall(Z.ensure_clock, stat.mzxid) then s.timer:start(200) return end
     -- (by the clock of the leader that wrote it, as the holder's reads it)
     local ends = d and d.lease_end > 0 and Z.local_time(d.lease_end, stat.mzxid, stat.mtime)
@@ -319,13 +319,13 @@ local function quick_release(h)
         end
     end
     if #granted > 0 then
-        local data, lines, names = LS.encode_table(queue, view.t)
+        local data, lines, names, ref = LS.encode_table(queue, view.t)
         LW.begin_write(h.lock)
         local ok
         ok, rc, results = pcall(zk.multi, { { "delete", h.path, h.version }, { "set", h.lock, data, view.version } })
         if ok then rc = Z.first_error(rc, results) end
         if ok and rc == zk.OK then
-            LS.wrote_table(h.lock, results[2].stat, lines, names)
+            LS.wrote_table(h.lock, results[2].stat, lines, names, ref)
             pcall(LS.settle_grants, h.lock, queue, granted, results[2].stat, epoch, view.t)
         end
         LW.end_write(h.lock)
@@ -593,7 +593,7 @@ function L.renew(key, owner, px)
             -- not learned is off by its clock: RENEW 0 for a live hold)
             local ok, again, d2 = pcall(function() return LS.find_owner(LS.read(lock, true), owner) end)
             if ok and again and again.path == mine.path and again.version == Z.next_version(mine.version) and
-               d2.lease_end == d.lease_end then
+               d2.lv == d.lease_end then
                 rc, stat = zk.OK, { version = again.version, mtime = again.mtime, mzxid = again.mzxid, read = true }
             end
         end

@@ -11,6 +11,8 @@
 --                              granted request: "<seq> <mode> <token>
 --                              <lease end at the grant, leader ms>
 --                              [<converting to> <convert_at> <asked ms>]",
+--                              "r <the writer's leader ms>" (the times
+--                              count from the write's mtime: locktable.lua),
 --                              then "q <request name>" for each request of
 --                              the queue the writer decided on (up to
 --                              LS.NAMES_MAX)
@@ -20,7 +22,8 @@
 --                              asked, whose it is (a hash) and its lease (so
 --                              another sidecar may grant it), its data the owner,
 --                              hold count, lease end (leader clock, once
---                              renewed), when asked, sidecar, client
+--                              renewed), when asked, sidecar, client, write
+--                              id, reference (LS.encode_req)
 --
 --   LS.lock_path(key)            <root>/l/<encoded key>
 --   LS.prefix(mode, owner, px)   a request's name before its sequence
@@ -34,6 +37,7 @@
 --   LS.leader_now()              the leader's clock, ms
 
 local Q = require "lockq"
+local LT = require "locktable"
 local Z = require "zkio"
 local G = require "guard"
 local U = require "util"
@@ -131,7 +135,10 @@ local DATA_FMT = ">s4 I4 i8 i8 s2 s2"
 -- renewal writes it: see LS.lease_end), asked at (wall ms), sidecar
 -- (instance, hex), client ("id addr"), and the id of the write that set
 -- the count (LS.count_write; "" until one: renewals and conversions carry
--- it over), last, so that a sidecar that knows no id reads the rest.
+-- it over), so that a sidecar that knows no id reads the rest, then the
+-- reference the lease end is written against (the writer's estimate of
+-- the leader's clock: read from the write's mtime, as the table's times
+-- are, locktable.lua; 0 or absent: read as written).
 -- A lease end carried over unchanged from the node as read (LS.decode_req
 -- with its stat; a fresh one clears r.rl) goes onto the clock of the
 -- leader we know (Z.carry: r.on its epoch, for LS.settle_carried).
@@ -139,8 +146,9 @@ function LS.encode_req(r)
     local lease, on = r.lease_end, nil
     if r.rl == lease and lease > 0 then lease, on = Z.carry(lease, r.rz, r.rt), Z.state.epoch end
     r.on = on
-    return string.pack(DATA_FMT .. " s1", r.owner, r.count, math.floor(lease), math.floor(r.asked),
-                       r.sidecar, r.client, r.wid or "")
+    local ref = Z.state.offset and math.floor(host.now() + Z.state.offset) or 0
+    return string.pack(DATA_FMT .. " s1 i8", r.owner, r.count, math.floor(lease), math.floor(r.asked),
+                       r.sidecar, r.client, r.wid or "", ref)
 end
 
 -- Sets d's hold count to `count` for a write whose reply may be lost: a
@@ -228,13 +236,18 @@ function LS.settle_lease(path, d, px, stat, epoch, at_least)
     return stat.version -- (written since, or unknown: that write stands)
 end
 
--- (with `stat`, the node's as read: what LS.encode_req carries over)
+-- With `stat`, the node's as read: the lease end counts from its mtime
+-- (lv: as written), and is what LS.encode_req carries over.
 function LS.decode_req(data, stat)
-    local ok, owner, count, lease_end, asked, sidecar, client, at = pcall(string.unpack, DATA_FMT, data)
+    local ok, owner, count, lv, asked, sidecar, client, at = pcall(string.unpack, DATA_FMT, data)
     if not ok then return nil end
-    local wid = at <= #data and select(2, pcall(string.unpack, ">s1", data, at))
-    return { owner = owner, count = count, lease_end = lease_end, asked = asked,
-             sidecar = sidecar, client = client, wid = type(wid) == "string" and wid or "",
+    local wok, wid, rat, rok, ref = false, nil, nil, false, 0
+    if at <= #data then wok, wid, rat = pcall(string.unpack, ">s1", data, at) end
+    if wok and rat + 8 <= #data + 1 then rok, ref = pcall(string.unpack, ">i8", data, rat) end
+    local lease_end = lv
+    if rok and ref ~= 0 and lv > 0 and stat and stat.mtime then lease_end = stat.mtime + (lv - ref) end
+    return { owner = owner, count = count, lease_end = lease_end, lv = lv, asked = asked,
+             sidecar = sidecar, client = client, wid = wok and wid or "",
              rz = stat and stat.mzxid, rt = stat and stat.mtime, rl = stat and lease_end }
 end
 
@@ -258,75 +271,8 @@ function LS.settle_landed(path, d, e, at)
     return LS.settle_carried(path, d, { version = e.version, mzxid = e.mzxid, read = true })
 end
 
--- The grant table: seq -> {mode, token, convert, convert_at, asked}, and
--- the queue its writer decided on: the request names in order ("q" lines),
--- or nil when it wrote none.
-local Q_LINE = ("q "):byte(1, 2)
-
-function LS.decode_table(data)
-    local t, names = {}, nil
-    data = data or ""
-    local at, len = 1, #data
-    while at <= len do
-        local nl = data:find("\n", at, true) or len + 1
-        if data:byte(at) == Q_LINE and data:byte(at + 1) == 32 then
-            if nl > at + 2 then
-                names = names or {}
-                names[#names + 1] = data:sub(at + 2, nl - 1)
-            end
-        elseif nl > at then
-            local seq, mode, token, lease_end, rest = data:sub(at, nl - 1):match("^(%-?%d+) (%u%u) (%d+) (%d+)(.*)$")
-            if seq then
-                local g = { mode = mode, token = tonumber(token), lease_end = tonumber(lease_end) }
-                if rest ~= "" then
-                    local conv, cat, asked = rest:match("^ (%u%u) (%-?%d+) (%d+)$")
-                    if conv then g.convert, g.convert_at, g.asked = conv, tonumber(cat), tonumber(asked) end
-                end
-                t[tonumber(seq)] = g
-            end
-        end
-        at = nl + 1
-    end
-    return t, names
-end
-
--- Queues longer than this are not written beside the table (a waiter then
--- lists the lock itself after its grant).
-LS.NAMES_MAX = 32
-
--- The table of `queue`'s granted entries (leftovers dropped), then the
--- names of queue's requests: the queue the grants were decided on, which a
--- waiter of another sidecar granted by this write takes as its view (the
--- listing its release grants from) instead of listing the lock itself.
--- Also answers what LS.decode_table reads back from it (lines, names).
-function LS.encode_table(queue, from)
-    local out, lines, names = {}, {}, nil
-    for _, e in ipairs(queue) do
-        if e.granted then
-            local lease_end = from and e.lease_end == e.read_lease and Z.carry(e.lease_end, from.mzxid, from.mtime)
-                              or e.lease_end or 0 -- (carried from table `from` as read: Z.carry)
-            local line = string.format("%d %s %d %d", e.seq, e.granted, e.token, lease_end)
-            local g = { mode = e.granted, token = e.token, lease_end = lease_end }
-            if e.convert then
-                local asked = from and e.asked_convert == e.read_asked and Z.carry(e.asked_convert, from.mzxid,
-                                                                                     from.mtime) or e.asked_convert
-                line = line .. string.format(" %s %d %d", e.convert, e.convert_at, asked)
-                g.convert, g.convert_at, g.asked = e.convert, e.convert_at, asked
-            end
-            out[#out + 1] = line
-            lines[e.seq] = g
-        end
-    end
-    if #queue <= LS.NAMES_MAX then
-        names = {}
-        for i, e in ipairs(queue) do
-            out[#out + 1] = "q " .. e.name
-            names[i] = e.name
-        end
-        if #names == 0 then names = nil end
-    end
-    return table.concat(out, "\n"), lines, names
-end
+-- The grant table's text (locktable.lua).
+LS.NAMES_MAX, LS.encode_table, LS.decode_table = LT.NAMES_MAX, LT.encode, LT.decode
 
 ---------------------------------------------------------------------------
 -- Reading a lock
@@ -351,7 +297,8 @@ local function remember_table(lock, t)
 end
 
 local function table_of(stat, data)
-    local lines, names = LS.decode_table(data)
+    local lines, names, ref = LT.decode(data)
+    LT.anchor(lines, ref, stat.mtime)
     return { version = stat.version, mzxid = stat.mzxid, mtime = stat.mtime, czxid = stat.czxid, lines = lines,
              names = names }
 end
@@ -396,10 +343,11 @@ function LS.read_children(lock)
     return names, stat.pzxid, stat
 end
 
--- The table written at `stat` (a write of ours that succeeded): lines and
--- names as LS.encode_table answered them with its data.
-function LS.wrote_table(lock, stat, lines, names)
+-- The table written at `stat` (a write of ours that succeeded): lines,
+-- names and reference as LS.encode_table answered them with its data.
+function LS.wrote_table(lock, stat, lines, names, ref)
     if not stat then return end
+    LT.anchor(lines, ref, stat.mtime)
     remember_table(lock, { version = stat.version, mzxid = stat.mzxid, mtime = stat.mtime, czxid = stat.czxid,
                            lines = lines, names = names })
 end
@@ -634,11 +582,11 @@ function LS.settle_grants(path, queue, granted, stat, epoch, from)
     if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch then return stat end
     Z.learn(stat)
     for _, e in ipairs(granted) do e.lease_end = LS.after_commit(stat, e.px) end
-    local data, lines, names = LS.encode_table(queue, from)
+    local data, lines, names, ref = LS.encode_table(queue, from)
     local on = Z.state.epoch
     local rc, stat2 = zk.set(path, data, stat.version)
     if rc ~= zk.OK or not stat2 then return stat end
-    LS.wrote_table(path, stat2, lines, names)
+    LS.wrote_table(path, stat2, lines, names, ref)
     return LS.settle_grants(path, queue, granted, stat2, on, from) -- (a rewrite under yet another leader)
 end
 
@@ -651,7 +599,7 @@ end
 -- their lease ends were estimated on (LS.settle_grants); the table's
 -- version after it is the third answer.
 function LS.write_table(snap, touch, granted, epoch)
-    local data, lines, names = LS.encode_table(snap.queue, snap.t)
+    local data, lines, names, ref = LS.encode_table(snap.queue, snap.t)
     local rc, results, stat, est = nil, nil, nil, epoch or Z.state.epoch -- (carried lines too: LS.settle_grants)
     if touch then
         local d = LS.entry_data(touch)
@@ -680,7 +628,7 @@ function LS.write_table(snap, touch, granted, epoch)
     if rc == zk.OK and touch then touch.version = Z.next_version(touch.version) end
     if rc == zk.OK then
         Z.learn(stat)
-        LS.wrote_table(snap.path, stat, lines, names)
+        LS.wrote_table(snap.path, stat, lines, names, ref)
         local version = stat and stat.version
         local ok, after = pcall(LS.settle_grants, snap.path, snap.queue, granted or {}, stat, est, snap.t)
         if ok and after ~= stat then version = after.version end

@@ -343,14 +343,15 @@ end
 -- A leader timestamp (ms) on host.now()'s clock; with `zxid`, by the
 -- offset of the epoch that stamped it, when known (an older leader's).
 -- With `mtime` too (that node's, stamped by the same leader): the offset
--- of a leader we never learned (two changes while we wrote nothing) is
--- taken as if the node was written just now, and kept (one per leader
--- met): that leader's times map late by the time since, never early by
--- the clocks' difference.
+-- of a leader we never learned (two changes while we wrote nothing, or a
+-- newer one than ours, unless Z.ensure_clock learned it first) is taken as
+-- if the node was written just now, and kept (one per leader met, until
+-- learned): that leader's times map late by the time since, never early
+-- by the clocks' difference.
 function Z.local_time(leader_ms, zxid, mtime)
     local epoch = zxid and zxid >> 32
     local offset = epoch and state.offsets[epoch]
-    if not offset and mtime and state.epoch and epoch < state.epoch then
+    if not offset and epoch and mtime and state.epoch then
         offset = mtime - host.now()
         state.offsets[epoch] = offset
     end

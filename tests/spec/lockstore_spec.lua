@@ -7,6 +7,7 @@ local S = require "world"
 
 describe("lockstore", function()
     local LS = S.module("lockstore")
+    local LT = S.module("locktable")
 
     local function entry(seq, fields)
         local e = { seq = seq, name = "EX." .. LS.owner_hash("o" .. seq) .. ".30000.00ff-" .. string.format("%010d", seq) }
@@ -40,6 +41,27 @@ describe("lockstore", function()
         assert.is_nil(names)
         t = LS.decode_table(nil)
         assert.same({}, t)
+    end)
+
+    it("reads a table's times and a request's lease from the write's mtime, by the reference written", function()
+        -- (a writer whose clock estimate is 60 s behind the leader that
+        -- committed: a 30 s lease reads as 30 s from the commit)
+        local t, _, ref = LS.decode_table("3 EX 9 1699999970000 PR 4 1699999939000\nr 1699999940000")
+        assert.equal(1699999940000, ref)
+        LT.anchor(t, ref, 1700000000000)
+        assert.same({ mode = "EX", token = 9, lease_end = 1700000030000, convert = "PR", convert_at = 4,
+                      asked = 1699999999000 }, t[3])
+        -- a table without one (an older writer's) reads as written
+        t = LS.decode_table("3 EX 9 1699999970000")
+        LT.anchor(t, nil, 1700000000000)
+        assert.equal(1699999970000, t[3].lease_end)
+        -- a request's data: the reference after the write id
+        local data = string.pack(">s4 I4 i8 i8 s2 s2 s1 i8", "o", 1, 1699999970000, 5, "sc", "cl", "w", 1699999940000)
+        local d = LS.decode_req(data, { mtime = 1700000000000, mzxid = 1 << 32 })
+        assert.same({ 1700000030000, 1699999970000, "w" }, { d.lease_end, d.lv, d.wid })
+        assert.equal(1699999970000, LS.decode_req(data).lease_end) -- (no stat: as written)
+        local old = string.pack(">s4 I4 i8 i8 s2 s2 s1", "o", 1, 1699999970000, 5, "sc", "cl", "w")
+        assert.equal(1699999970000, LS.decode_req(old, { mtime = 1700000000000, mzxid = 1 << 32 }).lease_end)
     end)
 
     it("leaves the queue out when it is longer than NAMES_MAX", function()
