@@ -507,11 +507,14 @@ function MF:step()
     elseif roll <= 12 then
         local i = R.int(1, 3)
         local old = scs[i].sid
-        -- (cut first: the expiry runs the world, waiters' replies too)
-        for _, cl in ipairs(self.clients) do
-            if cl.hold and cl.hold.sid == old then self:cut(cl, W.now) end
+        -- (cut first: the expiry runs the world, waiters' replies too; and
+        -- after, a grant answered in that run under the old session)
+        for pass = 1, 2 do
+            for _, cl in ipairs(self.clients) do
+                if cl.hold and cl.hold.sid == old then self:cut(cl, W.now) end
+            end
+            if pass == 1 then self:end_session(i, "expire") end
         end
-        self:end_session(i, "expire")
     elseif roll <= 28 then
         local ms = R.pick({ 100, 500, 1000, 3000, 6000, 12000 })
         self:note("advance %d", ms)
@@ -587,10 +590,12 @@ end
 -- a leader its writer had not learned and the writer's rewrite of it: 60
 -- s late, and early the other way; every time now counts from its write's
 -- mtime, locktable.lua); 78 (a lease carried from a node of a leader newer
--- than the writer knew, mapped by the writer's older clock: Z.local_time).
+-- than the writer knew, mapped by the writer's older clock: Z.local_time);
+-- 641 was an error of this model (a grant answered in the run of the
+-- session's expiry, under that session, went on as a hold).
 local MSEEDS = H.seeds("CLOCK_MODES_FUZZ", { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21,
                                               22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 39, 46, 65, 78, 103,
-                                              106, 112, 168, 175, 179, 215, 262, 269, 295 })
+                                              106, 112, 168, 175, 179, 215, 262, 269, 295, 641 })
 
 describe("native locks in every mode under clock faults, seeded fuzz", function()
     for _, seed in ipairs(MSEEDS) do
