@@ -577,11 +577,15 @@ end
 -- A table we wrote at `stat` (new grants `granted` of `queue` estimated on
 -- leader epoch `epoch`'s clock, lines carried from table `from`: Z.carry)
 -- committed under another leader: written again on its clock, as
--- LS.settle_lease does.  The table's stat after (or `stat`: none, failed).
+-- LS.settle_lease does (a conversion asked by the write, asked at its
+-- commit).  The table's stat after (or `stat`: none, failed).
 function LS.settle_grants(path, queue, granted, stat, epoch, from)
     if not (stat and stat.mtime and stat.mzxid) or epoch == nil or stat.mzxid >> 32 == epoch then return stat end
     Z.learn(stat)
     for _, e in ipairs(granted) do e.lease_end = LS.after_commit(stat, e.px) end
+    for _, e in ipairs(queue) do
+        if e.convert and e.asked_convert ~= e.read_asked then e.asked_convert = LS.after_commit(stat, 0) end
+    end
     local data, lines, names, ref = LS.encode_table(queue, from)
     local on = Z.state.epoch
     local rc, stat2 = zk.set(path, data, stat.version)
