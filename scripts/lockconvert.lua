@@ -34,9 +34,9 @@ end
 -- (which wakes whoever watches it); then snap as written is the hold's
 -- view.  true when written.
 local function write_own(snap, mine)
-    local how, zxid = LW.write_table(snap, mine)
+    local how, zxid, version = LW.write_table(snap, mine)
     if how ~= "ok" then return false end
-    snap.version, snap.token = Z.next_version(snap.version), zxid
+    snap.version, snap.token = version or Z.next_version(snap.version), zxid -- (LS.settle_grants may write again)
     converted(mine.path, mine.granted, mine.token, snap)
     return true
 end
