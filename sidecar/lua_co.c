@@ -171,6 +171,59 @@ static void co_deliver(struct co *c, int status, int nres)
     lua_co_finish(c);
 }
 
+/* --- a script's own clock ------------------------------------------------
+ *
+ * A script's time cap counts its own running time: the wall clock less
+ * what it spent yielded.  A process that does not run while the script
+ * runs (SIGSTOP, a frozen container, a paused VM, a preemption on a loaded
+ * machine, a container's CPU quota used up) would count that time too,
+ * and kill a script that did nothing wrong.  So at the end of each run
+ * of the script (a slice, or up to a request it waits for) and every
+ * CPU_CHECK_MS within one (the count hook looks every few hundred
+ * instructions), the loop thread's CPU clock says how much of the time
+ * since the last mark it ran: wall time past that CPU time is left out,
+ * however short each stall was (many short ones, a CPU quota's, add up).
+ * A long C call (a big gsub, a collection) runs on the CPU, so it still
+ * counts.  The CPU clock is a system call, so it is read only at a
+ * script's resume, at the end of a run of RUN_CHECK_MS or more, and once
+ * per CPU_CHECK_MS within one. */
+#define CPU_CHECK_MS 10.0
+#define RUN_CHECK_MS 1.0 /* a run of the script shorter stalls for less */
+
+static double thread_cpu_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void lua_co_mark(struct co *c, double now)
+{
+    c->mark_wall = now;
+    c->mark_cpu = thread_cpu_ms();
+}
+
+/* Leaves out of c's clock the wall time since its mark that the loop
+ * thread did not run, when the mark is at least min_ms old. */
+static void co_account(struct co *c, double now, double min_ms)
+{
+    if (c->mark_wall > 0 && now - c->mark_wall >= min_ms) {
+        double cpu = thread_cpu_ms();
+        double idle = (now - c->mark_wall) - (cpu - c->mark_cpu);
+        if (idle > 0)
+            c->stopped += idle;
+        c->mark_wall = now;
+        c->mark_cpu = cpu;
+    }
+}
+
+double lua_co_busy(struct co *c, double now)
+{
+    co_account(c, now, CPU_CHECK_MS);
+    return now - c->waited - c->paused - c->stopped;
+}
+
 /* Resumes c with the nargs values on its stack.  While c's client code is
  * watched (host.caps), the allocator refuses growth past the script's
  * memory cap; a script whose count hook paused it at the end of a slice is
@@ -196,7 +249,6 @@ void lua_co_resume(struct co *c, int nargs)
     c->queued = 0;
     busy_remove(c);
     c->resumed_at = now;
-    c->checked_at = now;
     if (c->caps.deadline > 0) /* a script: host.caps watched it */
         lua_co_mark(c, now);
     size_t limit = lua_alloc_set_limit(h->alloc, lua_caps_limit(c));
@@ -206,6 +258,8 @@ void lua_co_resume(struct co *c, int nargs)
     lua_alloc_set_limit(h->alloc, limit);
     if (status == LUA_YIELD) {
         c->yielded_at = zk_now();
+        /* the run that ended (a slice, up to a request): its stalls too */
+        co_account(c, c->yielded_at, RUN_CHECK_MS);
         if (c->wait == WAIT_SLICE || c->wait == WAIT_PASS) {
             lua_pop(c->L, nres);
             if (c->wait == WAIT_SLICE)
@@ -288,49 +342,6 @@ void lua_co_ready(struct lua_host *h, struct co *c, int nargs)
         uv_idle_start(&h->idle, on_idle);
         h->idle_on = 1;
     }
-}
-
-/* --- a script's own clock ------------------------------------------------
- *
- * A script's time cap counts its own running time: the wall clock less
- * what it spent yielded.  A process that does not run while the script
- * runs (SIGSTOP, a frozen container, a paused VM, a long preemption) would
- * count that time too, and kill a script that did nothing wrong.  So when
- * two reads of its clock while it runs, normally microseconds apart (the
- * count hook looks every few hundred instructions), are more than STALL_MS
- * apart, the loop thread's CPU clock says whether it ran meanwhile: wall
- * time past the CPU time since the last mark is left out.  A long C call
- * (a big gsub, a collection) runs on the CPU, so it still counts.  The CPU
- * clock is a system call, so it is read only at a script's resume and at
- * such a gap. */
-#define STALL_MS 50.0
-
-static double thread_cpu_ms(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-void lua_co_mark(struct co *c, double now)
-{
-    c->mark_wall = now;
-    c->mark_cpu = thread_cpu_ms();
-}
-
-double lua_co_busy(struct co *c, double now)
-{
-    if (now - c->checked_at > STALL_MS && c->mark_wall > 0) {
-        double cpu = thread_cpu_ms();
-        double idle = (now - c->mark_wall) - (cpu - c->mark_cpu);
-        if (idle > STALL_MS)
-            c->stopped += idle;
-        c->mark_wall = now;
-        c->mark_cpu = cpu;
-    }
-    c->checked_at = now;
-    return now - c->waited - c->paused - c->stopped;
 }
 
 /* Until when c's ZooKeeper requests may wait: --zk-request-timeout of

@@ -60,12 +60,12 @@ struct co {
     double yielded_at;   /* when it last yielded (0: running) */
     double waited;       /* ms spent yielded: host.busy() leaves them out */
     double paused;       /* ms spent between slices: host.busy() too */
-    double stopped;      /* ms the process did not run while it ran (a
-                            SIGSTOP, a frozen container): host.busy() too */
+    double stopped;      /* ms the loop thread did not run while it ran (a
+                            SIGSTOP, a frozen container, a preemption, a
+                            CPU quota): host.busy() too */
     double resumed_at;   /* when it was last resumed */
-    double checked_at;   /* when its busy clock was last read */
     double mark_wall, mark_cpu; /* a script's wall and CPU clocks at its
-                                   resume, or when a stall was looked for */
+                                   resume, or when last compared */
     enum co_wait wait;
     int nargs; /* values waiting on the stack for the next resume */
     struct co *next_ready;
