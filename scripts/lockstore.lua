@@ -244,8 +244,7 @@ function LS.decode_req(data, stat)
     local wok, wid, rat, rok, ref = false, nil, nil, false, 0
     if at <= #data then wok, wid, rat = pcall(string.unpack, ">s1", data, at) end
     if wok and rat + 8 <= #data + 1 then rok, ref = pcall(string.unpack, ">i8", data, rat) end
-    local lease_end = lv
-    if rok and ref ~= 0 and lv > 0 and stat and stat.mtime then lease_end = stat.mtime + (lv - ref) end
+    local lease_end = rok and stat and LT.at(lv, ref, stat.mtime) or lv
     return { owner = owner, count = count, lease_end = lease_end, lv = lv, asked = asked,
              sidecar = sidecar, client = client, wid = wok and wid or "",
              rz = stat and stat.mzxid, rt = stat and stat.mtime, rl = stat and lease_end }

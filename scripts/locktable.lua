@@ -61,14 +61,20 @@ function LT.decode(data)
     return t, names, ref
 end
 
--- The times of `lines` (LT.decode's, LT.encode's) written against `ref`
--- moved onto the clock of the leader that stamped `mtime`, the write's
--- commit: from then on they map as that node's times do (Z.local_time).
+-- A time `ms` written against `ref` moved onto the clock of the leader
+-- that stamped `mtime`, the write's commit: from then on it maps as that
+-- node's times do (Z.local_time).  As written without a reference (nil,
+-- or a request's 0) or without a time (0).
+function LT.at(ms, ref, mtime)
+    if ref and ref ~= 0 and mtime and ms > 0 then return mtime + (ms - ref) end
+    return ms
+end
+
+-- The times of `lines` (LT.decode's, LT.encode's) so moved (LT.at).
 function LT.anchor(lines, ref, mtime)
-    if not (ref and mtime) then return lines end
     for _, g in pairs(lines) do
-        if g.lease_end > 0 then g.lease_end = mtime + (g.lease_end - ref) end
-        if g.asked then g.asked = mtime + (g.asked - ref) end
+        g.lease_end = LT.at(g.lease_end, ref, mtime)
+        if g.asked then g.asked = LT.at(g.asked, ref, mtime) end
     end
     return lines
 end
