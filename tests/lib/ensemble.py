@@ -9,6 +9,10 @@ that the ensemble's timings are short:
     hears nothing from its leader for 1 s gives it up), minSessionTimeout
     400, forceSync=no, a 128 MB heap per JVM.
 
+clock_offsets (seconds, one per server): that server's wall clock moved
+by libfaketime (its monotonic clock, which sessions run on, left true), so
+that a leader change moves the clock that stamps mtimes (test_49).
+
 Every server is a harness.Proc (own process group, killed by PID on every
 exit path).  Faults: kill9(i) / start_server(i), sigstop(i) / sigcont(i),
 pause_all() / resume_all() (SIGSTOP/SIGCONT every server), stop_all() /
@@ -38,7 +42,7 @@ from zkproxy import ZkProxy
 
 class ZkEnsemble:
     def __init__(self, n=3, tick=200, init_limit=10, sync_limit=5, min_session=400,
-                 max_session=60000, heap="128m"):
+                 max_session=60000, heap="128m", clock_offsets=None):
         self.n = n
         self.tick = tick
         self.sync_limit = sync_limit
@@ -78,6 +82,11 @@ class ZkEnsemble:
                                    "-Dzookeeper.cnxTimeout=1000" % heap,
                 "JMXDISABLE": "true", "ZOO_LOG_DIR": d,
                 "ZOOPIDFILE": os.path.join(d, "zk.pid")})
+            if clock_offsets and clock_offsets[i]:
+                # its wall clock (the mtimes it stamps as leader) off by
+                # that many seconds; its monotonic clock (sessions) true
+                env.update({"LD_PRELOAD": harness.LIBFAKETIME, "FAKETIME": "%+d" % clock_offsets[i],
+                            "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
             self.procs.append(Proc("zookeeper%d" % (i + 1), [ZK_SERVER_SH, "start-foreground", cfg], d, env=env))
 
     # ------------------------------------------------------------ addresses
