@@ -80,8 +80,7 @@ class Ensemble:
         """kill -9 of the leader, started again once another leads: a new
         leader, whose clock is 45 or 90 s from the old one's (the old one
         rejoins as a follower in the background).  Returns (old, new)."""
-        self.whole()
-        old = self.ens.leader(timeout=60)
+        old = self.whole()
         self.ens.kill9(old)
         new = self.ens.leader(timeout=60)
         self.ens.start_server(old, wait=False)
