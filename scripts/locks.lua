@@ -101,12 +101,9 @@ local function forget(path)
     return h
 end
 
--- Whether hold h's node, gone after a delete of ours whose reply was lost,
--- went by that delete: no other sidecar removed it since h was recorded
--- (its guard did not move, or moved once for another lock request of the
--- session; looked at once our server has what the lock's has).  A hold
--- recorded before its session's guard was known (just after a session
--- change) counts from the guard's creation (version 0).
+-- Whether hold h's node, gone after our lease timer's delete whose reply
+-- was lost, went by that delete: no other sidecar removed it since h was
+-- recorded (LS.still_ours, but for that delete of the timer's own).
 local function guard_stayed(h)
     Z.sync(h.lock)
     return G.unmoved_but(h.sid, h.gv or 0, h.path)
@@ -127,7 +124,7 @@ local function lease_due(path)
     local drc = rc == zk.NONODE and rc or nil
     if rc ~= zk.OK and not drc then h.timer:start(200) return end
     if not drc then
-        h.expiring = nil
+        h.expiring, h.lease_sent = nil, nil -- (there still: no delete of ours landed)
         -- written since by another sidecar (a conversion through it): the
         -- policy hears of the mode and token the lock's table holds
         if stat.version ~= h.version then pcall(relearn, h) end
@@ -142,6 +139,7 @@ local function lease_due(path)
             return
         end
         -- at the version read: a renewal landing in between answered 1
+        h.lease_sent = true -- (from here on, a node found gone may be our expiry's)
         drc = LW.delete(path, stat.version)
     end
     if drc == zk.OK or drc == zk.NONODE then
@@ -151,6 +149,9 @@ local function lease_due(path)
         if drc == zk.OK or (h.expiring and guard_stayed(h)) then
             L.stats.expired = L.stats.expired + 1
             notify("on_expire", h)
+        else
+            h.untold = true -- (gone by a release whose answer is still out: it tells)
+            if not h.expiring then h.lease_sent = nil end -- (none of the timer's deletes landed)
         end
     elseif drc == zk.BADVERSION then
         h.timer:start(0) -- read it again
@@ -333,12 +334,12 @@ local function quick_release(h)
     else
         rc = zk.delete(h.path, h.version)
     end
-    -- Gone after a lost reply (looked at once our server has it): ours only
-    -- while its session, lease and record last (no other sidecar removed a
-    -- node of that session since h was recorded: its guard did not move)
+    -- Gone after a lost reply (looked at once our server has it): ours
+    -- while LS.still_ours
     local gone = rc == zk.OK
     if Z.unknown(rc) then
-        gone = guard_stayed(h) and Z.exists(h.path) == zk.NONODE and not G.ending(h.deadline)
+        Z.sync(h.lock)
+        gone = Z.exists(h.path) == zk.NONODE and LS.still_ours(h)
         -- (so our multi landed: its grants settled as if answered, when
         -- nobody wrote the table since)
         local grc, _, tstat
@@ -510,8 +511,10 @@ local function release_read(lock, owner, done, unsure)
             rc, stat = zk.set(mine.path, LS.encode_req(d), mine.version)
             if rc == zk.OK then stat.version = LS.settle_carried(mine.path, d, stat) end
         else
+            local own = L.holds[mine.path]
             write = { path = mine.path, count = 0, sid = mine.owner_sid,
                       deadline = LS.lease_local(snap, mine, d),
+                      own = own and own.sid == mine.owner_sid and own or nil,
                       mode = mine.granted, token = mine.token, px = mine.px,
                       here = d.sidecar == LS.sidecar_id() }
             rc = LW.delete(mine.path, mine.version, mine.owner_sid)
@@ -534,8 +537,8 @@ function L.release(key, owner)
     local gone, woke = quick_release(h)
     if gone then
         -- (told once: not when its session's loss, answered meanwhile,
-        -- told on_lost)
-        if forget(hp) then notify("on_release", h) end
+        -- told on_lost; when our lease timer found it gone first, here)
+        if forget(hp) or h.untold then notify("on_release", h) end
         if woke then host.pass() end -- the next holder, when here, is answered first
         return 1
     end
@@ -550,7 +553,7 @@ function L.release(key, owner)
             -- (a hold recorded here, told by its record, with the mode
             -- and token read now: a conversion through another sidecar;
             -- none when its session's loss forgot it, told on_lost)
-            mh = forget(path)
+            mh = forget(path) or (e and e.own and e.own.untold and e.own)
             if mh and e then mh.mode, mh.token = e.mode, e.token end
             if not mh and e and not e.here then
                 mh = { key = key, path = path, mode = e.mode, token = e.token, owner = owner, px = e.px }

@@ -151,6 +151,18 @@ function LS.encode_req(r)
                        r.sidecar, r.client, r.wid or "", ref)
 end
 
+-- Whether hold record h of this sidecar (locks.lua's), its node found
+-- gone (read once our server has what the lock's has) after a delete of
+-- ours whose reply was lost, went by that delete: its session lasts and
+-- no other sidecar removed a node of it since h was recorded (its guard
+-- did not move, or moved once for another lock request: G.unmoved_but; a
+-- hold recorded before its session's guard was known counts from the
+-- guard's creation, version 0), and h's lease timer, which alone ends
+-- h's lease, sent no delete (h.lease_sent), however near that lease's end.
+function LS.still_ours(h)
+    return not h.lease_sent and G.unmoved_but(h.sid, h.gv or 0, h.path)
+end
+
 -- Sets d's hold count to `count` for a write whose reply may be lost: a
 -- new write id, which LS.landed looks for (a version would not do: a
 -- renewal through another sidecar may land after our write).  The `sent`
@@ -560,12 +572,17 @@ end
 -- went through, as the owner's entry `mine` (data d) read since shows: a
 -- delete (count 0) when the node is gone, the session that owned it
 -- (sent.sid) lasts (its end removes its nodes too, maybe before the delete
--- was asked) and so does its lease (sent.deadline: G.ending), a set
--- of the hold count (LS.count_write) when the node holds our count and our
--- write's id, whatever renewal landed after it.
+-- was asked) and so does its lease (sent.deadline: G.ending; a hold this
+-- sidecar records, sent.own, is ended by its lease timer alone: while that
+-- timer sent no delete, and no other sidecar removed a node of its session
+-- since it was recorded: LS.still_ours), a set of the hold
+-- count (LS.count_write) when the node holds our count and our write's
+-- id, whatever renewal landed after it.
 function LS.landed(sent, mine, d)
     if sent.count == 0 then
-        return (not mine or mine.path ~= sent.path) and G.lasts(sent.sid) and not G.ending(sent.deadline)
+        if mine and mine.path == sent.path then return false end
+        if sent.own then return LS.still_ours(sent.own) end
+        return G.lasts(sent.sid) and not G.ending(sent.deadline)
     end
     return mine ~= nil and mine.path == sent.path and d.count == sent.count and d.wid == sent.wid
 end

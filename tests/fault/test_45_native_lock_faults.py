@@ -317,6 +317,34 @@ def test_release_through_another_sidecar_delete_reply_lost(native_pair, kz):
     assert ra.execute_command("LOCK.RELEASE", key, "w") == 1
 
 
+@pytest.mark.parametrize("back_at", [2.4, 3.6], ids=["near_the_lease_end", "past_the_lease_end"])
+def test_release_reply_lost_until_the_lease_ends(native_pair, kz, back_at):
+    """The holder's sidecar's delete executed 1 s into a 3 s lease, and its
+    reply was lost while ZooKeeper stayed out of reach until `back_at` s:
+    within a second of the lease's end, or past it.  That sidecar ends its
+    own holds' leases itself, and had not (its timer found the node gone, or
+    had not fired): RELEASE answers 1, not 0 (seen under leader changes,
+    test_49's workload)."""
+    a, b, proxy = native_pair
+    ra, rb = a.redis(socket_timeout=20), b.redis(socket_timeout=20)
+    key = harness.unique("rle")
+    t0 = time.monotonic()
+    t1 = ra.execute_command("LOCK.ACQUIRE", key, "h", "PX", "3000")
+    time.sleep(max(0.0, t0 + 1.0 - time.monotonic()))
+    proxy.drop_next_reply(DELETE_OPS, hold=True)
+    th, result = _in_thread(ra, "LOCK.RELEASE", key, "h")
+    assert proxy.wait_dropped(5), "no delete went through the proxy (requests: %r)" % proxy.snapshot()
+    time.sleep(max(0.0, t0 + back_at - time.monotonic()))
+    proxy.blackhole(False)
+    th.join(20)
+    assert result == {"token": 1}, result
+    assert _children(kz, a, key) == {}
+    assert ra.execute_command("LOCK.RELEASE", key, "h") == 0
+    t2 = rb.execute_command("LOCK.ACQUIRE", key, "w")
+    assert isinstance(t2, int) and t2 > t1, (t1, t2)
+    assert rb.execute_command("LOCK.RELEASE", key, "w") == 1
+
+
 def test_lost_release_through_a_stale_record_releases_the_owners_newer_hold(native_pair, kz):
     """h takes the lock through A, lets it go through B and takes it again
     through B: A's record of the first hold is out of date (B's release

@@ -805,20 +805,40 @@ describe("native locks", function()
     end)
 
     -- The release's delete is lost (not applied) at the lease end, and the
-    -- node goes meanwhile (the lease end's delete): gone, but maybe not by
-    -- the release, which must not answer 1 (the next holder may hold).
+    -- node goes meanwhile by the lease end's delete (through another
+    -- sidecar: the holder's, unseen; here: the lease timer's, its delete
+    -- sent while the release's was out): gone, but maybe not by the
+    -- release, which must not answer 1 (the next holder may hold).
     for _, how in ipairs({ "here", "through another sidecar" }) do
         it("answers 0 to a release whose lost delete met the lease end, " .. how, function()
             local lock = a.LK.lock_path("lr")
             local t0 = W.now
             integer(a:call("LOCK.ACQUIRE", "lr", "h", "PX", "1000"))
             local hpath = lock .. "/" .. W:children(lock)[1]
-            local via = how == "here" and a or c
-            via:fail_next({ op = how == "here" and "delete" or "multi", hook = function() W:raw_delete(hpath) end })
+            if how == "here" then
+                a:fail_next({ op = "delete", latency = 50 })
+            else
+                c:fail_next({ op = "multi", hook = function() W:raw_delete(hpath) end })
+            end
             W:advance(t0 + 995 - W.now)
-            assert.equal(0, via:call("LOCK.RELEASE", "lr", "h"))
+            assert.equal(0, (how == "here" and a or c):call("LOCK.RELEASE", "lr", "h"))
+            assert.same({}, W:children(lock))
         end)
     end
+
+    -- Here, the release's own delete landed at the lease end, its reply
+    -- lost: gone by that delete (the lease timer, which alone ends it, sent
+    -- none), so 1, and the hold is told released, not expired.
+    it("answers 1 to a release whose delete landed unanswered at the lease end, here", function()
+        local lock = a.LK.lock_path("lr")
+        local t0 = W.now
+        integer(a:call("LOCK.ACQUIRE", "lr", "h", "PX", "1000"))
+        a:fail_next({ op = "delete", when = "after" })
+        W:advance(t0 + 995 - W.now)
+        assert.equal(1, a:call("LOCK.RELEASE", "lr", "h"))
+        assert.same({}, W:children(lock))
+        assert.equal(0, a.LK.stats.expired)
+    end)
 
     local function lag(sc, prefix, catch_up) S.lag(W, sc, prefix, catch_up) end
 
