@@ -151,9 +151,10 @@ def test_servers_clocks_apart(clocks):
     assert len(seen) >= 2, seen
 
 
-@pytest.mark.skip(reason="open (issue 18's note of 2026-12-07): against build/zkresp-asan, 2 runs in about 20 "
-                         "had a LOCK.RELEASE inside its lease answer 0 across these leader changes; not yet "
-                         "known whether a lease was read early or a release's lost reply was answered 0")
+@pytest.mark.skip(reason="open (issue 18's note of 2026-12-07, fifteenth session): in about 1 run in 25, every sidecar loses its "
+                         "session in an election after the leader's kill that takes over the 10 s session "
+                         "timeout, not yet explained (the RELEASE answering 0 seen before was a release held "
+                         "up by the election past the lease: nativeload counts it expired now)")
 def test_native_workload_through_leader_changes(clocks):
     """test_46's workload for 12 s; the leader is killed 2 s in, and the
     new one 4 s after it leads (each started again once another leads)."""

@@ -12,12 +12,16 @@ function of the stop time, in a thread) injects faults:
              convert (PR up to EX, WAIT 1000: a token, or null with PR
              kept; EX down to PR: at once, or -TRYAGAIN with the outcome
              unknown); then LOCK.RELEASE (1 expected: the lease is far from
-             over)
+             over, unless a command before it waited out an election)
     null  -> WAIT ran out: ask again
 
 Every owner string is used once.  -TRYAGAIN is a legitimate answer to any
 command (counted); any other error, or a release answering 0 inside its
-lease, is an error of the run.  On a sidecar named in `may_lose` (the
+lease, is an error of the run.  A hold's lease runs LEASE_S from its
+grant or its last reentrant ACQUIRE, no earlier than that command was
+sent: a release answered later than that may find the hold ended by its
+lease (a command held up by an election: counted "expired", not an
+error), as a Redis DEL that arrives after the key's PEXPIRE answers 0.  On a sidecar named in `may_lose` (the
 chaos ends its session) a hold may be gone when its owner next asks: there
 a RELEASE answering 0, a CONVERT answering "owner holds no lock" and a
 reentrant ACQUIRE granted anew (a new hold, another token) are counted as
@@ -95,11 +99,20 @@ class Span:
             "-" if self.t_to is None else "%.3f" % self.t_to, self.hold.released)
 
 
-class Hold:
-    __slots__ = ("key", "owner", "spans", "released")
+LEASE_S = 5.0   # every ACQUIRE's PX
 
-    def __init__(self, key, owner):
+
+class Hold:
+    """lease_from: when the command that (re)started the lease was sent."""
+    __slots__ = ("key", "owner", "spans", "released", "lease_from")
+
+    def __init__(self, key, owner, lease_from):
         self.key, self.owner, self.spans, self.released = key, owner, [], None
+        self.lease_from = lease_from
+
+    def lease_over(self):
+        """Whether the lease may have ended by now (see the header)."""
+        return time.monotonic() >= self.lease_from + LEASE_S
 
     def __repr__(self):
         return "; ".join(repr(sp) for sp in self.spans)
@@ -126,7 +139,7 @@ def violations(holds):
 class Run:
     def __init__(self):
         self.holds, self.errors = [], []
-        self.counts = {"tryagain": 0, "timeouts": 0, "lost": 0}
+        self.counts = {"tryagain": 0, "timeouts": 0, "lost": 0, "expired": 0}
         self.lock = threading.Lock()
 
     def error(self, msg):
@@ -145,6 +158,18 @@ class Run:
     def lost(self):
         with self.lock:
             self.counts["lost"] += 1
+
+    def released_zero(self, h, lost_ok, what):
+        """A RELEASE of hold h answered 0: lost with its session (where
+        that may be), ended by its lease (answered once it may have run
+        out), else an error."""
+        if lost_ok:
+            self.lost()
+        elif h.lease_over():
+            with self.lock:
+                self.counts["expired"] += 1
+        else:
+            self.error("%s answered 0 inside the lease, with no session lost: %r" % (what, h))
 
 
 def _convert(run, r, h, span, lost_ok):
@@ -187,12 +212,14 @@ def _reentrant(run, r, h, span, lost_ok):
         again = r.execute_command("LOCK.ACQUIRE", key, owner, "MODE", span.mode, "PX", "5000")
         t_reply = time.monotonic()
         new = None
-        if again != tok and not lost_ok:
+        if again == tok:
+            h.lease_from = t_sent
+        elif not lost_ok:
             run.error("%s: reentrant ACQUIRE answered %r, not its token %r" % (owner, again, tok))
-        elif again != tok:
+        else:
             run.lost()
             if again is not None:
-                new = Hold(key, owner)
+                new = Hold(key, owner, t_sent)
                 new.spans.append(Span(new, span.mode, again, t_sent, t_reply))
         t_down = time.monotonic()
         down = r.execute_command("LOCK.RELEASE", key, owner)
@@ -200,8 +227,8 @@ def _reentrant(run, r, h, span, lost_ok):
             new.spans[0].t_to, new.released = t_down, down
             with run.lock:
                 run.holds.append(new)
-        if down == 0 and lost_ok:
-            run.lost()
+        if down == 0:
+            run.released_zero(h, lost_ok, "the first of two RELEASEs")
         elif down != 1:
             run.error("%s: the first of two RELEASEs answered %r" % (owner, down))
     except redis.ResponseError as e:
@@ -229,7 +256,7 @@ def _worker(run, sidecar, side, n, keys, stop, lost_ok):
                 with run.lock:
                     run.counts["timeouts"] += 1
                 continue
-            h = Hold(key, owner)
+            h = Hold(key, owner, t_sent)
             span = Span(h, mode, tok, t_sent, t_reply)
             h.spans.append(span)
             time.sleep(rnd.uniform(0, 0.01))
@@ -252,10 +279,8 @@ def _worker(run, sidecar, side, n, keys, stop, lost_ok):
                         break
                     except redis.ResponseError:
                         time.sleep(0.2)
-            if h.released == 0 and lost_ok:
-                run.lost()
-            elif h.released == 0:
-                run.error("RELEASE answered 0 inside the lease, with no session lost: %r" % h)
+            if h.released == 0:
+                run.released_zero(h, lost_ok, "RELEASE")
             with run.lock:
                 run.holds.append(h)
     except Exception as e:  # noqa: BLE001 - reported by the run
