@@ -21,7 +21,8 @@ lease, is an error of the run.  A hold's lease runs LEASE_S from its
 grant or its last reentrant ACQUIRE, no earlier than that command was
 sent: a release answered later than that may find the hold ended by its
 lease (a command held up by an election: counted "expired", not an
-error), as a Redis DEL that arrives after the key's PEXPIRE answers 0.  On a sidecar named in `may_lose` (the
+error), as a Redis DEL that arrives after the key's PEXPIRE answers 0.
+On a sidecar named in `may_lose` (the
 chaos ends its session) a hold may be gone when its owner next asks: there
 a RELEASE answering 0, a CONVERT answering "owner holds no lock" and a
 reentrant ACQUIRE granted anew (a new hold, another token) are counted as
