@@ -30,6 +30,7 @@ import random
 import threading
 import time
 
+import kazoo.exceptions
 import pytest
 import redis
 
@@ -43,10 +44,16 @@ REQUEST_MS = 3000
 
 
 def _children(kz, z, key):
-    """The request nodes of the lock `key` (name -> ephemeralOwner)."""
+    """The request nodes of the lock `key` (name -> ephemeralOwner); none
+    once ZooKeeper removed the lock node (a container, removed some time
+    after its last request went)."""
     lock = "%s/l/%s" % (z.root.rstrip("/"), keyenc.encode(key))
     out = {}
-    for name in kz.get_children(lock):
+    try:
+        names = kz.get_children(lock)
+    except kazoo.exceptions.NoNodeError:
+        return out
+    for name in names:
         _, st = kz.get("%s/%s" % (lock, name))
         out[name] = st.ephemeralOwner
     return out
